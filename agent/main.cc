@@ -1,0 +1,174 @@
+// ncclwatch-agent: the node agent (one per GPU node, a Kubernetes DaemonSet).
+// Receives RankReports from the plugins of this node's training processes on a unix socket,
+// stamps them with the node name and forwards them to the aggregator in acknowledged batches.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "agent/agent_service.h"
+#include "agent/forwarder.h"
+#include "common/config.h"
+#include "common/daemon.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "httplib.h"
+
+namespace ncclwatch::agent {
+namespace {
+
+struct AgentConfig {
+  std::string listen = "unix:///run/ncclwatch/agent.sock";
+  std::string aggregator = "localhost:9470";
+  int64_t http_port = 9472;
+  std::string node_name;
+  int64_t batch_interval_ms = 200;
+  int64_t max_batch_reports = 512;
+  int64_t max_queued_reports = 100000;
+  int64_t push_timeout_ms = 5000;
+  int64_t shutdown_timeout_ms = 5000;
+  int64_t ready_fd = -1;
+};
+
+void Register(ConfigTable& t, AgentConfig& c) {
+  t.AddString("listen", "NCCLWATCH_AGENT_LISTEN", &c.listen,
+              "Where plugins connect: unix:///path for a unix socket, or host:port for TCP.");
+  t.AddString("aggregator", "NCCLWATCH_AGGREGATOR", &c.aggregator,
+              "Aggregator gRPC address, host:port.");
+  t.AddInt("http-port", "NCCLWATCH_AGENT_HTTP_PORT", &c.http_port,
+           "Port of /metrics and /healthz (0 = any free port).");
+  t.AddString("node-name", "NODE_NAME", &c.node_name,
+              "Name of this node in every report; empty means the hostname.");
+  t.AddInt("batch-interval-ms", "", &c.batch_interval_ms,
+           "Longest time a report waits before its batch is sent.");
+  t.AddInt("max-batch-reports", "", &c.max_batch_reports, "Most reports in one batch.");
+  t.AddInt("max-queued-reports", "", &c.max_queued_reports,
+           "Reports held in memory while the aggregator is away; the oldest are dropped beyond.");
+  t.AddInt("push-timeout-ms", "", &c.push_timeout_ms, "Deadline of one batch push.");
+  t.AddInt("shutdown-timeout-ms", "", &c.shutdown_timeout_ms,
+           "On SIGTERM, how long to keep forwarding what is queued before exiting.");
+  t.AddInt("ready-fd", "", &c.ready_fd,
+           "Write 'ready grpc=... http_port=N' to this file descriptor once serving (-1: off).");
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string RandomHex(int digits) {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < digits; ++i) out += "0123456789abcdef"[rd() % 16];
+  return out;
+}
+
+// gRPC refuses to bind over an existing socket file: remove a stale one, create the directory.
+absl::Status PrepareUnixSocket(const std::string& listen) {
+  if (!absl::StartsWith(listen, "unix:")) return absl::OkStatus();
+  std::string path = listen.substr(listen.rfind("unix://") == 0 ? 7 : 5);
+  std::error_code ec;
+  std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot create socket directory %s: %s", p.parent_path().string(),
+                        ec.message()));
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s exists and is not a socket; refusing to replace it", path));
+    }
+    unlink(path.c_str());
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  SetLogComponent("agent");
+  AgentConfig config;
+  ConfigTable table("ncclwatch-agent",
+                    "Node agent: receives NCCL profiler reports from the training processes on "
+                    "this node and forwards them to the ncclwatch aggregator.");
+  Register(table, config);
+  auto parsed = table.Parse(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "ncclwatch-agent: %s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (table.help_requested()) {
+    std::fputs(table.HelpText().c_str(), stdout);
+    return 0;
+  }
+  if (!parsed->empty()) {
+    std::fprintf(stderr, "ncclwatch-agent: unexpected argument '%s'\n", (*parsed)[0].c_str());
+    return 2;
+  }
+  if (config.node_name.empty()) config.node_name = Hostname();
+  LogInfo("starting: %s", table.Describe());
+
+  MetricRegistry metrics;
+  ForwarderOptions fopts{config.aggregator,      config.node_name + "-" + RandomHex(8),
+                         config.node_name,       config.batch_interval_ms,
+                         config.max_batch_reports, config.max_queued_reports,
+                         config.push_timeout_ms};
+  LogInfo("agent id %s", fopts.agent_id);
+  Forwarder forwarder(fopts, metrics);
+  ReportHandler handler(config.node_name, forwarder, metrics);
+  AgentService service(handler);
+
+  if (absl::Status s = PrepareUnixSocket(config.listen); !s.ok()) {
+    LogError("%s", s.message());
+    return 1;
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    LogError("cannot listen on %s", config.listen);
+    return 1;
+  }
+  forwarder.Start();
+
+  HttpServer http;
+  http.server().Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.server().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  auto http_port = http.Start("0.0.0.0", static_cast<int>(config.http_port));
+  if (!http_port.ok()) {
+    LogError("%s", http_port.status().message());
+    return 1;
+  }
+  LogInfo("serving plugins on %s, metrics on :%d, forwarding to %s", config.listen, *http_port,
+          config.aggregator);
+  NotifyReady(static_cast<int>(config.ready_fd),
+              absl::StrFormat("ready grpc=%s http_port=%d", config.listen, *http_port));
+
+  int sig = WaitForTerminationSignal();
+  LogInfo("signal %d: closing plugin streams, forwarding what is queued", sig);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  bool flushed = forwarder.Flush(absl::Milliseconds(config.shutdown_timeout_ms));
+  forwarder.Stop();
+  http.Stop();
+  LogInfo(flushed ? "all reports forwarded; exiting" : "exiting with unforwarded reports");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ncclwatch::agent
+
+int main(int argc, char** argv) { return ncclwatch::agent::Main(argc, argv); }

@@ -1,0 +1,243 @@
+#include "aggregator/analyzer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+const std::string& OrUnknown(const std::string& s) {
+  static const std::string kUnknown = "unknown";
+  return s.empty() ? kUnknown : s;
+}
+
+std::string SeriesKey(const std::string& name, const LabelPairs& labels) {
+  std::string key = name;
+  for (const auto& [k, v] : labels) absl::StrAppend(&key, "\x1f", k, "=", v);
+  return key;
+}
+
+}  // namespace
+
+std::string_view ExportedSeriesHelp(std::string_view name) {
+  static const std::map<std::string_view, std::string_view> kHelp = {
+      {"nccl_bus_bandwidth_gbs",
+       "Collective bus bandwidth in GB/s, geometric mean over the rank's last interval "
+       "(NCCL Inspector compatible)."},
+      {"nccl_collective_exec_time_microseconds",
+       "Mean collective execution time in microseconds over the rank's last interval "
+       "(NCCL Inspector compatible)."},
+      {"nccl_p2p_bus_bandwidth_gbs",
+       "Point-to-point bus bandwidth in GB/s, geometric mean over the rank's last interval "
+       "(NCCL Inspector compatible)."},
+      {"nccl_p2p_exec_time_microseconds",
+       "Mean point-to-point execution time in microseconds over the rank's last interval "
+       "(NCCL Inspector compatible)."},
+      {"ncclwatch_straggler", "1 while the rank is flagged as consistently late, else 0."},
+      {"ncclwatch_rank_lateness_seconds",
+       "Median time the rank reaches collectives after the first rank of its communicator."},
+  };
+  auto it = kHelp.find(name);
+  return it == kHelp.end() ? std::string_view() : it->second;
+}
+
+std::string CommHashText(uint64_t hash) { return absl::StrFormat("0x%016x", hash); }
+
+std::string GpuLabel(int cuda_device) {
+  return cuda_device < 0 ? "unknown" : absl::StrCat("GPU", cuda_device);
+}
+
+Analyzer::Analyzer(AnalyzerOptions options)
+    : options_(options), correlator_(options.correlator), stragglers_(options.straggler) {}
+
+LabelPairs Analyzer::RankLabels(const CommKey& key, const CommMeta& meta, int rank) const {
+  const RankMeta& rm = meta.ranks[rank];
+  return {{"job_id", key.job_id},
+          {"comm_hash", CommHashText(key.comm_hash)},
+          {"comm_name", OrUnknown(meta.comm_name)},
+          {"rank", absl::StrCat(rank)},
+          {"node", OrUnknown(rm.node)},
+          {"gpu", GpuLabel(rm.cuda_device)}};
+}
+
+void Analyzer::SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
+                         int64_t now_ns) {
+  std::string key = SeriesKey(name, labels);
+  SeriesEntry& e = series_[key];
+  e.sample = ExportedSample{std::move(name), std::move(labels), value, now_ns / 1'000'000};
+  e.comm = comm;
+  e.updated_ns = now_ns;
+}
+
+void Analyzer::UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
+                                 const ncclwatch::v1::RankReport& report, int64_t now_ns) {
+  const int rank = report.identity().rank();
+  // P2P stats arrive per peer; Inspector's series are per (operation, size): merge the peers.
+  struct Merged {
+    uint64_t count = 0;
+    double sum_us = 0;
+    double bus_log_sum = 0;
+    uint64_t bw_samples = 0;
+    std::string algo_proto;
+  };
+  std::map<std::tuple<bool, std::string, std::string, std::string>, Merged> merged;
+  for (const auto& s : report.stats()) {
+    Merged& m = merged[{s.p2p(), s.op(), s.message_size(), s.p2p() ? "" : s.algo_proto()}];
+    m.count += s.count();
+    m.sum_us += s.exec_time_us_sum();
+    m.bus_log_sum += s.bus_bw_gbs_log_sum();
+    m.bw_samples += s.bw_samples();
+  }
+  for (const auto& [k, m] : merged) {
+    const auto& [p2p, op, size, algo_proto] = k;
+    if (m.count == 0) continue;
+    LabelPairs labels = RankLabels(key, meta, rank);
+    labels.emplace_back("n_nodes", absl::StrCat(meta.n_nodes));
+    labels.emplace_back("nranks", absl::StrCat(meta.nranks));
+    labels.emplace_back(p2p ? "p2p_operation" : "collective", op);
+    labels.emplace_back("message_size", size);
+    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
+    SetSeries(key,
+              p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds",
+              labels, m.sum_us / static_cast<double>(m.count), now_ns);
+    if (m.bw_samples > 0) {
+      SetSeries(key, p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs",
+                std::move(labels), std::exp(m.bus_log_sum / static_cast<double>(m.bw_samples)),
+                now_ns);
+    }
+  }
+}
+
+ncclwatch::v1::StragglerInfo Analyzer::MakeStragglerInfo(const CommKey& key,
+                                                         const CommMeta& meta,
+                                                         const RankScore& score) const {
+  ncclwatch::v1::StragglerInfo info;
+  info.set_job_id(key.job_id);
+  info.set_comm_hash(key.comm_hash);
+  info.set_comm_name(meta.comm_name);
+  info.set_rank(score.rank);
+  info.set_nranks(meta.nranks);
+  if (score.rank < static_cast<int>(meta.ranks.size())) {
+    info.set_node(meta.ranks[score.rank].node);
+    info.set_cuda_device(meta.ranks[score.rank].cuda_device);
+  }
+  info.set_lateness_seconds(score.lateness_ns * 1e-9);
+  info.set_window_collectives(static_cast<uint32_t>(score.observations));
+  info.set_arrived_last_fraction(score.arrived_last_fraction);
+  auto since = meta.flagged_since_ns.find(score.rank);
+  if (since != meta.flagged_since_ns.end()) info.set_since_unix_ns(since->second);
+  return info;
+}
+
+std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankReport& report,
+                                                   int64_t now_ns) {
+  absl::MutexLock lock(&mu_);
+  ++reports_;
+  const auto& id = report.identity();
+  CommKey key{id.job_id(), id.comm_hash()};
+  CommMeta& meta = comms_[key];
+  if (meta.nranks != id.nranks()) {
+    // New communicator, or one re-created with another size under the same hash: start over.
+    meta.nranks = id.nranks();
+    meta.ranks.assign(id.nranks(), RankMeta{});
+    meta.flagged_since_ns.clear();
+    correlator_.Forget(key);
+    stragglers_.Forget(key);
+  }
+  meta.comm_name = id.comm_name();
+  meta.n_nodes = id.n_nodes();
+  RankMeta& rm = meta.ranks[id.rank()];
+  rm.node = id.node();
+  rm.cuda_device = id.cuda_device();
+  rm.last_seen_ns = now_ns;
+
+  UpdateStatsSeries(key, meta, report, now_ns);
+
+  std::vector<ncclwatch::v1::Event> events;
+  for (const auto& s : report.samples()) {
+    auto group = correlator_.Add(key, id.nranks(), s.op(), s.seq(), id.rank(), s.duration_ns(),
+                                 s.gpu_start_ns(), now_ns);
+    if (!group) continue;
+    for (const FlagChange& change : stragglers_.Observe(*group)) {
+      const int rank = change.score.rank;
+      if (change.score.flagged) {
+        meta.flagged_since_ns[rank] = now_ns;
+      }
+      ncclwatch::v1::Event event;
+      event.set_kind(ncclwatch::v1::Event::STRAGGLER);
+      event.set_phase(change.score.flagged ? ncclwatch::v1::Event::START
+                                           : ncclwatch::v1::Event::END);
+      event.set_time_unix_ns(now_ns);
+      *event.mutable_straggler() = MakeStragglerInfo(key, meta, change.score);
+      const RankMeta& who = meta.ranks[rank];
+      event.set_summary(absl::StrFormat(
+          "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s: median lateness %.2f ms "
+          "over %d collectives, arrived last in %.0f%%",
+          change.score.flagged ? "STRAGGLER" : "RECOVERED", rank, OrUnknown(who.node),
+          GpuLabel(who.cuda_device), OrUnknown(meta.comm_name), CommHashText(key.comm_hash),
+          key.job_id, change.score.flagged ? "is slow" : "is back in step",
+          change.score.lateness_ns / 1e6, change.score.observations,
+          change.score.arrived_last_fraction * 100));
+      if (!change.score.flagged) meta.flagged_since_ns.erase(rank);
+      events.push_back(std::move(event));
+    }
+  }
+  return events;
+}
+
+void Analyzer::Tick(int64_t now_ns) {
+  absl::MutexLock lock(&mu_);
+  correlator_.Expire(now_ns);
+  std::erase_if(series_, [&](const auto& kv) {
+    return now_ns - kv.second.updated_ns > options_.series_ttl_ns;
+  });
+  // A communicator none of whose ranks reported within the TTL is gone (job ended or died).
+  std::erase_if(comms_, [&](const auto& kv) {
+    for (const RankMeta& rm : kv.second.ranks) {
+      if (now_ns - rm.last_seen_ns <= options_.series_ttl_ns) return false;
+    }
+    correlator_.Forget(kv.first);
+    stragglers_.Forget(kv.first);
+    return true;
+  });
+}
+
+std::vector<ExportedSample> Analyzer::Series() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ExportedSample> out;
+  out.reserve(series_.size());
+  for (const auto& [k, e] : series_) out.push_back(e.sample);
+  for (const auto& [key, meta] : comms_) {
+    for (const RankScore& score : stragglers_.Scores(key)) {
+      if (score.rank >= static_cast<int>(meta.ranks.size())) continue;
+      int64_t ts_ms = meta.ranks[score.rank].last_seen_ns / 1'000'000;
+      LabelPairs labels = RankLabels(key, meta, score.rank);
+      out.push_back({"ncclwatch_straggler", labels, score.flagged ? 1.0 : 0.0, ts_ms});
+      out.push_back({"ncclwatch_rank_lateness_seconds", std::move(labels),
+                     score.lateness_ns * 1e-9, ts_ms});
+    }
+  }
+  return out;
+}
+
+std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ncclwatch::v1::StragglerInfo> out;
+  for (const auto& [key, meta] : comms_) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    for (const RankScore& score : stragglers_.Scores(key)) {
+      if (score.flagged) out.push_back(MakeStragglerInfo(key, meta, score));
+    }
+  }
+  return out;
+}
+
+Analyzer::Counters Analyzer::counters() const {
+  absl::MutexLock lock(&mu_);
+  return Counters{reports_, correlator_.completed(), correlator_.expired(),
+                  correlator_.open_groups()};
+}
+
+}  // namespace ncclwatch::aggregator

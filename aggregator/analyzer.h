@@ -1,0 +1,111 @@
+// The aggregator's in-memory view of every job: which ranks of which communicators live on which
+// node and GPU, the latest per-interval statistics of each rank (exported as NCCL
+// Inspector-compatible series), and the detectors fed by the correlator.
+//
+// Thread safety: all public methods may be called concurrently; one mutex serialises them (the
+// work per report is small and bounded).
+#ifndef NCCLWATCH_AGGREGATOR_ANALYZER_H_
+#define NCCLWATCH_AGGREGATOR_ANALYZER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "aggregator/correlator.h"
+#include "aggregator/straggler.h"
+#include "common/prom_text.h"
+#include "ncclwatch/v1/query.pb.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch::aggregator {
+
+struct AnalyzerOptions {
+  CorrelatorOptions correlator;
+  StragglerOptions straggler;
+  int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
+};
+
+// One exported sample; `timestamp_ms` is when the aggregator last updated it.
+struct ExportedSample {
+  std::string name;
+  LabelPairs labels;
+  double value = 0;
+  int64_t timestamp_ms = 0;
+};
+
+class Analyzer {
+ public:
+  explicit Analyzer(AnalyzerOptions options = {});
+
+  // Takes one validated report received at `now_ns` (aggregator clock). Returns the detection
+  // events it caused (e.g. a rank flagged as a straggler).
+  std::vector<ncclwatch::v1::Event> Ingest(const ncclwatch::v1::RankReport& report,
+                                           int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+  // Expires incomplete collective groups and silent ranks' series.
+  void Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every exported series, current values.
+  std::vector<ExportedSample> Series() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Ranks flagged slow right now; `job_id` empty means every job.
+  std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Counters {
+    uint64_t reports = 0;
+    uint64_t groups_completed = 0;
+    uint64_t groups_expired = 0;
+    uint64_t open_groups = 0;
+  };
+  Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct RankMeta {
+    std::string node;
+    int cuda_device = -1;
+    int64_t last_seen_ns = 0;
+  };
+  struct CommMeta {
+    std::string comm_name;
+    int nranks = 0;
+    int n_nodes = 0;
+    std::vector<RankMeta> ranks;
+    std::map<int, int64_t> flagged_since_ns;  // rank -> when flagged
+  };
+  struct SeriesEntry {
+    ExportedSample sample;
+    CommKey comm;
+    int64_t updated_ns = 0;
+  };
+
+  void UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
+                         const ncclwatch::v1::RankReport& report, int64_t now_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
+                 int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  LabelPairs RankLabels(const CommKey& key, const CommMeta& meta, int rank) const;
+  ncclwatch::v1::StragglerInfo MakeStragglerInfo(const CommKey& key, const CommMeta& meta,
+                                                 const RankScore& score) const;
+
+  const AnalyzerOptions options_;
+  mutable absl::Mutex mu_;
+  Correlator correlator_ ABSL_GUARDED_BY(mu_);
+  StragglerDetector stragglers_ ABSL_GUARDED_BY(mu_);
+  std::map<CommKey, CommMeta> comms_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, SeriesEntry> series_ ABSL_GUARDED_BY(mu_);
+  uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// HELP text of every exported family ("" for an unknown name).
+std::string_view ExportedSeriesHelp(std::string_view name);
+
+// "0x" + 16 hex digits, the form comm hashes take in labels and output.
+std::string CommHashText(uint64_t hash);
+// Inspector's GPU label: "GPU<ordinal>", or "unknown".
+std::string GpuLabel(int cuda_device);
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_ANALYZER_H_

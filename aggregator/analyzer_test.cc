@@ -1,0 +1,127 @@
+#include "aggregator/analyzer.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// One report per rank per "interval" with `n` sampled AllReduces; rank `slow` arrives 2 ms late.
+ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n, int slow) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("job-7");
+  id->set_comm_hash(0xfeed);
+  id->set_comm_name("world");
+  id->set_rank(rank);
+  id->set_nranks(nranks);
+  id->set_n_nodes(2);
+  id->set_cuda_device(rank % 4);
+  id->set_node(rank < 4 ? "node-a" : "node-b");
+  auto* st = r.add_stats();
+  st->set_op("AllReduce");
+  st->set_algo_proto("RING_SIMPLE");
+  st->set_message_size("32-33MB");
+  st->set_peer(-1);
+  st->set_count(4);
+  st->set_exec_time_us_sum(400);
+  st->set_bus_bw_gbs_log_sum(4 * std::log(20.0));
+  st->set_bw_samples(4);
+  auto* p2p = r.add_stats();
+  p2p->set_op("Send");
+  p2p->set_p2p(true);
+  p2p->set_message_size("1-2MB");
+  p2p->set_peer((rank + 1) % nranks);
+  p2p->set_count(2);
+  p2p->set_exec_time_us_sum(50);
+  p2p->set_bus_bw_gbs_log_sum(2 * std::log(10.0));
+  p2p->set_bw_samples(2);
+  for (int i = 0; i < n; ++i) {
+    auto* s = r.add_samples();
+    s->set_op("AllReduce");
+    s->set_seq(first_seq + i);
+    uint64_t arrival = 1'000'000 + (rank == slow ? 2'000'000 : (rank * 10'000));
+    s->set_duration_ns(5'000'000 - arrival);
+  }
+  return r;
+}
+
+const std::string* Label(const ExportedSample& s, const std::string& name) {
+  for (const auto& [k, v] : s.labels) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+TEST(AnalyzerTest, FlagsTheSlowRankWithNodeAndGpuAndExportsSeries) {
+  Analyzer analyzer;
+  std::vector<ncclwatch::v1::Event> events;
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int rank = 0; rank < 8; ++rank) {
+      for (auto& e : analyzer.Ingest(Report(rank, 8, interval * 10, 10, 5), 1'000'000'000)) {
+        events.push_back(e);
+      }
+    }
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), ncclwatch::v1::Event::STRAGGLER);
+  EXPECT_EQ(events[0].phase(), ncclwatch::v1::Event::START);
+  EXPECT_EQ(events[0].straggler().rank(), 5);
+  EXPECT_EQ(events[0].straggler().node(), "node-b");
+  EXPECT_EQ(events[0].straggler().cuda_device(), 1);
+  EXPECT_NEAR(events[0].straggler().lateness_seconds(), 0.002, 1e-9);
+  EXPECT_NE(events[0].summary().find("rank 5 (node node-b, GPU1)"), std::string::npos)
+      << events[0].summary();
+
+  auto stragglers = analyzer.Stragglers("");
+  ASSERT_EQ(stragglers.size(), 1u);
+  EXPECT_EQ(stragglers[0].since_unix_ns(), 1'000'000'000u);
+  EXPECT_TRUE(analyzer.Stragglers("other-job").empty());
+
+  int flagged = 0, bus = 0, p2p_bus = 0;
+  for (const ExportedSample& s : analyzer.Series()) {
+    EXPECT_EQ(s.timestamp_ms, 1000);
+    EXPECT_EQ(*Label(s, "job_id"), "job-7");
+    EXPECT_EQ(*Label(s, "comm_hash"), "0x000000000000feed");
+    if (s.name == "ncclwatch_straggler" && s.value == 1) {
+      ++flagged;
+      EXPECT_EQ(*Label(s, "rank"), "5");
+      EXPECT_EQ(*Label(s, "node"), "node-b");
+      EXPECT_EQ(*Label(s, "gpu"), "GPU1");
+    }
+    if (s.name == "nccl_bus_bandwidth_gbs") {
+      ++bus;
+      EXPECT_NEAR(s.value, 20.0, 1e-9);  // geometric mean of the interval
+      EXPECT_EQ(*Label(s, "algo_proto"), "RING_SIMPLE");
+      EXPECT_EQ(*Label(s, "collective"), "AllReduce");
+      EXPECT_EQ(*Label(s, "nranks"), "8");
+      EXPECT_EQ(*Label(s, "n_nodes"), "2");
+    }
+    if (s.name == "nccl_p2p_bus_bandwidth_gbs") {
+      ++p2p_bus;
+      EXPECT_EQ(*Label(s, "p2p_operation"), "Send");
+      EXPECT_EQ(Label(s, "algo_proto"), nullptr);
+    }
+  }
+  EXPECT_EQ(flagged, 1);
+  EXPECT_EQ(bus, 8);
+  EXPECT_EQ(p2p_bus, 8);
+  EXPECT_EQ(analyzer.counters().groups_completed, 30u);
+}
+
+TEST(AnalyzerTest, SilentSeriesExpire) {
+  AnalyzerOptions opts;
+  opts.series_ttl_ns = 1000;
+  Analyzer analyzer(opts);
+  analyzer.Ingest(Report(0, 2, 0, 0, -1), 0);
+  EXPECT_FALSE(analyzer.Series().empty());
+  analyzer.Ingest(Report(1, 2, 0, 0, -1), 0);
+  analyzer.Tick(500);
+  EXPECT_FALSE(analyzer.Series().empty());
+  analyzer.Tick(5000);
+  EXPECT_TRUE(analyzer.Series().empty());
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator

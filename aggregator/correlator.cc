@@ -1,0 +1,66 @@
+#include "aggregator/correlator.h"
+
+namespace ncclwatch::aggregator {
+
+std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
+                                              const std::string& op, uint64_t seq, int rank,
+                                              uint64_t duration_ns, uint64_t gpu_start_ns,
+                                              int64_t now_ns) {
+  if (nranks <= 0 || rank < 0 || rank >= nranks) return std::nullopt;
+  CommGroups& cg = comms_[comm];
+  GroupKey key{op, seq};
+  auto [it, inserted] = cg.groups.try_emplace(key);
+  Group& g = it->second;
+  if (inserted) {
+    g.duration_ns.assign(nranks, 0);
+    g.gpu_start_ns.assign(nranks, 0);
+    g.seen.assign(nranks, false);
+    g.first_seen_ns = now_ns;
+    cg.order.emplace_back(now_ns, key);
+  }
+  if (static_cast<int>(g.seen.size()) != nranks || g.seen[rank]) return std::nullopt;
+  g.seen[rank] = true;
+  g.duration_ns[rank] = duration_ns;
+  g.gpu_start_ns[rank] = gpu_start_ns;
+  if (++g.arrived < nranks) {
+    if (inserted) Trim(cg, INT64_MIN, options_.max_open_groups);
+    return std::nullopt;
+  }
+  CompletedGroup done{comm, op, seq, std::move(g.duration_ns), std::move(g.gpu_start_ns)};
+  cg.groups.erase(it);  // its entry in `order` is skipped lazily
+  ++completed_;
+  return done;
+}
+
+void Correlator::Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups) {
+  while (!cg.order.empty()) {
+    auto& [first_seen, key] = cg.order.front();
+    auto it = cg.groups.find(key);
+    bool stale = it == cg.groups.end() || it->second.first_seen_ns != first_seen;
+    if (!stale && first_seen >= older_than_ns && cg.groups.size() <= max_groups) break;
+    if (!stale) {
+      cg.groups.erase(it);
+      ++expired_;
+    }
+    cg.order.pop_front();
+  }
+}
+
+size_t Correlator::Expire(int64_t now_ns) {
+  uint64_t before = expired_;
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    Trim(it->second, now_ns - options_.grace_ns, options_.max_open_groups);
+    it = it->second.groups.empty() ? comms_.erase(it) : std::next(it);
+  }
+  return expired_ - before;
+}
+
+void Correlator::Forget(const CommKey& comm) { comms_.erase(comm); }
+
+size_t Correlator::open_groups() const {
+  size_t n = 0;
+  for (const auto& [key, cg] : comms_) n += cg.groups.size();
+  return n;
+}
+
+}  // namespace ncclwatch::aggregator

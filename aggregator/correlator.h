@@ -1,0 +1,86 @@
+// Joins the sampled per-collective records of all ranks of a communicator on
+// (job, commHash, collective, seqNumber). Plain structs, no gRPC; not thread-safe (the Analyzer
+// serialises calls).
+//
+// A group completes when every rank reported the record, and is then handed back to the caller.
+// Incomplete groups are dropped after `grace_ns` (e.g. a rank sampled with a larger stride, or a
+// lost report), and at most `max_open_groups` per communicator are kept (oldest evicted first), so
+// memory is bounded by configuration, not by the job's history.
+#ifndef NCCLWATCH_AGGREGATOR_CORRELATOR_H_
+#define NCCLWATCH_AGGREGATOR_CORRELATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ncclwatch::aggregator {
+
+struct CommKey {
+  std::string job_id;
+  uint64_t comm_hash = 0;
+  bool operator<(const CommKey& o) const {
+    return std::tie(job_id, comm_hash) < std::tie(o.job_id, o.comm_hash);
+  }
+  bool operator==(const CommKey& o) const = default;
+};
+
+// One collective as seen by every rank; index = rank.
+struct CompletedGroup {
+  CommKey comm;
+  std::string op;
+  uint64_t seq = 0;
+  std::vector<uint64_t> duration_ns;
+  std::vector<uint64_t> gpu_start_ns;
+};
+
+struct CorrelatorOptions {
+  int64_t grace_ns = 30'000'000'000;
+  size_t max_open_groups = 4096;  // per communicator
+};
+
+class Correlator {
+ public:
+  explicit Correlator(CorrelatorOptions options = {}) : options_(options) {}
+
+  // Adds rank `rank`'s record of (op, seq). Returns the group once all `nranks` ranks reported.
+  // A repeated record of the same rank is ignored (replays are harmless).
+  std::optional<CompletedGroup> Add(const CommKey& comm, int nranks, const std::string& op,
+                                    uint64_t seq, int rank, uint64_t duration_ns,
+                                    uint64_t gpu_start_ns, int64_t now_ns);
+  // Drops incomplete groups first seen before now - grace. Returns how many were dropped.
+  size_t Expire(int64_t now_ns);
+  // Forgets a communicator entirely (e.g. its job ended).
+  void Forget(const CommKey& comm);
+
+  size_t open_groups() const;
+  uint64_t completed() const { return completed_; }
+  uint64_t expired() const { return expired_; }
+
+ private:
+  struct Group {
+    std::vector<uint64_t> duration_ns;
+    std::vector<uint64_t> gpu_start_ns;
+    std::vector<bool> seen;
+    int arrived = 0;
+    int64_t first_seen_ns = 0;
+  };
+  using GroupKey = std::pair<std::string, uint64_t>;  // (op, seq)
+  struct CommGroups {
+    std::map<GroupKey, Group> groups;
+    std::deque<std::pair<int64_t, GroupKey>> order;  // insertion order, for expiry and eviction
+  };
+  void Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups);
+
+  const CorrelatorOptions options_;
+  std::map<CommKey, CommGroups> comms_;
+  uint64_t completed_ = 0;
+  uint64_t expired_ = 0;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_CORRELATOR_H_

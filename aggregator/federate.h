@@ -1,0 +1,43 @@
+// Prometheus federation: series selectors (`name{label="v", other=~"re.*"}`) and rendering of the
+// matching series in text format 0.0.4 with timestamps, every family untyped -- the same shape
+// Prometheus's own /federate produces. Regular expressions are fully anchored, as in PromQL
+// (ECMAScript syntax here rather than RE2; the common subset behaves the same).
+#ifndef NCCLWATCH_AGGREGATOR_FEDERATE_H_
+#define NCCLWATCH_AGGREGATOR_FEDERATE_H_
+
+#include <memory>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "aggregator/analyzer.h"
+
+namespace ncclwatch::aggregator {
+
+struct LabelMatcher {
+  enum class Op { kEq, kNe, kRe, kNre };
+  std::string name;  // "__name__" for the metric name
+  Op op = Op::kEq;
+  std::string value;
+  std::shared_ptr<const std::regex> regex;  // for kRe / kNre
+
+  bool Matches(const std::string& label_value) const;
+};
+
+struct Selector {
+  std::vector<LabelMatcher> matchers;
+  bool Matches(const ExportedSample& sample) const;
+};
+
+// Parses one selector. InvalidArgument carries a message fit for an HTTP 400 body.
+absl::StatusOr<Selector> ParseSelector(std::string_view text);
+
+// The samples matching any selector, in exposition format, families and series sorted.
+std::string RenderFederate(const std::vector<ExportedSample>& samples,
+                           const std::vector<Selector>& selectors);
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_FEDERATE_H_

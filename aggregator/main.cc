@@ -1,0 +1,181 @@
+// ncclwatch-aggregator: the central service. Takes batches from the node agents, stores them in
+// RocksDB, correlates the ranks of every communicator, flags slow ranks, and serves the gRPC Query
+// API plus HTTP /metrics, /federate and /healthz.
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "aggregator/analyzer.h"
+#include "aggregator/federate.h"
+#include "aggregator/services.h"
+#include "aggregator/store.h"
+#include "common/config.h"
+#include "common/daemon.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "httplib.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+struct AggregatorConfig {
+  std::string listen_host = "0.0.0.0";
+  int64_t grpc_port = 9470;
+  int64_t http_port = 9471;
+  std::string data_dir = "/var/lib/ncclwatch";
+  double straggler_threshold_ms = 1.0;
+  int64_t straggler_window = 32;
+  int64_t straggler_min_collectives = 8;
+  double group_grace_s = 30;
+  int64_t ready_fd = -1;
+};
+
+void Register(ConfigTable& t, AggregatorConfig& c) {
+  t.AddString("listen-host", "NCCLWATCH_LISTEN_HOST", &c.listen_host,
+              "Address the gRPC and HTTP servers bind to.");
+  t.AddInt("grpc-port", "NCCLWATCH_GRPC_PORT", &c.grpc_port,
+           "gRPC port for agents (Ingest) and clients (Query); 0 = any free port.");
+  t.AddInt("http-port", "NCCLWATCH_HTTP_PORT", &c.http_port,
+           "HTTP port of /metrics, /federate and /healthz; 0 = any free port.");
+  t.AddString("data-dir", "NCCLWATCH_DATA_DIR", &c.data_dir, "RocksDB directory.");
+  t.AddDouble("straggler-threshold-ms", "", &c.straggler_threshold_ms,
+              "Median lateness at which a rank is flagged slow (cleared below half of it).");
+  t.AddInt("straggler-window", "", &c.straggler_window,
+           "Collectives per rank in the straggler detector's sliding window.");
+  t.AddInt("straggler-min-collectives", "", &c.straggler_min_collectives,
+           "Collectives a rank must have been seen in before it can be flagged.");
+  t.AddDouble("group-grace-s", "", &c.group_grace_s,
+              "How long a collective waits for all its ranks' records before it is dropped.");
+  t.AddInt("ready-fd", "", &c.ready_fd,
+           "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
+}
+
+void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer) {
+  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
+                                              "/federate requests refused with HTTP 400.");
+  http.Get("/federate", [&, bad_selectors](const httplib::Request& req, httplib::Response& res) {
+    size_t n = req.get_param_value_count("match[]");
+    std::vector<Selector> selectors;
+    std::string error = n == 0 ? "missing match[] parameter" : "";
+    for (size_t i = 0; i < n && error.empty(); ++i) {
+      auto sel = ParseSelector(req.get_param_value("match[]", i));
+      if (sel.ok()) {
+        selectors.push_back(*std::move(sel));
+      } else {
+        error = std::string(sel.status().message());
+      }
+    }
+    if (!error.empty()) {
+      bad_selectors->Increment();
+      res.status = 400;
+      res.set_content(error + "\n", "text/plain");
+      return;
+    }
+    res.set_content(RenderFederate(analyzer.Series(), selectors),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  SetLogComponent("aggregator");
+  AggregatorConfig config;
+  ConfigTable table("ncclwatch-aggregator",
+                    "Central ncclwatch service: correlates NCCL profiler reports from every node, "
+                    "flags slow ranks, and serves the Query API, /federate and /metrics.");
+  Register(table, config);
+  auto parsed = table.Parse(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "ncclwatch-aggregator: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (table.help_requested()) {
+    std::fputs(table.HelpText().c_str(), stdout);
+    return 0;
+  }
+  if (!parsed->empty()) {
+    std::fprintf(stderr, "ncclwatch-aggregator: unexpected argument '%s'\n", (*parsed)[0].c_str());
+    return 2;
+  }
+  LogInfo("starting: %s", table.Describe());
+
+  auto store = Store::Open(config.data_dir);
+  if (!store.ok()) {
+    LogError("%s", store.status().message());
+    return 1;
+  }
+  if (auto n = (*store)->CountBatches(); n.ok()) LogInfo("store holds %d batches", *n);
+
+  AnalyzerOptions aopts;
+  aopts.straggler.threshold_ns = config.straggler_threshold_ms * 1e6;
+  aopts.straggler.window = static_cast<int>(config.straggler_window);
+  aopts.straggler.min_groups = static_cast<int>(config.straggler_min_collectives);
+  aopts.correlator.grace_ns = static_cast<int64_t>(config.group_grace_s * 1e9);
+  Analyzer analyzer(aopts);
+  MetricRegistry metrics;
+  AggregatorCore core(**store, analyzer, metrics);
+  IngestService ingest(core);
+  QueryService query(core);
+
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(absl::StrFormat("%s:%d", config.listen_host, config.grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(&ingest);
+  builder.RegisterService(&query);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || grpc_port == 0) {
+    LogError("cannot listen for gRPC on %s:%d", config.listen_host, config.grpc_port);
+    return 1;
+  }
+
+  HttpServer http;
+  InstallHttpRoutes(http.server(), metrics, analyzer);
+  auto http_port = http.Start(config.listen_host, static_cast<int>(config.http_port));
+  if (!http_port.ok()) {
+    LogError("%s", http_port.status().message());
+    return 1;
+  }
+
+  // Housekeeping: expire incomplete groups and silent series once a second.
+  absl::Mutex tick_mu;
+  bool stopping = false;
+  std::thread ticker([&] {
+    absl::MutexLock lock(&tick_mu);
+    while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Seconds(1))) {
+      analyzer.Tick(absl::GetCurrentTimeNanos());
+    }
+  });
+
+  LogInfo("serving gRPC on %s:%d, HTTP on %s:%d, data in %s", config.listen_host, grpc_port,
+          config.listen_host, *http_port, config.data_dir);
+  NotifyReady(static_cast<int>(config.ready_fd),
+              absl::StrFormat("ready grpc_port=%d http_port=%d", grpc_port, *http_port));
+
+  int sig = WaitForTerminationSignal();
+  LogInfo("signal %d: shutting down", sig);
+  {
+    absl::MutexLock lock(&tick_mu);
+    stopping = true;
+  }
+  ticker.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  http.Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+int main(int argc, char** argv) { return ncclwatch::aggregator::Main(argc, argv); }

@@ -1,0 +1,259 @@
+#include "aggregator/services.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "proto/validate.h"
+
+namespace ncclwatch::aggregator {
+
+constexpr int kMaxReportsPerBatch = 100000;
+
+AggregatorCore::AggregatorCore(Store& store, Analyzer& analyzer, MetricRegistry& m)
+    : store_(store),
+      analyzer_(analyzer),
+      metrics_(m),
+      batches_stored_(m.GetCounter("ncclwatch_aggregator_batches_stored_total",
+                                   "Agent batches stored and analysed.")),
+      batches_duplicate_(m.GetCounter("ncclwatch_aggregator_batches_duplicate_total",
+                                      "Replayed batches acknowledged without storing again.")),
+      batches_invalid_(m.GetCounter("ncclwatch_aggregator_batches_invalid_total",
+                                    "Batches refused as malformed.")),
+      reports_ingested_(m.GetCounter("ncclwatch_aggregator_reports_ingested_total",
+                                     "Rank reports stored and analysed.")),
+      reports_rejected_(m.GetCounter("ncclwatch_aggregator_reports_rejected_total",
+                                     "Rank reports rejected by validation, all reasons.")),
+      store_errors_(m.GetCounter("ncclwatch_aggregator_store_errors_total",
+                                 "Store writes that failed (the agent retries).")) {
+  m.AddCollector([this](PromTextWriter& w) {
+    Analyzer::Counters c = analyzer_.counters();
+    w.Family("ncclwatch_aggregator_groups_completed_total",
+             "Collectives joined across all their ranks.", "counter");
+    w.Sample("ncclwatch_aggregator_groups_completed_total", {}, c.groups_completed);
+    w.Family("ncclwatch_aggregator_groups_expired_total",
+             "Collectives dropped before every rank reported them.", "counter");
+    w.Sample("ncclwatch_aggregator_groups_expired_total", {}, c.groups_expired);
+    w.Family("ncclwatch_aggregator_open_groups", "Collectives waiting for more ranks.", "gauge");
+    w.Sample("ncclwatch_aggregator_open_groups", {}, c.open_groups);
+  });
+}
+
+absl::StatusOr<ncclwatch::v1::BatchAck> AggregatorCore::Push(
+    const ncclwatch::v1::NodeBatch& batch) {
+  if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
+      batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
+    batches_invalid_->Increment();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch needs an agent_id of 1..", kMaxLabelLength, " bytes, a batch_seq > 0 and at most ",
+        kMaxReportsPerBatch, " reports"));
+  }
+  // Keep only valid reports; the rest are counted by reason and never stored.
+  ncclwatch::v1::NodeBatch clean;
+  clean.set_agent_id(batch.agent_id());
+  clean.set_batch_seq(batch.batch_seq());
+  clean.set_node(batch.node());
+  clean.set_sent_unix_ns(batch.sent_unix_ns());
+  uint32_t rejected = 0;
+  for (const auto& report : batch.reports()) {
+    ReportVerdict verdict = ValidateReport(report);
+    if (verdict.ok) {
+      *clean.add_reports() = report;
+      continue;
+    }
+    ++rejected;
+    reports_rejected_->Increment();
+    metrics_
+        .GetCounter("ncclwatch_aggregator_reports_rejected_by_reason_total",
+                    "Rank reports rejected by validation, by reason.",
+                    {{"reason", verdict.reason}})
+        ->Increment();
+  }
+  ncclwatch::v1::BatchAck ack;
+  ack.set_batch_seq(batch.batch_seq());
+  ack.set_rejected_reports(rejected);
+  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean);
+  if (!is_new.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", is_new.status().message());
+    return absl::UnavailableError(is_new.status().message());
+  }
+  if (!*is_new) {
+    batches_duplicate_->Increment();
+    ack.set_duplicate(true);
+    return ack;
+  }
+  batches_stored_->Increment();
+  int64_t now = absl::GetCurrentTimeNanos();
+  for (const auto& report : clean.reports()) {
+    reports_ingested_->Increment();
+    for (const auto& event : analyzer_.Ingest(report, now)) {
+      LogInfo("%s", event.summary());
+      if (absl::Status s = store_.PutEvent(event); !s.ok()) {
+        store_errors_->Increment();
+        LogError("store: %s", s.message());
+      }
+      metrics_
+          .GetCounter("ncclwatch_aggregator_events_total", "Detection events, by kind and phase.",
+                      {{"kind", ncclwatch::v1::Event::Kind_Name(event.kind())},
+                       {"phase", ncclwatch::v1::Event::Phase_Name(event.phase())}})
+          ->Increment();
+      Publish(event);
+    }
+  }
+  return ack;
+}
+
+void AggregatorCore::AddWatcher(EventWatcher* watcher) {
+  absl::MutexLock lock(&watchers_mu_);
+  watchers_.insert(watcher);
+}
+
+void AggregatorCore::RemoveWatcher(EventWatcher* watcher) {
+  absl::MutexLock lock(&watchers_mu_);
+  watchers_.erase(watcher);
+}
+
+void AggregatorCore::Publish(const ncclwatch::v1::Event& event) {
+  absl::MutexLock lock(&watchers_mu_);
+  for (EventWatcher* w : watchers_) w->Deliver(event);
+}
+
+ncclwatch::v1::Stats AggregatorCore::GetStats() const {
+  ncclwatch::v1::Stats s;
+  Analyzer::Counters c = analyzer_.counters();
+  s.set_batches_stored(batches_stored_->value());
+  s.set_batches_duplicate(batches_duplicate_->value());
+  s.set_reports_ingested(reports_ingested_->value());
+  s.set_reports_rejected(reports_rejected_->value());
+  s.set_groups_completed(c.groups_completed);
+  s.set_groups_expired(c.groups_expired);
+  return s;
+}
+
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  if (absl::IsInvalidArgument(s)) code = grpc::StatusCode::INVALID_ARGUMENT;
+  if (absl::IsUnavailable(s)) code = grpc::StatusCode::UNAVAILABLE;
+  return grpc::Status(code, std::string(s.message()));
+}
+
+// Streams events to one Watch client. Events are queued (bounded: a slow client loses the oldest,
+// it never stalls ingest) and written one at a time.
+class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
+                          public EventWatcher {
+ public:
+  explicit WatchWriter(AggregatorCore& core) : core_(core) {
+    core_.AddWatcher(this);
+    // Tells the client the subscription is live (it can wait for this before acting).
+    StartSendInitialMetadata();
+  }
+
+  void Deliver(const ncclwatch::v1::Event& event) override {
+    const ncclwatch::v1::Event* to_write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      // Never drop the front while it is being written.
+      if (queue_.size() >= kMaxQueued && queue_.size() > 1) queue_.erase(queue_.begin() + 1);
+      queue_.push_back(event);
+      to_write = NextWriteLocked();
+    }
+    // gRPC may run reactions inline: start operations outside our lock.
+    if (to_write != nullptr) StartWrite(to_write);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const ncclwatch::v1::Event* to_write = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      queue_.pop_front();
+      if (!ok) {
+        finish = !finished_;
+        finished_ = true;
+      } else {
+        to_write = NextWriteLocked();
+      }
+    }
+    if (finish) Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+    if (to_write != nullptr) StartWrite(to_write);
+  }
+
+  void OnCancel() override {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      finish = !finished_;
+      finished_ = true;
+    }
+    if (finish) Finish(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    core_.RemoveWatcher(this);  // after this returns, Deliver is never called again
+    delete this;
+  }
+
+ private:
+  static constexpr size_t kMaxQueued = 4096;
+  // Returns the event to write next (and marks a write in flight), or nullptr.
+  const ncclwatch::v1::Event* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_ || queue_.empty()) return nullptr;
+    writing_ = true;
+    return &queue_.front();  // deque references survive push_back
+  }
+
+  AggregatorCore& core_;
+  absl::Mutex mu_;
+  std::deque<ncclwatch::v1::Event> queue_ ABSL_GUARDED_BY(mu_);  // front is being written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
+                                              const ncclwatch::v1::NodeBatch* request,
+                                              ncclwatch::v1::BatchAck* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<ncclwatch::v1::BatchAck> ack = core_.Push(*request);
+  if (ack.ok()) {
+    *response = *std::move(ack);
+    reactor->Finish(grpc::Status::OK);
+  } else {
+    reactor->Finish(ToGrpc(ack.status()));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::ListStragglers(
+    grpc::CallbackServerContext* context, const ncclwatch::v1::ListStragglersRequest* request,
+    ncclwatch::v1::ListStragglersResponse* response) {
+  for (auto& s : core_.analyzer().Stragglers(request->job_id())) {
+    *response->add_stragglers() = std::move(s);
+  }
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
+                                                 const ncclwatch::v1::GetStatsRequest*,
+                                                 ncclwatch::v1::Stats* response) {
+  *response = core_.GetStats();
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<ncclwatch::v1::Event>* QueryService::Watch(
+    grpc::CallbackServerContext*, const ncclwatch::v1::WatchRequest*) {
+  return new WatchWriter(core_);
+}
+
+}  // namespace ncclwatch::aggregator

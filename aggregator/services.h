@@ -1,0 +1,88 @@
+// The aggregator's gRPC services: Ingest (agents push batches) and Query (ListStragglers,
+// GetStats and a server-streaming Watch of detection events). Thin adapters over AggregatorCore,
+// the plain handler that tests call directly.
+#ifndef NCCLWATCH_AGGREGATOR_SERVICES_H_
+#define NCCLWATCH_AGGREGATOR_SERVICES_H_
+
+#include <memory>
+#include <set>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "aggregator/analyzer.h"
+#include "aggregator/store.h"
+#include "common/metrics.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "ncclwatch/v1/query.grpc.pb.h"
+
+namespace ncclwatch::aggregator {
+
+// Receives every detection event as it happens.
+class EventWatcher {
+ public:
+  virtual ~EventWatcher() = default;
+  virtual void Deliver(const ncclwatch::v1::Event& event) = 0;
+};
+
+// Ingest path and query answers, without gRPC.
+class AggregatorCore {
+ public:
+  AggregatorCore(Store& store, Analyzer& analyzer, MetricRegistry& metrics);
+
+  // Validates, stores (durably) and analyses a batch. Errors: InvalidArgument for a malformed
+  // batch (not retried by agents), Unavailable when the store failed (retried).
+  absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch);
+
+  void AddWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
+  void RemoveWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
+
+  Analyzer& analyzer() { return analyzer_; }
+  ncclwatch::v1::Stats GetStats() const;
+
+ private:
+  void Publish(const ncclwatch::v1::Event& event) ABSL_LOCKS_EXCLUDED(watchers_mu_);
+
+  Store& store_;
+  Analyzer& analyzer_;
+  MetricRegistry& metrics_;
+  Counter* batches_stored_;
+  Counter* batches_duplicate_;
+  Counter* batches_invalid_;
+  Counter* reports_ingested_;
+  Counter* reports_rejected_;
+  Counter* store_errors_;
+  absl::Mutex watchers_mu_;
+  std::set<EventWatcher*> watchers_ ABSL_GUARDED_BY(watchers_mu_);
+};
+
+class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
+ public:
+  explicit IngestService(AggregatorCore& core) : core_(core) {}
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const ncclwatch::v1::NodeBatch* request,
+                                 ncclwatch::v1::BatchAck* response) override;
+
+ private:
+  AggregatorCore& core_;
+};
+
+class QueryService final : public ncclwatch::v1::Query::CallbackService {
+ public:
+  explicit QueryService(AggregatorCore& core) : core_(core) {}
+  grpc::ServerUnaryReactor* ListStragglers(grpc::CallbackServerContext* context,
+                                           const ncclwatch::v1::ListStragglersRequest* request,
+                                           ncclwatch::v1::ListStragglersResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const ncclwatch::v1::GetStatsRequest* request,
+                                     ncclwatch::v1::Stats* response) override;
+  grpc::ServerWriteReactor<ncclwatch::v1::Event>* Watch(
+      grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest* request) override;
+
+ private:
+  AggregatorCore& core_;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_SERVICES_H_

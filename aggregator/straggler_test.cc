@@ -1,0 +1,80 @@
+#include "aggregator/straggler.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+const CommKey kComm{"job", 1};
+
+// A collective where every rank arrives at `arrival[r]` (ns) and all finish at max + transfer.
+CompletedGroup Group(uint64_t seq, const std::vector<int64_t>& arrival, int64_t transfer = 50'000) {
+  int64_t end = *std::max_element(arrival.begin(), arrival.end()) + transfer;
+  CompletedGroup g{kComm, "AllReduce", seq, {}, {}};
+  for (int64_t a : arrival) {
+    g.duration_ns.push_back(end - a);
+    g.gpu_start_ns.push_back(a);
+  }
+  return g;
+}
+
+std::vector<int64_t> Arrivals(std::mt19937& rng, int n, int slow_rank, int64_t slow_ns) {
+  std::uniform_int_distribution<int64_t> jitter(-200'000, 200'000);
+  std::vector<int64_t> a(n);
+  for (int r = 0; r < n; ++r) a[r] = 10'000'000 + jitter(rng) + (r == slow_rank ? slow_ns : 0);
+  return a;
+}
+
+TEST(StragglerDetectorTest, FlagsTheSlowRankOnlyAndOnlyOnce) {
+  StragglerDetector d;
+  std::mt19937 rng(1);
+  std::vector<FlagChange> changes;
+  for (uint64_t seq = 0; seq < 200; ++seq) {
+    for (auto& c : d.Observe(Group(seq, Arrivals(rng, 8, 5, 2'000'000)))) changes.push_back(c);
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].score.rank, 5);
+  EXPECT_TRUE(changes[0].score.flagged);
+  auto scores = d.Scores(kComm);
+  ASSERT_EQ(scores.size(), 8u);
+  EXPECT_NEAR(scores[5].lateness_ns, 2'200'000, 250'000);  // 2 ms + distance to the earliest
+  EXPECT_GT(scores[5].arrived_last_fraction, 0.99);
+  for (int r = 0; r < 8; ++r) {
+    if (r != 5) EXPECT_FALSE(scores[r].flagged) << r;
+  }
+}
+
+TEST(StragglerDetectorTest, HealthyJitterFlagsNobodyAcrossSeeds) {
+  for (unsigned seed = 0; seed < 20; ++seed) {
+    StragglerDetector d;
+    std::mt19937 rng(seed);
+    for (uint64_t seq = 0; seq < 500; ++seq) {
+      EXPECT_TRUE(d.Observe(Group(seq, Arrivals(rng, 16, -1, 0))).empty()) << "seed " << seed;
+    }
+  }
+}
+
+TEST(StragglerDetectorTest, NeedsMinimumEvidenceAndClearsWithHysteresis) {
+  StragglerOptions opts;
+  opts.window = 8;
+  opts.min_groups = 4;
+  StragglerDetector d(opts);
+  std::vector<int64_t> slow = {0, 0, 3'000'000, 0};
+  for (uint64_t seq = 0; seq < 3; ++seq) EXPECT_TRUE(d.Observe(Group(seq, slow)).empty());
+  auto flagged = d.Observe(Group(3, slow));  // 4th observation: enough evidence
+  ASSERT_EQ(flagged.size(), 1u);
+  EXPECT_EQ(flagged[0].score.rank, 2);
+  // Lateness of 0.7 ms is below the 1 ms threshold but above the 0.5 ms clear level: stays.
+  std::vector<int64_t> milder = {0, 0, 700'000, 0};
+  for (uint64_t seq = 4; seq < 12; ++seq) EXPECT_TRUE(d.Observe(Group(seq, milder)).empty());
+  std::vector<int64_t> healthy = {0, 0, 0, 0};
+  std::vector<FlagChange> cleared;
+  for (uint64_t seq = 12; seq < 20 && cleared.empty(); ++seq) cleared = d.Observe(Group(seq, healthy));
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_FALSE(cleared[0].score.flagged);
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator

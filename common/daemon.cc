@@ -1,0 +1,64 @@
+#include "common/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "absl/strings/str_format.h"
+#include "httplib.h"
+
+namespace ncclwatch {
+namespace {
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set = TerminationSignals();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+void NotifyReady(int fd, const std::string& line) {
+  if (fd < 0) return;
+  std::string text = line + "\n";
+  ssize_t ignored = write(fd, text.data(), text.size());
+  (void)ignored;
+  close(fd);
+}
+
+HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
+  int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port)
+                                                                  ? port
+                                                                  : -1);
+  if (bound < 0) {
+    return absl::UnavailableError(absl::StrFormat("cannot listen on %s:%d for HTTP", host, port));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return bound;
+}
+
+void HttpServer::Stop() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+}  // namespace ncclwatch

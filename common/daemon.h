@@ -1,0 +1,44 @@
+// Small pieces every daemon needs: termination signals, readiness notification, an HTTP server.
+#ifndef NCCLWATCH_COMMON_DAEMON_H_
+#define NCCLWATCH_COMMON_DAEMON_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace ncclwatch {
+
+// Blocks SIGTERM, SIGINT and SIGPIPE in the calling thread; call first thing in main() so every
+// thread created afterwards inherits the mask. Then WaitForTerminationSignal() returns the signal.
+void BlockTerminationSignals();
+int WaitForTerminationSignal();
+
+// Writes `line` plus a newline to file descriptor `fd` and closes it (no-op for fd < 0). Lets a
+// parent process (tests, scripts) wait for readiness by reading a pipe instead of sleeping.
+void NotifyReady(int fd, const std::string& line);
+
+// Owns an httplib::Server listening on 0.0.0.0:port (0 = any free port) in its own thread.
+class HttpServer {
+ public:
+  HttpServer();
+  ~HttpServer();
+  httplib::Server& server() { return *server_; }
+  // Binds and starts serving. Returns the bound port.
+  absl::StatusOr<int> Start(const std::string& host, int port);
+  void Stop();
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_COMMON_DAEMON_H_

@@ -1,0 +1,40 @@
+// Minimal leveled logging for the daemons and tools: one line per message on stderr,
+// "2026-11-21T11:22:33.456Z I agent] text". Thread-safe (one write(2) per line).
+// Never used on the plugin's callback path.
+#ifndef NCCLWATCH_COMMON_LOG_H_
+#define NCCLWATCH_COMMON_LOG_H_
+
+#include <string_view>
+
+#include "absl/strings/str_format.h"
+
+namespace ncclwatch {
+
+enum class LogSeverity { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// Messages below this severity are discarded. Default kInfo; NCCLWATCH_LOG_LEVEL=debug lowers it.
+void SetMinLogSeverity(LogSeverity severity);
+// The component name printed in every line, e.g. "agent".
+void SetLogComponent(std::string_view component);
+void LogLine(LogSeverity severity, std::string_view message);
+
+template <typename... Args>
+void LogInfo(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogSeverity::kInfo, absl::StrFormat(format, args...));
+}
+template <typename... Args>
+void LogWarning(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogSeverity::kWarning, absl::StrFormat(format, args...));
+}
+template <typename... Args>
+void LogError(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogSeverity::kError, absl::StrFormat(format, args...));
+}
+template <typename... Args>
+void LogDebug(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogSeverity::kDebug, absl::StrFormat(format, args...));
+}
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_COMMON_LOG_H_

@@ -1,0 +1,74 @@
+// A small registry for a daemon's own health metrics (counters and gauges, optionally labelled),
+// rendered in Prometheus text format on /metrics. Increments are lock-free; registration takes a
+// mutex and may happen at any time (e.g. the first time a rejection reason is seen).
+#ifndef NCCLWATCH_COMMON_METRICS_H_
+#define NCCLWATCH_COMMON_METRICS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/prom_text.h"
+
+namespace ncclwatch {
+
+class Counter {
+ public:
+  void Increment(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
+
+class Gauge {
+ public:
+  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
+  void Add(double d) {
+    double cur = value_.load(std::memory_order_relaxed);
+    while (!value_.compare_exchange_weak(cur, cur + d, std::memory_order_relaxed)) {
+    }
+  }
+  double value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0};
+};
+
+class MetricRegistry {
+ public:
+  // Returns the counter for (name, labels), creating it on first use. Same name => same help.
+  // The pointer stays valid for the registry's lifetime.
+  Counter* GetCounter(std::string_view name, std::string_view help, const LabelPairs& labels = {});
+  Gauge* GetGauge(std::string_view name, std::string_view help, const LabelPairs& labels = {});
+  // Adds text produced at render time (e.g. gauges read from another component's state).
+  void AddCollector(std::function<void(PromTextWriter&)> collector);
+
+  std::string Render() const;
+
+ private:
+  struct Series {
+    std::string name;
+    std::string help;
+    std::string type;
+    LabelPairs labels;
+    std::unique_ptr<Counter> counter;
+    std::unique_ptr<Gauge> gauge;
+  };
+  Series* FindOrAdd(std::string_view name, std::string_view help, std::string_view type,
+                    const LabelPairs& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::deque<Series> series_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void(PromTextWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_COMMON_METRICS_H_

@@ -1,0 +1,17 @@
+// Debian 12's abseil is built with its own absl::string_view rather than an alias of
+// std::string_view, so the two do not convert implicitly. Av() converts at the boundary.
+#ifndef NCCLWATCH_COMMON_STRINGS_H_
+#define NCCLWATCH_COMMON_STRINGS_H_
+
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+
+namespace ncclwatch {
+
+inline absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline std::string_view Sv(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_COMMON_STRINGS_H_

@@ -1,0 +1,70 @@
+// ReportSink that streams reports to the node agent over one gRPC client stream
+// (ncclwatch.v1.Agent/StreamReports), from its own thread.
+//
+// - Submit() only appends to a bounded in-memory queue (oldest dropped and counted when full).
+// - The sender thread connects lazily, reconnects with capped exponential backoff (100 ms .. 1 s,
+//   so reports resume within ~1 s of the agent coming back), and re-sends the report whose write
+//   failed. A dead or absent agent therefore only ever costs queue memory, never NCCL time.
+#ifndef NCCLWATCH_PLUGIN_AGENT_CLIENT_H_
+#define NCCLWATCH_PLUGIN_AGENT_CLIENT_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "plugin/report_sink.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+template <class W>
+class ClientWriter;
+}  // namespace grpc
+
+namespace ncclwatch::plugin {
+
+class AgentClient : public ReportSink {
+ public:
+  AgentClient(std::string address, size_t max_queued);
+  ~AgentClient() override;
+
+  void Submit(ncclwatch::v1::RankReport report) override;
+  bool Drain(std::chrono::milliseconds timeout) override;
+  uint64_t dropped() const override { return dropped_.load(); }
+
+  // Ends the stream (handing over what is queued, for at most `timeout`) and joins the thread.
+  void Stop(std::chrono::milliseconds timeout);
+
+  uint64_t sent() const { return sent_.load(); }
+
+ private:
+  struct Stream;
+  void Run();
+  bool Connect();
+  void CloseStream(bool graceful);
+
+  const std::string address_;
+  const size_t max_queued_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stream> stream_;  // sender thread only, except TryCancel under mu_
+
+  absl::Mutex mu_;
+  std::deque<ncclwatch::v1::RankReport> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;    // a queued report is being written
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool exited_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> sent_{0};
+  std::thread thread_;
+};
+
+}  // namespace ncclwatch::plugin
+
+#endif  // NCCLWATCH_PLUGIN_AGENT_CLIENT_H_

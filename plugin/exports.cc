@@ -1,0 +1,240 @@
+// The exported NCCL profiler tables (ncclProfiler_v4/_v5/_v6) and one thin adapter per ABI version
+// onto the version-independent Recorder. Also the process-wide plugin object, built lazily at the
+// first communicator init (loading the library costs nothing).
+//
+// Every entry point is noexcept and returns success: a profiler must never fail or slow the job.
+// Only init can fail in NCCL's eyes, and we never make it: on any problem the communicator simply
+// gets no context and no events.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "common/config.h"
+#include "plugin/abi.h"
+#include "plugin/agent_client.h"
+#include "plugin/flusher.h"
+#include "plugin/plugin_config.h"
+#include "plugin/recorder.h"
+
+namespace ncclwatch::plugin {
+namespace {
+
+constexpr int kEventMask = abi::kColl | abi::kP2p | abi::kKernelCh;
+
+// Set once, at the first successful init; never freed (NCCL threads may still call in at exit).
+std::atomic<Recorder*> g_recorder{nullptr};
+
+class Plugin {
+ public:
+  static Plugin& Get() {
+    static Plugin* plugin = new Plugin();  // intentionally leaked, see g_recorder
+    return *plugin;
+  }
+
+  abi::Result Init(void** context, uint64_t comm_hash, int* mask, const char* comm_name,
+                   int n_nodes, int nranks, int rank, abi::Logger logfn) {
+    *context = nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) Start(comm_hash, logfn);
+    if (!config_.enable || recorder_ == nullptr) return abi::kSuccess;
+    CommIdentity identity{comm_hash, comm_name != nullptr ? comm_name : "", rank, nranks, n_nodes,
+                          CudaDevice()};
+    *context = recorder_->InitComm(std::move(identity));
+    if (mask != nullptr) *mask = kEventMask;
+    ++active_comms_;
+    return abi::kSuccess;
+  }
+
+  abi::Result Finalize(void* context) {
+    if (context == nullptr) return abi::kSuccess;
+    std::lock_guard<std::mutex> lock(mu_);
+    flusher_->FinalizeComm(static_cast<CommState*>(context));
+    // NCCL unloads the library after the last communicator: get its data out first.
+    if (--active_comms_ == 0) {
+      sink_->Drain(std::chrono::milliseconds(config_.finalize_timeout_ms));
+    }
+    return abi::kSuccess;
+  }
+
+  // Process exit: report what the last interval saw (jobs often never destroy communicators).
+  void Shutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recorder_ == nullptr) return;
+    flusher_->Stop();
+    flusher_->RunOnce(true);
+    sink_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
+  }
+
+ private:
+  void Start(uint64_t first_comm_hash, abi::Logger logfn) {
+    started_ = true;
+    ConfigTable table("libnccl-profiler-ncclwatch.so", "");
+    RegisterPluginConfig(table, config_);
+    absl::Status status = LoadPluginConfig(config_);
+    if (!status.ok()) {
+      if (logfn) {
+        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
+              "ncclwatch: disabled: %s", std::string(status.message()).c_str());
+      }
+      config_.enable = false;
+      return;
+    }
+    if (logfn) {
+      logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: %s",
+            config_.enable ? table.Describe().c_str() : "disabled by NCCLWATCH_ENABLE=0");
+    }
+    if (!config_.enable) return;
+
+    ProcessIdentity identity;
+    identity.job_id = JobId(first_comm_hash);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    identity.host = host;
+    identity.pid = static_cast<uint32_t>(getpid());
+    identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
+
+    recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
+    sink_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
+    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_);
+    flusher_->Start();
+    g_recorder.store(recorder_.get(), std::memory_order_release);
+  }
+
+  std::string JobId(uint64_t first_comm_hash) const {
+    if (!config_.job_id.empty()) return config_.job_id;
+    for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+      const char* v = std::getenv(var);
+      if (v != nullptr && *v != '\0') return v;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "comm-%016" PRIx64, first_comm_hash);
+    return buf;
+  }
+
+  // The CUDA device of the calling thread (init runs on the thread that owns the device), when the
+  // CUDA runtime is loaded; else LOCAL_RANK as launchers set it; else -1.
+  static int CudaDevice() {
+    using GetDevice = int (*)(int*);
+    if (auto fn = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"))) {
+      int device = -1;
+      if (fn(&device) == 0) return device;
+    }
+    if (const char* local = std::getenv("LOCAL_RANK")) return std::atoi(local);
+    return -1;
+  }
+
+  std::mutex mu_;
+  bool started_ = false;
+  int active_comms_ = 0;
+  PluginConfig config_;
+  std::unique_ptr<Recorder> recorder_;
+  std::unique_ptr<AgentClient> sink_;
+  std::unique_ptr<Flusher> flusher_;
+};
+
+__attribute__((destructor)) void ShutdownAtExit() {
+  if (g_recorder.load() != nullptr) Plugin::Get().Shutdown();
+}
+
+Recorder* Rec() { return g_recorder.load(std::memory_order_acquire); }
+
+OpDescr FromColl(const abi::CollDescrV5& c) {
+  return OpDescr{false, c.func, c.seq_number, c.datatype, c.count, c.algo, c.proto, -1,
+                 c.n_channels};
+}
+OpDescr FromColl(const abi::CollDescrV4& c) {
+  return OpDescr{false, c.func, c.seq_number, c.datatype, c.count, c.algo, c.proto, -1,
+                 c.n_channels};
+}
+template <typename P2p>
+OpDescr FromP2p(const P2p& p) {
+  return OpDescr{true, p.func, 0, p.datatype, p.count, nullptr, nullptr, p.peer, p.n_channels};
+}
+
+// One adapter for every descriptor version: the fields we read have the same names.
+template <typename Descr>
+void StartEvent(void* context, void** handle, Descr* descr) {
+  *handle = nullptr;
+  Recorder* rec = Rec();
+  if (rec == nullptr || descr == nullptr) return;
+  auto* comm = static_cast<CommState*>(context);
+  switch (static_cast<uint64_t>(descr->type)) {
+    case abi::kColl:
+      *handle = rec->StartOp(comm, FromColl(descr->coll));
+      break;
+    case abi::kP2p:
+      *handle = rec->StartOp(comm, FromP2p(descr->p2p));
+      break;
+    case abi::kKernelCh:
+      *handle = rec->StartKernelChannel(descr->parent_obj, descr->kernel_ch.channel_id,
+                                        descr->kernel_ch.p_timer);
+      break;
+    default:
+      break;  // API, Group and proxy events: not needed, NULL handle
+  }
+}
+
+abi::Result StopEvent(void* handle) noexcept {
+  if (Recorder* rec = Rec()) rec->StopEvent(handle);
+  return abi::kSuccess;
+}
+
+abi::Result RecordEventState(void* handle, abi::EventState state, abi::StateArgs* args) noexcept {
+  if (state == abi::kKernelChStop && args != nullptr && handle != nullptr) {
+    if (Recorder* rec = Rec()) rec->RecordKernelChannelStop(handle, args->kernel_ch.p_timer);
+  }
+  return abi::kSuccess;
+}
+
+abi::Result Finalize(void* context) noexcept {
+  try {
+    return Plugin::Get().Finalize(context);
+  } catch (...) {
+    return abi::kSuccess;
+  }
+}
+
+abi::Result InitV5(void** context, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes,
+                   int nranks, int rank, abi::Logger logfn) noexcept {
+  try {
+    return Plugin::Get().Init(context, comm_id, mask, comm_name, n_nodes, nranks, rank, logfn);
+  } catch (...) {
+    *context = nullptr;
+    return abi::kSuccess;
+  }
+}
+
+abi::Result InitV4(void** context, int* mask, const char* comm_name, uint64_t comm_hash,
+                   int n_nodes, int nranks, int rank, abi::Logger logfn) noexcept {
+  return InitV5(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
+}
+
+template <typename Descr>
+abi::Result StartEventAdapter(void* context, void** handle, Descr* descr) noexcept {
+  StartEvent(context, handle, descr);
+  return abi::kSuccess;
+}
+
+}  // namespace
+}  // namespace ncclwatch::plugin
+
+namespace np = ncclwatch::plugin;
+
+extern "C" {
+__attribute__((visibility("default"))) ncclwatch::abi::ProfilerV6 ncclProfiler_v6 = {
+    "ncclwatch", np::InitV5, np::StartEventAdapter<ncclwatch::abi::EventDescrV6>, np::StopEvent,
+    np::RecordEventState, np::Finalize};
+__attribute__((visibility("default"))) ncclwatch::abi::ProfilerV5 ncclProfiler_v5 = {
+    "ncclwatch", np::InitV5, np::StartEventAdapter<ncclwatch::abi::EventDescrV5>, np::StopEvent,
+    np::RecordEventState, np::Finalize};
+__attribute__((visibility("default"))) ncclwatch::abi::ProfilerV4 ncclProfiler_v4 = {
+    "ncclwatch", np::InitV4, np::StartEventAdapter<ncclwatch::abi::EventDescrV4>, np::StopEvent,
+    np::RecordEventState, np::Finalize};
+}

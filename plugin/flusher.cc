@@ -1,0 +1,257 @@
+#include "plugin/flusher.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/op_math.h"
+
+namespace ncclwatch::plugin {
+namespace {
+
+constexpr int64_t kDrainPeriodMs = 50;
+
+const char* OrUnknown(const char* s) { return s != nullptr ? s : "Unknown"; }
+
+std::string AlgoProto(const char* algo, const char* proto) {
+  return std::string(OrUnknown(algo)) + "_" + OrUnknown(proto);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CommAccumulator
+
+void CommAccumulator::Add(const Completion& c, int nranks) {
+  const char* op = OrUnknown(c.func);
+  Key key{op, c.p2p ? "" : AlgoProto(c.algo, c.proto), MessageSizeBucketFloor(c.bytes),
+          c.p2p ? c.peer : -1, c.p2p};
+  auto [it, inserted] = stats_.try_emplace(std::move(key));
+  Stats& s = it->second;
+  double exec_us = static_cast<double>(c.exec_ns) / 1000.0;
+  if (inserted) {
+    s.size_label = MessageSizeBucket(c.bytes);
+    s.min_us = s.max_us = exec_us;
+  }
+  s.count++;
+  s.bytes += c.bytes;
+  s.sum_us += exec_us;
+  s.min_us = std::min(s.min_us, exec_us);
+  s.max_us = std::max(s.max_us, exec_us);
+  s.hist[ExecTimeBucket(exec_us)]++;
+  Bandwidth bw = ComputeBandwidth(op, nranks, c.bytes, c.exec_ns);
+  if (bw.bus_gbs > 0 && bw.alg_gbs > 0) {
+    s.bus_log_sum += std::log(bw.bus_gbs);
+    s.alg_log_sum += std::log(bw.alg_gbs);
+    s.bw_samples++;
+  }
+
+  // The clock pair with the smallest host-minus-GPU gap had the least callback delay.
+  int64_t gap = c.host_done_unix_ns - static_cast<int64_t>(c.gpu_stop_ns);
+  if (!have_clock_ || gap < best_clock_gap_) {
+    have_clock_ = true;
+    best_clock_gap_ = gap;
+    clock_.set_host_unix_ns(c.host_done_unix_ns);
+    clock_.set_gpu_ns(c.gpu_stop_ns);
+  }
+
+  if (c.p2p || c.seq % base_stride_ != 0) return;
+  if (c.seq % stride_ != 0) {
+    ++samples_capped_;  // would have been sampled had the cap not raised the stride
+  } else {
+    samples_.push_back(Sample{op, c.algo, c.proto, c.seq, c.gpu_start_ns,
+                              c.gpu_stop_ns - c.gpu_start_ns, c.bytes, c.channels});
+    if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
+  }
+}
+
+void CommAccumulator::RaiseStride() {
+  while (static_cast<int64_t>(samples_.size()) > max_samples_) {
+    if (max_samples_ == 0) {
+      samples_capped_ += samples_.size();
+      samples_.clear();
+      return;
+    }
+    stride_ *= 2;
+    size_t before = samples_.size();
+    std::erase_if(samples_, [&](const Sample& s) { return s.seq % stride_ != 0; });
+    samples_capped_ += before - samples_.size();
+  }
+}
+
+void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
+  for (auto& [key, s] : stats_) {
+    auto* out = report->add_stats();
+    out->set_op(key.op);
+    out->set_p2p(key.p2p);
+    out->set_algo_proto(key.algo_proto);
+    out->set_message_size(s.size_label);
+    out->set_peer(key.peer);
+    out->set_count(s.count);
+    out->set_bytes(s.bytes);
+    out->set_exec_time_us_sum(s.sum_us);
+    out->set_exec_time_us_min(s.min_us);
+    out->set_exec_time_us_max(s.max_us);
+    int last = kExecHistBuckets - 1;
+    while (last > 0 && s.hist[last] == 0) --last;
+    for (int i = 0; i <= last; ++i) out->add_exec_time_hist(s.hist[i]);
+    out->set_bus_bw_gbs_log_sum(s.bus_log_sum);
+    out->set_alg_bw_gbs_log_sum(s.alg_log_sum);
+    out->set_bw_samples(s.bw_samples);
+  }
+  for (const Sample& s : samples_) {
+    auto* rec = report->add_samples();
+    rec->set_op(s.op);
+    rec->set_seq(s.seq);
+    rec->set_gpu_start_ns(s.gpu_start_ns);
+    rec->set_duration_ns(s.duration_ns);
+    rec->set_bytes(s.bytes);
+    rec->set_channels(s.channels);
+    rec->set_algo_proto(AlgoProto(s.algo, s.proto));
+  }
+  report->set_sample_stride(static_cast<uint32_t>(stride_));
+  if (have_clock_) *report->mutable_clock() = clock_;
+  stats_.clear();
+  samples_.clear();
+  have_clock_ = false;
+  stride_ = base_stride_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flusher
+
+Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
+                 ReportSink& sink)
+    : config_(config), recorder_(recorder), identity_(std::move(identity)), sink_(sink) {}
+
+Flusher::~Flusher() { Stop(); }
+
+void Flusher::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Flusher::Stop() {
+  {
+    absl::MutexLock lock(&stop_mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Flusher::Loop() {
+  int64_t next_report = MonotonicNs() + config_.flush_interval_ms * 1'000'000;
+  for (;;) {
+    {
+      absl::MutexLock lock(&stop_mu_);
+      int64_t wait_ms = std::min<int64_t>(kDrainPeriodMs, config_.flush_interval_ms);
+      // Waits for the drain period, or returns early when Stop() is called.
+      stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(wait_ms));
+      if (stop_) return;
+    }
+    int64_t now = MonotonicNs();
+    bool report = now >= next_report;
+    if (report) {
+      next_report += config_.flush_interval_ms * 1'000'000;
+      if (next_report < now) next_report = now + config_.flush_interval_ms * 1'000'000;
+    }
+    RunOnce(report);
+  }
+}
+
+void Flusher::DrainLocked(CommState* comm) {
+  auto& acc = accumulators_[comm];
+  if (!acc) {
+    acc = std::make_unique<CommAccumulator>(config_.sample_stride, config_.max_samples);
+    interval_start_[comm] = RealtimeNs();
+  }
+  Completion c;
+  int nranks = comm->identity().nranks;
+  while (comm->ring().Pop(&c)) acc->Add(c, nranks);
+}
+
+ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
+                                               const std::vector<InFlightView>& in_flight,
+                                               int64_t now_unix_ns, bool final) {
+  ncclwatch::v1::RankReport report;
+  report.set_report_id(identity_.report_id_prefix | (++next_report_counter_ & 0xffffffffu));
+  auto* id = report.mutable_identity();
+  const CommIdentity& ci = comm->identity();
+  id->set_job_id(identity_.job_id);
+  id->set_host(identity_.host);
+  id->set_pid(identity_.pid);
+  id->set_cuda_device(ci.cuda_device);
+  id->set_comm_hash(ci.comm_hash);
+  id->set_comm_name(ci.comm_name);
+  id->set_rank(ci.rank);
+  id->set_nranks(ci.nranks);
+  id->set_n_nodes(ci.n_nodes);
+  report.set_interval_start_unix_ns(interval_start_[comm]);
+  report.set_interval_end_unix_ns(now_unix_ns);
+  interval_start_[comm] = now_unix_ns;
+  CommAccumulator& acc = *accumulators_[comm];
+  acc.TakeInto(&report);
+
+  // Oldest first, capped.
+  std::vector<const InFlightView*> mine;
+  for (const InFlightView& v : in_flight) {
+    if (v.comm == comm) mine.push_back(&v);
+  }
+  std::sort(mine.begin(), mine.end(), [](const InFlightView* a, const InFlightView* b) {
+    return a->enqueue_mono_ns < b->enqueue_mono_ns;
+  });
+  if (static_cast<int64_t>(mine.size()) > config_.max_in_flight) mine.resize(config_.max_in_flight);
+  int64_t now_mono = MonotonicNs();
+  for (const InFlightView* v : mine) {
+    auto* op = report.add_in_flight();
+    op->set_op(OrUnknown(v->func));
+    op->set_seq(v->seq);
+    op->set_p2p(v->p2p);
+    op->set_peer(v->peer);
+    op->set_age_ns(static_cast<uint64_t>(std::max<int64_t>(0, now_mono - v->enqueue_mono_ns)));
+    op->set_channels(v->channels);
+    op->set_channels_started(std::min(v->channels_started, v->channels));
+    op->set_channels_done(v->channels_done);
+  }
+
+  auto* drops = report.mutable_drops();
+  drops->set_events_dropped(recorder_.events_dropped());
+  drops->set_records_dropped(comm->ring().dropped());
+  drops->set_reports_dropped(sink_.dropped());
+  drops->set_untimed_ops(comm->untimed());
+  drops->set_samples_capped(acc.samples_capped());
+  report.set_final(final);
+  return report;
+}
+
+void Flusher::RunOnce(bool report) {
+  absl::MutexLock lock(&mu_);
+  std::vector<CommState*> comms = recorder_.Comms();
+  for (CommState* comm : comms) DrainLocked(comm);
+  if (!report) return;
+  std::vector<InFlightView> in_flight;
+  recorder_.ListInFlight(&in_flight);
+  int64_t now = RealtimeNs();
+  for (CommState* comm : comms) sink_.Submit(BuildLocked(comm, in_flight, now, false));
+  ReapZombiesLocked();
+  reports_built_.fetch_add(1);
+}
+
+void Flusher::FinalizeComm(CommState* comm) {
+  absl::MutexLock lock(&mu_);
+  recorder_.UnregisterComm(comm);
+  DrainLocked(comm);
+  std::vector<InFlightView> in_flight;
+  recorder_.ListInFlight(&in_flight);
+  sink_.Submit(BuildLocked(comm, in_flight, RealtimeNs(), true));
+  accumulators_.erase(comm);
+  interval_start_.erase(comm);
+  zombies_.push_back(comm);
+  ReapZombiesLocked();
+}
+
+void Flusher::ReapZombiesLocked() {
+  std::erase_if(zombies_, [this](CommState* comm) {
+    if (recorder_.Referenced(comm)) return false;
+    delete comm;
+    return true;
+  });
+}
+
+}  // namespace ncclwatch::plugin

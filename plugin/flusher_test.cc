@@ -1,0 +1,129 @@
+#include "plugin/flusher.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::plugin {
+namespace {
+
+class MemorySink : public ReportSink {
+ public:
+  void Submit(ncclwatch::v1::RankReport report) override { reports.push_back(std::move(report)); }
+  bool Drain(std::chrono::milliseconds) override { return true; }
+  uint64_t dropped() const override { return 0; }
+  std::vector<ncclwatch::v1::RankReport> reports;
+};
+
+class FlusherTest : public ::testing::Test {
+ protected:
+  FlusherTest()
+      : recorder_(256, 1024),
+        flusher_(Config(), recorder_, ProcessIdentity{"job-1", "host-a", 42, 7ull << 32}, sink_) {
+    comm_ = recorder_.InitComm(CommIdentity{0x1234, "world", 3, 4, 2, 1});
+  }
+  static PluginConfig Config() {
+    PluginConfig c;
+    c.max_samples = 8;
+    return c;
+  }
+  // Runs one complete operation with the given GPU start and duration on `channels` channels.
+  void RunOp(const char* func, uint64_t seq, uint64_t count, uint64_t start, uint64_t dur,
+             bool p2p = false, int peer = -1) {
+    OpDescr d{p2p, func, seq, "ncclFloat32", count, "RING", "LL", peer, 2};
+    void* op = recorder_.StartOp(comm_, d);
+    recorder_.StopEvent(op);
+    for (uint8_t ch = 0; ch < 2; ++ch) {
+      void* h = recorder_.StartKernelChannel(op, ch, start);
+      recorder_.RecordKernelChannelStop(h, start + dur);
+      recorder_.StopEvent(h);
+    }
+  }
+  MemorySink sink_;
+  Recorder recorder_;
+  Flusher flusher_;
+  CommState* comm_;
+};
+
+TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
+  // Two 8 KiB AllReduces of 10 and 40 µs: busBw = 8192*2*3/4 / t.
+  RunOp("AllReduce", 0, 2048, 1'000'000, 10'000);
+  RunOp("AllReduce", 1, 2048, 2'000'000, 40'000);
+  RunOp("Send", 0, 256, 3'000'000, 5'000, true, 0);
+  flusher_.RunOnce(true);
+  ASSERT_EQ(sink_.reports.size(), 1u);
+  const auto& r = sink_.reports[0];
+  EXPECT_EQ(r.identity().job_id(), "job-1");
+  EXPECT_EQ(r.identity().comm_hash(), 0x1234u);
+  EXPECT_EQ(r.identity().rank(), 3);
+  EXPECT_EQ(r.identity().nranks(), 4);
+  EXPECT_EQ(r.identity().cuda_device(), 1);
+  EXPECT_EQ(r.report_id() >> 32, 7u);
+  ASSERT_EQ(r.stats_size(), 2);
+  const auto& ar = r.stats(0);  // "AllReduce" sorts before "Send"
+  EXPECT_EQ(ar.op(), "AllReduce");
+  EXPECT_EQ(ar.algo_proto(), "RING_LL");
+  EXPECT_EQ(ar.message_size(), "8-9KB");
+  EXPECT_EQ(ar.count(), 2u);
+  EXPECT_EQ(ar.bytes(), 16384u);
+  EXPECT_DOUBLE_EQ(ar.exec_time_us_sum(), 50.0);
+  EXPECT_DOUBLE_EQ(ar.exec_time_us_min(), 10.0);
+  EXPECT_DOUBLE_EQ(ar.exec_time_us_max(), 40.0);
+  // 10 µs -> bucket [8,16) = 4; 40 µs -> [32,64) = 6.
+  ASSERT_EQ(ar.exec_time_hist_size(), 7);
+  EXPECT_EQ(ar.exec_time_hist(4), 1u);
+  EXPECT_EQ(ar.exec_time_hist(6), 1u);
+  double bus10 = 8192 * 1.5 / 1e9 / 10e-6, bus40 = 8192 * 1.5 / 1e9 / 40e-6;
+  EXPECT_NEAR(std::exp(ar.bus_bw_gbs_log_sum() / ar.bw_samples()), std::sqrt(bus10 * bus40), 1e-9);
+  const auto& send = r.stats(1);
+  EXPECT_TRUE(send.p2p());
+  EXPECT_EQ(send.peer(), 0);
+  EXPECT_EQ(send.algo_proto(), "");
+  EXPECT_EQ(send.message_size(), "1-2KB");
+  // Collectives are sampled (stride 1); p2p is not.
+  ASSERT_EQ(r.samples_size(), 2);
+  EXPECT_EQ(r.samples(1).seq(), 1u);
+  EXPECT_EQ(r.samples(1).gpu_start_ns(), 2'000'000u);
+  EXPECT_EQ(r.samples(1).duration_ns(), 40'000u);
+  EXPECT_EQ(r.sample_stride(), 1u);
+  EXPECT_TRUE(r.has_clock());
+  EXPECT_FALSE(r.final());
+
+  // The next interval starts empty but still reports (a heartbeat).
+  flusher_.RunOnce(true);
+  ASSERT_EQ(sink_.reports.size(), 2u);
+  EXPECT_EQ(sink_.reports[1].stats_size(), 0);
+  EXPECT_NE(sink_.reports[1].report_id(), r.report_id());
+}
+
+TEST_F(FlusherTest, StrideDoublesToStayUnderTheSampleCapAndStaysNested) {
+  for (uint64_t seq = 0; seq < 30; ++seq) RunOp("AllReduce", seq, 1024, seq * 1000, 500);
+  flusher_.RunOnce(true);
+  const auto& r = sink_.reports.back();
+  // 30 collectives, cap 8: stride 4 keeps seqs 0,4,...,28 = 8 records.
+  EXPECT_EQ(r.sample_stride(), 4u);
+  ASSERT_EQ(r.samples_size(), 8);
+  for (const auto& s : r.samples()) EXPECT_EQ(s.seq() % 4, 0u);
+  EXPECT_EQ(r.drops().samples_capped(), 22u);
+}
+
+TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {
+  void* op = recorder_.StartOp(comm_, OpDescr{false, "AllGather", 5, "ncclInt8", 64, "RING",
+                                              "SIMPLE", -1, 2});
+  recorder_.StopEvent(op);
+  recorder_.StartKernelChannel(op, 0, 100);
+  flusher_.FinalizeComm(comm_);
+  ASSERT_EQ(sink_.reports.size(), 1u);
+  const auto& r = sink_.reports[0];
+  EXPECT_TRUE(r.final());
+  ASSERT_EQ(r.in_flight_size(), 1);
+  EXPECT_EQ(r.in_flight(0).op(), "AllGather");
+  EXPECT_EQ(r.in_flight(0).seq(), 5u);
+  EXPECT_EQ(r.in_flight(0).channels(), 2u);
+  EXPECT_EQ(r.in_flight(0).channels_started(), 1u);
+  EXPECT_TRUE(recorder_.Comms().empty());
+}
+
+}  // namespace
+}  // namespace ncclwatch::plugin

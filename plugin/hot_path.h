@@ -1,0 +1,147 @@
+// The plugin's callback-path data structures: a fixed pool of operation slots and a bounded
+// multi-producer / single-consumer completion ring per communicator.
+//
+// Thread safety / invariants (read before changing anything here):
+// - Callbacks arrive concurrently from the user thread, NCCL's launch threads, CUDA host-callback
+//   threads and the proxy thread (ABI notes §6.1). Nothing here takes a lock, allocates, logs or
+//   makes a system call; a full pool or ring drops the event and counts it.
+// - An OpSlot is owned by reference counts: +1 for the Coll/P2p event itself (released at its
+//   stopEvent, which means "enqueued"), +1 for the kernel as a whole while n_channels > 0 (released
+//   when the last channel stops), +1 per KernelCh child between its start and stop. KernelCh
+//   children start after the parent stopped (§2.2), so the kernel reference is what keeps the slot.
+//   refs == 0 means the slot is free and may be claimed by any thread.
+// - Fields written at claim time are atomics published by `version` (a seqlock: odd while being
+//   filled) so that the flusher thread can list operations in flight without a lock.
+// - Handles given to NCCL are pointers to an OpSlot or to one of its ChannelRefs; both begin with a
+//   HandleKind tag so stopEvent/recordEventState can tell them apart.
+#ifndef NCCLWATCH_PLUGIN_HOT_PATH_H_
+#define NCCLWATCH_PLUGIN_HOT_PATH_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace ncclwatch::plugin {
+
+class CommState;
+
+inline constexpr int kMaxChannels = 64;  // NCCL's MAXCHANNELS; larger channel ids are dropped
+
+enum class HandleKind : uint32_t { kOp = 0x4f50534c, kChannel = 0x4348414e };
+
+struct OpSlot;
+
+// Handle returned for a KernelCh event: one per channel of its parent operation.
+struct ChannelRef {
+  HandleKind kind = HandleKind::kChannel;
+  uint8_t index = 0;                      // channel id == position in OpSlot::channels
+  std::atomic<uint64_t> start_ns{0};      // GPU start timestamp (KernelCh start)
+  std::atomic<uint64_t> stop_ns{0};       // GPU stop timestamp (KernelChStop state), 0 if none
+  OpSlot* owner = nullptr;
+};
+
+struct alignas(64) OpSlot {
+  HandleKind kind = HandleKind::kOp;
+  std::atomic<uint32_t> refs{0};
+  std::atomic<uint32_t> version{0};       // seqlock for the flusher's in-flight scan
+  // Identity, written once after the claim.
+  std::atomic<CommState*> comm{nullptr};
+  std::atomic<const char*> func{nullptr};   // NCCL's static strings (ABI notes §3.1)
+  std::atomic<const char*> algo{nullptr};
+  std::atomic<const char*> proto{nullptr};
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<int32_t> peer{-1};
+  std::atomic<uint8_t> n_channels{0};
+  std::atomic<bool> p2p{false};
+  std::atomic<int64_t> enqueue_mono_ns{0};
+  // Progress, updated by the proxy thread.
+  std::atomic<uint32_t> channels_started{0};
+  std::atomic<uint32_t> channels_done{0};
+  std::atomic<uint64_t> gpu_start_min{UINT64_MAX};
+  std::atomic<uint64_t> gpu_stop_max{0};
+  std::atomic<uint64_t> max_channel_ns{0};
+  std::atomic<uint32_t> timed_channels{0};
+  ChannelRef channels[kMaxChannels];
+
+  OpSlot() {
+    for (int i = 0; i < kMaxChannels; ++i) {
+      channels[i].index = static_cast<uint8_t>(i);
+      channels[i].owner = this;
+    }
+  }
+};
+
+// A completed operation, handed from the callback path to the flusher.
+struct Completion {
+  const char* func = nullptr;
+  const char* algo = nullptr;
+  const char* proto = nullptr;
+  uint64_t seq = 0;
+  uint64_t bytes = 0;
+  int32_t peer = -1;
+  bool p2p = false;
+  bool timed = false;           // false: no GPU timestamps (counted as untimed)
+  uint8_t channels = 0;
+  uint64_t gpu_start_ns = 0;    // earliest channel start
+  uint64_t gpu_stop_ns = 0;     // latest channel stop
+  uint64_t exec_ns = 0;         // longest single-channel duration (NCCL Inspector's definition)
+  int64_t host_done_unix_ns = 0;
+};
+
+// Fixed array of slots; Claim() is wait-free in the common case (a few CAS probes).
+class OpPool {
+ public:
+  // `capacity` is rounded up to a power of two (at least 64).
+  explicit OpPool(size_t capacity);
+
+  // Returns a slot with refs == `initial_refs`, or nullptr (and counts a drop) if none is free
+  // after a bounded number of probes.
+  OpSlot* Claim(uint32_t initial_refs);
+  // Drops `n` references; returns true if that freed the slot.
+  static bool Release(OpSlot* slot, uint32_t n);
+
+  size_t capacity() const { return mask_ + 1; }
+  OpSlot& slot(size_t i) { return slots_[i]; }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // Slots currently in use (for tests and metrics; O(capacity)).
+  size_t InUse() const;
+
+ private:
+  size_t mask_;
+  std::unique_ptr<OpSlot[]> slots_;
+  std::atomic<uint64_t> cursor_{0};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+// Bounded MPSC queue of Completions (Vyukov's bounded queue, single consumer).
+class CompletionRing {
+ public:
+  explicit CompletionRing(size_t capacity);  // rounded up to a power of two
+
+  // Any thread. Returns false (and counts a drop) when full.
+  bool Push(const Completion& c);
+  // Flusher thread only. Returns false when empty.
+  bool Pop(Completion* out);
+
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  size_t capacity() const { return mask_ + 1; }
+
+ private:
+  struct Cell {
+    std::atomic<uint64_t> sequence;
+    Completion value;
+  };
+  size_t mask_;
+  std::unique_ptr<Cell[]> cells_;
+  alignas(64) std::atomic<uint64_t> enqueue_pos_{0};
+  alignas(64) uint64_t dequeue_pos_ = 0;
+  std::atomic<uint64_t> dropped_{0};
+};
+
+size_t RoundUpPow2(size_t n, size_t minimum);
+
+}  // namespace ncclwatch::plugin
+
+#endif  // NCCLWATCH_PLUGIN_HOT_PATH_H_

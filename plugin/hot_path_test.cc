@@ -1,0 +1,181 @@
+#include "plugin/hot_path.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "plugin/recorder.h"
+
+namespace ncclwatch::plugin {
+namespace {
+
+TEST(OpPoolTest, ClaimsUntilFullThenDropsAndCounts) {
+  OpPool pool(64);
+  ASSERT_EQ(pool.capacity(), 64u);
+  std::vector<OpSlot*> slots;
+  for (int i = 0; i < 64; ++i) {
+    OpSlot* s = pool.Claim(1);
+    ASSERT_NE(s, nullptr) << i;
+    slots.push_back(s);
+  }
+  EXPECT_EQ(pool.Claim(1), nullptr);
+  EXPECT_EQ(pool.dropped(), 1u);
+  EXPECT_EQ(pool.InUse(), 64u);
+  EXPECT_TRUE(OpPool::Release(slots[3], 1));
+  // The cursor has moved past slot 3; a full sweep of claims still finds it.
+  OpSlot* again = nullptr;
+  for (int i = 0; i < 16 && again == nullptr; ++i) again = pool.Claim(2);
+  EXPECT_EQ(again, slots[3]);
+}
+
+TEST(CompletionRingTest, FifoAndExactDropAccounting) {
+  CompletionRing ring(4);
+  for (uint64_t i = 0; i < 6; ++i) {
+    Completion c;
+    c.seq = i;
+    ring.Push(c);
+  }
+  EXPECT_EQ(ring.dropped(), 2u);
+  Completion out;
+  for (uint64_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ring.Pop(&out));
+    EXPECT_EQ(out.seq, i);
+  }
+  EXPECT_FALSE(ring.Pop(&out));
+}
+
+TEST(CompletionRingTest, ConcurrentProducersLoseNothingUncounted) {
+  CompletionRing ring(1024);
+  constexpr int kProducers = 4;
+  constexpr uint64_t kPerProducer = 50000;
+  std::atomic<bool> done{false};
+  uint64_t popped = 0, checksum = 0;
+  std::thread consumer([&] {
+    Completion c;
+    while (!done.load() || ring.Pop(&c)) {
+      while (ring.Pop(&c)) {
+        ++popped;
+        checksum += c.seq;
+      }
+    }
+  });
+  std::vector<std::thread> producers;
+  std::atomic<uint64_t> pushed_sum{0};
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      for (uint64_t i = 0; i < kPerProducer; ++i) {
+        Completion c;
+        c.seq = p * kPerProducer + i;
+        if (ring.Push(c)) pushed_sum.fetch_add(c.seq);
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  done = true;
+  consumer.join();
+  EXPECT_EQ(popped + ring.dropped(), kProducers * kPerProducer);
+  EXPECT_EQ(checksum, pushed_sum.load());
+}
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  RecorderTest() : recorder_(64, 64) {
+    comm_ = recorder_.InitComm(CommIdentity{0xabc, "world", 1, 8, 2, 0});
+  }
+  OpDescr AllReduce(uint64_t seq, uint8_t channels) {
+    return OpDescr{false, "AllReduce", seq, "ncclFloat32", 1024, "RING", "SIMPLE", -1, channels};
+  }
+  Recorder recorder_;
+  CommState* comm_;
+};
+
+TEST_F(RecorderTest, ChildrenAfterParentStopCompleteTheOperation) {
+  void* op = recorder_.StartOp(comm_, AllReduce(7, 2));
+  ASSERT_NE(op, nullptr);
+  recorder_.StopEvent(op);  // "enqueued": the kernel reference keeps the slot
+  EXPECT_EQ(recorder_.ops_in_use(), 1u);
+  void* ch0 = recorder_.StartKernelChannel(op, 0, 1000);
+  void* ch1 = recorder_.StartKernelChannel(op, 1, 1100);
+  ASSERT_NE(ch0, nullptr);
+  ASSERT_NE(ch1, nullptr);
+  recorder_.RecordKernelChannelStop(ch0, 6000);  // 5000 ns
+  recorder_.StopEvent(ch0);
+  Completion c;
+  EXPECT_FALSE(comm_->ring().Pop(&c));  // one channel still running
+  recorder_.RecordKernelChannelStop(ch1, 8100);  // 7000 ns: the longest channel
+  recorder_.StopEvent(ch1);
+  ASSERT_TRUE(comm_->ring().Pop(&c));
+  EXPECT_STREQ(c.func, "AllReduce");
+  EXPECT_EQ(c.seq, 7u);
+  EXPECT_EQ(c.bytes, 4096u);
+  EXPECT_EQ(c.gpu_start_ns, 1000u);
+  EXPECT_EQ(c.gpu_stop_ns, 8100u);
+  EXPECT_EQ(c.exec_ns, 7000u);
+  EXPECT_TRUE(c.timed);
+  EXPECT_EQ(recorder_.ops_in_use(), 0u);
+}
+
+TEST_F(RecorderTest, ExtraOrForeignChannelsAreRejectedAndCounted) {
+  void* op = recorder_.StartOp(comm_, AllReduce(0, 1));
+  void* ch = recorder_.StartKernelChannel(op, 0, 10);
+  EXPECT_EQ(recorder_.StartKernelChannel(op, 1, 10), nullptr);  // beyond n_channels
+  EXPECT_EQ(recorder_.StartKernelChannel(nullptr, 0, 10), nullptr);
+  EXPECT_EQ(recorder_.StartKernelChannel(ch, 0, 10), nullptr);  // a channel is no parent
+  EXPECT_EQ(recorder_.StartKernelChannel(op, 200, 10), nullptr);
+  EXPECT_EQ(recorder_.events_dropped(), 4u);
+  recorder_.RecordKernelChannelStop(ch, 20);
+  recorder_.StopEvent(ch);
+  recorder_.StopEvent(op);
+  EXPECT_EQ(recorder_.ops_in_use(), 0u);
+}
+
+TEST_F(RecorderTest, OperationsWithoutGpuTimesAreCountedUntimed) {
+  void* no_channels = recorder_.StartOp(comm_, AllReduce(0, 0));
+  recorder_.StopEvent(no_channels);
+  void* op = recorder_.StartOp(comm_, AllReduce(1, 1));
+  recorder_.StopEvent(op);
+  void* ch = recorder_.StartKernelChannel(op, 0, 10);
+  recorder_.StopEvent(ch);  // no KernelChStop state arrived
+  EXPECT_EQ(comm_->untimed(), 2u);
+  Completion c;
+  EXPECT_FALSE(comm_->ring().Pop(&c));
+  EXPECT_EQ(recorder_.ops_in_use(), 0u);
+}
+
+TEST_F(RecorderTest, NullContextAndFullPoolDropWithoutCrashing) {
+  EXPECT_EQ(recorder_.StartOp(nullptr, AllReduce(0, 1)), nullptr);
+  recorder_.StopEvent(nullptr);
+  recorder_.RecordKernelChannelStop(nullptr, 5);
+  std::vector<void*> ops;
+  for (int i = 0; i < 64; ++i) ops.push_back(recorder_.StartOp(comm_, AllReduce(i, 1)));
+  EXPECT_EQ(recorder_.StartOp(comm_, AllReduce(64, 1)), nullptr);
+  EXPECT_EQ(recorder_.events_dropped(), 1u);
+}
+
+TEST_F(RecorderTest, InFlightListingShowsProgress) {
+  void* op = recorder_.StartOp(comm_, AllReduce(3, 2));
+  recorder_.StopEvent(op);
+  void* ch = recorder_.StartKernelChannel(op, 0, 10);
+  std::vector<InFlightView> views;
+  recorder_.ListInFlight(&views);
+  ASSERT_EQ(views.size(), 1u);
+  EXPECT_EQ(views[0].comm, comm_);
+  EXPECT_EQ(views[0].seq, 3u);
+  EXPECT_EQ(views[0].channels, 2u);
+  EXPECT_EQ(views[0].channels_started, 1u);
+  EXPECT_EQ(views[0].channels_done, 0u);
+  EXPECT_TRUE(recorder_.Referenced(comm_));
+  recorder_.RecordKernelChannelStop(ch, 20);
+  recorder_.StopEvent(ch);
+  void* ch1 = recorder_.StartKernelChannel(op, 1, 10);
+  recorder_.RecordKernelChannelStop(ch1, 20);
+  recorder_.StopEvent(ch1);
+  views.clear();
+  recorder_.ListInFlight(&views);
+  EXPECT_TRUE(views.empty());
+  EXPECT_FALSE(recorder_.Referenced(comm_));
+}
+
+}  // namespace
+}  // namespace ncclwatch::plugin

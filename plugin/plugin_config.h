@@ -1,0 +1,37 @@
+// The plugin's configuration: environment variables only (it has no command line). Every entry,
+// with its default, is listed by ncclwatch::plugin::PluginConfigHelp() and in the README.
+#ifndef NCCLWATCH_PLUGIN_PLUGIN_CONFIG_H_
+#define NCCLWATCH_PLUGIN_PLUGIN_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/config.h"
+
+namespace ncclwatch::plugin {
+
+struct PluginConfig {
+  bool enable = true;
+  std::string agent_addr = "unix:///run/ncclwatch/agent.sock";
+  int64_t flush_interval_ms = 1000;
+  std::string job_id;  // empty: SLURM_JOB_ID, TORCHELASTIC_RUN_ID, else from the first commHash
+  int64_t op_pool_size = 2048;
+  int64_t ring_size = 4096;
+  int64_t sample_stride = 1;
+  int64_t max_samples = 2048;
+  int64_t max_in_flight = 64;
+  int64_t max_queued_reports = 1024;
+  int64_t finalize_timeout_ms = 2000;
+};
+
+// Registers every variable of `config` in `table`.
+void RegisterPluginConfig(ConfigTable& table, PluginConfig& config);
+
+// Reads the environment into `config` and checks ranges. InvalidArgument names the variable.
+absl::Status LoadPluginConfig(PluginConfig& config,
+                              const ConfigTable::EnvLookup& env = ConfigTable::DefaultEnv());
+
+}  // namespace ncclwatch::plugin
+
+#endif  // NCCLWATCH_PLUGIN_PLUGIN_CONFIG_H_

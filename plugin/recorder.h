@@ -1,0 +1,115 @@
+// The version-independent event model: the ABI adapters in exports.cc translate each NCCL
+// profiler version's descriptors into the calls below. Everything reachable from a callback
+// (StartOp, StartKernelChannel, RecordKernelChannelStop, StopEvent) is lock-free and
+// allocation-free; InitComm and FinalizeComm run at communicator creation and destruction only.
+#ifndef NCCLWATCH_PLUGIN_RECORDER_H_
+#define NCCLWATCH_PLUGIN_RECORDER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "plugin/hot_path.h"
+
+namespace ncclwatch::plugin {
+
+struct CommIdentity {
+  uint64_t comm_hash = 0;
+  std::string comm_name;
+  int rank = 0;
+  int nranks = 0;
+  int n_nodes = 0;
+  int cuda_device = -1;
+};
+
+// Per-communicator context handed to NCCL as the profiler context.
+class CommState {
+ public:
+  CommState(CommIdentity identity, size_t ring_capacity)
+      : identity_(std::move(identity)), ring_(ring_capacity) {}
+
+  const CommIdentity& identity() const { return identity_; }
+  CompletionRing& ring() { return ring_; }
+  void CountUntimed() { untimed_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t untimed() const { return untimed_.load(std::memory_order_relaxed); }
+
+ private:
+  const CommIdentity identity_;
+  CompletionRing ring_;
+  std::atomic<uint64_t> untimed_{0};
+};
+
+// A Coll or P2p event, whatever the ABI version.
+struct OpDescr {
+  bool p2p = false;
+  const char* func = nullptr;
+  uint64_t seq = 0;  // collectives only
+  const char* datatype = nullptr;
+  uint64_t count = 0;
+  const char* algo = nullptr;
+  const char* proto = nullptr;
+  int peer = -1;  // p2p only
+  uint8_t n_channels = 0;
+};
+
+// An operation in flight, as listed by the flusher.
+struct InFlightView {
+  CommState* comm;
+  const char* func;
+  uint64_t seq;
+  bool p2p;
+  int32_t peer;
+  int64_t enqueue_mono_ns;
+  uint32_t channels;
+  uint32_t channels_started;
+  uint32_t channels_done;
+};
+
+class Recorder {
+ public:
+  Recorder(size_t op_pool_size, size_t ring_size);
+
+  // Communicator lifecycle (not on the hot path). FinalizeComm only unregisters; the caller
+  // deletes the CommState once Referenced() says no slot points at it any more.
+  CommState* InitComm(CommIdentity identity);
+  void UnregisterComm(CommState* comm);
+  std::vector<CommState*> Comms() const;
+
+  // --- callback path ---
+  // Returns the handle for NCCL (an OpSlot) or nullptr when the event is dropped.
+  void* StartOp(CommState* comm, const OpDescr& op) noexcept;
+  // Returns a ChannelRef handle or nullptr when `parent` is not one of our operations.
+  void* StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_start_ns) noexcept;
+  void RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept;
+  void StopEvent(void* handle) noexcept;
+
+  // --- flusher side ---
+  // Appends the operations in flight (consistent snapshots; slots being reused are skipped).
+  void ListInFlight(std::vector<InFlightView>* out) const;
+  bool Referenced(const CommState* comm) const;
+
+  uint64_t events_dropped() const {
+    return pool_.dropped() + orphans_.load(std::memory_order_relaxed);
+  }
+  size_t ops_in_use() const { return pool_.InUse(); }
+
+ private:
+  void Complete(OpSlot* slot) noexcept;
+
+  OpPool pool_;
+  const size_t ring_size_;
+  std::atomic<uint64_t> orphans_{0};  // KernelCh events we could not attach to an operation
+  mutable absl::Mutex mu_;
+  std::vector<CommState*> comms_ ABSL_GUARDED_BY(mu_);
+};
+
+// CLOCK_MONOTONIC and CLOCK_REALTIME in ns (vDSO reads, no system call on x86-64 Linux).
+int64_t MonotonicNs();
+int64_t RealtimeNs();
+
+}  // namespace ncclwatch::plugin
+
+#endif  // NCCLWATCH_PLUGIN_RECORDER_H_

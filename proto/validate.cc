@@ -1,0 +1,59 @@
+#include "validate.h"
+
+#include <cmath>
+
+namespace ncclwatch {
+namespace {
+
+ReportVerdict Reject(std::string reason, std::string detail) {
+  return ReportVerdict{false, std::move(reason), std::move(detail)};
+}
+
+bool Finite(double v) { return std::isfinite(v) && v >= 0; }
+
+}  // namespace
+
+ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
+  if (!r.has_identity()) return Reject("missing_identity", "report has no identity");
+  const auto& id = r.identity();
+  if (id.job_id().empty() || id.job_id().size() > kMaxLabelLength) {
+    return Reject("bad_job_id", "job_id must be 1.." + std::to_string(kMaxLabelLength) + " bytes");
+  }
+  if (id.comm_name().size() > kMaxLabelLength || id.host().size() > kMaxLabelLength ||
+      id.node().size() > kMaxLabelLength) {
+    return Reject("bad_label", "comm_name, host or node longer than " +
+                                   std::to_string(kMaxLabelLength) + " bytes");
+  }
+  if (id.nranks() < 1 || id.nranks() > kMaxRanks) {
+    return Reject("bad_nranks", "nranks " + std::to_string(id.nranks()) + " out of range");
+  }
+  if (id.rank() < 0 || id.rank() >= id.nranks()) {
+    return Reject("bad_rank", "rank " + std::to_string(id.rank()) + " not in [0, " +
+                                  std::to_string(id.nranks()) + ")");
+  }
+  if (id.n_nodes() < 1 || id.n_nodes() > id.nranks()) {
+    return Reject("bad_n_nodes", "n_nodes " + std::to_string(id.n_nodes()) + " not in [1, nranks]");
+  }
+  if (r.stats_size() > kMaxStatsPerReport || r.samples_size() > kMaxSamplesPerReport ||
+      r.in_flight_size() > kMaxInFlightPerReport) {
+    return Reject("too_large", "report carries too many stats, samples or in-flight entries");
+  }
+  if (r.interval_end_unix_ns() < r.interval_start_unix_ns()) {
+    return Reject("bad_interval", "interval ends before it starts");
+  }
+  for (const auto& s : r.stats()) {
+    if (!Finite(s.exec_time_us_sum()) || !Finite(s.exec_time_us_min()) ||
+        !Finite(s.exec_time_us_max()) || !std::isfinite(s.bus_bw_gbs_log_sum()) ||
+        !std::isfinite(s.alg_bw_gbs_log_sum()) || s.bw_samples() > s.count() ||
+        s.op().size() > kMaxLabelLength || s.message_size().size() > kMaxLabelLength ||
+        s.algo_proto().size() > kMaxLabelLength) {
+      return Reject("bad_stats", "op stats with non-finite, negative or inconsistent values");
+    }
+  }
+  for (const auto& s : r.samples()) {
+    if (s.op().size() > kMaxLabelLength) return Reject("bad_sample", "sample op name too long");
+  }
+  return {};
+}
+
+}  // namespace ncclwatch

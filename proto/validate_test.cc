@@ -1,0 +1,62 @@
+#include "proto/validate.h"
+
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch {
+namespace {
+
+ncclwatch::v1::RankReport Good() {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("j");
+  id->set_rank(3);
+  id->set_nranks(8);
+  id->set_n_nodes(2);
+  r.set_interval_start_unix_ns(1);
+  r.set_interval_end_unix_ns(2);
+  auto* s = r.add_stats();
+  s->set_count(1);
+  s->set_bw_samples(1);
+  return r;
+}
+
+TEST(ValidateReportTest, AcceptsAWellFormedReport) { EXPECT_TRUE(ValidateReport(Good()).ok); }
+
+TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
+  struct Case {
+    const char* reason;
+    void (*mutate)(ncclwatch::v1::RankReport&);
+  };
+  const Case cases[] = {
+      {"missing_identity", [](auto& r) { r.clear_identity(); }},
+      {"bad_job_id", [](auto& r) { r.mutable_identity()->clear_job_id(); }},
+      {"bad_label", [](auto& r) { r.mutable_identity()->set_comm_name(std::string(300, 'x')); }},
+      {"bad_nranks", [](auto& r) { r.mutable_identity()->set_nranks(0); }},
+      {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(8); }},
+      {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(-1); }},
+      {"bad_n_nodes", [](auto& r) { r.mutable_identity()->set_n_nodes(9); }},
+      {"bad_interval", [](auto& r) { r.set_interval_end_unix_ns(0); }},
+      {"bad_stats",
+       [](auto& r) {
+         r.mutable_stats(0)->set_exec_time_us_sum(std::numeric_limits<double>::quiet_NaN());
+       }},
+      {"bad_stats", [](auto& r) { r.mutable_stats(0)->set_bw_samples(2); }},
+      {"too_large",
+       [](auto& r) {
+         for (int i = 0; i <= kMaxStatsPerReport; ++i) r.add_stats();
+       }},
+  };
+  for (const Case& c : cases) {
+    auto r = Good();
+    c.mutate(r);
+    ReportVerdict v = ValidateReport(r);
+    EXPECT_FALSE(v.ok) << c.reason;
+    EXPECT_EQ(v.reason, c.reason);
+    EXPECT_FALSE(v.detail.empty());
+  }
+}
+
+}  // namespace
+}  // namespace ncclwatch

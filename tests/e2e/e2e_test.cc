@@ -1,0 +1,209 @@
+// End to end: simjob (real plugin through the NCCL ABI) -> two agents on unix sockets -> the
+// aggregator (real gRPC, real RocksDB) -> /federate, the Query API and the CLI.
+#include <signal.h>
+
+#include <map>
+#include <regex>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/pipeline.h"
+
+namespace ncclwatch::testing {
+namespace {
+
+constexpr int kNodes = 2;
+constexpr int kRanksPerNode = 4;
+
+struct StragglerSeries {
+  std::map<int, double> value_by_rank;
+  std::map<int, std::string> node_by_rank;
+};
+
+StragglerSeries ParseStragglerSeries(const std::string& text) {
+  StragglerSeries out;
+  std::regex line(R"(^ncclwatch_straggler\{([^}]*)\} (\S+) \d+$)");
+  std::regex rank_re(R"re(rank="(\d+)")re"), node_re(R"re(node="([^"]*)")re");
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) {
+    std::smatch m, r, n;
+    if (!std::regex_match(l, m, line)) continue;
+    std::string labels = m[1];
+    if (!std::regex_search(labels, r, rank_re) || !std::regex_search(labels, n, node_re)) continue;
+    int rank = std::stoi(r[1]);
+    out.value_by_rank[rank] = std::stod(m[2]);
+    out.node_by_rank[rank] = n[1];
+  }
+  return out;
+}
+
+// "/federate?match[]=<selector>" with the selector percent-encoded, as a browser or Prometheus
+// would send it.
+std::string Federate(const std::string& selector) {
+  std::string out = "/federate?match%5B%5D=";
+  for (unsigned char c : selector) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> SimjobArgs(const Pipeline& p, const std::string& job, double seconds) {
+  return {Binaries::Simjob(),
+          "--plugin=" + Binaries::Plugin(),
+          "--nodes=" + std::to_string(kNodes),
+          "--ranks-per-node=" + std::to_string(kRanksPerNode),
+          "--agent-addr=" + p.AgentAddrTemplate(),
+          "--job-id=" + job,
+          "--duration-s=" + std::to_string(seconds),
+          "--clock-skew-ms=20",
+          "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"};
+}
+
+TEST(EndToEndTest, SlowRankIsFlaggedWithinFiveSecondsAndNobodyElseEver) {
+  Pipeline p(kNodes);
+  ASSERT_TRUE(p.ok()) << p.error();
+  EventRecorder events(p.query());
+
+  auto args = SimjobArgs(p, "e2e-slow", 7);
+  args.push_back("--slow-rank=5");
+  args.push_back("--slow-us=2000");
+  int64_t job_start = absl::GetCurrentTimeNanos();
+  auto [code, simjob_log] = RunToCompletion(args, p.dir() + "/simjob.log");
+  ASSERT_EQ(code, 0) << simjob_log;
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();  // agents forward everything they hold, then exit
+
+  // The Query API: exactly rank 5, on the second node.
+  grpc::ClientContext ctx;
+  ncclwatch::v1::ListStragglersResponse list;
+  ASSERT_TRUE(p.query().ListStragglers(&ctx, {}, &list).ok());
+  ASSERT_EQ(list.stragglers_size(), 1) << list.DebugString() << p.Logs();
+  EXPECT_EQ(list.stragglers(0).rank(), 5);
+  EXPECT_EQ(list.stragglers(0).node(), "sim-node-1");
+  EXPECT_EQ(list.stragglers(0).job_id(), "e2e-slow");
+  EXPECT_NEAR(list.stragglers(0).lateness_seconds(), 0.002, 0.0006);
+
+  // /federate: straggler=1 for rank 5 only, every one of the 8 ranks present.
+  auto [status, body] = p.Get(Federate("ncclwatch_straggler"));
+  ASSERT_EQ(status, 200) << body;
+  StragglerSeries series = ParseStragglerSeries(body);
+  ASSERT_EQ(series.value_by_rank.size(), 8u) << body;
+  for (const auto& [rank, value] : series.value_by_rank) {
+    EXPECT_EQ(value, rank == 5 ? 1.0 : 0.0) << "rank " << rank << "\n" << body;
+  }
+  EXPECT_EQ(series.node_by_rank[5], "sim-node-1");
+  EXPECT_EQ(series.node_by_rank[0], "sim-node-0");
+
+  // The event stream: one START, for rank 5, within 5 s of the job's start; no other rank ever.
+  std::vector<EventRecorder::Received> received = events.Stop();
+  int starts = 0;
+  for (const auto& r : received) {
+    ASSERT_EQ(r.event.straggler().rank(), 5) << r.event.summary();
+    if (r.event.phase() == ncclwatch::v1::Event::START) {
+      ++starts;
+      double latency_s = (r.received_unix_ns - job_start) / 1e9;
+      std::printf("straggler rank 5 flagged %.2f s after the job started: %s\n", latency_s,
+                  r.event.summary().c_str());
+      EXPECT_LE(latency_s, 5.0);
+    }
+  }
+  EXPECT_EQ(starts, 1) << p.Logs();
+
+  // The Inspector-compatible series arrived too, with Inspector's label names.
+  auto [s2, inspector] = p.Get(Federate("{__name__=~\"nccl_.*\",job_id=\"e2e-slow\"}"));
+  ASSERT_EQ(s2, 200);
+  for (const char* needle :
+       {"nccl_bus_bandwidth_gbs{", "nccl_collective_exec_time_microseconds{",
+        "nccl_p2p_bus_bandwidth_gbs{", "nccl_p2p_exec_time_microseconds{",
+        "collective=\"AllReduce\"", "p2p_operation=\"Send\"", "algo_proto=\"RING_SIMPLE\"",
+        "message_size=\"32-33MB\"", "n_nodes=\"2\"", "nranks=\"8\"", "gpu=\"GPU1\""}) {
+    EXPECT_NE(inspector.find(needle), std::string::npos) << needle << "\n" << inspector;
+  }
+
+  // The CLI names the rank and its node.
+  auto [cli_code, cli_out] = RunToCompletion(
+      {Binaries::Cli(), "stragglers", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
+  EXPECT_EQ(cli_code, 0) << cli_out;
+  EXPECT_NE(cli_out.find("rank 5 on node sim-node-1 (GPU1)"), std::string::npos) << cli_out;
+}
+
+TEST(EndToEndTest, CleanRunFlagsNobody) {
+  Pipeline p(kNodes);
+  ASSERT_TRUE(p.ok()) << p.error();
+  EventRecorder events(p.query());
+  auto [code, simjob_log] =
+      RunToCompletion(SimjobArgs(p, "e2e-clean", 6), p.dir() + "/simjob.log");
+  ASSERT_EQ(code, 0) << simjob_log;
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+
+  EXPECT_TRUE(events.Stop().empty());
+  grpc::ClientContext ctx;
+  ncclwatch::v1::ListStragglersResponse list;
+  ASSERT_TRUE(p.query().ListStragglers(&ctx, {}, &list).ok());
+  EXPECT_EQ(list.stragglers_size(), 0) << list.DebugString();
+
+  // Not vacuous: the detector saw every rank of many collectives.
+  grpc::ClientContext stats_ctx;
+  ncclwatch::v1::Stats stats;
+  ASSERT_TRUE(p.query().GetStats(&stats_ctx, {}, &stats).ok());
+  EXPECT_GT(stats.groups_completed(), 100u) << stats.DebugString();
+  auto [status, body] = p.Get(Federate("ncclwatch_straggler"));
+  StragglerSeries series = ParseStragglerSeries(body);
+  ASSERT_EQ(series.value_by_rank.size(), 8u) << body;
+  for (const auto& [rank, value] : series.value_by_rank) EXPECT_EQ(value, 0.0) << rank;
+}
+
+TEST(EndToEndTest, HttpEndpointsAreWellFormed) {
+  Pipeline p(1);
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto [code, log] = RunToCompletion(
+      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1", "--ranks-per-node=2",
+       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=e2e-http", "--duration-s=2",
+       "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+      p.dir() + "/simjob.log");
+  ASSERT_EQ(code, 0) << log;
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+
+  EXPECT_EQ(p.Get("/healthz").first, 200);
+  for (std::string bad : {std::string("/federate"), Federate("up{"), Federate("{}"),
+                          Federate("{x=~\"(\"}")}) {
+    auto [status, body] = p.Get(bad);
+    EXPECT_EQ(status, 400) << bad;
+    EXPECT_FALSE(body.empty()) << bad;
+  }
+  // promtool (from the prometheus package) parses and lints both expositions. The only lint
+  // finding allowed is the unit of the two NCCL Inspector names, which compatibility fixes.
+  for (std::string path : {std::string("/metrics"), Federate("{job_id=\"e2e-http\"}")}) {
+    auto [status, body] = p.Get(path);
+    ASSERT_EQ(status, 200) << path;
+    ASSERT_NE(body.find("\n"), std::string::npos) << path;
+    std::string file = p.dir() + "/exposition.txt";
+    FILE* f = fopen(file.c_str(), "w");
+    fwrite(body.data(), 1, body.size(), f);
+    fclose(f);
+    auto [lint, findings] = RunToCompletion(
+        {"/bin/sh", "-c", "promtool check metrics < " + file}, p.dir() + "/promtool.log");
+    ASSERT_TRUE(lint == 0 || lint == 3) << path << ": promtool could not parse it:\n" << findings;
+    std::istringstream lines(findings);
+    std::string finding;
+    while (std::getline(lines, finding)) {
+      bool inspector_unit =
+          finding == "nccl_collective_exec_time_microseconds use base unit \"seconds\" instead "
+                     "of \"microseconds\"" ||
+          finding == "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of "
+                     "\"microseconds\"";
+      EXPECT_TRUE(inspector_unit) << path << ": promtool: " << finding;
+    }
+  }
+  auto [status, metrics] = p.Get("/metrics");
+  EXPECT_NE(metrics.find("ncclwatch_aggregator_reports_ingested_total"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing

@@ -1,0 +1,115 @@
+#include "tests/e2e/pipeline.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "absl/time/clock.h"
+#include "httplib.h"
+
+namespace ncclwatch::testing {
+
+std::string Binaries::Aggregator() { return NCCLWATCH_AGGREGATOR_BIN; }
+std::string Binaries::Agent() { return NCCLWATCH_AGENT_BIN; }
+std::string Binaries::Cli() { return NCCLWATCH_CLI_BIN; }
+std::string Binaries::Simjob() { return NCCLWATCH_SIMJOB_BIN; }
+std::string Binaries::Plugin() { return NCCLWATCH_PLUGIN_SO; }
+
+Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags) {
+  char tmpl[] = "/tmp/ncclwatch-e2e-XXXXXX";
+  dir_ = mkdtemp(tmpl);
+  std::vector<std::string> argv = {Binaries::Aggregator(), "--listen-host=127.0.0.1",
+                                   "--grpc-port=0", "--http-port=0", "--data-dir=" + dir_ + "/db"};
+  argv.insert(argv.end(), extra_aggregator_flags.begin(), extra_aggregator_flags.end());
+  aggregator_ = std::make_unique<Process>(argv, std::map<std::string, std::string>{},
+                                          dir_ + "/aggregator.log", "--ready-fd");
+  grpc_port_ = aggregator_->ReadyValue("grpc_port");
+  http_port_ = aggregator_->ReadyValue("http_port");
+  if (grpc_port_ <= 0 || http_port_ <= 0) {
+    error_ = "aggregator did not become ready:\n" + aggregator_->Log();
+    return;
+  }
+  for (int n = 0; n < nodes; ++n) {
+    std::string name = "sim-node-" + std::to_string(n);
+    auto agent = std::make_unique<Process>(
+        std::vector<std::string>{Binaries::Agent(),
+                                 "--listen=unix://" + dir_ + "/agent-" + std::to_string(n) + ".sock",
+                                 "--aggregator=" + AggregatorAddr(), "--http-port=0",
+                                 "--node-name=" + name, "--batch-interval-ms=100"},
+        std::map<std::string, std::string>{}, dir_ + "/" + name + ".log", "--ready-fd");
+    if (agent->ReadyValue("http_port") <= 0) {
+      error_ = name + " did not become ready:\n" + agent->Log();
+      return;
+    }
+    agents_.push_back(std::move(agent));
+  }
+  query_ = ncclwatch::v1::Query::NewStub(
+      grpc::CreateChannel(AggregatorAddr(), grpc::InsecureChannelCredentials()));
+  ok_ = true;
+}
+
+Pipeline::~Pipeline() {
+  for (auto& a : agents_) a->Signal(SIGTERM);
+  agents_.clear();
+  if (aggregator_) {
+    aggregator_->Signal(SIGTERM);
+    aggregator_->Wait();
+  }
+  if (!getenv("NCCLWATCH_KEEP_TEST_DIRS")) std::filesystem::remove_all(dir_);
+}
+
+bool Pipeline::StopAgents() {
+  bool ok = true;
+  for (auto& a : agents_) a->Signal(SIGTERM);
+  for (auto& a : agents_) ok = a->Wait() == 0 && ok;
+  return ok;
+}
+
+std::pair<int, std::string> Pipeline::Get(const std::string& path) const {
+  httplib::Client client("127.0.0.1", http_port_);
+  auto res = client.Get(path.c_str());
+  if (!res) return {-1, "request failed"};
+  return {res->status, res->body};
+}
+
+std::string Pipeline::Logs() const {
+  std::string out = "--- aggregator ---\n" + (aggregator_ ? aggregator_->Log() : "");
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    out += "--- agent " + std::to_string(i) + " ---\n" + agents_[i]->Log();
+  }
+  return out;
+}
+
+EventRecorder::EventRecorder(ncclwatch::v1::Query::Stub& query) {
+  reader_ = query.Watch(&context_, ncclwatch::v1::WatchRequest());
+  reader_->WaitForInitialMetadata();  // the server sends it once the watcher is registered
+  thread_ = std::thread([this] {
+    ncclwatch::v1::Event e;
+    while (reader_->Read(&e)) {
+      absl::MutexLock lock(&mu_);
+      events_.push_back({e, absl::GetCurrentTimeNanos()});
+    }
+  });
+}
+
+EventRecorder::~EventRecorder() { Stop(); }
+
+std::vector<EventRecorder::Received> EventRecorder::Stop() {
+  if (thread_.joinable()) {
+    context_.TryCancel();
+    thread_.join();
+    reader_->Finish();
+  }
+  absl::MutexLock lock(&mu_);
+  return events_;
+}
+
+std::pair<int, std::string> RunToCompletion(const std::vector<std::string>& argv,
+                                            const std::string& log_path) {
+  Process p(argv, {}, log_path);
+  int code = p.Wait();
+  return {code, p.Log()};
+}
+
+}  // namespace ncclwatch::testing

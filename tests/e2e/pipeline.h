@@ -1,0 +1,84 @@
+// Test fixture pieces for end-to-end runs: a real aggregator (RocksDB in a temp dir, gRPC and
+// HTTP on free ports), real agents on per-node unix sockets, and simjob driving the real plugin.
+#ifndef NCCLWATCH_TESTS_E2E_PIPELINE_H_
+#define NCCLWATCH_TESTS_E2E_PIPELINE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "ncclwatch/v1/query.grpc.pb.h"
+#include "tests/e2e/process.h"
+
+namespace ncclwatch::testing {
+
+// Paths of the built binaries, injected by CMake.
+struct Binaries {
+  static std::string Aggregator();
+  static std::string Agent();
+  static std::string Cli();
+  static std::string Simjob();
+  static std::string Plugin();
+};
+
+class Pipeline {
+ public:
+  // Starts the aggregator and `nodes` agents (node names sim-node-<i>). Check ok() afterwards.
+  explicit Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags = {});
+  ~Pipeline();
+
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  const std::string& dir() const { return dir_; }
+  std::string AgentAddrTemplate() const { return "unix://" + dir_ + "/agent-{node}.sock"; }
+  std::string AggregatorAddr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  ncclwatch::v1::Query::Stub& query() { return *query_; }
+
+  // SIGTERMs every agent (they forward what they hold, then exit) and checks they exited 0.
+  bool StopAgents();
+  // HTTP GET on the aggregator; returns (status, body).
+  std::pair<int, std::string> Get(const std::string& path_and_query) const;
+  // Everything the daemons logged, for failure messages.
+  std::string Logs() const;
+
+ private:
+  std::string dir_;
+  bool ok_ = false;
+  std::string error_;
+  int grpc_port_ = -1;
+  int http_port_ = -1;
+  std::unique_ptr<Process> aggregator_;
+  std::vector<std::unique_ptr<Process>> agents_;
+  std::unique_ptr<ncclwatch::v1::Query::Stub> query_;
+};
+
+// Collects every event of a Watch stream in the background, with the time each arrived.
+class EventRecorder {
+ public:
+  struct Received {
+    ncclwatch::v1::Event event;
+    int64_t received_unix_ns;
+  };
+  // Returns once the subscription is live on the server.
+  explicit EventRecorder(ncclwatch::v1::Query::Stub& query);
+  ~EventRecorder();
+  std::vector<Received> Stop();  // cancels the stream, returns what arrived
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<ncclwatch::v1::Event>> reader_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::vector<Received> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs a program to completion; returns (exit code, stdout+stderr).
+std::pair<int, std::string> RunToCompletion(const std::vector<std::string>& argv,
+                                            const std::string& log_path);
+
+}  // namespace ncclwatch::testing
+
+#endif  // NCCLWATCH_TESTS_E2E_PIPELINE_H_

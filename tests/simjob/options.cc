@@ -1,0 +1,263 @@
+// The flag table and the mapping from flags to the time model.
+#include "tests/simjob/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace ncclwatch::simjob {
+namespace {
+
+template <typename T>
+bool ParseInt(const char* text, int64_t lo, int64_t hi, T* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<T>(v);
+  return true;
+}
+
+bool ParseDouble(const char* text, double lo, double hi, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !(v >= lo && v <= hi)) return false;
+  *out = v;
+  return true;
+}
+
+bool Enable(bool* flag) {
+  *flag = true;
+  return true;
+}
+
+// One row of the flag table: parsing and --help both come from it.
+struct Flag {
+  const char* name;   // without the leading "--"
+  const char* value;  // placeholder shown in --help; nullptr for a switch
+  const char* default_text;
+  const char* help;
+  bool (*set)(Options* o, const char* v);  // false: the value is invalid
+};
+
+const Flag kFlags[] = {
+    {"plugin", "PATH", "(required)", "profiler plugin .so, dlopen'ed like NCCL does",
+     [](Options* o, const char* v) {
+       o->plugin = v;
+       return !o->plugin.empty();
+     }},
+    {"nodes", "M", "2", "simulated nodes",
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->nodes); }},
+    {"ranks-per-node", "K", "2", "ranks (processes, GPUs) per node; ranks are node-major",
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->ranks_per_node); }},
+    {"abi", "4|5|6", "5", "profiler ABI: resolves the symbol ncclProfiler_v<N>",
+     [](Options* o, const char* v) { return ParseInt(v, 4, 6, &o->abi); }},
+    {"duration-s", "S", "10", "run length from t0; steps starting later are not run",
+     [](Options* o, const char* v) { return ParseDouble(v, 0.001, 1e6, &o->duration_s); }},
+    {"iterations", "N", "0", "stop after N workload iterations (0: only --duration-s)",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->iterations); }},
+    {"seed", "N", "1", "seed of the deterministic jitter",
+     [](Options* o, const char* v) { return ParseInt(v, 0, INT64_MAX, &o->seed); }},
+    {"gap-us", "US", "5000", "base host gap before every step (compute time)",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->gap_us); }},
+    {"jitter-us", "US", "200", "gap jitter, uniform in +/- this, per (rank, step)",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->jitter_us); }},
+    {"slow-rank", "R", "-1", "rank that arrives --slow-us late at every step (-1: none)",
+     [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->slow_rank); }},
+    {"slow-node", "N", "-1", "node whose ranks all arrive --slow-us late (-1: none)",
+     [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->slow_node); }},
+    {"slow-us", "US", "2000", "extra gap of the slow rank/node",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->slow_us); }},
+    {"net-gbs", "GB/S", "25", "bandwidth of communicators spanning several nodes",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 1e9, &o->net_gbs); }},
+    {"nvlink-gbs", "GB/S", "300", "bandwidth of single-node communicators",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 1e9, &o->nvlink_gbs); }},
+    {"degrade-node", "N", "-1", "node with a degraded NIC (-1: none)",
+     [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->degrade_node); }},
+    {"degrade-factor", "F", "1.0", "multi-node communicators containing --degrade-node get F x bw",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 1.0, &o->degrade_factor); }},
+    {"clock-skew-ms", "MS", "0", "GPU clock of node n is off by (n even ? -MS : +MS)",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->clock_skew_ms); }},
+    {"channels", "C", "4", "channels per collective/p2p (KernelCh events per op)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, 64, &o->channels); }},
+    {"hang-rank", "R", "-1", "rank that stops arriving at steps after --hang-after-s",
+     [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->hang_rank); }},
+    {"hang-after-s", "S", "0", "hang time, seconds after t0",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->hang_after_s); }},
+    {"kill-rank", "R", "-1", "rank whose process _exit(0)s without finalize at --kill-after-s",
+     [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->kill_rank); }},
+    {"kill-after-s", "S", "0", "kill time, seconds after t0",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->kill_after_s); }},
+    {"agent-addr", "TEMPLATE", "(unset)",
+     "sets NCCLWATCH_AGENT_ADDR per rank, {node} -> node index",
+     [](Options* o, const char* v) {
+       o->has_agent_addr = true;
+       o->agent_addr = v;
+       return true;
+     }},
+    {"job-id", "ID", "(unset)", "sets NCCLWATCH_JOB_ID; comm hashes use it (else \"simjob\")",
+     [](Options* o, const char* v) {
+       o->job_id = v;
+       return !o->job_id.empty();
+     }},
+    {"env", "K=V", "(none)", "extra environment (repeatable); {node} {rank} {local_rank} expanded",
+     [](Options* o, const char* v) {
+       const char* eq = std::strchr(v, '=');
+       if (eq == nullptr || eq == v) return false;
+       o->env.emplace_back(v);
+       return true;
+     }},
+    {"node-comm", nullptr, "off", "add a per-node communicator with an AllReduce 16 MiB step",
+     [](Options* o, const char*) { return Enable(&o->node_comm); }},
+    {"start-delay-ms", "MS", "300", "t0 = now + this, so that all ranks start together",
+     [](Options* o, const char* v) { return ParseInt(v, 0, 3'600'000, &o->start_delay_ms); }},
+    {"verbose", nullptr, "off", "also print the plugin's INFO/TRACE log lines",
+     [](Options* o, const char*) { return Enable(&o->verbose); }},
+    {"help", nullptr, "", "print this table and exit",
+     [](Options* o, const char*) { return Enable(&o->help); }},
+};
+
+[[noreturn]] void UsageError(const std::string& message) {
+  std::fprintf(stderr, "simjob: error: %s\nRun 'simjob --help' for the list of options.\n",
+               message.c_str());
+  std::exit(2);
+}
+
+std::string StrFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string StrFormat(const char* fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
+
+}  // namespace
+
+void PrintHelp() {
+  std::printf(
+      "Usage: simjob --plugin PATH --nodes M --ranks-per-node K [options]\n\n"
+      "Simulates an NCCL training job (one process per rank) driving a real profiler plugin.\n\n"
+      "  %-26s %-11s %s\n",
+      "option", "default", "meaning");
+  for (const Flag& f : kFlags) {
+    std::string left = std::string("--") + f.name;
+    if (f.value != nullptr) left += std::string(" ") + f.value;
+    std::printf("  %-26s %-11s %s\n", left.c_str(), f.default_text, f.help);
+  }
+  std::fflush(stdout);
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) UsageError("unexpected argument '" + arg + "'");
+    std::string name = arg.substr(2);
+    const char* value = nullptr;
+    std::string inline_value;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      inline_value = name.substr(eq + 1);
+      name.resize(eq);
+      value = inline_value.c_str();
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : kFlags) {
+      if (name == f.name) flag = &f;
+    }
+    if (flag == nullptr) UsageError("unknown option '--" + name + "'");
+    if (flag->value == nullptr && value != nullptr) UsageError("--" + name + " takes no value");
+    if (flag->value != nullptr && value == nullptr) {
+      if (i + 1 >= argc) UsageError("--" + name + " needs a value (" + flag->value + ")");
+      value = argv[++i];
+    }
+    if (!flag->set(&o, value)) {
+      UsageError("invalid value '" + std::string(value) + "' for --" + name + " (expected " +
+                 flag->value + ")");
+    }
+  }
+  return o;
+}
+
+void Validate(const Options& o) {
+  const int world = o.nodes * o.ranks_per_node;
+  if (o.plugin.empty()) UsageError("--plugin is required");
+  if (world < 2 || world > kMaxRanks) {
+    UsageError("nodes x ranks-per-node must be in [2, " + std::to_string(kMaxRanks) + "]");
+  }
+  auto check_rank = [world](int r, const char* flag) {
+    if (r >= world) UsageError(std::string(flag) + " must be < " + std::to_string(world));
+  };
+  auto check_node = [&o](int n, const char* flag) {
+    if (n >= o.nodes) UsageError(std::string(flag) + " must be < " + std::to_string(o.nodes));
+  };
+  check_rank(o.slow_rank, "--slow-rank");
+  check_rank(o.hang_rank, "--hang-rank");
+  check_rank(o.kill_rank, "--kill-rank");
+  check_node(o.slow_node, "--slow-node");
+  check_node(o.degrade_node, "--degrade-node");
+  if (o.hang_rank >= 0 && o.kill_rank >= 0) {
+    UsageError("--hang-rank and --kill-rank cannot be combined");
+  }
+}
+
+std::string JobId(const Options& o) { return o.job_id.empty() ? "simjob" : o.job_id; }
+
+std::string DescribeFaults(const Options& o) {
+  std::string s;
+  const auto slow_us = static_cast<long long>(o.slow_us);
+  if (o.slow_rank >= 0) s += StrFormat(" slow rank %d +%lld us/step;", o.slow_rank, slow_us);
+  if (o.slow_node >= 0) s += StrFormat(" slow node %d +%lld us/step;", o.slow_node, slow_us);
+  if (o.degrade_node >= 0 && o.degrade_factor != 1.0) {
+    s += StrFormat(" node %d network x%.3f;", o.degrade_node, o.degrade_factor);
+  }
+  if (o.clock_skew_ms != 0) s += StrFormat(" GPU clock skew +/-%.3f ms;", o.clock_skew_ms);
+  if (o.hang_rank >= 0) {
+    s += StrFormat(" rank %d hangs at t0+%.3f s;", o.hang_rank, o.hang_after_s);
+  }
+  if (o.kill_rank >= 0) {
+    s += StrFormat(" rank %d killed at t0+%.3f s;", o.kill_rank, o.kill_after_s);
+  }
+  return s.empty() ? " none" : s;
+}
+
+TimelineConfig MakeTimelineConfig(const Options& o, int64_t t0_ns) {
+  TimelineConfig c;
+  c.nodes = o.nodes;
+  c.ranks_per_node = o.ranks_per_node;
+  c.seed = o.seed;
+  c.t0_ns = t0_ns;
+  c.gap_ns = o.gap_us * 1000;
+  c.jitter_ns = o.jitter_us * 1000;
+  if (o.slow_rank >= 0) c.slow_ranks.push_back(o.slow_rank);
+  for (int l = 0; o.slow_node >= 0 && l < o.ranks_per_node; ++l) {
+    c.slow_ranks.push_back(o.slow_node * o.ranks_per_node + l);
+  }
+  c.slow_ns = o.slow_us * 1000;
+  c.net_gbs = o.net_gbs;
+  c.nvlink_gbs = o.nvlink_gbs;
+  c.degrade_node = o.degrade_node;
+  c.degrade_factor = o.degrade_factor;
+  c.clock_skew_ns = std::llround(o.clock_skew_ms * 1e6);
+  if (o.hang_rank >= 0) {
+    c.fault = {FaultKind::kHang, o.hang_rank, t0_ns + SecondsToNs(o.hang_after_s)};
+  }
+  if (o.kill_rank >= 0) {
+    c.fault = {FaultKind::kKill, o.kill_rank, t0_ns + SecondsToNs(o.kill_after_s)};
+  }
+  c.workload = DefaultWorkload(o.node_comm);
+  c.end_ns = t0_ns + SecondsToNs(o.duration_s);
+  if (o.iterations > 0) c.max_steps = o.iterations * static_cast<int64_t>(c.workload.size());
+  return c;
+}
+
+}  // namespace ncclwatch::simjob

@@ -1,0 +1,69 @@
+// The NCCL side of the profiler plugin ABI, as simjob needs it: load the plugin the way NCCL does
+// (dlopen RTLD_NOW|RTLD_LOCAL, then dlsym of the data symbol ncclProfiler_vN) and call its function
+// table through one version-independent interface.
+//
+// Descriptors are always built as EventDescrV6 (v6 is a superset of v5) and narrowed to the layout
+// of the loaded version. Callers must not pass API-level events to a v4 plugin: v4 has no such
+// events and NCCL's v4 shim drops them.
+//
+// Thread safety: all methods may be called concurrently (the user and proxy threads both emit);
+// the counters are atomic, the rest is immutable after Load().
+#ifndef NCCLWATCH_TESTS_SIMJOB_PROFILER_HOST_H_
+#define NCCLWATCH_TESTS_SIMJOB_PROFILER_HOST_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "plugin/abi.h"
+
+namespace ncclwatch::simjob {
+
+// Whether NCCL emits events of `type` under activation `mask`: an event is emitted when its own bit
+// or the bit of one of its descendants is set (ABI notes §4.1).
+bool EventEnabled(uint64_t type, int mask);
+
+class ProfilerHost {
+ public:
+  // Loads `path` and resolves ncclProfiler_v<abi_version> (4, 5 or 6). On failure returns null and
+  // sets *error to a one-line reason.
+  static std::unique_ptr<ProfilerHost> Load(const std::string& path, int abi_version,
+                                            std::string* error);
+  ~ProfilerHost();  // dlcloses the library
+
+  ProfilerHost(const ProfilerHost&) = delete;
+  ProfilerHost& operator=(const ProfilerHost&) = delete;
+
+  int abi_version() const { return abi_version_; }
+  // The plugin's self-reported name ("?" if it gave none).
+  const char* name() const;
+
+  // init, with the argument order of the loaded version.
+  abi::Result Init(void** context, uint64_t comm_hash, int* mask, const char* comm_name,
+                   int n_nodes, int nranks, int rank, abi::Logger logfn);
+  // startEvent; returns the handle the plugin chose (may be null).
+  void* Start(void* context, const abi::EventDescrV6& descr);
+  // stopEvent / recordEventState; no-ops on a null handle, as NCCL never passes one.
+  void Stop(void* handle);
+  void Record(void* handle, abi::EventState state, abi::StateArgs* args);
+  void Finalize(void* context);
+
+  uint64_t events_started() const { return events_started_.load(std::memory_order_relaxed); }
+  uint64_t null_handles() const { return null_handles_.load(std::memory_order_relaxed); }
+
+ private:
+  ProfilerHost(void* library, int abi_version, const void* table);
+
+  void* library_;
+  int abi_version_;
+  const abi::ProfilerV4* v4_ = nullptr;
+  const abi::ProfilerV5* v5_ = nullptr;
+  const abi::ProfilerV6* v6_ = nullptr;
+  std::atomic<uint64_t> events_started_{0};
+  std::atomic<uint64_t> null_handles_{0};
+};
+
+}  // namespace ncclwatch::simjob
+
+#endif  // NCCLWATCH_TESTS_SIMJOB_PROFILER_HOST_H_

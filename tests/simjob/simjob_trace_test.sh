@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Runs simjob against the invariant-checking trace plugin and checks what the plugin saw.
+#
+# Usage: simjob_trace_test.sh SIMJOB_BINARY TRACE_PLUGIN_SO
+#
+# Each scenario is a 2 nodes x 2 ranks job. The plugin appends one line per rank to a trace file
+# (format: see trace_plugin.cc); every line must report violations=0, and the event counts must be
+# consistent with the workload, the ABI version, the activation mask and the injected fault.
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 SIMJOB_BINARY TRACE_PLUGIN_SO" >&2
+  exit 2
+fi
+SIMJOB=$1
+PLUGIN=$2
+[[ -x "$SIMJOB" ]] || { echo "simjob_trace_test: not executable: $SIMJOB" >&2; exit 2; }
+[[ -f "$PLUGIN" ]] || { echo "simjob_trace_test: no such plugin: $PLUGIN" >&2; exit 2; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/simjob_trace_test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+SCENARIO=setup
+LINES=()
+
+fail() {
+  echo "simjob_trace_test: FAIL [$SCENARIO]: $*" >&2
+  if [[ -f "$WORK/$SCENARIO.log" ]]; then
+    echo "--- simjob output:" >&2
+    cat "$WORK/$SCENARIO.log" >&2
+  fi
+  if [[ -f "$WORK/$SCENARIO.trace" ]]; then
+    echo "--- trace lines:" >&2
+    cat "$WORK/$SCENARIO.trace" >&2
+  fi
+  exit 1
+}
+
+# field LINE KEY: prints the value of KEY=VALUE in a trace line.
+field() {
+  local re=" $2=([^ ]*)"
+  if [[ " $1" =~ $re ]]; then echo "${BASH_REMATCH[1]}"; else echo "missing"; fi
+}
+
+# line_of RANK: the trace line of that rank.
+line_of() {
+  local line
+  for line in "${LINES[@]}"; do
+    if [[ "$(field "$line" rank)" == "$1" ]]; then echo "$line"; return; fi
+  done
+  fail "no trace line for rank $1"
+}
+
+# expect LINE KEY VALUE
+expect() {
+  local got
+  got=$(field "$1" "$2")
+  [[ "$got" == "$3" ]] || fail "rank $(field "$1" rank): expected $2=$3, got $2=$got"
+}
+
+# run NAME [SIMJOB ARGS...]: runs one scenario (with the environment given by the caller) and
+# loads its trace lines into LINES.
+run() {
+  SCENARIO=$1
+  shift
+  local trace="$WORK/$SCENARIO.trace"
+  if ! SIMJOB_TRACE_OUT="$trace" "$SIMJOB" --plugin "$PLUGIN" --nodes 2 --ranks-per-node 2 \
+      --start-delay-ms 200 "$@" >"$WORK/$SCENARIO.log" 2>&1; then
+    fail "simjob exited with status $?"
+  fi
+  [[ -f "$trace" ]] || fail "the plugin wrote no trace file"
+  mapfile -t LINES <"$trace"
+}
+
+# Every line: no violations; and, unless told otherwise, every started event was stopped.
+check_clean() {
+  local allow_unstopped=${1:-no} line
+  for line in "${LINES[@]}"; do
+    expect "$line" violations 0
+    [[ "$allow_unstopped" == yes ]] || expect "$line" unstopped 0
+  done
+}
+
+# KernelCh starts == channels x (Coll + P2p), Group == GroupApi == KernelLaunch (v5+), API
+# events match their tasks one to one, and all ranks saw the same counts.
+check_counts() {
+  local abi=$1 channels=$2 line first_counts="" counts coll p2p
+  for line in "${LINES[@]}"; do
+    coll=$(field "$line" Coll)
+    p2p=$(field "$line" P2p)
+    ((coll > 0 && p2p > 0)) || fail "no Coll/P2p events: $line"
+    expect "$line" KernelCh $((channels * (coll + p2p)))
+    if ((abi >= 5)); then
+      expect "$line" CollApi "$coll"
+      expect "$line" P2pApi "$p2p"
+      expect "$line" GroupApi "$(field "$line" Group)"
+      expect "$line" KernelLaunch "$(field "$line" Group)"
+    else
+      expect "$line" GroupApi 0
+      expect "$line" CollApi 0
+      expect "$line" P2pApi 0
+    fi
+    counts=$(echo "$line" | grep -oE ' (GroupApi|CollApi|P2pApi|Group|Coll|P2p|KernelCh)=[0-9]+' |
+      tr -d '\n')
+    [[ -z "$first_counts" || "$counts" == "$first_counts" ]] ||
+      fail "ranks disagree on event counts: '$first_counts' vs '$counts'"
+    first_counts=$counts
+  done
+}
+
+expect_ranks() {
+  ((${#LINES[@]} == $1)) || fail "expected $1 trace lines, got ${#LINES[@]}"
+}
+
+# --- every ABI version, timed run -----------------------------------------------------------------
+for abi in 4 5 6; do
+  run "abi$abi" --abi "$abi" --duration-s 2
+  expect_ranks 4
+  check_clean
+  check_counts "$abi" 4
+  expect "${LINES[0]}" abi "$abi"
+done
+
+# --- exact counts: 3 iterations = 9 collectives + 3 Send/Recv groups, 2 channels ------------------
+run iterations --iterations 3 --channels 2 --gap-us 1000
+expect_ranks 4
+check_clean
+check_counts 5 2
+for rank in 0 1 2 3; do
+  line=$(line_of $rank)
+  expect "$line" Coll 9
+  expect "$line" P2p 6
+  expect "$line" GroupApi 12
+  expect "$line" KernelCh 30
+done
+
+# --- NULL handles for GroupApi and Coll: children must then get NULL parents ----------------------
+SIMJOB_TRACE_NULL_TYPES=$((256 + 2)) run null_handles --iterations 2 --gap-us 1000
+expect_ranks 4
+check_clean
+check_counts 5 4
+expect "${LINES[0]}" null $((8 + 6))
+
+# --- activation mask KernelCh only: its ancestors are emitted, KernelLaunch is not ----------------
+SIMJOB_TRACE_MASK=64 run mask_kernel_ch --iterations 2 --gap-us 1000
+expect_ranks 4
+check_clean
+expect "${LINES[0]}" KernelLaunch 0
+expect "${LINES[0]}" CollApi 6
+expect "${LINES[0]}" Group 8
+expect "${LINES[0]}" KernelCh $((4 * (6 + 4)))
+
+# --- activation mask CollApi only: API events, no tasks, no kernels --------------------------------
+SIMJOB_TRACE_MASK=512 run mask_coll_api --iterations 2 --gap-us 1000
+expect_ranks 4
+check_clean
+expect "${LINES[0]}" GroupApi 8
+expect "${LINES[0]}" CollApi 6
+for key in P2pApi Group Coll P2p KernelCh KernelLaunch; do expect "${LINES[0]}" "$key" 0; done
+
+# --- slow rank: arrives last, so its kernels are the shortest --------------------------------------
+run slow_rank --duration-s 1.5 --slow-rank 3 --slow-us 3000
+expect_ranks 4
+check_clean
+slow_us=$(field "$(line_of 3)" kch_mean_us)
+for rank in 0 1 2; do
+  other_us=$(field "$(line_of $rank)" kch_mean_us)
+  awk -v s="$slow_us" -v o="$other_us" 'BEGIN { exit !(s + 2000 < o) }' ||
+    fail "slow rank 3 mean kernel ${slow_us} us is not well below rank $rank's ${other_us} us"
+done
+
+# --- hang: rank 1 stops arriving; the others launch the step, which never completes -----------------
+run hang --duration-s 2 --hang-rank 1 --hang-after-s 1
+expect_ranks 4
+check_clean yes
+expect "$(line_of 1)" unstopped 0
+hung_groups=$(field "$(line_of 1)" GroupApi)
+for rank in 0 2 3; do
+  line=$(line_of $rank)
+  expect "$line" GroupApi $((hung_groups + 1))
+  open=$(field "$line" unstopped)
+  ((open == 4 || open == 8)) || fail "rank $rank: expected one op's 4 or 8 open KernelCh, got $open"
+done
+
+# --- kill: rank 2 vanishes without finalize; the others report and exit cleanly -----------------------
+run kill --duration-s 2 --kill-rank 2 --kill-after-s 1
+expect_ranks 3
+check_clean yes
+for line in "${LINES[@]}"; do
+  [[ "$(field "$line" rank)" != 2 ]] || fail "the killed rank wrote a trace line"
+done
+grep -q "rank 2 node 1 .*killed by --kill-rank" "$WORK/kill.log" || fail "kill not reported"
+
+# --- command line ----------------------------------------------------------------------------------
+SCENARIO=cli
+"$SIMJOB" --help >/dev/null || fail "--help failed"
+set +e
+"$SIMJOB" --plugin "$PLUGIN" --no-such-flag >/dev/null 2>"$WORK/cli.err"
+rc=$?
+set -e
+((rc == 2)) || fail "an unknown flag gave exit status $rc, expected 2"
+grep -q "unknown option '--no-such-flag'" "$WORK/cli.err" || fail "unclear error for a bad flag"
+
+echo "simjob_trace_test: PASS (ABI v4, v5, v6; counts; NULL handles; masks; slow; hang; kill; CLI)"

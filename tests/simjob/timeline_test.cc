@@ -1,0 +1,231 @@
+#include "tests/simjob/timeline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace ncclwatch::simjob {
+namespace {
+
+constexpr int64_t kT0 = 1'700'000'000'000'000'000;  // a realistic CLOCK_REALTIME value
+constexpr int64_t kMs = 1'000'000;
+
+TimelineConfig BaseConfig() {
+  TimelineConfig c;
+  c.nodes = 2;
+  c.ranks_per_node = 2;
+  c.t0_ns = kT0;
+  return c;
+}
+
+int64_t MaxArrival(const StepTimes& st) {
+  return *std::max_element(st.arrival.begin(), st.arrival.end());
+}
+
+TEST(TimelineTest, EndIsLatestArrivalPlusTransfer) {
+  Timeline timeline(BaseConfig());
+  for (int k = 0; k < 40; ++k) {
+    const StepTimes& st = timeline.Advance();
+    ASSERT_EQ(st.index, k);
+    const int64_t expected = MaxArrival(st) + timeline.TransferNs(*st.spec);
+    for (int r = 0; r < timeline.world_size(); ++r) EXPECT_EQ(st.end[r], expected) << k;
+  }
+}
+
+TEST(TimelineTest, TransferFollowsBusBandwidthConventions) {
+  Timeline timeline(BaseConfig());  // 4 ranks over 2 nodes: 25 GB/s = 25 bytes/ns
+  const std::vector<StepSpec> w = DefaultWorkload(false);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0].op, OpKind::kAllReduce);
+  // AllReduce 32 MiB: 2 * 3/4 * 32 MiB / 25 bytes/ns.
+  EXPECT_EQ(timeline.TransferNs(w[0]), 2013266);
+  // AllGather 8 MiB total: 3/4 * 8 MiB / 25.
+  EXPECT_EQ(timeline.TransferNs(w[1]), 251658);
+  // SendRecv 1 MiB: 1 MiB / 25.
+  EXPECT_EQ(timeline.TransferNs(w[3]), 41943);
+  EXPECT_DOUBLE_EQ(BusFactor(OpKind::kReduceScatter, 8), 7.0 / 8);
+}
+
+TEST(TimelineTest, ArrivalIsPreviousEndPlusBoundedGap) {
+  TimelineConfig config = BaseConfig();
+  Timeline timeline(config);
+  std::vector<int64_t> prev_end(timeline.world_size(), kT0);
+  for (int k = 0; k < 100; ++k) {
+    const StepTimes& st = timeline.Advance();
+    for (int r = 0; r < timeline.world_size(); ++r) {
+      const int64_t gap = st.arrival[r] - prev_end[r];
+      EXPECT_EQ(gap, timeline.GapNs(r, k));
+      EXPECT_GE(gap, config.gap_ns - config.jitter_ns);
+      EXPECT_LE(gap, config.gap_ns + config.jitter_ns);
+    }
+    prev_end = st.end;
+  }
+}
+
+TEST(TimelineTest, SlowRankArrivesLastAndHasShortestGpuDuration) {
+  TimelineConfig config = BaseConfig();
+  config.slow_ranks = {3};
+  config.slow_ns = 2 * kMs;  // > 2 * jitter, so rank 3 is always last
+  Timeline timeline(config);
+  for (int k = 0; k < 50; ++k) {
+    const StepTimes& st = timeline.Advance();
+    EXPECT_EQ(st.arrival[3], MaxArrival(st));
+    // Rank 3's kernel only runs the transfer; everyone else also waits for rank 3.
+    const int64_t slow_duration = st.end[3] - st.arrival[3];
+    EXPECT_EQ(slow_duration, timeline.TransferNs(*st.spec));
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_GT(st.end[r] - st.arrival[r], slow_duration + config.slow_ns - 2 * config.jitter_ns);
+    }
+  }
+}
+
+TEST(TimelineTest, ClockSkewShiftsGpuTimersButNotDurations) {
+  TimelineConfig skewed_config = BaseConfig();
+  skewed_config.clock_skew_ns = 5 * kMs;
+  Timeline plain(BaseConfig());
+  Timeline skewed(skewed_config);
+  for (int k = 0; k < 20; ++k) {
+    const StepTimes& a = plain.Advance();
+    const StepTimes& b = skewed.Advance();
+    ASSERT_EQ(a.arrival, b.arrival);  // skew is a GPU clock property, not a schedule change
+    for (int r = 0; r < 4; ++r) {
+      const int64_t offset = skewed.NodeOf(r) % 2 == 0 ? -5 * kMs : 5 * kMs;
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t start = skewed.GpuTimerNs(r, b.arrival[r], c);
+        const uint64_t stop = skewed.GpuTimerNs(r, b.end[r], c);
+        EXPECT_EQ(start, plain.GpuTimerNs(r, a.arrival[r], c) + offset);
+        EXPECT_EQ(stop - start,
+                  plain.GpuTimerNs(r, a.end[r], c) - plain.GpuTimerNs(r, a.arrival[r], c));
+        EXPECT_EQ(stop - start, static_cast<uint64_t>(b.end[r] - b.arrival[r]));
+      }
+    }
+  }
+}
+
+TEST(TimelineTest, ChannelsAreSkewedByAMicrosecond) {
+  Timeline timeline(BaseConfig());
+  const StepTimes& st = timeline.Advance();
+  EXPECT_EQ(timeline.GpuTimerNs(0, st.arrival[0], 3) - timeline.GpuTimerNs(0, st.arrival[0], 0),
+            static_cast<uint64_t>(3 * kChannelSkewNs));
+}
+
+TEST(TimelineTest, SameConfigGivesSameScheduleAndSeedChangesIt) {
+  Timeline a(BaseConfig());
+  Timeline b(BaseConfig());
+  TimelineConfig other = BaseConfig();
+  other.seed = 2;
+  Timeline c(other);
+  bool differs = false;
+  for (int k = 0; k < 30; ++k) {
+    const StepTimes& sa = a.Advance();
+    const StepTimes& sb = b.Advance();
+    const StepTimes& sc = c.Advance();
+    EXPECT_EQ(sa.arrival, sb.arrival);
+    EXPECT_EQ(sa.end, sb.end);
+    differs = differs || sa.arrival != sc.arrival;
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST(TimelineTest, HungRankStopsArrivingAndItsStepNeverCompletes) {
+  TimelineConfig config = BaseConfig();
+  config.fault = {FaultKind::kHang, 1, kT0 + 50 * kMs};
+  Timeline reference(BaseConfig());
+  Timeline hung(config);
+  int64_t k = 0;
+  for (;; ++k) {
+    const StepTimes& ref = reference.Advance();
+    const StepTimes& st = hung.Advance();
+    ASSERT_LT(k, 1000);
+    if (ref.arrival[1] >= config.fault.at_ns) {
+      // The hang step: everybody else still arrives and launches; nothing completes.
+      EXPECT_EQ(st.arrival[1], kNever);
+      for (int r : {0, 2, 3}) EXPECT_EQ(st.arrival[r], ref.arrival[r]);
+      for (int r = 0; r < 4; ++r) EXPECT_EQ(st.end[r], kNever);
+      EXPECT_TRUE(st.in_run);
+      break;
+    }
+    EXPECT_EQ(st.arrival, ref.arrival);
+    EXPECT_EQ(st.end, ref.end);
+  }
+  EXPECT_GT(k, 0);
+  const StepTimes& after = hung.Advance();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(after.arrival[r], kNever);
+  EXPECT_FALSE(after.in_run);
+}
+
+TEST(TimelineTest, KilledRankTakesDownTheStepInFlight) {
+  // Find a step and kill rank 2 halfway through it.
+  Timeline reference(BaseConfig());
+  for (int i = 0; i < 10; ++i) reference.Advance();
+  const StepTimes& victim = reference.Advance();
+  const int64_t kill_at = victim.arrival[2] + (victim.end[2] - victim.arrival[2]) / 2;
+  const int64_t victim_index = victim.index;
+
+  TimelineConfig config = BaseConfig();
+  config.fault = {FaultKind::kKill, 2, kill_at};
+  Timeline killed(config);
+  for (int64_t k = 0; k < victim_index; ++k) EXPECT_NE(killed.Advance().end[0], kNever);
+  const StepTimes& st = killed.Advance();
+  EXPECT_NE(st.arrival[2], kNever);  // it arrived before dying
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(st.end[r], kNever);
+  EXPECT_FALSE(killed.Advance().in_run);
+}
+
+TEST(TimelineTest, NodeCommunicatorsUseNvlinkAndIgnoreTheDegradedNic) {
+  TimelineConfig config = BaseConfig();
+  config.workload = DefaultWorkload(true);
+  config.degrade_node = 1;
+  config.degrade_factor = 0.5;
+  Timeline timeline(config);
+  EXPECT_DOUBLE_EQ(timeline.BandwidthGbs(CommScope::kWorld), 12.5);
+  EXPECT_DOUBLE_EQ(timeline.BandwidthGbs(CommScope::kNode), 300.0);
+  for (int k = 0; k < 4; ++k) timeline.Advance();
+  const StepTimes& st = timeline.Advance();
+  ASSERT_EQ(st.spec->scope, CommScope::kNode);
+  // Each node's communicator completes on its own.
+  const int64_t t = timeline.TransferNs(*st.spec);
+  EXPECT_EQ(st.end[0], std::max(st.arrival[0], st.arrival[1]) + t);
+  EXPECT_EQ(st.end[2], std::max(st.arrival[2], st.arrival[3]) + t);
+  EXPECT_EQ(t, std::llround(2.0 * 1 / 2 * (16 << 20) / 300.0));
+}
+
+TEST(TimelineTest, SingleNodeWorldUsesNvlink) {
+  TimelineConfig config = BaseConfig();
+  config.nodes = 1;
+  config.ranks_per_node = 8;
+  Timeline timeline(config);
+  EXPECT_DOUBLE_EQ(timeline.BandwidthGbs(CommScope::kWorld), 300.0);
+}
+
+TEST(TimelineTest, RunEndsAtMaxStepsOrEndTime) {
+  TimelineConfig config = BaseConfig();
+  config.max_steps = 8;
+  Timeline by_steps(config);
+  int run = 0;
+  while (by_steps.Advance().in_run) ++run;
+  EXPECT_EQ(run, 8);
+
+  config.max_steps = kNever;
+  config.end_ns = kT0 + 100 * kMs;
+  Timeline by_time(config);
+  int64_t last_first_arrival = 0;
+  for (const StepTimes* st = &by_time.Advance(); st->in_run; st = &by_time.Advance()) {
+    last_first_arrival = st->first_arrival;
+  }
+  EXPECT_LT(last_first_arrival, config.end_ns);
+  EXPECT_GT(last_first_arrival, config.end_ns - 10 * kMs);  // one step is ~5-7 ms
+}
+
+TEST(CommHashTest, DeterministicAndDistinct) {
+  EXPECT_EQ(CommHash("job", "world"), CommHash("job", "world"));
+  EXPECT_NE(CommHash("job", "world"), CommHash("job", "node0"));
+  EXPECT_NE(CommHash("job", "world"), CommHash("job2", "world"));
+  EXPECT_NE(CommHash("a", "bc"), CommHash("ab", "c"));  // the separator matters
+}
+
+}  // namespace
+}  // namespace ncclwatch::simjob
