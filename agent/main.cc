@@ -101,19 +101,7 @@ int Main(int argc, char** argv) {
                     "Node agent: receives NCCL profiler reports from the training processes on "
                     "this node and forwards them to the ncclwatch aggregator.");
   Register(table, config);
-  auto parsed = table.Parse(argc, argv);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "ncclwatch-agent: %s\n", std::string(parsed.status().message()).c_str());
-    return 2;
-  }
-  if (table.help_requested()) {
-    std::fputs(table.HelpText().c_str(), stdout);
-    return 0;
-  }
-  if (!parsed->empty()) {
-    std::fprintf(stderr, "ncclwatch-agent: unexpected argument '%s'\n", (*parsed)[0].c_str());
-    return 2;
-  }
+  if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
   if (config.node_name.empty()) config.node_name = Hostname();
   LogInfo("starting: %s", table.Describe());
 

@@ -94,20 +94,7 @@ int Main(int argc, char** argv) {
                     "Central ncclwatch service: correlates NCCL profiler reports from every node, "
                     "flags slow ranks, and serves the Query API, /federate and /metrics.");
   Register(table, config);
-  auto parsed = table.Parse(argc, argv);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "ncclwatch-aggregator: %s\n",
-                 std::string(parsed.status().message()).c_str());
-    return 2;
-  }
-  if (table.help_requested()) {
-    std::fputs(table.HelpText().c_str(), stdout);
-    return 0;
-  }
-  if (!parsed->empty()) {
-    std::fprintf(stderr, "ncclwatch-aggregator: unexpected argument '%s'\n", (*parsed)[0].c_str());
-    return 2;
-  }
+  if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
   LogInfo("starting: %s", table.Describe());
 
   auto store = Store::Open(config.data_dir);

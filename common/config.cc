@@ -3,6 +3,7 @@
 #include "common/strings.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <utility>
@@ -150,6 +151,25 @@ absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char
     if (!status.ok()) return status;
   }
   return positional;
+}
+
+std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* const* argv) {
+  auto positional = Parse(argc, argv);
+  if (!positional.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program_.c_str(),
+                 std::string(positional.status().message()).c_str());
+    return 2;
+  }
+  if (help_requested_) {
+    std::fputs(HelpText().c_str(), stdout);
+    return 0;
+  }
+  if (!positional->empty()) {
+    std::fprintf(stderr, "%s: unexpected argument '%s' (see %s --help)\n", program_.c_str(),
+                 (*positional)[0].c_str(), program_.c_str());
+    return 2;
+  }
+  return std::nullopt;
 }
 
 std::string ConfigTable::HelpText(std::string_view usage_args) const {

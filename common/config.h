@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -54,6 +55,11 @@ class ConfigTable {
   std::string Describe() const;
 
   static EnvLookup DefaultEnv();
+
+  // The command-line handling of a daemon that takes no positional arguments: parses, prints
+  // --help to stdout or an error to stderr. Returns std::nullopt to carry on, else the exit code
+  // main() should return (0 after --help, 2 for a bad command line).
+  std::optional<int> ParseDaemonCommandLine(int argc, const char* const* argv);
 
  private:
   using Target = std::variant<std::string*, int64_t*, double*, bool*>;

@@ -64,9 +64,11 @@ class Plugin {
   }
 
   // Process exit: report what the last interval saw (jobs often never destroy communicators).
+  // A forked child (e.g. a data-loader worker) inherits this object but not its threads, so it
+  // must leave them alone.
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (recorder_ == nullptr) return;
+    if (recorder_ == nullptr || getpid() != owner_pid_) return;
     flusher_->Stop();
     flusher_->RunOnce(true);
     sink_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
@@ -97,7 +99,8 @@ class Plugin {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     identity.host = host;
-    identity.pid = static_cast<uint32_t>(getpid());
+    owner_pid_ = getpid();
+    identity.pid = static_cast<uint32_t>(owner_pid_);
     identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
 
     recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
@@ -133,6 +136,7 @@ class Plugin {
   std::mutex mu_;
   bool started_ = false;
   int active_comms_ = 0;
+  pid_t owner_pid_ = 0;  // the process whose threads these are
   PluginConfig config_;
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<AgentClient> sink_;
