@@ -42,11 +42,15 @@ void AgentClient::Submit(ncclwatch::v1::RankReport report) {
 
 bool AgentClient::Drain(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
+  close_requested_ = true;
+  // Done when everything was written and the stream closed gracefully (the agent has read it
+  // all), or when there is no agent to deliver to right now.
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.empty() || !connected_ || exited_;
+    return exited_ || (!connected_ && (queue_.empty() || connect_failed_));
   };
   mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(timeout));
-  return queue_.empty();
+  close_requested_ = false;
+  return queue_.empty() && !connected_;
 }
 
 void AgentClient::Stop(std::chrono::milliseconds timeout) {
@@ -80,6 +84,7 @@ bool AgentClient::Connect() {
   active_context_ = &stream->context;
   stream_ = std::move(stream);
   connected_ = true;
+  connect_failed_ = false;
   return true;
 }
 
@@ -99,13 +104,23 @@ void AgentClient::Run() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !queue_.empty() || (close_requested_ && connected_);
+      };
       mu_.Await(absl::Condition(&ready));
-      if (queue_.empty()) break;  // stopping, nothing left
+      if (queue_.empty()) {
+        if (stop_) break;
+        // Drain() asked for a graceful close: the next Submit reopens the stream.
+        mu_.Unlock();
+        CloseStream(true);
+        mu_.Lock();
+        continue;
+      }
     }
     if (!stream_ && !Connect()) {
       absl::MutexLock lock(&mu_);
       connected_ = false;
+      connect_failed_ = true;
       if (stop_) break;  // no agent: do not hold up shutdown
       int wait = backoff_ms / 2 + static_cast<int>(jitter() % (backoff_ms / 2 + 1));
       mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(wait));

@@ -55,7 +55,9 @@ class AgentClient : public ReportSink {
   absl::Mutex mu_;
   std::deque<ncclwatch::v1::RankReport> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;    // a queued report is being written
-  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;       // a stream is open
+  bool connect_failed_ ABSL_GUARDED_BY(mu_) = false;  // the last connection attempt failed
+  bool close_requested_ ABSL_GUARDED_BY(mu_) = false; // Drain() waits for a graceful close
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool exited_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -53,11 +53,13 @@ TEST(CompletionRingTest, ConcurrentProducersLoseNothingUncounted) {
   uint64_t popped = 0, checksum = 0;
   std::thread consumer([&] {
     Completion c;
-    while (!done.load() || ring.Pop(&c)) {
+    for (;;) {
+      bool producers_done = done.load();  // read before the final drain
       while (ring.Pop(&c)) {
         ++popped;
         checksum += c.seq;
       }
+      if (producers_done) break;
     }
   });
   std::vector<std::thread> producers;

@@ -15,8 +15,9 @@ class ReportSink {
   virtual ~ReportSink() = default;
   // Takes a report for delivery. Never blocks on the network; may drop (and count) when full.
   virtual void Submit(ncclwatch::v1::RankReport report) = 0;
-  // Waits until everything submitted so far is handed to the transport, or `timeout` passes, or
-  // delivery is currently impossible (e.g. no agent). Returns true if everything was handed over.
+  // Waits until everything submitted so far has been delivered (for AgentClient: written and the
+  // stream closed gracefully, so the agent has read it), or `timeout` passes, or delivery is
+  // currently impossible (no agent). Returns true if everything was delivered.
   virtual bool Drain(std::chrono::milliseconds timeout) = 0;
   // Reports discarded so far.
   virtual uint64_t dropped() const = 0;
