@@ -1,0 +1,121 @@
+// Loads the built plugin exactly as NCCL does (dlopen RTLD_NOW|RTLD_LOCAL, dlsym of the data
+// symbols) and checks its tables and its behaviour with no agent listening. Deliberately links no
+// protobuf or gRPC code of its own, like a training process that has none.
+//
+// The descriptor layouts themselves are pinned at compile time by the static_asserts in abi.h
+// (ABI notes §3.4); this file includes it, so a layout change fails this test's build.
+#include "plugin/abi.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::abi {
+namespace {
+
+// Spot checks repeated here so that the test reads as the specification it enforces.
+static_assert(sizeof(EventDescrV5) == 112 && sizeof(EventDescrV4) == 104);
+static_assert(offsetof(EventDescrV5, coll.seq_number) == 24);
+static_assert(offsetof(EventDescrV5, kernel_ch.p_timer) == 32);
+static_assert(offsetof(EventDescrV4, coll.n_channels) == 80);
+
+class PluginLoadTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Nothing listens here: the plugin must carry on regardless.
+    setenv("NCCLWATCH_AGENT_ADDR", "unix:///nonexistent/ncclwatch-abi-test.sock", 1);
+    setenv("NCCLWATCH_FINALIZE_TIMEOUT_MS", "60000", 1);  // must not be waited for: no agent
+    handle_ = dlopen(NCCLWATCH_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+  }
+  static void* handle_;
+};
+void* PluginLoadTest::handle_ = nullptr;
+
+TEST_F(PluginLoadTest, ExportsThreeWellFormedTables) {
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  auto* v4 = static_cast<ProfilerV4*>(dlsym(handle_, "ncclProfiler_v4"));
+  auto* v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
+  auto* v6 = static_cast<ProfilerV6*>(dlsym(handle_, "ncclProfiler_v6"));
+  ASSERT_TRUE(v4 && v5 && v6);
+  for (const char* name : {v4->name, v5->name, v6->name}) EXPECT_STREQ(name, "ncclwatch");
+  EXPECT_TRUE(v5->init && v5->start_event && v5->stop_event && v5->record_event_state &&
+              v5->finalize);
+  EXPECT_TRUE(v4->init && v4->start_event && v6->start_event);
+  // Nothing else leaks out (the full list is checked on the file by check_exports.sh).
+  EXPECT_EQ(dlsym(handle_, "ncclProfiler_v3"), nullptr);
+}
+
+TEST_F(PluginLoadTest, RunsACollectiveAndFinalizesWithoutAnAgent) {
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  auto* v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(v5->init(&ctx, 0xabcdef, &mask, "world", 1, 2, 0, nullptr), kSuccess);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_EQ(mask, kColl | kP2p | kKernelCh);
+
+  EventDescrV5 coll;
+  std::memset(&coll, 0, sizeof(coll));
+  coll.type = kColl;
+  coll.coll = {0, "AllReduce", nullptr, nullptr, 1024, 0, "ncclFloat32", 2, 8, "RING", "LL",
+               nullptr};
+  void* op = nullptr;
+  ASSERT_EQ(v5->start_event(ctx, &op, &coll), kSuccess);
+  ASSERT_NE(op, nullptr);
+  EXPECT_EQ(v5->stop_event(op), kSuccess);  // enqueued; channels follow, as in NCCL
+  for (uint8_t ch = 0; ch < 2; ++ch) {
+    EventDescrV5 k;
+    std::memset(&k, 0, sizeof(k));
+    k.type = kKernelCh;
+    k.parent_obj = op;
+    k.kernel_ch = {ch, 1000};
+    void* kh = nullptr;
+    ASSERT_EQ(v5->start_event(ctx, &kh, &k), kSuccess);
+    ASSERT_NE(kh, nullptr);
+    StateArgs args;
+    args.kernel_ch.p_timer = 5000;
+    EXPECT_EQ(v5->record_event_state(kh, kKernelChStop, &args), kSuccess);
+    EXPECT_EQ(v5->stop_event(kh), kSuccess);
+  }
+  // Events the plugin does not use get NULL handles; NULL state args are accepted.
+  EventDescrV5 api;
+  std::memset(&api, 0, sizeof(api));
+  api.type = kGroupApi;
+  void* api_handle = reinterpret_cast<void*>(1);
+  EXPECT_EQ(v5->start_event(ctx, &api_handle, &api), kSuccess);
+  EXPECT_EQ(api_handle, nullptr);
+  EXPECT_EQ(v5->record_event_state(nullptr, kGroupEndApiStart, nullptr), kSuccess);
+  // A NULL context (a communicator NCCL has no profiler context for) gets nothing.
+  void* none = reinterpret_cast<void*>(1);
+  EXPECT_EQ(v5->start_event(nullptr, &none, &coll), kSuccess);
+  EXPECT_EQ(none, nullptr);
+
+  // With no agent, finalize must not wait out NCCLWATCH_FINALIZE_TIMEOUT_MS (60 s): if it did,
+  // this test would hit ctest's timeout.
+  EXPECT_EQ(v5->finalize(ctx), kSuccess);
+}
+
+TEST_F(PluginLoadTest, V4InitTakesItsOwnArgumentOrder) {
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  auto* v4 = static_cast<ProfilerV4*>(dlsym(handle_, "ncclProfiler_v4"));
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(v4->init(&ctx, &mask, "tp", 0x1234, 1, 4, 3, nullptr), kSuccess);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_EQ(mask, kColl | kP2p | kKernelCh);
+  EventDescrV4 p2p;
+  std::memset(&p2p, 0, sizeof(p2p));
+  p2p.type = kP2p;
+  p2p.p2p = {"Send", nullptr, "ncclFloat32", 256, 1, 1};
+  void* op = nullptr;
+  ASSERT_EQ(v4->start_event(ctx, &op, &p2p), kSuccess);
+  EXPECT_NE(op, nullptr);
+  EXPECT_EQ(v4->stop_event(op), kSuccess);
+  EXPECT_EQ(v4->finalize(ctx), kSuccess);
+}
+
+}  // namespace
+}  // namespace ncclwatch::abi
