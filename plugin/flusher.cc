@@ -123,7 +123,11 @@ Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity
                  ReportSink& sink)
     : config_(config), recorder_(recorder), identity_(std::move(identity)), sink_(sink) {}
 
-Flusher::~Flusher() { Stop(); }
+Flusher::~Flusher() {
+  Stop();
+  absl::MutexLock lock(&mu_);
+  for (CommState* comm : zombies_) delete comm;
+}
 
 void Flusher::Start() { thread_ = std::thread([this] { Loop(); }); }
 

@@ -98,7 +98,7 @@ class Flusher {
  public:
   Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
           ReportSink& sink);
-  ~Flusher();  // stops the thread
+  ~Flusher();  // stops the thread, frees finalized communicators
 
   // Starts the background thread: drains every 50 ms, reports every flush interval.
   void Start();

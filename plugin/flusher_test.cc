@@ -53,7 +53,7 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   RunOp("Send", 0, 256, 3'000'000, 5'000, true, 0);
   flusher_.RunOnce(true);
   ASSERT_EQ(sink_.reports.size(), 1u);
-  const auto& r = sink_.reports[0];
+  const ncclwatch::v1::RankReport r = sink_.reports[0];  // a copy: the vector grows below
   EXPECT_EQ(r.identity().job_id(), "job-1");
   EXPECT_EQ(r.identity().comm_hash(), 0x1234u);
   EXPECT_EQ(r.identity().rank(), 3);

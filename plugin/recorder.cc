@@ -21,6 +21,9 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   }
 }
 
+// Both handle types begin with their HandleKind: read the tag before treating the handle as either.
+HandleKind KindOf(const void* handle) { return *static_cast<const HandleKind*>(handle); }
+
 int64_t ReadClock(clockid_t id) {
   timespec ts;
   clock_gettime(id, &ts);
@@ -34,6 +37,11 @@ int64_t RealtimeNs() { return ReadClock(CLOCK_REALTIME); }
 
 Recorder::Recorder(size_t op_pool_size, size_t ring_size)
     : pool_(op_pool_size), ring_size_(ring_size) {}
+
+Recorder::~Recorder() {
+  absl::MutexLock lock(&mu_);
+  for (CommState* comm : comms_) delete comm;
+}
 
 CommState* Recorder::InitComm(CommIdentity identity) {
   auto* comm = new CommState(std::move(identity), ring_size_);
@@ -82,11 +90,11 @@ void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
 }
 
 void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_start_ns) noexcept {
-  auto* slot = static_cast<OpSlot*>(parent);
-  if (slot == nullptr || slot->kind != HandleKind::kOp || channel >= kMaxChannels) {
+  if (parent == nullptr || KindOf(parent) != HandleKind::kOp || channel >= kMaxChannels) {
     orphans_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
+  auto* slot = static_cast<OpSlot*>(parent);
   // While fewer than n_channels channels have started, the kernel reference keeps the slot alive,
   // so taking another reference is safe. Extra channels beyond n_channels are not trusted.
   uint32_t started = slot->channels_started.fetch_add(1, std::memory_order_relaxed);
@@ -102,15 +110,13 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
 }
 
 void Recorder::RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept {
-  auto* ref = static_cast<ChannelRef*>(handle);
-  if (ref == nullptr || ref->kind != HandleKind::kChannel) return;
-  ref->stop_ns.store(gpu_stop_ns, std::memory_order_relaxed);
+  if (handle == nullptr || KindOf(handle) != HandleKind::kChannel) return;
+  static_cast<ChannelRef*>(handle)->stop_ns.store(gpu_stop_ns, std::memory_order_relaxed);
 }
 
 void Recorder::StopEvent(void* handle) noexcept {
   if (handle == nullptr) return;
-  // Both handle types start with their HandleKind.
-  HandleKind kind = *static_cast<const HandleKind*>(handle);
+  HandleKind kind = KindOf(handle);
   if (kind == HandleKind::kOp) {
     auto* slot = static_cast<OpSlot*>(handle);
     // Coll/P2p stop means "enqueued". Without channels nothing else will time this operation.

@@ -71,9 +71,12 @@ struct InFlightView {
 class Recorder {
  public:
   Recorder(size_t op_pool_size, size_t ring_size);
+  // Deletes the communicators still registered. (The plugin's Recorder lives until process exit.)
+  ~Recorder();
 
-  // Communicator lifecycle (not on the hot path). FinalizeComm only unregisters; the caller
-  // deletes the CommState once Referenced() says no slot points at it any more.
+  // Communicator lifecycle (not on the hot path). The Recorder owns registered communicators;
+  // UnregisterComm hands ownership to the caller, who deletes the CommState once Referenced()
+  // says no slot points at it any more.
   CommState* InitComm(CommIdentity identity);
   void UnregisterComm(CommState* comm);
   std::vector<CommState*> Comms() const;
