@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proto/samples.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -131,6 +132,29 @@ ncclwatch::v1::StragglerInfo Analyzer::MakeStragglerInfo(const CommKey& key,
   return info;
 }
 
+ncclwatch::v1::Event Analyzer::StragglerEvent(const CommKey& key, CommMeta& meta,
+                                              const FlagChange& change, int64_t now_ns) {
+  const int rank = change.score.rank;
+  if (change.score.flagged) meta.flagged_since_ns[rank] = now_ns;
+  ncclwatch::v1::Event event;
+  event.set_kind(ncclwatch::v1::Event::STRAGGLER);
+  event.set_phase(change.score.flagged ? ncclwatch::v1::Event::START
+                                       : ncclwatch::v1::Event::END);
+  event.set_time_unix_ns(now_ns);
+  *event.mutable_straggler() = MakeStragglerInfo(key, meta, change.score);
+  const RankMeta& who = meta.ranks[rank];
+  event.set_summary(absl::StrFormat(
+      "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s: median lateness %.2f ms "
+      "over %d collectives, arrived last in %.0f%%",
+      change.score.flagged ? "STRAGGLER" : "RECOVERED", rank, OrUnknown(who.node),
+      GpuLabel(who.cuda_device), OrUnknown(meta.comm_name), CommHashText(key.comm_hash),
+      key.job_id, change.score.flagged ? "is slow" : "is back in step",
+      change.score.lateness_ns / 1e6, change.score.observations,
+      change.score.arrived_last_fraction * 100));
+  if (!change.score.flagged) meta.flagged_since_ns.erase(rank);
+  return event;
+}
+
 std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankReport& report,
                                                    int64_t now_ns) {
   absl::MutexLock lock(&mu_);
@@ -156,34 +180,14 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   UpdateStatsSeries(key, meta, report, now_ns);
 
   std::vector<ncclwatch::v1::Event> events;
-  for (const auto& s : report.samples()) {
-    auto group = correlator_.Add(key, id.nranks(), s.op(), s.seq(), id.rank(), s.duration_ns(),
-                                 s.gpu_start_ns(), now_ns);
-    if (!group) continue;
+  ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+    auto group = correlator_.Add(key, id.nranks(), col.op(), s.seq, id.rank(), s.duration_ns,
+                                 s.gpu_start_ns, now_ns);
+    if (!group) return;
     for (const FlagChange& change : stragglers_.Observe(*group)) {
-      const int rank = change.score.rank;
-      if (change.score.flagged) {
-        meta.flagged_since_ns[rank] = now_ns;
-      }
-      ncclwatch::v1::Event event;
-      event.set_kind(ncclwatch::v1::Event::STRAGGLER);
-      event.set_phase(change.score.flagged ? ncclwatch::v1::Event::START
-                                           : ncclwatch::v1::Event::END);
-      event.set_time_unix_ns(now_ns);
-      *event.mutable_straggler() = MakeStragglerInfo(key, meta, change.score);
-      const RankMeta& who = meta.ranks[rank];
-      event.set_summary(absl::StrFormat(
-          "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s: median lateness %.2f ms "
-          "over %d collectives, arrived last in %.0f%%",
-          change.score.flagged ? "STRAGGLER" : "RECOVERED", rank, OrUnknown(who.node),
-          GpuLabel(who.cuda_device), OrUnknown(meta.comm_name), CommHashText(key.comm_hash),
-          key.job_id, change.score.flagged ? "is slow" : "is back in step",
-          change.score.lateness_ns / 1e6, change.score.observations,
-          change.score.arrived_last_fraction * 100));
-      if (!change.score.flagged) meta.flagged_since_ns.erase(rank);
-      events.push_back(std::move(event));
+      events.push_back(StragglerEvent(key, meta, change, now_ns));
     }
-  }
+  });
   return events;
 }
 

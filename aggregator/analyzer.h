@@ -86,6 +86,8 @@ class Analyzer {
   void SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
                  int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LabelPairs RankLabels(const CommKey& key, const CommMeta& meta, int rank) const;
+  ncclwatch::v1::Event StragglerEvent(const CommKey& key, CommMeta& meta, const FlagChange& change,
+                                      int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ncclwatch::v1::StragglerInfo MakeStragglerInfo(const CommKey& key, const CommMeta& meta,
                                                  const RankScore& score) const;
 

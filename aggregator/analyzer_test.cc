@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "proto/samples.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -37,12 +38,11 @@ ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n
   p2p->set_exec_time_us_sum(50);
   p2p->set_bus_bw_gbs_log_sum(2 * std::log(10.0));
   p2p->set_bw_samples(2);
+  SampleColumnWriter writer(&r);
   for (int i = 0; i < n; ++i) {
-    auto* s = r.add_samples();
-    s->set_op("AllReduce");
-    s->set_seq(first_seq + i);
     uint64_t arrival = 1'000'000 + (rank == slow ? 2'000'000 : (rank * 10'000));
-    s->set_duration_ns(5'000'000 - arrival);
+    writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
+               Sample{first_seq + i, arrival, 5'000'000 - arrival});
   }
   return r;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/op_math.h"
+#include "proto/samples.h"
 
 namespace ncclwatch::plugin {
 namespace {
@@ -98,15 +99,15 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
     out->set_alg_bw_gbs_log_sum(s.alg_log_sum);
     out->set_bw_samples(s.bw_samples);
   }
+  // Grouped by column and in seq order, the delta encoding stays at a few bytes per sample.
+  std::sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
+    return std::tie(a.op, a.algo, a.proto, a.bytes, a.channels, a.seq) <
+           std::tie(b.op, b.algo, b.proto, b.bytes, b.channels, b.seq);
+  });
+  SampleColumnWriter writer(report);
   for (const Sample& s : samples_) {
-    auto* rec = report->add_samples();
-    rec->set_op(s.op);
-    rec->set_seq(s.seq);
-    rec->set_gpu_start_ns(s.gpu_start_ns);
-    rec->set_duration_ns(s.duration_ns);
-    rec->set_bytes(s.bytes);
-    rec->set_channels(s.channels);
-    rec->set_algo_proto(AlgoProto(s.algo, s.proto));
+    writer.Add(s.op, AlgoProto(s.algo, s.proto), s.bytes, s.channels,
+               ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns});
   }
   report->set_sample_stride(static_cast<uint32_t>(stride_));
   if (have_clock_) *report->mutable_clock() = clock_;
@@ -200,6 +201,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   std::sort(mine.begin(), mine.end(), [](const InFlightView* a, const InFlightView* b) {
     return a->enqueue_mono_ns < b->enqueue_mono_ns;
   });
+  report.set_in_flight_count(static_cast<uint32_t>(mine.size()));
   if (static_cast<int64_t>(mine.size()) > config_.max_in_flight) mine.resize(config_.max_in_flight);
   int64_t now_mono = MonotonicNs();
   for (const InFlightView* v : mine) {

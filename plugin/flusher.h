@@ -3,7 +3,7 @@
 //
 // Compaction per (op, algo_proto, Inspector size bucket, peer): count, bytes, execution time
 // sum/min/max and a log2 histogram, log-sums of bus and algorithm bandwidth (geometric means).
-// Sampling: a collective is sent as a CollRecord when seq % stride == 0; the stride starts at
+// Sampling: a collective is sent as a sample (RankReport.sample_columns) when seq % stride == 0; the stride starts at
 // NCCLWATCH_SAMPLE_STRIDE and doubles while the interval holds more than NCCLWATCH_MAX_SAMPLES.
 // Because strides are powers of two, the records of two ranks that chose different strides still
 // share every seq that is a multiple of the larger one, so the aggregator can always join them.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "proto/samples.h"
 
 namespace ncclwatch::plugin {
 namespace {
@@ -82,10 +83,18 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(send.algo_proto(), "");
   EXPECT_EQ(send.message_size(), "1-2KB");
   // Collectives are sampled (stride 1); p2p is not.
-  ASSERT_EQ(r.samples_size(), 2);
-  EXPECT_EQ(r.samples(1).seq(), 1u);
-  EXPECT_EQ(r.samples(1).gpu_start_ns(), 2'000'000u);
-  EXPECT_EQ(r.samples(1).duration_ns(), 40'000u);
+  std::vector<Sample> samples;
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+    EXPECT_EQ(col.op(), "AllReduce");
+    EXPECT_EQ(col.algo_proto(), "RING_LL");
+    EXPECT_EQ(col.bytes(), 8192u);
+    EXPECT_EQ(col.channels(), 2u);
+    samples.push_back(s);
+  });
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[1].seq, 1u);
+  EXPECT_EQ(samples[1].gpu_start_ns, 2'000'000u);
+  EXPECT_EQ(samples[1].duration_ns, 40'000u);
   EXPECT_EQ(r.sample_stride(), 1u);
   EXPECT_TRUE(r.has_clock());
   EXPECT_FALSE(r.final());
@@ -103,8 +112,8 @@ TEST_F(FlusherTest, StrideDoublesToStayUnderTheSampleCapAndStaysNested) {
   const auto& r = sink_.reports.back();
   // 30 collectives, cap 8: stride 4 keeps seqs 0,4,...,28 = 8 records.
   EXPECT_EQ(r.sample_stride(), 4u);
-  ASSERT_EQ(r.samples_size(), 8);
-  for (const auto& s : r.samples()) EXPECT_EQ(s.seq() % 4, 0u);
+  ASSERT_EQ(SampleCount(r), 8u);
+  ForEachSample(r, [](const auto&, const Sample& s) { EXPECT_EQ(s.seq % 4, 0u); });
   EXPECT_EQ(r.drops().samples_capped(), 22u);
 }
 
@@ -117,6 +126,7 @@ TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {
   ASSERT_EQ(sink_.reports.size(), 1u);
   const auto& r = sink_.reports[0];
   EXPECT_TRUE(r.final());
+  EXPECT_EQ(r.in_flight_count(), 1u);
   ASSERT_EQ(r.in_flight_size(), 1);
   EXPECT_EQ(r.in_flight(0).op(), "AllGather");
   EXPECT_EQ(r.in_flight(0).seq(), 5u);

@@ -22,7 +22,7 @@ void RegisterPluginConfig(ConfigTable& t, PluginConfig& c) {
            "Send a per-collective record for every collective whose seqNumber is a multiple of "
            "this (a power of two; raised automatically to stay under NCCLWATCH_MAX_SAMPLES).");
   t.AddInt("", "NCCLWATCH_MAX_SAMPLES", &c.max_samples,
-           "Most per-collective records in one report.");
+           "Most sampled collectives in one report (per communicator and interval).");
   t.AddInt("", "NCCLWATCH_MAX_IN_FLIGHT", &c.max_in_flight,
            "Most in-flight operations listed in one report (oldest first).");
   t.AddInt("", "NCCLWATCH_MAX_QUEUED_REPORTS", &c.max_queued_reports,

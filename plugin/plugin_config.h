@@ -19,8 +19,8 @@ struct PluginConfig {
   int64_t op_pool_size = 2048;
   int64_t ring_size = 4096;
   int64_t sample_stride = 1;
-  int64_t max_samples = 2048;
-  int64_t max_in_flight = 64;
+  int64_t max_samples = 256;
+  int64_t max_in_flight = 8;
   int64_t max_queued_reports = 1024;
   int64_t finalize_timeout_ms = 2000;
 };

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "samples.h"
+
 namespace ncclwatch {
 namespace {
 
@@ -34,7 +36,7 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
   if (id.n_nodes() < 1 || id.n_nodes() > id.nranks()) {
     return Reject("bad_n_nodes", "n_nodes " + std::to_string(id.n_nodes()) + " not in [1, nranks]");
   }
-  if (r.stats_size() > kMaxStatsPerReport || r.samples_size() > kMaxSamplesPerReport ||
+  if (r.stats_size() > kMaxStatsPerReport || SampleCount(r) > kMaxSamplesPerReport ||
       r.in_flight_size() > kMaxInFlightPerReport) {
     return Reject("too_large", "report carries too many stats, samples or in-flight entries");
   }
@@ -50,8 +52,13 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
       return Reject("bad_stats", "op stats with non-finite, negative or inconsistent values");
     }
   }
-  for (const auto& s : r.samples()) {
-    if (s.op().size() > kMaxLabelLength) return Reject("bad_sample", "sample op name too long");
+  if (!SampleColumnsWellFormed(r)) {
+    return Reject("bad_sample", "sample column arrays of different lengths");
+  }
+  for (const auto& col : r.sample_columns()) {
+    if (col.op().size() > kMaxLabelLength || col.algo_proto().size() > kMaxLabelLength) {
+      return Reject("bad_sample", "sample column op or algo_proto too long");
+    }
   }
   return {};
 }

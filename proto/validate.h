@@ -11,7 +11,7 @@ namespace ncclwatch {
 
 // Limits on what one report may carry; bigger reports are rejected as "too_large".
 inline constexpr int kMaxStatsPerReport = 16384;
-inline constexpr int kMaxSamplesPerReport = 1 << 20;
+inline constexpr size_t kMaxSamplesPerReport = 1 << 20;
 inline constexpr int kMaxInFlightPerReport = 1 << 16;
 inline constexpr int kMaxRanks = 1 << 20;
 inline constexpr size_t kMaxLabelLength = 256;

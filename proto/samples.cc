@@ -1,0 +1,57 @@
+#include "samples.h"
+
+namespace ncclwatch {
+
+void SampleColumnWriter::Add(const std::string& op, const std::string& algo_proto, uint64_t bytes,
+                             uint32_t channels, const Sample& s) {
+  auto [it, inserted] =
+      cursors_.try_emplace({op, algo_proto, bytes, channels}, Cursor{0, 0, 0});
+  Cursor& c = it->second;
+  if (inserted) {
+    c.column = report_->sample_columns_size();
+    auto* col = report_->add_sample_columns();
+    col->set_op(op);
+    col->set_algo_proto(algo_proto);
+    col->set_bytes(bytes);
+    col->set_channels(channels);
+  }
+  auto* col = report_->mutable_sample_columns(c.column);
+  // Differences are taken modulo 2^64 and read back the same way, so any order round-trips.
+  col->add_seq_delta(static_cast<int64_t>(s.seq - c.last_seq));
+  col->add_gpu_start_delta_ns(static_cast<int64_t>(s.gpu_start_ns - c.last_start));
+  col->add_duration_ns(s.duration_ns);
+  c.last_seq = s.seq;
+  c.last_start = s.gpu_start_ns;
+}
+
+bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report) {
+  for (const auto& col : report.sample_columns()) {
+    if (col.seq_delta_size() != col.gpu_start_delta_ns_size() ||
+        col.seq_delta_size() != col.duration_ns_size()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t SampleCount(const ncclwatch::v1::RankReport& report) {
+  size_t n = 0;
+  for (const auto& col : report.sample_columns()) n += col.seq_delta_size();
+  return n;
+}
+
+void ForEachSample(
+    const ncclwatch::v1::RankReport& report,
+    const std::function<void(const ncclwatch::v1::SampleColumn&, const Sample&)>& fn) {
+  for (const auto& col : report.sample_columns()) {
+    Sample s;
+    for (int i = 0; i < col.seq_delta_size(); ++i) {
+      s.seq += static_cast<uint64_t>(col.seq_delta(i));
+      s.gpu_start_ns += static_cast<uint64_t>(col.gpu_start_delta_ns(i));
+      s.duration_ns = col.duration_ns(i);
+      fn(col, s);
+    }
+  }
+}
+
+}  // namespace ncclwatch

@@ -1,0 +1,50 @@
+// Encoding and decoding of RankReport.sample_columns (docs/wire-format.md): sampled collectives
+// grouped by (op, algo_proto, bytes, channels), seq and GPU start delta-encoded.
+#ifndef NCCLWATCH_PROTO_SAMPLES_H_
+#define NCCLWATCH_PROTO_SAMPLES_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch {
+
+struct Sample {
+  uint64_t seq = 0;
+  uint64_t gpu_start_ns = 0;
+  uint64_t duration_ns = 0;
+};
+
+// Appends samples to a report's columns. Samples of one column should arrive in seq order for the
+// smallest encoding (any order decodes correctly).
+class SampleColumnWriter {
+ public:
+  explicit SampleColumnWriter(ncclwatch::v1::RankReport* report) : report_(report) {}
+  void Add(const std::string& op, const std::string& algo_proto, uint64_t bytes, uint32_t channels,
+           const Sample& sample);
+
+ private:
+  struct Cursor {
+    int column;
+    uint64_t last_seq;
+    uint64_t last_start;
+  };
+  ncclwatch::v1::RankReport* report_;
+  std::map<std::tuple<std::string, std::string, uint64_t, uint32_t>, Cursor> cursors_;
+};
+
+// True when every column's arrays have the same length.
+bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report);
+// Total number of samples in the report.
+size_t SampleCount(const ncclwatch::v1::RankReport& report);
+// Calls `fn` for every sample, column by column. The report must be well formed.
+void ForEachSample(const ncclwatch::v1::RankReport& report,
+                   const std::function<void(const ncclwatch::v1::SampleColumn&, const Sample&)>& fn);
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_PROTO_SAMPLES_H_

@@ -1,0 +1,58 @@
+#include "proto/samples.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch {
+namespace {
+
+TEST(SampleColumnsTest, RoundTripsInAnyOrderAndGroupsByColumnKey) {
+  ncclwatch::v1::RankReport r;
+  SampleColumnWriter w(&r);
+  std::vector<Sample> in = {{0, 1'000'000'000'000, 50}, {4, 1'000'000'500'000, 70},
+                            {2, 999'999'000'000, 60}};  // out of order on purpose
+  for (const Sample& s : in) w.Add("AllReduce", "RING_LL", 4096, 2, s);
+  w.Add("AllGather", "RING_LL", 4096, 2, {9, 5, 6});
+  w.Add("AllReduce", "RING_LL", 8192, 2, {8, 7, 8});  // another size: another column
+  ASSERT_EQ(r.sample_columns_size(), 3);
+  EXPECT_TRUE(SampleColumnsWellFormed(r));
+  EXPECT_EQ(SampleCount(r), 5u);
+  std::vector<Sample> out;
+  std::vector<std::string> ops;
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& c, const Sample& s) {
+    out.push_back(s);
+    ops.push_back(c.op() + "/" + std::to_string(c.bytes()));
+  });
+  ASSERT_EQ(out.size(), 5u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].seq, in[i].seq);
+    EXPECT_EQ(out[i].gpu_start_ns, in[i].gpu_start_ns);
+    EXPECT_EQ(out[i].duration_ns, in[i].duration_ns);
+  }
+  EXPECT_EQ(ops[3], "AllGather/4096");
+  EXPECT_EQ(out[4].seq, 8u);
+  EXPECT_EQ(ops[4], "AllReduce/8192");
+}
+
+TEST(SampleColumnsTest, ConsecutiveSamplesCostAboutEightBytes) {
+  ncclwatch::v1::RankReport r;
+  SampleColumnWriter w(&r);
+  for (uint64_t seq = 0; seq < 1000; ++seq) {
+    w.Add("AllReduce", "RING_SIMPLE", 1 << 25, 16,
+          {seq, 1'763'000'000'000'000'000 + seq * 20'000'000, 3'000'000 + seq % 1000});
+  }
+  size_t bytes = r.ByteSizeLong();
+  EXPECT_LT(bytes, 1000u * 10) << bytes;
+}
+
+TEST(SampleColumnsTest, MismatchedColumnsAreMalformed) {
+  ncclwatch::v1::RankReport r;
+  auto* c = r.add_sample_columns();
+  c->add_seq_delta(1);
+  c->add_gpu_start_delta_ns(1);
+  EXPECT_FALSE(SampleColumnsWellFormed(r));
+}
+
+}  // namespace
+}  // namespace ncclwatch
