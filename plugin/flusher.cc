@@ -24,22 +24,20 @@ std::string AlgoProto(const char* algo, const char* proto) {
 
 void CommAccumulator::Add(const Completion& c, int nranks) {
   const char* op = OrUnknown(c.func);
-  Key key{op, c.p2p ? "" : AlgoProto(c.algo, c.proto), MessageSizeBucketFloor(c.bytes),
-          c.p2p ? c.peer : -1, c.p2p};
-  auto [it, inserted] = stats_.try_emplace(std::move(key));
+  const uint64_t bytes = MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count);
+  Key key{op, c.p2p ? nullptr : c.algo, c.p2p ? nullptr : c.proto,
+          MessageSizeBucketFloor(bytes), c.p2p ? c.peer : -1, c.p2p};
+  auto [it, inserted] = stats_.try_emplace(key);
   Stats& s = it->second;
   double exec_us = static_cast<double>(c.exec_ns) / 1000.0;
-  if (inserted) {
-    s.size_label = MessageSizeBucket(c.bytes);
-    s.min_us = s.max_us = exec_us;
-  }
+  if (inserted) s.min_us = s.max_us = exec_us;
   s.count++;
-  s.bytes += c.bytes;
+  s.bytes += bytes;
   s.sum_us += exec_us;
   s.min_us = std::min(s.min_us, exec_us);
   s.max_us = std::max(s.max_us, exec_us);
   s.hist[ExecTimeBucket(exec_us)]++;
-  Bandwidth bw = ComputeBandwidth(op, nranks, c.bytes, c.exec_ns);
+  Bandwidth bw = ComputeBandwidth(op, nranks, bytes, c.exec_ns);
   if (bw.bus_gbs > 0 && bw.alg_gbs > 0) {
     s.bus_log_sum += std::log(bw.bus_gbs);
     s.alg_log_sum += std::log(bw.alg_gbs);
@@ -48,7 +46,7 @@ void CommAccumulator::Add(const Completion& c, int nranks) {
 
   // The clock pair with the smallest host-minus-GPU gap had the least callback delay.
   int64_t gap = c.host_done_unix_ns - static_cast<int64_t>(c.gpu_stop_ns);
-  if (!have_clock_ || gap < best_clock_gap_) {
+  if (c.host_done_unix_ns != 0 && (!have_clock_ || gap < best_clock_gap_)) {
     have_clock_ = true;
     best_clock_gap_ = gap;
     clock_.set_host_unix_ns(c.host_done_unix_ns);
@@ -60,7 +58,7 @@ void CommAccumulator::Add(const Completion& c, int nranks) {
     ++samples_capped_;  // would have been sampled had the cap not raised the stride
   } else {
     samples_.push_back(Sample{op, c.algo, c.proto, c.seq, c.gpu_start_ns,
-                              c.gpu_stop_ns - c.gpu_start_ns, c.bytes, c.channels});
+                              c.gpu_stop_ns - c.gpu_start_ns, bytes, c.channels});
     if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
   }
 }
@@ -84,8 +82,8 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
     auto* out = report->add_stats();
     out->set_op(key.op);
     out->set_p2p(key.p2p);
-    out->set_algo_proto(key.algo_proto);
-    out->set_message_size(s.size_label);
+    out->set_algo_proto(key.p2p ? "" : AlgoProto(key.algo, key.proto));
+    out->set_message_size(MessageSizeBucket(key.size_floor));
     out->set_peer(key.peer);
     out->set_count(s.count);
     out->set_bytes(s.bytes);
@@ -203,7 +201,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   });
   report.set_in_flight_count(static_cast<uint32_t>(mine.size()));
   if (static_cast<int64_t>(mine.size()) > config_.max_in_flight) mine.resize(config_.max_in_flight);
-  int64_t now_mono = MonotonicNs();
+  int64_t now_mono = CoarseMonotonicNs();
   for (const InFlightView* v : mine) {
     auto* op = report.add_in_flight();
     op->set_op(OrUnknown(v->func));

@@ -48,19 +48,21 @@ class CommAccumulator {
   uint64_t samples_capped() const { return samples_capped_; }
 
  private:
+  // NCCL passes static strings (ABI notes §3.1): the pointers identify them, so the per-operation
+  // work needs no string copies. Labels are built once per interval in TakeInto.
   struct Key {
-    std::string op;
-    std::string algo_proto;
+    const char* op;
+    const char* algo;
+    const char* proto;
     uint64_t size_floor;
     int32_t peer;
     bool p2p;
     bool operator<(const Key& o) const {
-      return std::tie(op, algo_proto, size_floor, peer, p2p) <
-             std::tie(o.op, o.algo_proto, o.size_floor, o.peer, o.p2p);
+      return std::tie(op, algo, proto, size_floor, peer, p2p) <
+             std::tie(o.op, o.algo, o.proto, o.size_floor, o.peer, o.p2p);
     }
   };
   struct Stats {
-    std::string size_label;
     uint64_t count = 0;
     uint64_t bytes = 0;
     double sum_us = 0;

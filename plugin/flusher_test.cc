@@ -62,7 +62,14 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(r.identity().cuda_device(), 1);
   EXPECT_EQ(r.report_id() >> 32, 7u);
   ASSERT_EQ(r.stats_size(), 2);
-  const auto& ar = r.stats(0);  // "AllReduce" sorts before "Send"
+  auto find = [&](const std::string& op) -> const ncclwatch::v1::OpStats& {
+    for (const auto& s : r.stats()) {
+      if (s.op() == op) return s;
+    }
+    ADD_FAILURE() << "no stats for " << op;
+    return r.stats(0);
+  };
+  const auto& ar = find("AllReduce");
   EXPECT_EQ(ar.op(), "AllReduce");
   EXPECT_EQ(ar.algo_proto(), "RING_LL");
   EXPECT_EQ(ar.message_size(), "8-9KB");
@@ -77,7 +84,7 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(ar.exec_time_hist(6), 1u);
   double bus10 = 8192 * 1.5 / 1e9 / 10e-6, bus40 = 8192 * 1.5 / 1e9 / 40e-6;
   EXPECT_NEAR(std::exp(ar.bus_bw_gbs_log_sum() / ar.bw_samples()), std::sqrt(bus10 * bus40), 1e-9);
-  const auto& send = r.stats(1);
+  const auto& send = find("Send");
   EXPECT_TRUE(send.p2p());
   EXPECT_EQ(send.peer(), 0);
   EXPECT_EQ(send.algo_proto(), "");

@@ -6,10 +6,15 @@
 //   threads and the proxy thread (ABI notes §6.1). Nothing here takes a lock, allocates, logs or
 //   makes a system call; a full pool or ring drops the event and counts it.
 // - An OpSlot is owned by reference counts: +1 for the Coll/P2p event itself (released at its
-//   stopEvent, which means "enqueued"), +1 for the kernel as a whole while n_channels > 0 (released
-//   when the last channel stops), +1 per KernelCh child between its start and stop. KernelCh
-//   children start after the parent stopped (§2.2), so the kernel reference is what keeps the slot.
-//   refs == 0 means the slot is free and may be claimed by any thread.
+//   stopEvent, which means "enqueued") and +1 for the kernel as a whole while n_channels > 0
+//   (released when the last of its n_channels channels stops). KernelCh children start after the
+//   parent stopped (§2.2), so the kernel reference is what keeps the slot alive for them. A channel
+//   beyond n_channels, or a channel id seen twice, is refused at its start, so every accepted
+//   channel runs while the kernel reference is held. refs == 0 means the slot is free.
+// - Per channel the hot path does two atomic read-modify-writes: fetch_or on `channel_mask` at
+//   start (which also counts the channels) and fetch_add on `channels_done` at stop. The channel
+//   that stops last sees every other channel's timestamps (acq_rel on channels_done) and computes
+//   the operation's timing alone.
 // - Fields written at claim time are atomics published by `version` (a seqlock: odd while being
 //   filled) so that the flusher thread can list operations in flight without a lock.
 // - Handles given to NCCL are pointers to an OpSlot or to one of its ChannelRefs; both begin with a
@@ -36,6 +41,7 @@ struct OpSlot;
 struct ChannelRef {
   HandleKind kind = HandleKind::kChannel;
   uint8_t index = 0;                      // channel id == position in OpSlot::channels
+  std::atomic<uint32_t> generation{0};    // OpSlot::generation of the operation that set it
   std::atomic<uint64_t> start_ns{0};      // GPU start timestamp (KernelCh start)
   std::atomic<uint64_t> stop_ns{0};       // GPU stop timestamp (KernelChStop state), 0 if none
   OpSlot* owner = nullptr;
@@ -46,23 +52,21 @@ struct alignas(64) OpSlot {
   std::atomic<uint32_t> refs{0};
   std::atomic<uint32_t> version{0};       // seqlock for the flusher's in-flight scan
   // Identity, written once after the claim.
+  std::atomic<uint32_t> generation{0};    // version at the claim: tells this op's channels apart
   std::atomic<CommState*> comm{nullptr};
   std::atomic<const char*> func{nullptr};   // NCCL's static strings (ABI notes §3.1)
   std::atomic<const char*> algo{nullptr};
   std::atomic<const char*> proto{nullptr};
+  std::atomic<const char*> datatype{nullptr};
+  std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> seq{0};
-  std::atomic<uint64_t> bytes{0};
   std::atomic<int32_t> peer{-1};
   std::atomic<uint8_t> n_channels{0};
   std::atomic<bool> p2p{false};
-  std::atomic<int64_t> enqueue_mono_ns{0};
+  std::atomic<int64_t> enqueue_mono_ns{0};  // coarse clock: ages need only millisecond precision
   // Progress, updated by the proxy thread.
-  std::atomic<uint32_t> channels_started{0};
+  std::atomic<uint64_t> channel_mask{0};    // channels started (bit = channel id)
   std::atomic<uint32_t> channels_done{0};
-  std::atomic<uint64_t> gpu_start_min{UINT64_MAX};
-  std::atomic<uint64_t> gpu_stop_max{0};
-  std::atomic<uint64_t> max_channel_ns{0};
-  std::atomic<uint32_t> timed_channels{0};
   ChannelRef channels[kMaxChannels];
 
   OpSlot() {
@@ -78,16 +82,16 @@ struct Completion {
   const char* func = nullptr;
   const char* algo = nullptr;
   const char* proto = nullptr;
+  const char* datatype = nullptr;
+  uint64_t count = 0;           // bytes = MessageBytes(datatype, count), computed off the hot path
   uint64_t seq = 0;
-  uint64_t bytes = 0;
   int32_t peer = -1;
   bool p2p = false;
-  bool timed = false;           // false: no GPU timestamps (counted as untimed)
   uint8_t channels = 0;
   uint64_t gpu_start_ns = 0;    // earliest channel start
   uint64_t gpu_stop_ns = 0;     // latest channel stop
   uint64_t exec_ns = 0;         // longest single-channel duration (NCCL Inspector's definition)
-  int64_t host_done_unix_ns = 0;
+  int64_t host_done_unix_ns = 0;  // host clock at completion, on ~1 in 16 completions; else 0
 };
 
 // Fixed array of slots; Claim() is wait-free in the common case (a few CAS probes).

@@ -110,11 +110,11 @@ TEST_F(RecorderTest, ChildrenAfterParentStopCompleteTheOperation) {
   ASSERT_TRUE(comm_->ring().Pop(&c));
   EXPECT_STREQ(c.func, "AllReduce");
   EXPECT_EQ(c.seq, 7u);
-  EXPECT_EQ(c.bytes, 4096u);
+  EXPECT_STREQ(c.datatype, "ncclFloat32");
+  EXPECT_EQ(c.count, 1024u);
   EXPECT_EQ(c.gpu_start_ns, 1000u);
   EXPECT_EQ(c.gpu_stop_ns, 8100u);
   EXPECT_EQ(c.exec_ns, 7000u);
-  EXPECT_TRUE(c.timed);
   EXPECT_EQ(recorder_.ops_in_use(), 0u);
 }
 
@@ -130,6 +130,35 @@ TEST_F(RecorderTest, ExtraOrForeignChannelsAreRejectedAndCounted) {
   recorder_.StopEvent(ch);
   recorder_.StopEvent(op);
   EXPECT_EQ(recorder_.ops_in_use(), 0u);
+}
+
+TEST_F(RecorderTest, RepeatedChannelIdIsRefusedAndDoesNotCorruptTiming) {
+  void* op = recorder_.StartOp(comm_, AllReduce(0, 2));
+  recorder_.StopEvent(op);
+  void* ch0 = recorder_.StartKernelChannel(op, 0, 100);
+  EXPECT_EQ(recorder_.StartKernelChannel(op, 0, 1), nullptr);  // same channel again
+  void* ch1 = recorder_.StartKernelChannel(op, 1, 200);
+  recorder_.RecordKernelChannelStop(ch0, 400);
+  recorder_.StopEvent(ch0);
+  recorder_.RecordKernelChannelStop(ch1, 300);
+  recorder_.StopEvent(ch1);
+  Completion c;
+  ASSERT_TRUE(comm_->ring().Pop(&c));
+  EXPECT_EQ(c.gpu_start_ns, 100u);
+  EXPECT_EQ(c.gpu_stop_ns, 400u);
+  EXPECT_EQ(c.exec_ns, 300u);
+  EXPECT_EQ(recorder_.events_dropped(), 1u);
+  EXPECT_EQ(recorder_.ops_in_use(), 0u);
+
+  // A reused slot must not pick up the previous operation's channel timestamps.
+  void* again = recorder_.StartOp(comm_, AllReduce(1, 1));
+  recorder_.StopEvent(again);
+  void* only = recorder_.StartKernelChannel(again, 1, 1000);
+  recorder_.RecordKernelChannelStop(only, 1500);
+  recorder_.StopEvent(only);
+  ASSERT_TRUE(comm_->ring().Pop(&c));
+  EXPECT_EQ(c.gpu_start_ns, 1000u);
+  EXPECT_EQ(c.exec_ns, 500u);
 }
 
 TEST_F(RecorderTest, OperationsWithoutGpuTimesAreCountedUntimed) {

@@ -3,23 +3,11 @@
 #include <time.h>
 
 #include <algorithm>
+#include <bit>
 
-#include "common/op_math.h"
 
 namespace ncclwatch::plugin {
 namespace {
-
-void AtomicMin(std::atomic<uint64_t>& a, uint64_t v) {
-  uint64_t cur = a.load(std::memory_order_relaxed);
-  while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
-
-void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
-  uint64_t cur = a.load(std::memory_order_relaxed);
-  while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
 
 // Both handle types begin with their HandleKind: read the tag before treating the handle as either.
 HandleKind KindOf(const void* handle) { return *static_cast<const HandleKind*>(handle); }
@@ -33,6 +21,7 @@ int64_t ReadClock(clockid_t id) {
 }  // namespace
 
 int64_t MonotonicNs() { return ReadClock(CLOCK_MONOTONIC); }
+int64_t CoarseMonotonicNs() { return ReadClock(CLOCK_MONOTONIC_COARSE); }
 int64_t RealtimeNs() { return ReadClock(CLOCK_REALTIME); }
 
 Recorder::Recorder(size_t op_pool_size, size_t ring_size)
@@ -69,22 +58,20 @@ void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
   uint32_t v = slot->version.load(kRelaxed);
   slot->version.store(v + 1, kRelaxed);  // odd: being filled
   std::atomic_thread_fence(std::memory_order_release);
+  slot->generation.store(v + 2, kRelaxed);
   slot->comm.store(comm, kRelaxed);
   slot->func.store(op.func, kRelaxed);
   slot->algo.store(op.algo, kRelaxed);
   slot->proto.store(op.proto, kRelaxed);
+  slot->datatype.store(op.datatype, kRelaxed);
+  slot->count.store(op.count, kRelaxed);
   slot->seq.store(op.p2p ? 0 : op.seq, kRelaxed);
-  slot->bytes.store(MessageBytes(op.datatype != nullptr ? op.datatype : "", op.count), kRelaxed);
   slot->peer.store(op.p2p ? op.peer : -1, kRelaxed);
   slot->n_channels.store(op.n_channels, kRelaxed);
   slot->p2p.store(op.p2p, kRelaxed);
-  slot->enqueue_mono_ns.store(MonotonicNs(), kRelaxed);
-  slot->channels_started.store(0, kRelaxed);
+  slot->enqueue_mono_ns.store(CoarseMonotonicNs(), kRelaxed);
+  slot->channel_mask.store(0, kRelaxed);
   slot->channels_done.store(0, kRelaxed);
-  slot->gpu_start_min.store(UINT64_MAX, kRelaxed);
-  slot->gpu_stop_max.store(0, kRelaxed);
-  slot->max_channel_ns.store(0, kRelaxed);
-  slot->timed_channels.store(0, kRelaxed);
   slot->version.store(v + 2, std::memory_order_release);  // even: consistent
   return slot;
 }
@@ -95,17 +82,20 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
     return nullptr;
   }
   auto* slot = static_cast<OpSlot*>(parent);
-  // While fewer than n_channels channels have started, the kernel reference keeps the slot alive,
-  // so taking another reference is safe. Extra channels beyond n_channels are not trusted.
-  uint32_t started = slot->channels_started.fetch_add(1, std::memory_order_relaxed);
-  if (started >= slot->n_channels.load(std::memory_order_relaxed)) {
+  // While fewer than n_channels channels have started, the kernel reference keeps the slot alive.
+  // A repeated channel id, or more channels than announced, is not trusted.
+  const uint64_t bit = uint64_t{1} << channel;
+  uint64_t before = slot->channel_mask.fetch_or(bit, std::memory_order_relaxed);
+  if ((before & bit) != 0 ||
+      std::popcount(before) >= slot->n_channels.load(std::memory_order_relaxed)) {
     orphans_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  slot->refs.fetch_add(1, std::memory_order_relaxed);
   ChannelRef& ref = slot->channels[channel];
   ref.start_ns.store(gpu_start_ns, std::memory_order_relaxed);
   ref.stop_ns.store(0, std::memory_order_relaxed);
+  ref.generation.store(slot->generation.load(std::memory_order_relaxed),
+                       std::memory_order_relaxed);
   return &ref;
 }
 
@@ -127,29 +117,32 @@ void Recorder::StopEvent(void* handle) noexcept {
     return;
   }
   if (kind != HandleKind::kChannel) return;
-  auto* ref = static_cast<ChannelRef*>(handle);
-  OpSlot* slot = ref->owner;
-  uint64_t start = ref->start_ns.load(std::memory_order_relaxed);
-  uint64_t stop = ref->stop_ns.load(std::memory_order_relaxed);
-  if (stop != 0 && stop >= start) {
-    AtomicMax(slot->max_channel_ns, stop - start);
-    AtomicMin(slot->gpu_start_min, start);
-    AtomicMax(slot->gpu_stop_max, stop);
-    slot->timed_channels.fetch_add(1, std::memory_order_relaxed);
-  }
+  OpSlot* slot = static_cast<ChannelRef*>(handle)->owner;
+  // acq_rel: the last channel to stop sees every other channel's timestamps.
   uint32_t done = slot->channels_done.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (done == slot->n_channels.load(std::memory_order_relaxed)) {
     Complete(slot);
-    OpPool::Release(slot, 2);  // the kernel reference and this channel's
-  } else {
-    OpPool::Release(slot, 1);
+    OpPool::Release(slot, 1);  // the kernel reference
   }
 }
 
 void Recorder::Complete(OpSlot* slot) noexcept {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   CommState* comm = slot->comm.load(kRelaxed);
-  if (slot->timed_channels.load(kRelaxed) == 0) {
+  const uint32_t generation = slot->generation.load(kRelaxed);
+  uint64_t start_min = UINT64_MAX, stop_max = 0, longest = 0;
+  bool timed = false;
+  for (uint64_t mask = slot->channel_mask.load(kRelaxed); mask != 0; mask &= mask - 1) {
+    const ChannelRef& ref = slot->channels[std::countr_zero(mask)];
+    if (ref.generation.load(kRelaxed) != generation) continue;  // refused, not this op's
+    uint64_t start = ref.start_ns.load(kRelaxed), stop = ref.stop_ns.load(kRelaxed);
+    if (stop == 0 || stop < start) continue;  // no KernelChStop timestamp
+    timed = true;
+    start_min = std::min(start_min, start);
+    stop_max = std::max(stop_max, stop);
+    longest = std::max(longest, stop - start);
+  }
+  if (!timed) {
     comm->CountUntimed();
     return;
   }
@@ -157,16 +150,16 @@ void Recorder::Complete(OpSlot* slot) noexcept {
   c.func = slot->func.load(kRelaxed);
   c.algo = slot->algo.load(kRelaxed);
   c.proto = slot->proto.load(kRelaxed);
+  c.datatype = slot->datatype.load(kRelaxed);
+  c.count = slot->count.load(kRelaxed);
   c.seq = slot->seq.load(kRelaxed);
-  c.bytes = slot->bytes.load(kRelaxed);
   c.peer = slot->peer.load(kRelaxed);
   c.p2p = slot->p2p.load(kRelaxed);
-  c.timed = true;
   c.channels = slot->n_channels.load(kRelaxed);
-  c.gpu_start_ns = slot->gpu_start_min.load(kRelaxed);
-  c.gpu_stop_ns = slot->gpu_stop_max.load(kRelaxed);
-  c.exec_ns = slot->max_channel_ns.load(kRelaxed);
-  c.host_done_unix_ns = RealtimeNs();
+  c.gpu_start_ns = start_min;
+  c.gpu_stop_ns = stop_max;
+  c.exec_ns = longest;
+  c.host_done_unix_ns = comm->TakeClockSample() ? RealtimeNs() : 0;
   comm->ring().Push(c);
 }
 
@@ -184,7 +177,7 @@ void Recorder::ListInFlight(std::vector<InFlightView>* out) const {
                       s.peer.load(kRelaxed),
                       s.enqueue_mono_ns.load(kRelaxed),
                       s.n_channels.load(kRelaxed),
-                      s.channels_started.load(kRelaxed),
+                      static_cast<uint32_t>(std::popcount(s.channel_mask.load(kRelaxed))),
                       s.channels_done.load(kRelaxed)};
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.version.load(kRelaxed) != v1 || view.comm == nullptr) continue;

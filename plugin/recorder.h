@@ -34,12 +34,21 @@ class CommState {
   const CommIdentity& identity() const { return identity_; }
   CompletionRing& ring() { return ring_; }
   void CountUntimed() { untimed_.fetch_add(1, std::memory_order_relaxed); }
+  // True for about one completion in 16: those read the host clock for GPU-clock calibration.
+  // A load and a store, not a read-modify-write: under concurrent completions it may skip or
+  // repeat a tick, which only changes which completions are used.
+  bool TakeClockSample() {
+    uint32_t tick = clock_tick_.load(std::memory_order_relaxed);
+    clock_tick_.store(tick + 1, std::memory_order_relaxed);
+    return (tick & 15) == 0;
+  }
   uint64_t untimed() const { return untimed_.load(std::memory_order_relaxed); }
 
  private:
   const CommIdentity identity_;
   CompletionRing ring_;
   std::atomic<uint64_t> untimed_{0};
+  std::atomic<uint32_t> clock_tick_{0};
 };
 
 // A Coll or P2p event, whatever the ABI version.
@@ -109,8 +118,10 @@ class Recorder {
   std::vector<CommState*> comms_ ABSL_GUARDED_BY(mu_);
 };
 
-// CLOCK_MONOTONIC and CLOCK_REALTIME in ns (vDSO reads, no system call on x86-64 Linux).
+// CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE (a few ns to read, ticks of a few ms) and
+// CLOCK_REALTIME in ns; vDSO reads, no system call on x86-64 Linux.
 int64_t MonotonicNs();
+int64_t CoarseMonotonicNs();
 int64_t RealtimeNs();
 
 }  // namespace ncclwatch::plugin

@@ -1,0 +1,286 @@
+// Benchmarks of the profiler plugin, called through its exported ncclProfiler_v5 table exactly as
+// NCCL calls it (the .so is dlopen'ed with RTLD_NOW|RTLD_LOCAL).
+//
+//   plugin_bench [--agent=present|absent|hung] [--report-seconds=N] [benchmark flags]
+//
+// 1. Report volume: drives 50,000 collectives/s spread over 8 communicators for N seconds (each
+//    with its launch-path events and 2 KernelCh channels) and counts the bytes the plugin sends to
+//    a fake agent -- real gRPC over a unix socket, bytes as they arrive.
+// 2. Google Benchmark micro-benchmarks of the callback paths:
+//    - BM_LaunchPath: GroupApi start, state 23, CollApi start/stop, state 24, Group start,
+//      Coll start/stop, Group stop, GroupApi stop (one collective as NCCL enqueues it).
+//    - BM_KernelChPath/C: per channel, KernelCh start + KernelChStop state + stop, with C channels
+//      per collective (the last channel completes the operation and queues it for the flusher).
+// The agent modes: present (reads everything), absent (nothing listens), hung (accepts the stream,
+// never reads: gRPC flow control stalls the plugin's sender thread) -- the callbacks must not care.
+// This program links no protobuf code of its own, like a training process; the fake agent uses
+// gRPC's generic (byte-level) service.
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "grpcpp/generic/async_generic_service.h"
+#include "grpcpp/grpcpp.h"
+#include "plugin/abi.h"
+
+namespace ncclwatch::bench {
+namespace {
+
+using namespace ncclwatch::abi;
+
+// ---- fake agent ----------------------------------------------------------------------------
+
+std::atomic<uint64_t> g_bytes{0};
+std::atomic<uint64_t> g_messages{0};
+std::atomic<uint64_t> g_streams_done{0};
+
+// Reads every message of one stream and counts its bytes (or, when hung, never reads).
+class CountingReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit CountingReactor(bool hung) {
+    if (!hung) StartRead(&buffer_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      g_streams_done.fetch_add(1);
+      response_.Clear();
+      Finish(grpc::Status::OK);
+      return;
+    }
+    g_bytes.fetch_add(buffer_.Length());
+    g_messages.fetch_add(1);
+    buffer_.Clear();
+    StartRead(&buffer_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::ByteBuffer buffer_;
+  grpc::ByteBuffer response_;
+};
+
+class FakeAgent : public grpc::CallbackGenericService {
+ public:
+  explicit FakeAgent(bool hung) : hung_(hung) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    return new CountingReactor(hung_);
+  }
+
+ private:
+  bool hung_;
+};
+
+// ---- driving the plugin ----------------------------------------------------------------------
+
+ProfilerV5* g_v5 = nullptr;
+int g_mask = 0;
+
+struct Comm {
+  void* context = nullptr;
+};
+
+std::vector<Comm> InitComms(int n, uint64_t base_hash) {
+  std::vector<Comm> comms(n);
+  for (int i = 0; i < n; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "comm%d", i);
+    g_v5->init(&comms[i].context, base_hash + i, &g_mask, name, 2, 16, 3, nullptr);
+  }
+  return comms;
+}
+
+EventDescrV5 Descr(uint64_t type, void* parent) {
+  EventDescrV5 d;
+  std::memset(&d, 0, sizeof(d));
+  d.type = type;
+  d.parent_obj = parent;
+  return d;
+}
+
+// One collective as NCCL enqueues it; returns the Coll handle (the KernelCh parent).
+inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
+  static int stream_marker;
+  void* group_api = nullptr;
+  EventDescrV5 ga = Descr(kGroupApi, nullptr);
+  ga.group_api = {false, 1};
+  g_v5->start_event(ctx, &group_api, &ga);
+  g_v5->record_event_state(group_api, kGroupStartApiStop, nullptr);
+  void* coll_api = nullptr;
+  EventDescrV5 ca = Descr(kCollApi, group_api);
+  ca.coll_api = {"AllReduce", 1 << 20, "ncclFloat32", 0, &stream_marker, false};
+  g_v5->start_event(ctx, &coll_api, &ca);
+  if (coll_api) g_v5->stop_event(coll_api);
+  g_v5->record_event_state(group_api, kGroupEndApiStart, nullptr);
+  void* group = nullptr;
+  EventDescrV5 gr = Descr(kGroup, nullptr);
+  g_v5->start_event(ctx, &group, &gr);
+  void* coll = nullptr;
+  EventDescrV5 c = Descr(kColl, coll_api);
+  c.rank = 3;
+  c.coll = {seq, "AllReduce", nullptr, nullptr, 1 << 20, 0, "ncclFloat32", channels, 16,
+            "RING", "SIMPLE", group};
+  g_v5->start_event(ctx, &coll, &c);
+  if (coll) g_v5->stop_event(coll);
+  if (group) g_v5->stop_event(group);
+  if (group_api) g_v5->stop_event(group_api);
+  return coll;
+}
+
+inline void RunChannel(void* ctx, void* coll, uint8_t channel, uint64_t start, uint64_t stop) {
+  void* kh = nullptr;
+  EventDescrV5 k = Descr(kKernelCh, coll);
+  k.kernel_ch = {channel, start};
+  g_v5->start_event(ctx, &kh, &k);
+  if (kh == nullptr) return;
+  StateArgs args;
+  args.kernel_ch.p_timer = stop;
+  g_v5->record_event_state(kh, kKernelChStop, &args);
+  g_v5->stop_event(kh);
+}
+
+uint64_t g_seq = 0;
+
+void BM_LaunchPath(benchmark::State& state) {
+  static std::vector<Comm> comms = InitComms(1, 0x1000);
+  void* ctx = comms[0].context;
+  for (auto _ : state) {
+    // No channels: the slot is released at Coll stop, so the pool never fills.
+    benchmark::DoNotOptimize(LaunchCollective(ctx, g_seq++, 0));
+  }
+}
+
+void BM_KernelChPath(benchmark::State& state) {
+  static std::vector<Comm> comms = InitComms(1, 0x2000);
+  void* ctx = comms[0].context;
+  const uint8_t channels = static_cast<uint8_t>(state.range(0));
+  constexpr int kBatch = 256;  // operations launched (untimed) per measured batch
+  std::vector<void*> ops(kBatch);
+  uint64_t t = 1'700'000'000'000'000'000ull;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i) ops[i] = LaunchCollective(ctx, g_seq++, channels);
+    auto begin = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBatch; ++i) {
+      for (uint8_t ch = 0; ch < channels; ++ch) RunChannel(ctx, ops[i], ch, t, t + 50'000);
+      t += 100'000;
+    }
+    auto end = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(end - begin).count());
+  }
+  // Cost of one channel (KernelCh start + KernelChStop + stop), from the measured time only.
+  state.counters["per_channel"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kBatch * channels,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+BENCHMARK(BM_LaunchPath)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelChPath)->Arg(1)->Arg(4)->UseManualTime()->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+// 50,000 collectives/s over 8 communicators for `seconds`; returns bytes/s the agent received.
+void MeasureReportVolume(double seconds, const char* mode) {
+  constexpr int kComms = 8;
+  constexpr int kRate = 50'000;
+  constexpr int kTicksPerSecond = 1000;
+  std::vector<Comm> comms = InitComms(kComms, 0x3000);
+  uint64_t before_bytes = g_bytes.load(), before_msgs = g_messages.load();
+  uint64_t gpu = 1'700'000'000'000'000'000ull;
+  auto start = std::chrono::steady_clock::now();
+  const int ticks = static_cast<int>(seconds * kTicksPerSecond);
+  std::vector<uint64_t> seq(kComms, 0);
+  for (int tick = 0; tick < ticks; ++tick) {
+    for (int i = 0; i < kRate / kTicksPerSecond; ++i) {
+      int c = i % kComms;
+      void* op = LaunchCollective(comms[c].context, seq[c]++, 2);
+      RunChannel(comms[c].context, op, 0, gpu, gpu + 15'000);
+      RunChannel(comms[c].context, op, 1, gpu + 1'000, gpu + 16'000);
+      gpu += 20'000;
+    }
+    std::this_thread::sleep_until(start + std::chrono::microseconds((tick + 1) * 1000));
+  }
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t streams_before = g_streams_done.load();
+  // Finalizing the last communicator sends the last reports and closes the stream gracefully.
+  for (Comm& c : comms) g_v5->finalize(c.context);
+  bool present = std::strcmp(mode, "present") == 0;
+  if (present) {
+    // The stream's end arrives after all its messages: wait for it (bounded) instead of sleeping.
+    for (int i = 0; i < 2000 && g_streams_done.load() == streams_before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  uint64_t bytes = g_bytes.load() - before_bytes, msgs = g_messages.load() - before_msgs;
+  std::printf(
+      "report volume: %d collectives/s on %d communicators for %.1f s -> %llu reports, "
+      "%.1f KiB/s per rank (%.1f bytes per collective)\n",
+      kRate, kComms, elapsed, static_cast<unsigned long long>(msgs), bytes / elapsed / 1024.0,
+      static_cast<double>(bytes) / (kRate * elapsed));
+}
+
+}  // namespace
+}  // namespace ncclwatch::bench
+
+int main(int argc, char** argv) {
+  using namespace ncclwatch::bench;
+  std::string mode = "present";
+  double report_seconds = 3;
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--agent=", 0) == 0) {
+      mode = a.substr(8);
+    } else if (a.rfind("--report-seconds=", 0) == 0) {
+      report_seconds = std::stod(a.substr(17));
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (mode != "present" && mode != "absent" && mode != "hung") {
+    std::fprintf(stderr, "plugin_bench: --agent must be present, absent or hung\n");
+    return 2;
+  }
+  std::string socket = "/tmp/ncclwatch-bench-" + std::to_string(getpid()) + ".sock";
+  std::unique_ptr<FakeAgent> service;
+  std::unique_ptr<grpc::Server> server;
+  if (mode != "absent") {
+    service = std::make_unique<FakeAgent>(mode == "hung");
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterCallbackGenericService(service.get());
+    server = builder.BuildAndStart();
+    if (!server) {
+      std::fprintf(stderr, "plugin_bench: cannot listen on %s\n", socket.c_str());
+      return 1;
+    }
+  }
+  setenv("NCCLWATCH_AGENT_ADDR", ("unix://" + socket).c_str(), 1);
+  // Room for every completion of the micro-benchmarks between two drains of the flusher.
+  setenv("NCCLWATCH_RING_SIZE", "1048576", 1);
+  setenv("NCCLWATCH_OP_POOL_SIZE", "4096", 1);
+  void* lib = dlopen(NCCLWATCH_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    std::fprintf(stderr, "plugin_bench: %s\n", dlerror());
+    return 1;
+  }
+  g_v5 = static_cast<ncclwatch::abi::ProfilerV5*>(dlsym(lib, "ncclProfiler_v5"));
+  std::printf("agent: %s\n", mode.c_str());
+  if (report_seconds > 0) MeasureReportVolume(report_seconds, mode.c_str());
+
+  int bench_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&bench_argc, rest.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  unlink(socket.c_str());
+  std::fflush(stdout);
+  _exit(0);  // skip the plugin's exit flush: a hung agent would hold it for the finalize timeout
+}
