@@ -216,6 +216,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
 
   auto* drops = report.mutable_drops();
   drops->set_events_dropped(recorder_.events_dropped());
+  drops->set_channel_events_orphaned(recorder_.channel_events_orphaned());
   drops->set_records_dropped(comm->ring().dropped());
   drops->set_reports_dropped(sink_.dropped());
   drops->set_untimed_ops(comm->untimed());

@@ -12,15 +12,22 @@ OpPool::OpPool(size_t capacity)
     : mask_(RoundUpPow2(capacity, 64) - 1), slots_(new OpSlot[mask_ + 1]) {}
 
 OpSlot* OpPool::Claim(uint32_t initial_refs) {
-  // A handful of probes from a shared cursor: under normal load the first slot tried is free
-  // (slots are released in roughly the order they were claimed).
-  constexpr int kProbes = 8;
-  for (int probe = 0; probe < kProbes; ++probe) {
-    size_t i = cursor_.fetch_add(1, std::memory_order_relaxed) & mask_;
+  // One atomic step picks a starting point; then a scan with plain loads, attempting the CAS only
+  // on slots that look free. Slots are released roughly in claim order, so the first slot is almost
+  // always free. Busy slots come in runs (a burst of one communicator's operations, or a hung
+  // communicator's), so the scan may cover the whole pool -- loads only, bounded by the capacity --
+  // and the cursor then jumps past the run: one claim pays to cross it, the next ones start beyond.
+  // A claim fails only when every slot was busy as it passed.
+  const size_t capacity = mask_ + 1;
+  size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
+  for (size_t probe = 0; probe < capacity; ++probe) {
+    OpSlot& slot = slots_[(start + probe) & mask_];
+    if (slot.refs.load(std::memory_order_relaxed) != 0) continue;
     uint32_t expected = 0;
-    if (slots_[i].refs.compare_exchange_strong(expected, initial_refs, std::memory_order_acquire,
-                                               std::memory_order_relaxed)) {
-      return &slots_[i];
+    if (slot.refs.compare_exchange_strong(expected, initial_refs, std::memory_order_acquire,
+                                          std::memory_order_relaxed)) {
+      if (probe > 0) cursor_.fetch_add(probe, std::memory_order_relaxed);
+      return &slot;
     }
   }
   dropped_.fetch_add(1, std::memory_order_relaxed);

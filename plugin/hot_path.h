@@ -94,7 +94,8 @@ struct Completion {
   int64_t host_done_unix_ns = 0;  // host clock at completion, on ~1 in 16 completions; else 0
 };
 
-// Fixed array of slots; Claim() is wait-free in the common case (a few CAS probes).
+// Fixed array of slots. Claim() is one fetch_add plus a scan of plain loads bounded by the capacity
+// (wait-free); it fails, and counts a drop, only when every slot was busy as the scan passed.
 class OpPool {
  public:
   // `capacity` is rounded up to a power of two (at least 64).

@@ -103,9 +103,11 @@ class Recorder {
   void ListInFlight(std::vector<InFlightView>* out) const;
   bool Referenced(const CommState* comm) const;
 
-  uint64_t events_dropped() const {
-    return pool_.dropped() + orphans_.load(std::memory_order_relaxed);
-  }
+  // Operations refused because the pool was full.
+  uint64_t events_dropped() const { return pool_.dropped(); }
+  // KernelCh events without a usable parent: its operation was dropped, or the channel was
+  // repeated or beyond the operation's channel count.
+  uint64_t channel_events_orphaned() const { return orphans_.load(std::memory_order_relaxed); }
   size_t ops_in_use() const { return pool_.InUse(); }
 
  private:
