@@ -9,7 +9,11 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -115,6 +119,90 @@ TEST_F(PluginLoadTest, V4InitTakesItsOwnArgumentOrder) {
   EXPECT_NE(op, nullptr);
   EXPECT_EQ(v4->stop_event(op), kSuccess);
   EXPECT_EQ(v4->finalize(ctx), kSuccess);
+}
+
+// ncclCommInitAll and grouped splits call init concurrently from NCCL-created threads (§2.2).
+TEST_F(PluginLoadTest, ConcurrentInitGivesEveryCommunicatorItsOwnContext) {
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  auto* v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
+  constexpr int kThreads = 8;
+  std::vector<void*> contexts(kThreads, nullptr);
+  int mask = 0;  // one process-global mask, shared by every init, as in NCCL
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      v5->init(&contexts[i], 0x700 + i, &mask, "split", 1, kThreads, i, nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    ASSERT_NE(contexts[i], nullptr) << i;
+    for (int j = 0; j < i; ++j) EXPECT_NE(contexts[i], contexts[j]);
+  }
+  EXPECT_EQ(mask, kColl | kP2p | kKernelCh);
+  for (void* ctx : contexts) EXPECT_EQ(v5->finalize(ctx), kSuccess);
+}
+
+// The last finalize makes NCCL dlclose the library; a later communicator loads it again (§1.1).
+TEST_F(PluginLoadTest, WorksAgainAfterDestroyDlcloseAndReload) {
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  auto* v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(v5->init(&ctx, 0x900, &mask, nullptr, 1, 2, 0, nullptr), kSuccess);  // NULL name
+  ASSERT_EQ(v5->finalize(ctx), kSuccess);
+  ASSERT_EQ(dlclose(handle_), 0);
+  handle_ = dlopen(NCCLWATCH_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
+  ctx = nullptr;
+  ASSERT_EQ(v5->init(&ctx, 0x901, &mask, "again", 1, 2, 1, nullptr), kSuccess);
+  ASSERT_NE(ctx, nullptr);
+  EventDescrV5 coll;
+  std::memset(&coll, 0, sizeof(coll));
+  coll.type = kColl;
+  coll.coll = {0, "Broadcast", nullptr, nullptr, 64, 0, "ncclInt8", 1, 4, "RING", "LL", nullptr};
+  void* op = nullptr;
+  v5->start_event(ctx, &op, &coll);
+  EXPECT_NE(op, nullptr);
+  v5->stop_event(op);
+  EXPECT_EQ(v5->finalize(ctx), kSuccess);
+}
+
+// Events the plugin does not ask for may still arrive; under PXN a ProxyOp's context and parent
+// point into another process (§6.7), so nothing may be dereferenced. A one-rank communicator
+// (§6.5) gets a context but no events; v6 copy-engine events are accepted without a handle.
+TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
+  ASSERT_NE(handle_, nullptr) << dlerror();
+  auto* v6 = static_cast<ProfilerV6*>(dlsym(handle_, "ncclProfiler_v6"));
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(v6->init(&ctx, 0xa00, &mask, "solo", 1, 1, 0, nullptr), kSuccess);
+  ASSERT_NE(ctx, nullptr);
+  void* foreign = reinterpret_cast<void*>(0x10);  // would crash if dereferenced
+  EventDescrV6 d;
+  for (uint64_t type : {uint64_t{kProxyOp}, uint64_t{kProxyStep}, uint64_t{kNetPlugin},
+                        uint64_t{kProxyCtrl}, uint64_t{kCeColl}, uint64_t{kCeSync},
+                        uint64_t{kCeBatch}, uint64_t{kKernelLaunch}, uint64_t{1} << 40}) {
+    std::memset(&d, 0, sizeof(d));
+    d.type = type;
+    d.parent_obj = foreign;
+    d.proxy_op.pid = getpid() + 1;
+    void* h = reinterpret_cast<void*>(1);
+    EXPECT_EQ(v6->start_event(foreign, &h, &d), kSuccess) << type;
+    EXPECT_EQ(h, nullptr) << type;
+  }
+  // A KernelCh whose parent is readable memory but not one of our handles: the handle's tag is
+  // checked first, so it is refused. (NCCL only ever passes back handles we returned, or NULL.)
+  std::memset(&d, 0, sizeof(d));
+  d.type = kKernelCh;
+  uint64_t not_a_handle[16] = {};
+  d.parent_obj = not_a_handle;
+  void* h = reinterpret_cast<void*>(1);
+  EXPECT_EQ(v6->start_event(ctx, &h, &d), kSuccess);
+  EXPECT_EQ(h, nullptr);
+  EXPECT_EQ(v6->record_event_state(not_a_handle, kKernelChStop, nullptr), kSuccess);
+  EXPECT_EQ(v6->finalize(ctx), kSuccess);
 }
 
 }  // namespace
