@@ -124,7 +124,7 @@ Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity
 
 Flusher::~Flusher() {
   Stop();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (CommState* comm : zombies_) delete comm;
 }
 
@@ -132,9 +132,10 @@ void Flusher::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void Flusher::Stop() {
   {
-    absl::MutexLock lock(&stop_mu_);
+    std::lock_guard<std::mutex> lock(stop_mu_);
     stop_ = true;
   }
+  stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -142,10 +143,10 @@ void Flusher::Loop() {
   int64_t next_report = MonotonicNs() + config_.flush_interval_ms * 1'000'000;
   for (;;) {
     {
-      absl::MutexLock lock(&stop_mu_);
+      std::unique_lock<std::mutex> lock(stop_mu_);
       int64_t wait_ms = std::min<int64_t>(kDrainPeriodMs, config_.flush_interval_ms);
       // Waits for the drain period, or returns early when Stop() is called.
-      stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(wait_ms));
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [this] { return stop_; });
       if (stop_) return;
     }
     int64_t now = MonotonicNs();
@@ -226,7 +227,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
 }
 
 void Flusher::RunOnce(bool report) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<CommState*> comms = recorder_.Comms();
   for (CommState* comm : comms) DrainLocked(comm);
   if (!report) return;
@@ -239,7 +240,7 @@ void Flusher::RunOnce(bool report) {
 }
 
 void Flusher::FinalizeComm(CommState* comm) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   recorder_.UnregisterComm(comm);
   DrainLocked(comm);
   std::vector<InFlightView> in_flight;

@@ -19,8 +19,9 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include <condition_variable>
+#include <mutex>
+
 #include "ncclwatch/v1/report.pb.h"
 #include "plugin/plugin_config.h"
 #include "plugin/recorder.h"
@@ -118,25 +119,27 @@ class Flusher {
 
  private:
   void Loop();
-  void DrainLocked(CommState* comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DrainLocked(CommState* comm);  // requires mu_
   ncclwatch::v1::RankReport BuildLocked(CommState* comm, const std::vector<InFlightView>& in_flight,
                                         int64_t now_unix_ns, bool final)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReapZombiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+     ;  // requires mu_
+  void ReapZombiesLocked();  // requires mu_
 
   const PluginConfig config_;
   Recorder& recorder_;
   const ProcessIdentity identity_;
   ReportSink& sink_;
 
-  absl::Mutex mu_;
-  std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_ ABSL_GUARDED_BY(mu_);
-  std::map<CommState*, int64_t> interval_start_ ABSL_GUARDED_BY(mu_);
-  std::vector<CommState*> zombies_ ABSL_GUARDED_BY(mu_);  // finalized, still referenced
-  uint64_t next_report_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  // std::mutex: visible to ThreadSanitizer (see recorder.h).
+  std::mutex mu_;  // guards the four members below
+  std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_;
+  std::map<CommState*, int64_t> interval_start_;
+  std::vector<CommState*> zombies_;  // finalized, still referenced
+  uint64_t next_report_counter_ = 0;
 
-  absl::Mutex stop_mu_;
-  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
   std::thread thread_;
   std::atomic<uint64_t> reports_built_{0};
 };

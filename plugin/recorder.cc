@@ -28,24 +28,24 @@ Recorder::Recorder(size_t op_pool_size, size_t ring_size)
     : pool_(op_pool_size), ring_size_(ring_size) {}
 
 Recorder::~Recorder() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (CommState* comm : comms_) delete comm;
 }
 
 CommState* Recorder::InitComm(CommIdentity identity) {
   auto* comm = new CommState(std::move(identity), ring_size_);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   comms_.push_back(comm);
   return comm;
 }
 
 void Recorder::UnregisterComm(CommState* comm) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
 }
 
 std::vector<CommState*> Recorder::Comms() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return comms_;
 }
 

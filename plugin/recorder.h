@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+
 #include "plugin/hot_path.h"
 
 namespace ncclwatch::plugin {
@@ -116,8 +116,10 @@ class Recorder {
   OpPool pool_;
   const size_t ring_size_;
   std::atomic<uint64_t> orphans_{0};  // KernelCh events we could not attach to an operation
-  mutable absl::Mutex mu_;
-  std::vector<CommState*> comms_ ABSL_GUARDED_BY(mu_);
+  // std::mutex rather than absl::Mutex throughout the plugin: ThreadSanitizer sees its locking
+  // through the pthread interceptors, whereas Debian's abseil is not built for TSan.
+  mutable std::mutex mu_;
+  std::vector<CommState*> comms_;  // guarded by mu_
 };
 
 // CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE (a few ns to read, ticks of a few ms) and
