@@ -20,6 +20,7 @@
 #include "plugin/abi.h"
 #include "plugin/agent_client.h"
 #include "plugin/flusher.h"
+#include "plugin/offline_dump.h"
 #include "plugin/plugin_config.h"
 #include "plugin/recorder.h"
 
@@ -103,9 +104,22 @@ class Plugin {
     identity.pid = static_cast<uint32_t>(owner_pid_);
     identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
 
+    if (!config_.dump_dir.empty()) {
+      const char* slurm = std::getenv("SLURM_JOB_ID");
+      std::string error;
+      dump_ = OfflineDump::Open(
+          config_.dump_dir,
+          OfflineDump::Identity{identity.host, identity.pid, slurm != nullptr ? slurm : "",
+                                CudaDevice()},
+          &error);
+      if (!dump_ && logfn) {
+        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
+              "ncclwatch: offline mode off: %s", error.c_str());
+      }
+    }
     recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
     sink_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
-    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_);
+    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_, dump_.get());
     flusher_->Start();
     g_recorder.store(recorder_.get(), std::memory_order_release);
   }
@@ -140,6 +154,7 @@ class Plugin {
   PluginConfig config_;
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<AgentClient> sink_;
+  std::unique_ptr<OfflineDump> dump_;
   std::unique_ptr<Flusher> flusher_;
 };
 

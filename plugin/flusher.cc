@@ -119,8 +119,12 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
 // Flusher
 
 Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
-                 ReportSink& sink)
-    : config_(config), recorder_(recorder), identity_(std::move(identity)), sink_(sink) {}
+                 ReportSink& sink, OfflineDump* dump)
+    : config_(config),
+      recorder_(recorder),
+      identity_(std::move(identity)),
+      sink_(sink),
+      dump_(dump) {}
 
 Flusher::~Flusher() {
   Stop();
@@ -166,8 +170,16 @@ void Flusher::DrainLocked(CommState* comm) {
     interval_start_[comm] = RealtimeNs();
   }
   Completion c;
-  int nranks = comm->identity().nranks;
-  while (comm->ring().Pop(&c)) acc->Add(c, nranks);
+  const CommIdentity& id = comm->identity();
+  const uint64_t now_us = dump_ != nullptr ? RealtimeNs() / 1000 : 0;
+  while (comm->ring().Pop(&c)) {
+    acc->Add(c, id.nranks);
+    if (dump_ != nullptr) {
+      uint64_t sn = c.p2p ? ++p2p_sn_[comm] : 0;
+      dump_->AppendOperation(id, c, MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count),
+                             sn, now_us);
+    }
+  }
 }
 
 ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
@@ -234,7 +246,12 @@ void Flusher::RunOnce(bool report) {
   std::vector<InFlightView> in_flight;
   recorder_.ListInFlight(&in_flight);
   int64_t now = RealtimeNs();
-  for (CommState* comm : comms) sink_.Submit(BuildLocked(comm, in_flight, now, false));
+  for (CommState* comm : comms) {
+    ncclwatch::v1::RankReport report = BuildLocked(comm, in_flight, now, false);
+    if (dump_ != nullptr) dump_->UpdateMetrics(report);
+    sink_.Submit(std::move(report));
+  }
+  if (dump_ != nullptr) dump_->Flush();
   ReapZombiesLocked();
   reports_built_.fetch_add(1);
 }
@@ -248,6 +265,11 @@ void Flusher::FinalizeComm(CommState* comm) {
   sink_.Submit(BuildLocked(comm, in_flight, RealtimeNs(), true));
   accumulators_.erase(comm);
   interval_start_.erase(comm);
+  p2p_sn_.erase(comm);
+  if (dump_ != nullptr) {
+    dump_->ForgetCommunicator(comm->identity().comm_hash, comm->identity().rank);
+    dump_->Flush();
+  }
   zombies_.push_back(comm);
   ReapZombiesLocked();
 }

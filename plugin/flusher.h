@@ -23,6 +23,7 @@
 #include <mutex>
 
 #include "ncclwatch/v1/report.pb.h"
+#include "plugin/offline_dump.h"
 #include "plugin/plugin_config.h"
 #include "plugin/recorder.h"
 #include "plugin/report_sink.h"
@@ -99,8 +100,9 @@ class CommAccumulator {
 
 class Flusher {
  public:
+  // `dump` (optional, not owned) also receives every operation and report (NCCLWATCH_DUMP_DIR).
   Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
-          ReportSink& sink);
+          ReportSink& sink, OfflineDump* dump = nullptr);
   ~Flusher();  // stops the thread, frees finalized communicators
 
   // Starts the background thread: drains every 50 ms, reports every flush interval.
@@ -129,12 +131,14 @@ class Flusher {
   Recorder& recorder_;
   const ProcessIdentity identity_;
   ReportSink& sink_;
+  OfflineDump* const dump_;
 
   // std::mutex: visible to ThreadSanitizer (see recorder.h).
   std::mutex mu_;  // guards the four members below
   std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_;
   std::map<CommState*, int64_t> interval_start_;
   std::vector<CommState*> zombies_;  // finalized, still referenced
+  std::map<CommState*, uint64_t> p2p_sn_;  // offline mode: p2p operations numbered per comm
   uint64_t next_report_counter_ = 0;
 
   std::mutex stop_mu_;

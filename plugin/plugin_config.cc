@@ -27,6 +27,9 @@ void RegisterPluginConfig(ConfigTable& t, PluginConfig& c) {
            "Most in-flight operations listed in one report (oldest first).");
   t.AddInt("", "NCCLWATCH_MAX_QUEUED_REPORTS", &c.max_queued_reports,
            "Reports kept while the agent is unreachable; the oldest is dropped beyond this.");
+  t.AddString("", "NCCLWATCH_DUMP_DIR", &c.dump_dir,
+              "Offline mode: also write NCCL Inspector-compatible files here (JSON Lines per "
+              "operation, a .prom textfile per process); empty: off.");
   t.AddInt("", "NCCLWATCH_FINALIZE_TIMEOUT_MS", &c.finalize_timeout_ms,
            "Longest time communicator finalize waits to hand the last report to the agent.");
 }

@@ -23,6 +23,7 @@ struct PluginConfig {
   int64_t max_in_flight = 8;
   int64_t max_queued_reports = 1024;
   int64_t finalize_timeout_ms = 2000;
+  std::string dump_dir;  // offline mode: NCCL Inspector-compatible files here
 };
 
 // Registers every variable of `config` in `table`.

@@ -1,0 +1,191 @@
+#include "plugin/offline_dump.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "common/op_math.h"
+#include "common/prom_text.h"
+
+namespace ncclwatch::plugin {
+namespace {
+
+std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return std::string(buf, n < 0 ? 0 : std::min<size_t>(n, sizeof(buf) - 1));
+}
+
+// JSON string body (no quotes) with the characters JSON requires escaped.
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += Format("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string OrUnknown(const std::string& s) { return s.empty() ? "unknown" : s; }
+
+std::string GpuName(int device) { return device < 0 ? "unknown" : Format("GPU%d", device); }
+
+}  // namespace
+
+std::unique_ptr<OfflineDump> OfflineDump::Open(const std::string& dir, Identity identity,
+                                               std::string* error) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    *error = "cannot create " + dir + ": " + ec.message();
+    return nullptr;
+  }
+  std::string log_path = Format("%s/%s-pid%u.log", dir.c_str(), identity.host.c_str(),
+                                identity.pid);
+  std::string prom_path = Format("%s/nccl_inspector_metrics_%s-pid%u.prom", dir.c_str(),
+                                 GpuName(identity.cuda_device).c_str(), identity.pid);
+  FILE* log = std::fopen(log_path.c_str(), "a");
+  if (log == nullptr) {
+    *error = "cannot open " + log_path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  return std::unique_ptr<OfflineDump>(
+      new OfflineDump(std::move(identity), std::move(log_path), std::move(prom_path), log));
+}
+
+OfflineDump::~OfflineDump() {
+  if (log_ != nullptr) std::fclose(log_);
+}
+
+void OfflineDump::AppendOperation(const CommIdentity& comm, const Completion& c, uint64_t bytes,
+                                  uint64_t p2p_sn, uint64_t now_unix_us) {
+  const char* op = c.func != nullptr ? c.func : "Invalid";
+  // Inspector reports whole microseconds; bandwidth comes from the exact GPU duration.
+  uint64_t exec_us = c.exec_ns / 1000;
+  Bandwidth bw = ComputeBandwidth(op, comm.nranks, bytes, c.exec_ns);
+  std::string line = Format(
+      "{\"header\":{\"id\":\"0x%" PRIx64 "\",\"comm_name\":\"%s\",\"rank\":%d,\"n_ranks\":%d,"
+      "\"nnodes\":%d},",
+      comm.comm_hash, JsonEscape(OrUnknown(comm.comm_name)).c_str(), comm.rank, comm.nranks,
+      comm.n_nodes);
+  line += Format(
+      "\"metadata\":{\"inspector_output_format_version\":\"v4.0\",\"git_rev\":\"ncclwatch\","
+      "\"rec_mechanism\":\"nccl_profiler_interface\",\"dump_timestamp_us\":%" PRIu64 ","
+      "\"hostname\":\"%s\",\"pid\":%u},",
+      now_unix_us, JsonEscape(identity_.host).c_str(), identity_.pid);
+  if (c.p2p) {
+    line += Format(
+        "\"p2p_perf\":{\"p2p\":\"%s\",\"p2p_sn\":%" PRIu64 ",\"p2p_peer\":%d,"
+        "\"p2p_msg_size_bytes\":%" PRIu64 ",\"p2p_exec_time_us\":%" PRIu64 ","
+        "\"p2p_timing_source\":\"kernel_gpu\",\"p2p_algobw_gbs\":%lf,\"p2p_busbw_gbs\":%lf}}\n",
+        op, p2p_sn, c.peer, bytes, exec_us, bw.alg_gbs, bw.bus_gbs);
+  } else {
+    line += Format(
+        "\"coll_perf\":{\"coll\":\"%s\",\"coll_sn\":%" PRIu64 ",\"coll_msg_size_bytes\":%" PRIu64
+        ",\"coll_exec_time_us\":%" PRIu64 ",\"coll_timing_source\":\"kernel_gpu\","
+        "\"coll_algobw_gbs\":%lf,\"coll_busbw_gbs\":%lf}}\n",
+        op, c.seq, bytes, exec_us, bw.alg_gbs, bw.bus_gbs);
+  }
+  std::fwrite(line.data(), 1, line.size(), log_);
+}
+
+void OfflineDump::UpdateMetrics(const ncclwatch::v1::RankReport& report) {
+  const auto& id = report.identity();
+  // Inspector's buckets: (collective or p2p op, size bucket[, algo_proto]) -- p2p without peers.
+  struct Bucket {
+    uint64_t count = 0;
+    double sum_us = 0;
+    double bus_log_sum = 0;
+    uint64_t bw_samples = 0;
+  };
+  std::map<std::tuple<bool, std::string, std::string, std::string>, Bucket> buckets;
+  for (const auto& s : report.stats()) {
+    Bucket& b = buckets[{s.p2p(), s.op(), s.message_size(), s.algo_proto()}];
+    b.count += s.count();
+    b.sum_us += s.exec_time_us_sum();
+    b.bus_log_sum += s.bus_bw_gbs_log_sum();
+    b.bw_samples += s.bw_samples();
+  }
+  std::vector<Sample>& out = latest_[{id.comm_hash(), id.rank()}];
+  out.clear();
+  for (const auto& [key, b] : buckets) {
+    const auto& [p2p, op, size, algo_proto] = key;
+    if (b.count == 0) continue;
+    LabelPairs labels = {{"version", "v5.1"},
+                         {"slurm_job_id", OrUnknown(identity_.slurm_job_id)},
+                         {"node", OrUnknown(identity_.host)},
+                         {"gpu", GpuName(identity_.cuda_device)},
+                         {"comm_name", OrUnknown(id.comm_name())},
+                         {"n_nodes", std::to_string(id.n_nodes())},
+                         {"nranks", std::to_string(id.nranks())},
+                         {p2p ? "p2p_operation" : "collective", op},
+                         {"message_size", size}};
+    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
+    // Render the label block once through the exposition writer: "name{...} value\n".
+    PromTextWriter w;
+    w.Sample("x", labels, 0);
+    std::string block = w.text().substr(1, w.text().rfind(' ') - 1);
+    if (b.bw_samples > 0) {
+      out.push_back({p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs", block,
+                     std::exp(b.bus_log_sum / static_cast<double>(b.bw_samples))});
+    }
+    out.push_back({p2p ? "nccl_p2p_exec_time_microseconds"
+                       : "nccl_collective_exec_time_microseconds",
+                   block, b.sum_us / static_cast<double>(b.count)});
+  }
+}
+
+void OfflineDump::ForgetCommunicator(uint64_t comm_hash, int rank) {
+  latest_.erase({comm_hash, rank});
+}
+
+void OfflineDump::Flush() {
+  std::fflush(log_);
+  static constexpr struct {
+    const char* name;
+    const char* help;
+  } kFamilies[] = {
+      {"nccl_bus_bandwidth_gbs", "Collective bus bandwidth in GB/s (geometric mean)."},
+      {"nccl_collective_exec_time_microseconds", "Mean collective execution time."},
+      {"nccl_p2p_bus_bandwidth_gbs", "Point-to-point bus bandwidth in GB/s (geometric mean)."},
+      {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time."},
+  };
+  std::string text;
+  for (const auto& family : kFamilies) {
+    bool header = false;
+    for (const auto& [key, samples] : latest_) {
+      for (const Sample& s : samples) {
+        if (s.family != family.name) continue;
+        if (!header) {
+          text += Format("# HELP %s %s\n# TYPE %s gauge\n", family.name, family.help, family.name);
+          header = true;
+        }
+        text += Format("%s%s %.6g\n", family.name, s.labels.c_str(), s.value);
+      }
+    }
+  }
+  // Textfile collectors must never see a half-written file: write aside, then rename.
+  std::string tmp = prom_path_ + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return;
+  std::fwrite(text.data(), 1, text.size(), f);
+  bool ok = std::fclose(f) == 0;
+  if (ok) std::rename(tmp.c_str(), prom_path_.c_str());
+}
+
+}  // namespace ncclwatch::plugin
