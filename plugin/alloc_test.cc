@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "plugin/abi.h"
+#include "plugin/abi_testing.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -62,13 +63,6 @@ int posix_memalign(void** out, size_t a, size_t n) {
 namespace ncclwatch::abi {
 namespace {
 
-EventDescrV5 Descr(uint64_t type, void* parent) {
-  EventDescrV5 d;
-  std::memset(&d, 0, sizeof(d));
-  d.type = type;
-  d.parent_obj = parent;
-  return d;
-}
 
 TEST(PluginAllocationTest, CallbacksDoNotAllocateAfterWarmUp) {
   // The counter works: an allocation on a counting thread is seen.
@@ -94,23 +88,23 @@ TEST(PluginAllocationTest, CallbacksDoNotAllocateAfterWarmUp) {
   auto one_round = [&](uint64_t seq) {
     // Everything NCCL calls for one collective and one send, with the events we ignore too.
     void* group_api = nullptr;
-    EventDescrV5 ga = Descr(kGroupApi, nullptr);
+    EventDescrV5 ga = MakeDescrV5(kGroupApi, nullptr);
     v5->start_event(ctx, &group_api, &ga);
     v5->record_event_state(group_api, kGroupStartApiStop, nullptr);
     void* coll_api = nullptr;
-    EventDescrV5 ca = Descr(kCollApi, group_api);
+    EventDescrV5 ca = MakeDescrV5(kCollApi, group_api);
     ca.coll_api = {"AllReduce", 4096, "ncclFloat32", 0, &stream, false};
     v5->start_event(ctx, &coll_api, &ca);
     v5->record_event_state(group_api, kGroupEndApiStart, nullptr);
     void* group = nullptr;
-    EventDescrV5 gr = Descr(kGroup, nullptr);
+    EventDescrV5 gr = MakeDescrV5(kGroup, nullptr);
     v5->start_event(ctx, &group, &gr);
-    EventDescrV5 c = Descr(kColl, coll_api);
+    EventDescrV5 c = MakeDescrV5(kColl, coll_api);
     c.coll = {seq, "AllReduce", nullptr, nullptr, 4096, 0, "ncclFloat32", 4, 16, "RING", "LL",
               group};
     void* coll = nullptr;
     v5->start_event(ctx, &coll, &c);
-    EventDescrV5 p = Descr(kP2p, nullptr);
+    EventDescrV5 p = MakeDescrV5(kP2p, nullptr);
     p.p2p = {"Send", nullptr, "ncclBfloat16", 1 << 20, 3, 2, group};
     void* send = nullptr;
     v5->start_event(ctx, &send, &p);
@@ -120,7 +114,7 @@ TEST(PluginAllocationTest, CallbacksDoNotAllocateAfterWarmUp) {
     for (void* op : {coll, send}) {
       uint8_t channels = op == coll ? 4 : 2;
       for (uint8_t ch = 0; ch < channels; ++ch) {
-        EventDescrV5 k = Descr(kKernelCh, op);
+        EventDescrV5 k = MakeDescrV5(kKernelCh, op);
         k.kernel_ch = {ch, gpu};
         void* kh = nullptr;
         v5->start_event(ctx, &kh, &k);

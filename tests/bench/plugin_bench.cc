@@ -32,6 +32,7 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "plugin/abi.h"
+#include "plugin/abi_testing.h"
 
 namespace ncclwatch::bench {
 namespace {
@@ -99,33 +100,26 @@ std::vector<Comm> InitComms(int n, uint64_t base_hash) {
   return comms;
 }
 
-EventDescrV5 Descr(uint64_t type, void* parent) {
-  EventDescrV5 d;
-  std::memset(&d, 0, sizeof(d));
-  d.type = type;
-  d.parent_obj = parent;
-  return d;
-}
 
 // One collective as NCCL enqueues it; returns the Coll handle (the KernelCh parent).
 inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
   static int stream_marker;
   void* group_api = nullptr;
-  EventDescrV5 ga = Descr(kGroupApi, nullptr);
+  EventDescrV5 ga = MakeDescrV5(kGroupApi, nullptr);
   ga.group_api = {false, 1};
   g_v5->start_event(ctx, &group_api, &ga);
   g_v5->record_event_state(group_api, kGroupStartApiStop, nullptr);
   void* coll_api = nullptr;
-  EventDescrV5 ca = Descr(kCollApi, group_api);
+  EventDescrV5 ca = MakeDescrV5(kCollApi, group_api);
   ca.coll_api = {"AllReduce", 1 << 20, "ncclFloat32", 0, &stream_marker, false};
   g_v5->start_event(ctx, &coll_api, &ca);
   if (coll_api) g_v5->stop_event(coll_api);
   g_v5->record_event_state(group_api, kGroupEndApiStart, nullptr);
   void* group = nullptr;
-  EventDescrV5 gr = Descr(kGroup, nullptr);
+  EventDescrV5 gr = MakeDescrV5(kGroup, nullptr);
   g_v5->start_event(ctx, &group, &gr);
   void* coll = nullptr;
-  EventDescrV5 c = Descr(kColl, coll_api);
+  EventDescrV5 c = MakeDescrV5(kColl, coll_api);
   c.rank = 3;
   c.coll = {seq, "AllReduce", nullptr, nullptr, 1 << 20, 0, "ncclFloat32", channels, 16,
             "RING", "SIMPLE", group};
@@ -138,7 +132,7 @@ inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
 
 inline void RunChannel(void* ctx, void* coll, uint8_t channel, uint64_t start, uint64_t stop) {
   void* kh = nullptr;
-  EventDescrV5 k = Descr(kKernelCh, coll);
+  EventDescrV5 k = MakeDescrV5(kKernelCh, coll);
   k.kernel_ch = {channel, start};
   g_v5->start_event(ctx, &kh, &k);
   if (kh == nullptr) return;
