@@ -46,8 +46,6 @@ class Forwarder {
   bool Flush(absl::Duration timeout);
   void Stop();
 
-  uint64_t batches_acked() const { return batches_acked_->value(); }
-
  private:
   void Run();
   bool PushPending();  // pushes pending_; true when acknowledged

@@ -10,7 +10,6 @@
 namespace ncclwatch {
 
 inline absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-inline std::string_view Sv(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
 }  // namespace ncclwatch
 

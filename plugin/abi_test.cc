@@ -5,6 +5,7 @@
 // The descriptor layouts themselves are pinned at compile time by the static_asserts in abi.h
 // (ABI notes §3.4); this file includes it, so a layout change fails this test's build.
 #include "plugin/abi.h"
+#include "plugin/abi_testing.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -61,9 +62,7 @@ TEST_F(PluginLoadTest, RunsACollectiveAndFinalizesWithoutAnAgent) {
   ASSERT_NE(ctx, nullptr);
   EXPECT_EQ(mask, kColl | kP2p | kKernelCh);
 
-  EventDescrV5 coll;
-  std::memset(&coll, 0, sizeof(coll));
-  coll.type = kColl;
+  EventDescrV5 coll = MakeDescrV5(kColl, nullptr);
   coll.coll = {0, "AllReduce", nullptr, nullptr, 1024, 0, "ncclFloat32", 2, 8, "RING", "LL",
                nullptr};
   void* op = nullptr;
@@ -71,10 +70,7 @@ TEST_F(PluginLoadTest, RunsACollectiveAndFinalizesWithoutAnAgent) {
   ASSERT_NE(op, nullptr);
   EXPECT_EQ(v5->stop_event(op), kSuccess);  // enqueued; channels follow, as in NCCL
   for (uint8_t ch = 0; ch < 2; ++ch) {
-    EventDescrV5 k;
-    std::memset(&k, 0, sizeof(k));
-    k.type = kKernelCh;
-    k.parent_obj = op;
+    EventDescrV5 k = MakeDescrV5(kKernelCh, op);
     k.kernel_ch = {ch, 1000};
     void* kh = nullptr;
     ASSERT_EQ(v5->start_event(ctx, &kh, &k), kSuccess);
@@ -85,9 +81,7 @@ TEST_F(PluginLoadTest, RunsACollectiveAndFinalizesWithoutAnAgent) {
     EXPECT_EQ(v5->stop_event(kh), kSuccess);
   }
   // Events the plugin does not use get NULL handles; NULL state args are accepted.
-  EventDescrV5 api;
-  std::memset(&api, 0, sizeof(api));
-  api.type = kGroupApi;
+  EventDescrV5 api = MakeDescrV5(kGroupApi, nullptr);
   void* api_handle = reinterpret_cast<void*>(1);
   EXPECT_EQ(v5->start_event(ctx, &api_handle, &api), kSuccess);
   EXPECT_EQ(api_handle, nullptr);
@@ -110,9 +104,7 @@ TEST_F(PluginLoadTest, V4InitTakesItsOwnArgumentOrder) {
   ASSERT_EQ(v4->init(&ctx, &mask, "tp", 0x1234, 1, 4, 3, nullptr), kSuccess);
   ASSERT_NE(ctx, nullptr);
   EXPECT_EQ(mask, kColl | kP2p | kKernelCh);
-  EventDescrV4 p2p;
-  std::memset(&p2p, 0, sizeof(p2p));
-  p2p.type = kP2p;
+  EventDescrV4 p2p = MakeDescrV4(kP2p, nullptr);
   p2p.p2p = {"Send", nullptr, "ncclFloat32", 256, 1, 1};
   void* op = nullptr;
   ASSERT_EQ(v4->start_event(ctx, &op, &p2p), kSuccess);
@@ -158,9 +150,7 @@ TEST_F(PluginLoadTest, WorksAgainAfterDestroyDlcloseAndReload) {
   ctx = nullptr;
   ASSERT_EQ(v5->init(&ctx, 0x901, &mask, "again", 1, 2, 1, nullptr), kSuccess);
   ASSERT_NE(ctx, nullptr);
-  EventDescrV5 coll;
-  std::memset(&coll, 0, sizeof(coll));
-  coll.type = kColl;
+  EventDescrV5 coll = MakeDescrV5(kColl, nullptr);
   coll.coll = {0, "Broadcast", nullptr, nullptr, 64, 0, "ncclInt8", 1, 4, "RING", "LL", nullptr};
   void* op = nullptr;
   v5->start_event(ctx, &op, &coll);
@@ -180,13 +170,10 @@ TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
   ASSERT_EQ(v6->init(&ctx, 0xa00, &mask, "solo", 1, 1, 0, nullptr), kSuccess);
   ASSERT_NE(ctx, nullptr);
   void* foreign = reinterpret_cast<void*>(0x10);  // would crash if dereferenced
-  EventDescrV6 d;
   for (uint64_t type : {uint64_t{kProxyOp}, uint64_t{kProxyStep}, uint64_t{kNetPlugin},
                         uint64_t{kProxyCtrl}, uint64_t{kCeColl}, uint64_t{kCeSync},
                         uint64_t{kCeBatch}, uint64_t{kKernelLaunch}, uint64_t{1} << 40}) {
-    std::memset(&d, 0, sizeof(d));
-    d.type = type;
-    d.parent_obj = foreign;
+    EventDescrV6 d = MakeDescrV6(type, foreign);
     d.proxy_op.pid = getpid() + 1;
     void* h = reinterpret_cast<void*>(1);
     EXPECT_EQ(v6->start_event(foreign, &h, &d), kSuccess) << type;
@@ -194,10 +181,8 @@ TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
   }
   // A KernelCh whose parent is readable memory but not one of our handles: the handle's tag is
   // checked first, so it is refused. (NCCL only ever passes back handles we returned, or NULL.)
-  std::memset(&d, 0, sizeof(d));
-  d.type = kKernelCh;
   uint64_t not_a_handle[16] = {};
-  d.parent_obj = not_a_handle;
+  EventDescrV6 d = MakeDescrV6(kKernelCh, not_a_handle);
   void* h = reinterpret_cast<void*>(1);
   EXPECT_EQ(v6->start_event(ctx, &h, &d), kSuccess);
   EXPECT_EQ(h, nullptr);

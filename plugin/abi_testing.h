@@ -16,6 +16,22 @@ inline EventDescrV5 MakeDescrV5(uint64_t type, void* parent) {
   return d;
 }
 
+inline EventDescrV6 MakeDescrV6(uint64_t type, void* parent) {
+  EventDescrV6 d;
+  std::memset(&d, 0, sizeof(d));
+  d.type = type;
+  d.parent_obj = parent;
+  return d;
+}
+
+inline EventDescrV4 MakeDescrV4(uint8_t type, void* parent) {
+  EventDescrV4 d;
+  std::memset(&d, 0, sizeof(d));
+  d.type = type;
+  d.parent_obj = parent;
+  return d;
+}
+
 }  // namespace ncclwatch::abi
 
 #endif  // NCCLWATCH_PLUGIN_ABI_TESTING_H_

@@ -139,10 +139,7 @@ void AgentClient::Run() {
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      if (ok) {
-        queue_.pop_front();
-        sent_.fetch_add(1);
-      }
+      if (ok) queue_.pop_front();
     }
     if (!ok) CloseStream(false);
   }

@@ -39,8 +39,6 @@ class AgentClient : public ReportSink {
   // Ends the stream (handing over what is queued, for at most `timeout`) and joins the thread.
   void Stop(std::chrono::milliseconds timeout);
 
-  uint64_t sent() const { return sent_.load(); }
-
  private:
   struct Stream;
   void Run();
@@ -63,7 +61,6 @@ class AgentClient : public ReportSink {
   grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::atomic<uint64_t> dropped_{0};
-  std::atomic<uint64_t> sent_{0};
   std::thread thread_;
 };
 

@@ -253,7 +253,6 @@ void Flusher::RunOnce(bool report) {
   }
   if (dump_ != nullptr) dump_->Flush();
   ReapZombiesLocked();
-  reports_built_.fetch_add(1);
 }
 
 void Flusher::FinalizeComm(CommState* comm) {

@@ -116,9 +116,6 @@ class Flusher {
   // operation refers to it. Called from NCCL's finalize.
   void FinalizeComm(CommState* comm);
 
-  // Completed RunOnce(report=true) calls: lets tests wait for a flush without sleeping.
-  uint64_t reports_built() const { return reports_built_.load(); }
-
  private:
   void Loop();
   void DrainLocked(CommState* comm);  // requires mu_
@@ -145,7 +142,6 @@ class Flusher {
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_
   std::thread thread_;
-  std::atomic<uint64_t> reports_built_{0};
 };
 
 }  // namespace ncclwatch::plugin

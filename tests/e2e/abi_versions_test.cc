@@ -31,6 +31,7 @@ TEST_P(AbiVersionTest, EveryOperationTypeIsRecorded) {
   for (int rank = 0; rank < 2; ++rank) {
     std::map<std::string, int> ops;
     std::string prom;
+    bool prom_found = false;
     std::regex coll(R"re("coll":"(\w+)","coll_sn":(\d+))re"), p2p(R"re("p2p":"(\w+)")re");
     for (const auto& entry :
          std::filesystem::directory_iterator(dir + "/rank" + std::to_string(rank))) {
@@ -38,6 +39,7 @@ TEST_P(AbiVersionTest, EveryOperationTypeIsRecorded) {
       std::stringstream ss;
       ss << in.rdbuf();
       if (entry.path().extension() == ".prom") {
+        prom_found = true;
         prom = ss.str();
         continue;
       }
@@ -50,7 +52,9 @@ TEST_P(AbiVersionTest, EveryOperationTypeIsRecorded) {
     for (const char* op : {"AllReduce", "AllGather", "ReduceScatter", "Send", "Recv"}) {
       EXPECT_GT(ops[op], 10) << "ABI v" << abi << ", rank " << rank << ": " << op;
     }
-    // A finalized communicator leaves the metrics file: the last write is empty.
+    // The metrics file was written, and a finalized communicator leaves it: the last write is
+    // empty.
+    EXPECT_TRUE(prom_found) << "ABI v" << abi << ": no .prom file";
     EXPECT_EQ(prom, "") << "ABI v" << abi;
   }
   std::filesystem::remove_all(dir);

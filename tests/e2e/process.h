@@ -23,15 +23,12 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   bool started() const { return pid_ > 0; }
-  // The ready line, e.g. "ready grpc_port=1234 http_port=5678" ("" if none came).
-  const std::string& ready_line() const { return ready_line_; }
   // Integer value of "key=N" in the ready line, or -1.
   int ReadyValue(const std::string& key) const;
   void Signal(int sig);
   // Waits for exit; returns the exit code, or 128+signal.
   int Wait();
   std::string Log() const;
-  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
