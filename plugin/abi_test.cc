@@ -171,7 +171,7 @@ TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
   ASSERT_NE(ctx, nullptr);
   void* foreign = reinterpret_cast<void*>(0x10);  // would crash if dereferenced
   for (uint64_t type : {uint64_t{kProxyOp}, uint64_t{kProxyStep}, uint64_t{kNetPlugin},
-                        uint64_t{kProxyCtrl}, uint64_t{kCeColl}, uint64_t{kCeSync},
+                        uint64_t{kProxyCtrl}, uint64_t{kCeSync},
                         uint64_t{kCeBatch}, uint64_t{kKernelLaunch}, uint64_t{1} << 40}) {
     EventDescrV6 d = MakeDescrV6(type, foreign);
     d.proxy_op.pid = getpid() + 1;
@@ -179,8 +179,8 @@ TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
     EXPECT_EQ(v6->start_event(foreign, &h, &d), kSuccess) << type;
     EXPECT_EQ(h, nullptr) << type;
   }
-  // A KernelCh whose parent is readable memory but not one of our handles: the handle's tag is
-  // checked first, so it is refused. (NCCL only ever passes back handles we returned, or NULL.)
+  // A KernelCh whose parent is readable memory but not one of our operation slots is refused
+  // without being read. (CeColl is left out above: it is recorded, with NCCL's own context.)
   uint64_t not_a_handle[16] = {};
   EventDescrV6 d = MakeDescrV6(kKernelCh, not_a_handle);
   void* h = reinterpret_cast<void*>(1);

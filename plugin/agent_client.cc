@@ -26,7 +26,7 @@ AgentClient::AgentClient(std::string address, size_t max_queued)
 AgentClient::~AgentClient() { Stop(std::chrono::milliseconds(1000)); }
 
 void AgentClient::Submit(ncclwatch::v1::RankReport report) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (stop_) {
     dropped_.fetch_add(1);
     return;
@@ -38,28 +38,30 @@ void AgentClient::Submit(ncclwatch::v1::RankReport report) {
     dropped_.fetch_add(1);
   }
   queue_.push_back(std::move(report));
+  cv_.notify_all();
 }
 
 bool AgentClient::Drain(std::chrono::milliseconds timeout) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   close_requested_ = true;
+  cv_.notify_all();
   // Done when everything was written and the stream closed gracefully (the agent has read it
   // all), or when there is no agent to deliver to right now.
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  cv_.wait_for(lock, timeout, [this] {
     return exited_ || (!connected_ && (queue_.empty() || connect_failed_));
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(timeout));
+  });
   close_requested_ = false;
   return queue_.empty() && !connected_;
 }
 
 void AgentClient::Stop(std::chrono::milliseconds timeout) {
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!thread_.joinable()) return;
     stop_ = true;
+    cv_.notify_all();
     // Give the thread `timeout` to hand over the queue and close the stream; then cut it off.
-    if (!mu_.AwaitWithTimeout(absl::Condition(&exited_), absl::FromChrono(timeout))) {
+    if (!cv_.wait_for(lock, timeout, [this] { return exited_; })) {
       if (active_context_ != nullptr) active_context_->TryCancel();
       // The report being written (if any) is still referenced by the sender thread.
       size_t dropped = queue_.size() - (writing_ ? 1 : 0);
@@ -80,7 +82,7 @@ bool AgentClient::Connect() {
   auto stub = ncclwatch::v1::Agent::NewStub(channel_);
   stream->writer = stub->StreamReports(&stream->context, &stream->summary);
   if (!stream->writer) return false;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   active_context_ = &stream->context;
   stream_ = std::move(stream);
   connected_ = true;
@@ -92,10 +94,11 @@ void AgentClient::CloseStream(bool graceful) {
   if (!stream_) return;
   if (graceful) stream_->writer->WritesDone();
   stream_->writer->Finish();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   active_context_ = nullptr;
   connected_ = false;
   stream_.reset();
+  cv_.notify_all();
 }
 
 void AgentClient::Run() {
@@ -103,49 +106,48 @@ void AgentClient::Run() {
   int backoff_ms = 100;
   for (;;) {
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !queue_.empty() || (close_requested_ && connected_);
-      };
-      mu_.Await(absl::Condition(&ready));
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty() || (close_requested_ && connected_); });
       if (queue_.empty()) {
         if (stop_) break;
         // Drain() asked for a graceful close: the next Submit reopens the stream.
-        mu_.Unlock();
+        lock.unlock();
         CloseStream(true);
-        mu_.Lock();
         continue;
       }
     }
     if (!stream_ && !Connect()) {
-      absl::MutexLock lock(&mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       connected_ = false;
       connect_failed_ = true;
+      cv_.notify_all();
       if (stop_) break;  // no agent: do not hold up shutdown
       int wait = backoff_ms / 2 + static_cast<int>(jitter() % (backoff_ms / 2 + 1));
-      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(wait));
+      cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return stop_; });
       backoff_ms = std::min(backoff_ms * 2, 1000);
       continue;
     }
     backoff_ms = 100;
     const ncclwatch::v1::RankReport* front;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       front = &queue_.front();
       writing_ = true;
     }
     // Only this thread pops the queue, and Submit never erases the front while writing_.
     bool ok = stream_->writer->Write(*front);
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
       if (ok) queue_.pop_front();
+      cv_.notify_all();
     }
     if (!ok) CloseStream(false);
   }
   CloseStream(true);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   exited_ = true;
+  cv_.notify_all();
 }
 
 }  // namespace ncclwatch::plugin

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <type_traits>
 
 #include "common/config.h"
 #include "plugin/abi.h"
@@ -28,6 +29,8 @@ namespace ncclwatch::plugin {
 namespace {
 
 constexpr int kEventMask = abi::kColl | abi::kP2p | abi::kKernelCh;
+// v6 adds copy-engine collectives (NCCL's v5 shim clears the bit for older tables anyway).
+constexpr int kEventMaskV6 = kEventMask | abi::kCeColl;
 
 // Set once, at the first successful init; never freed (NCCL threads may still call in at exit).
 std::atomic<Recorder*> g_recorder{nullptr};
@@ -39,8 +42,8 @@ class Plugin {
     return *plugin;
   }
 
-  abi::Result Init(void** context, uint64_t comm_hash, int* mask, const char* comm_name,
-                   int n_nodes, int nranks, int rank, abi::Logger logfn) {
+  abi::Result Init(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
+                   const char* comm_name, int n_nodes, int nranks, int rank, abi::Logger logfn) {
     *context = nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_) Start(comm_hash, logfn);
@@ -48,7 +51,7 @@ class Plugin {
     CommIdentity identity{comm_hash, comm_name != nullptr ? comm_name : "", rank, nranks, n_nodes,
                           CudaDevice()};
     *context = recorder_->InitComm(std::move(identity));
-    if (mask != nullptr) *mask = kEventMask;
+    if (mask != nullptr) *mask = wanted_mask;
     ++active_comms_;
     return abi::kSuccess;
   }
@@ -176,6 +179,13 @@ template <typename P2p>
 OpDescr FromP2p(const P2p& p) {
   return OpDescr{true, p.func, 0, p.datatype, p.count, nullptr, nullptr, p.peer, p.n_channels};
 }
+// "CE" plus the synchronisation strategy ("MC" or "UC") stands where algorithm and protocol are.
+OpDescr FromCeColl(const abi::CeCollDescr& c) {
+  static const char kCe[] = "CE";
+  OpDescr op{false, c.func, c.seq_number, c.datatype, c.count, kCe, c.sync_strategy, -1, 0};
+  op.copy_engine = true;
+  return op;
+}
 
 // One adapter for every descriptor version: the fields we read have the same names.
 template <typename Descr>
@@ -196,7 +206,10 @@ void StartEvent(void* context, void** handle, Descr* descr) {
                                         descr->kernel_ch.p_timer);
       break;
     default:
-      break;  // API, Group and proxy events: not needed, NULL handle
+      if constexpr (std::is_same_v<Descr, abi::EventDescrV6>) {
+        if (descr->type == abi::kCeColl) *handle = rec->StartOp(comm, FromCeColl(descr->ce_coll));
+      }
+      break;  // API, Group, proxy and CE child events: not needed, NULL handle
   }
 }
 
@@ -220,19 +233,33 @@ abi::Result Finalize(void* context) noexcept {
   }
 }
 
-abi::Result InitV5(void** context, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes,
-                   int nranks, int rank, abi::Logger logfn) noexcept {
+abi::Result InitWithMask(void** context, uint64_t comm_id, int* mask, int wanted_mask,
+                         const char* comm_name, int n_nodes, int nranks, int rank,
+                         abi::Logger logfn) noexcept {
   try {
-    return Plugin::Get().Init(context, comm_id, mask, comm_name, n_nodes, nranks, rank, logfn);
+    return Plugin::Get().Init(context, comm_id, mask, wanted_mask, comm_name, n_nodes, nranks,
+                              rank, logfn);
   } catch (...) {
     *context = nullptr;
     return abi::kSuccess;
   }
 }
 
+abi::Result InitV6(void** context, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes,
+                   int nranks, int rank, abi::Logger logfn) noexcept {
+  return InitWithMask(context, comm_id, mask, kEventMaskV6, comm_name, n_nodes, nranks, rank,
+                      logfn);
+}
+
+abi::Result InitV5(void** context, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes,
+                   int nranks, int rank, abi::Logger logfn) noexcept {
+  return InitWithMask(context, comm_id, mask, kEventMask, comm_name, n_nodes, nranks, rank, logfn);
+}
+
 abi::Result InitV4(void** context, int* mask, const char* comm_name, uint64_t comm_hash,
                    int n_nodes, int nranks, int rank, abi::Logger logfn) noexcept {
-  return InitV5(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
+  return InitWithMask(context, comm_hash, mask, kEventMask, comm_name, n_nodes, nranks, rank,
+                      logfn);
 }
 
 template <typename Descr>
@@ -248,7 +275,7 @@ namespace np = ncclwatch::plugin;
 
 extern "C" {
 __attribute__((visibility("default"))) ncclwatch::abi::ProfilerV6 ncclProfiler_v6 = {
-    "ncclwatch", np::InitV5, np::StartEventAdapter<ncclwatch::abi::EventDescrV6>, np::StopEvent,
+    "ncclwatch", np::InitV6, np::StartEventAdapter<ncclwatch::abi::EventDescrV6>, np::StopEvent,
     np::RecordEventState, np::Finalize};
 __attribute__((visibility("default"))) ncclwatch::abi::ProfilerV5 ncclProfiler_v5 = {
     "ncclwatch", np::InitV5, np::StartEventAdapter<ncclwatch::abi::EventDescrV5>, np::StopEvent,

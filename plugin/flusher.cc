@@ -27,10 +27,14 @@ void CommAccumulator::Add(const Completion& c, int nranks) {
   const uint64_t bytes = MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count);
   Key key{op, c.p2p ? nullptr : c.algo, c.p2p ? nullptr : c.proto,
           MessageSizeBucketFloor(bytes), c.p2p ? c.peer : -1, c.p2p};
-  auto [it, inserted] = stats_.try_emplace(key);
-  Stats& s = it->second;
+  Stats& s = stats_[key];
+  if (!c.timed) {
+    s.untimed_count++;
+    s.untimed_bytes += bytes;
+    return;
+  }
   double exec_us = static_cast<double>(c.exec_ns) / 1000.0;
-  if (inserted) s.min_us = s.max_us = exec_us;
+  if (s.count == 0) s.min_us = s.max_us = exec_us;
   s.count++;
   s.bytes += bytes;
   s.sum_us += exec_us;
@@ -96,6 +100,8 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
     out->set_bus_bw_gbs_log_sum(s.bus_log_sum);
     out->set_alg_bw_gbs_log_sum(s.alg_log_sum);
     out->set_bw_samples(s.bw_samples);
+    out->set_untimed_count(s.untimed_count);
+    out->set_untimed_bytes(s.untimed_bytes);
   }
   // Grouped by column and in seq order, the delta encoding stays at a few bytes per sample.
   std::sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
@@ -174,7 +180,7 @@ void Flusher::DrainLocked(CommState* comm) {
   const uint64_t now_us = dump_ != nullptr ? RealtimeNs() / 1000 : 0;
   while (comm->ring().Pop(&c)) {
     acc->Add(c, id.nranks);
-    if (dump_ != nullptr) {
+    if (dump_ != nullptr && c.timed) {  // Inspector's records all carry an execution time
       uint64_t sn = c.p2p ? ++p2p_sn_[comm] : 0;
       dump_->AppendOperation(id, c, MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count),
                              sn, now_us);

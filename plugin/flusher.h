@@ -74,6 +74,8 @@ class CommAccumulator {
     double bus_log_sum = 0;
     double alg_log_sum = 0;
     uint64_t bw_samples = 0;
+    uint64_t untimed_count = 0;
+    uint64_t untimed_bytes = 0;
   };
   struct Sample {
     const char* op;

@@ -63,6 +63,7 @@ struct alignas(64) OpSlot {
   std::atomic<int32_t> peer{-1};
   std::atomic<uint8_t> n_channels{0};
   std::atomic<bool> p2p{false};
+  std::atomic<bool> record_untimed{false};  // report at stop without GPU times (CE collectives)
   std::atomic<int64_t> enqueue_mono_ns{0};  // coarse clock: ages need only millisecond precision
   // Progress, updated by the proxy thread.
   std::atomic<uint64_t> channel_mask{0};    // channels started (bit = channel id)
@@ -92,6 +93,7 @@ struct Completion {
   uint64_t gpu_stop_ns = 0;     // latest channel stop
   uint64_t exec_ns = 0;         // longest single-channel duration (NCCL Inspector's definition)
   int64_t host_done_unix_ns = 0;  // host clock at completion, on ~1 in 16 completions; else 0
+  bool timed = true;            // false: no GPU times (copy-engine collectives)
 };
 
 // Fixed array of slots. Claim() is one fetch_add plus a scan of plain loads bounded by the capacity
@@ -109,6 +111,13 @@ class OpPool {
 
   size_t capacity() const { return mask_ + 1; }
   OpSlot& slot(size_t i) { return slots_[i]; }
+  // Whether `p` is the address of one of this pool's slots (two compares and a multiply).
+  bool Contains(const void* p) const {
+    auto base = reinterpret_cast<uintptr_t>(slots_.get());
+    auto addr = reinterpret_cast<uintptr_t>(p);
+    return addr >= base && addr < base + capacity() * sizeof(OpSlot) &&
+           (addr - base) % sizeof(OpSlot) == 0;
+  }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // Slots currently in use (for tests and metrics; O(capacity)).
   size_t InUse() const;

@@ -10,6 +10,7 @@ namespace ncclwatch::plugin {
 namespace {
 
 // Both handle types begin with their HandleKind: read the tag before treating the handle as either.
+// Only for handles NCCL got from us (stopEvent, recordEventState), never for a parentObj.
 HandleKind KindOf(const void* handle) { return *static_cast<const HandleKind*>(handle); }
 
 int64_t ReadClock(clockid_t id) {
@@ -69,6 +70,7 @@ void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
   slot->peer.store(op.p2p ? op.peer : -1, kRelaxed);
   slot->n_channels.store(op.n_channels, kRelaxed);
   slot->p2p.store(op.p2p, kRelaxed);
+  slot->record_untimed.store(op.copy_engine, kRelaxed);
   slot->enqueue_mono_ns.store(CoarseMonotonicNs(), kRelaxed);
   slot->channel_mask.store(0, kRelaxed);
   slot->channels_done.store(0, kRelaxed);
@@ -77,7 +79,9 @@ void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
 }
 
 void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_start_ns) noexcept {
-  if (parent == nullptr || KindOf(parent) != HandleKind::kOp || channel >= kMaxChannels) {
+  // The parent is only trusted if it is one of our slots: a foreign pointer (another plugin's
+  // handle, another process's under PXN) is never dereferenced.
+  if (!pool_.Contains(parent) || channel >= kMaxChannels) {
     orphans_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -111,7 +115,13 @@ void Recorder::StopEvent(void* handle) noexcept {
     auto* slot = static_cast<OpSlot*>(handle);
     // Coll/P2p stop means "enqueued". Without channels nothing else will time this operation.
     if (slot->n_channels.load(std::memory_order_relaxed) == 0) {
-      slot->comm.load(std::memory_order_relaxed)->CountUntimed();
+      CommState* comm = slot->comm.load(std::memory_order_relaxed);
+      comm->CountUntimed();
+      if (slot->record_untimed.load(std::memory_order_relaxed)) {
+        Completion c = Describe(slot);
+        c.timed = false;
+        comm->ring().Push(c);
+      }
     }
     OpPool::Release(slot, 1);
     return;
@@ -124,6 +134,21 @@ void Recorder::StopEvent(void* handle) noexcept {
     Complete(slot);
     OpPool::Release(slot, 1);  // the kernel reference
   }
+}
+
+Completion Recorder::Describe(const OpSlot* slot) noexcept {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  Completion c;
+  c.func = slot->func.load(kRelaxed);
+  c.algo = slot->algo.load(kRelaxed);
+  c.proto = slot->proto.load(kRelaxed);
+  c.datatype = slot->datatype.load(kRelaxed);
+  c.count = slot->count.load(kRelaxed);
+  c.seq = slot->seq.load(kRelaxed);
+  c.peer = slot->peer.load(kRelaxed);
+  c.p2p = slot->p2p.load(kRelaxed);
+  c.channels = slot->n_channels.load(kRelaxed);
+  return c;
 }
 
 void Recorder::Complete(OpSlot* slot) noexcept {
@@ -146,16 +171,7 @@ void Recorder::Complete(OpSlot* slot) noexcept {
     comm->CountUntimed();
     return;
   }
-  Completion c;
-  c.func = slot->func.load(kRelaxed);
-  c.algo = slot->algo.load(kRelaxed);
-  c.proto = slot->proto.load(kRelaxed);
-  c.datatype = slot->datatype.load(kRelaxed);
-  c.count = slot->count.load(kRelaxed);
-  c.seq = slot->seq.load(kRelaxed);
-  c.peer = slot->peer.load(kRelaxed);
-  c.p2p = slot->p2p.load(kRelaxed);
-  c.channels = slot->n_channels.load(kRelaxed);
+  Completion c = Describe(slot);
   c.gpu_start_ns = start_min;
   c.gpu_stop_ns = stop_max;
   c.exec_ns = longest;

@@ -62,6 +62,9 @@ struct OpDescr {
   const char* proto = nullptr;
   int peer = -1;  // p2p only
   uint8_t n_channels = 0;
+  // Copy-engine collective (v6): NCCL never times it and it has no KernelCh children, so its
+  // count and bytes are reported at stop, without execution time.
+  bool copy_engine = false;
 };
 
 // An operation in flight, as listed by the flusher.
@@ -111,6 +114,7 @@ class Recorder {
   size_t ops_in_use() const { return pool_.InUse(); }
 
  private:
+  static Completion Describe(const OpSlot* slot) noexcept;
   void Complete(OpSlot* slot) noexcept;
 
   OpPool pool_;

@@ -1,0 +1,586 @@
+// The real plugin, loaded through the simulated NCCL host (tests/simjob/profiler_host.h) the way
+// NCCL loads it, driven through each ABI version (v4, v5, v6) into every situation of the ABI
+// notes §2–§6 that a production plugin meets:
+//
+//   concurrent init; user, launch, host-callback and proxy threads calling at once; KernelCh
+//   children that start after their parent stopped; NULL context and NULL eStateArgs; PXN proxy
+//   events from another process; graph-captured operations replayed from host callbacks; one-rank
+//   communicators; split and shrink children that outlive their parent; destroy, dlclose, reload
+//   and re-init; copy-engine collectives (v6); 8 communicators x 2 threads x 1M events.
+//
+// What the plugin recorded is checked from the reports it streams over real gRPC to
+// report_recorder, a stand-in agent that writes what they say to a file. Every scenario finalizes all of
+// its communicators, and the last finalize waits until the agent has read everything, so the file
+// is complete when the scenario's last finalize returns: no sleeps, no polling.
+//
+// The suite runs in the plain, AddressSanitizer+UBSan and ThreadSanitizer builds (scripts/test).
+// NCCLWATCH_STRESS_EVENTS (default 1000000) sets the events per thread of the stress scenario.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "plugin/abi.h"
+#include "tests/e2e/process.h"
+#include "tests/simjob/profiler_host.h"
+
+namespace ncclwatch::scenarios {
+namespace {
+
+using abi::EventDescrV6;
+using simjob::ProfilerHost;
+
+constexpr uint64_t kGpuEpoch = 1'700'000'000'000'000'000ull;
+constexpr int kPoolSize = 16384;
+
+std::string g_reports_path;
+
+// Starts the stand-in agent once for the whole binary and points the plugin at it. The plugin
+// reads its environment at the first init of the process, and stays loaded (NODELETE) after that.
+class AgentEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ncclwatch-scenarios-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    g_reports_path = dir_ + "/reports.txt";
+    const std::string socket = "unix://" + dir_ + "/agent.sock";
+    // The recorder is test scaffolding: in the ThreadSanitizer build it must not stop the run
+    // over gRPC's internals, which TSan cannot see into.
+    agent_ = std::make_unique<testing::Process>(
+        std::vector<std::string>{NCCLWATCH_RECORDER_BIN, "--listen=" + socket,
+                                 "--out=" + g_reports_path},
+        std::map<std::string, std::string>{{"TSAN_OPTIONS", "report_bugs=0"}},
+        dir_ + "/recorder.log", "--ready-fd");
+    ASSERT_TRUE(agent_->started());
+    setenv("NCCLWATCH_AGENT_ADDR", socket.c_str(), 1);
+    setenv("NCCLWATCH_FLUSH_INTERVAL_MS", "200", 1);
+    setenv("NCCLWATCH_OP_POOL_SIZE", std::to_string(kPoolSize).c_str(), 1);
+    setenv("NCCLWATCH_RING_SIZE", "65536", 1);
+    setenv("NCCLWATCH_FINALIZE_TIMEOUT_MS", "60000", 1);
+    setenv("NCCLWATCH_DUMP_DIR", (dir_ + "/dump").c_str(), 1);
+    setenv("NCCLWATCH_JOB_ID", "scenarios", 1);
+  }
+  void TearDown() override {
+    agent_.reset();
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir_.c_str());
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<testing::Process> agent_;
+};
+
+// What one communicator rank reported, summed over its intervals (from report_recorder's file).
+struct Drops {
+  uint64_t events_dropped = 0, records_dropped = 0, untimed_ops = 0, orphans = 0;
+};
+struct Totals {
+  int reports = 0;
+  int finals = 0;
+  int nranks = 0;
+  std::map<std::string, uint64_t> count;    // by "op", "op/algo_proto" and "op>peer"
+  std::map<std::string, uint64_t> untimed;  // by "op/algo_proto"
+  std::map<std::string, uint64_t> untimed_bytes;
+  uint64_t timed_total = 0;
+  Drops last_drops;  // from the final report
+};
+
+Totals TotalsFor(uint64_t comm_hash, int rank) {
+  Totals t;
+  std::ifstream in(g_reports_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string kind;
+    uint64_t hash = 0;
+    int r = -1;
+    f >> kind >> hash >> r;
+    if (hash != comm_hash || r != rank) continue;
+    if (kind == "R") {
+      int final = 0;
+      Drops d;
+      f >> t.nranks >> final >> d.events_dropped >> d.records_dropped >> d.untimed_ops >> d.orphans;
+      ++t.reports;
+      if (final) {
+        ++t.finals;
+        t.last_drops = d;
+      }
+    } else if (kind == "S") {
+      std::string op, algo_proto;
+      int p2p = 0, peer = -1;
+      uint64_t count = 0, untimed = 0, untimed_bytes = 0;
+      f >> op >> p2p >> algo_proto >> peer >> count >> untimed >> untimed_bytes;
+      t.count[op] += count;
+      t.count[p2p ? op + ">" + std::to_string(peer) : op + "/" + algo_proto] += count;
+      t.untimed[op + "/" + algo_proto] += untimed;
+      t.untimed_bytes[op + "/" + algo_proto] += untimed_bytes;
+      t.timed_total += count;
+    }
+    EXPECT_FALSE(f.fail()) << "unreadable line: " << line;
+  }
+  return t;
+}
+
+// The NCCL side of one process, for one ABI version: builds descriptors as NCCL does and calls
+// the plugin from whichever thread the caller is on (each NCCL thread role is a caller here).
+class Nccl {
+ public:
+  explicit Nccl(int abi_version) : abi_(abi_version) {
+    std::string error;
+    host_ = ProfilerHost::Load(NCCLWATCH_PLUGIN_SO, abi_version, &error);
+    EXPECT_NE(host_, nullptr) << error;
+  }
+  bool ok() const { return host_ != nullptr; }
+  int abi() const { return abi_; }
+  ProfilerHost& host() { return *host_; }
+  int mask() const { return mask_.load(); }
+
+  void* Init(uint64_t hash, const char* name, int nranks, int rank, int n_nodes = 1) {
+    void* ctx = nullptr;
+    int mask = 0;
+    EXPECT_EQ(host_->Init(&ctx, hash, &mask, name, n_nodes, nranks, rank, nullptr),
+              abi::kSuccess);
+    EXPECT_NE(ctx, nullptr) << "no context for communicator " << name;
+    mask_.store(mask);
+    return ctx;
+  }
+  void Finalize(void* ctx) { host_->Finalize(ctx); }
+
+  // The user thread's API events for one collective (v5+; NCCL's v4 shim drops them). Returns
+  // the CollApi handle, which NCCL keeps as the Coll event's parent.
+  void* Api(void* ctx, const char* func, size_t count, bool graph) {
+    if (abi_ < 5) return nullptr;
+    EventDescrV6 ga = Descr(abi::kGroupApi, nullptr);
+    ga.group_api = {graph, 1};
+    void* group_api = host_->Start(ctx, ga);
+    host_->Record(group_api, abi::kGroupStartApiStop, nullptr);
+    EventDescrV6 ca = Descr(abi::kCollApi, group_api);
+    ca.coll_api = {func, count, "ncclFloat32", 0, &stream_, graph};
+    void* coll_api = host_->Start(ctx, ca);
+    host_->Stop(coll_api);
+    host_->Record(group_api, abi::kGroupEndApiStart, nullptr);
+    host_->Stop(group_api);
+    return coll_api;
+  }
+
+  // The launching thread (user thread, NCCL's group thread or a CUDA host callback): Group and
+  // Coll events. Coll stop means "enqueued"; the KernelCh children come later. Returns the Coll
+  // handle (may be null if the plugin dropped it).
+  void* Launch(void* ctx, void* coll_api, const char* func, uint64_t seq, size_t count,
+               uint8_t channels) {
+    void* group = host_->Start(ctx, Descr(abi::kGroup, nullptr));
+    EventDescrV6 c = Descr(abi::kColl, abi_ >= 5 ? coll_api : group);
+    c.coll = {seq, func, nullptr, nullptr, count, 0, "ncclFloat32", channels, 16,
+              "RING", "SIMPLE", group};
+    void* coll = host_->Start(ctx, c);
+    host_->Stop(coll);
+    host_->Stop(group);
+    return coll;
+  }
+
+  void* LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8_t channels) {
+    void* group = host_->Start(ctx, Descr(abi::kGroup, nullptr));
+    EventDescrV6 p = Descr(abi::kP2p, group);
+    p.p2p = {func, nullptr, "ncclInt8", count, peer, channels, group};
+    void* op = host_->Start(ctx, p);
+    host_->Stop(op);
+    host_->Stop(group);
+    return op;
+  }
+
+  // The proxy thread: KernelCh start, KernelChStop with the GPU timer, stop; per channel.
+  void RunChannels(void* ctx, void* op, uint8_t channels, uint64_t gpu_start, uint64_t duration) {
+    for (uint8_t ch = 0; ch < channels; ++ch) {
+      EventDescrV6 k = Descr(abi::kKernelCh, op);
+      k.kernel_ch = {ch, gpu_start + ch * 100};
+      void* h = host_->Start(ctx, k);
+      abi::StateArgs args{};
+      args.kernel_ch.p_timer = gpu_start + ch * 100 + duration;
+      host_->Record(h, abi::kKernelChStop, &args);
+      host_->Stop(h);
+    }
+  }
+
+  static EventDescrV6 Descr(uint64_t type, void* parent) {
+    EventDescrV6 d;
+    std::memset(&d, 0, sizeof(d));
+    d.type = type;
+    d.parent_obj = parent;
+    return d;
+  }
+
+ private:
+  int abi_;
+  int stream_ = 0;
+  std::unique_ptr<ProfilerHost> host_;
+  std::atomic<int> mask_{0};
+};
+
+class ScenarioTest : public ::testing::TestWithParam<int> {
+ protected:
+  // Distinct per ABI version and scenario, so that reports never mix.
+  uint64_t Hash(int scenario, int i = 0) const {
+    return (uint64_t{0x5ce} << 48) | (uint64_t(GetParam()) << 32) | (uint64_t(scenario) << 16) |
+           uint64_t(i);
+  }
+};
+
+TEST_P(ScenarioTest, ConcurrentInitGivesEachCommunicatorItsOwnContext) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  constexpr int kComms = 8, kOps = 20;
+  std::vector<void*> ctx(kComms);
+  std::barrier start(kComms);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kComms; ++i) {
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();  // as ncclCommInitAll runs one init per device at once
+      ctx[i] = nccl.Init(Hash(1, i), "initall", kComms, i);
+      for (int s = 0; s < kOps; ++s) {
+        void* api = nccl.Api(ctx[i], "AllReduce", 1024, false);
+        void* op = nccl.Launch(ctx[i], api, "AllReduce", s, 1024, 2);
+        nccl.RunChannels(ctx[i], op, 2, kGpuEpoch + s * 10'000, 5'000);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(std::set<void*>(ctx.begin(), ctx.end()).size(), size_t{kComms});
+  for (void* c : ctx) nccl.Finalize(c);
+  for (int i = 0; i < kComms; ++i) {
+    Totals t = TotalsFor(Hash(1, i), i);
+    EXPECT_EQ(t.finals, 1) << "comm " << i;
+    EXPECT_EQ(t.nranks, kComms);
+    EXPECT_EQ(t.count["AllReduce"], uint64_t{kOps}) << "comm " << i;
+  }
+}
+
+// The user thread issues API calls, a launch thread enqueues collectives, the proxy thread runs
+// their channels after the Coll events have stopped, and a host-callback thread launches and
+// completes point-to-point operations: all on one communicator, at once.
+TEST_P(ScenarioTest, UserLaunchHostCallbackAndProxyThreadsAtOnce) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* ctx = nccl.Init(Hash(2), "threads", 4, 1);
+  constexpr int kColls = 5000, kP2p = 3000, kApi = 5000;
+  // Launch -> proxy hand-off, bounded like a GPU queue (host-side scaffolding, not the plugin).
+  constexpr int kWindow = 256;
+  std::vector<std::atomic<void*>> queue(kWindow);
+  std::atomic<int> head{0}, tail{0};
+  std::thread launch([&] {
+    for (int s = 0; s < kColls; ++s) {
+      while (head.load(std::memory_order_acquire) - tail.load(std::memory_order_acquire) ==
+             kWindow) {
+        std::this_thread::yield();
+      }
+      void* op = nccl.Launch(ctx, nullptr, "AllReduce", s, 4096, 4);
+      queue[s % kWindow].store(op, std::memory_order_relaxed);
+      head.store(s + 1, std::memory_order_release);
+    }
+  });
+  std::thread proxy([&] {
+    for (int s = 0; s < kColls; ++s) {
+      while (head.load(std::memory_order_acquire) == s) std::this_thread::yield();
+      void* op = queue[s % kWindow].load(std::memory_order_relaxed);
+      // Channels start in reverse order and one stops before the next starts.
+      for (int ch = 3; ch >= 0; --ch) {
+        EventDescrV6 k = Nccl::Descr(abi::kKernelCh, op);
+        k.kernel_ch = {static_cast<uint8_t>(ch), kGpuEpoch + s * 20'000ull};
+        void* h = nccl.host().Start(ctx, k);
+        abi::StateArgs args{};
+        args.kernel_ch.p_timer = kGpuEpoch + s * 20'000ull + 8'000 + ch;
+        nccl.host().Record(h, abi::kKernelChStop, &args);
+        nccl.host().Stop(h);
+      }
+      tail.store(s + 1, std::memory_order_release);
+    }
+  });
+  std::thread callback([&] {
+    for (int i = 0; i < kP2p; ++i) {
+      void* op = nccl.LaunchP2p(ctx, i % 2 ? "Recv" : "Send", 2, 65536, 1);
+      nccl.RunChannels(ctx, op, 1, kGpuEpoch + i * 30'000ull, 3'000);
+    }
+  });
+  std::thread user([&] {
+    for (int i = 0; i < kApi; ++i) nccl.Api(ctx, "AllReduce", 4096, false);
+  });
+  for (auto* t : {&launch, &proxy, &callback, &user}) t->join();
+  nccl.Finalize(ctx);
+  Totals t = TotalsFor(Hash(2), 1);
+  EXPECT_EQ(t.finals, 1);
+  EXPECT_EQ(t.count["AllReduce/RING_SIMPLE"], uint64_t{kColls});
+  EXPECT_EQ(t.count["Send>2"], uint64_t{kP2p / 2});
+  EXPECT_EQ(t.count["Recv>2"], uint64_t{kP2p / 2});
+  EXPECT_EQ(t.last_drops.records_dropped, 0u);
+  EXPECT_EQ(t.last_drops.untimed_ops, 0u);
+}
+
+// NCCL may hand a NULL context (a communicator whose init gave none) and NULL eStateArgs; neither
+// may crash, and an operation whose KernelChStop came without arguments is counted as untimed.
+TEST_P(ScenarioTest, NullContextAndNullStateArgs) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* ctx = nccl.Init(Hash(3), "nulls", 2, 0);
+  EventDescrV6 c = Nccl::Descr(abi::kColl, nullptr);
+  c.coll = {0, "AllReduce", nullptr, nullptr, 64, 0, "ncclFloat32", 1, 16, "RING", "LL", nullptr};
+  EXPECT_EQ(nccl.host().Start(nullptr, c), nullptr);  // NULL context: nothing recorded
+  void* group_api = nccl.abi() >= 5 ? nccl.host().Start(ctx, Nccl::Descr(abi::kGroupApi, nullptr))
+                                    : nullptr;
+  nccl.host().Record(group_api, abi::kGroupStartApiStop, nullptr);
+  void* op = nccl.Launch(ctx, nullptr, "AllReduce", 0, 64, 1);
+  ASSERT_NE(op, nullptr);
+  EventDescrV6 k = Nccl::Descr(abi::kKernelCh, op);
+  k.kernel_ch = {0, kGpuEpoch};
+  void* h = nccl.host().Start(ctx, k);
+  ASSERT_NE(h, nullptr);
+  nccl.host().Record(h, abi::kKernelChStop, nullptr);  // no arguments: no stop timestamp
+  nccl.host().Stop(h);
+  nccl.host().Stop(group_api);
+  void* timed = nccl.Launch(ctx, nullptr, "AllReduce", 1, 64, 1);
+  nccl.RunChannels(ctx, timed, 1, kGpuEpoch + 10'000, 2'000);
+  nccl.Finalize(ctx);
+  nccl.Finalize(nullptr);  // NCCL does not, but a NULL context must be harmless
+  Totals t = TotalsFor(Hash(3), 0);
+  EXPECT_EQ(t.count["AllReduce"], 1u);
+  EXPECT_EQ(t.last_drops.untimed_ops, 1u);
+}
+
+// Under PXN another process's proxy thread emits ProxyOp/ProxyStep/NetPlugin events whose context
+// and parentObj point into the originating process (ABI notes §6.7). A KernelCh whose parent is
+// not one of our operations is refused without being read.
+TEST_P(ScenarioTest, PxnEventsFromAnotherProcessAreNeverDereferenced) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* ctx = nccl.Init(Hash(4), "pxn", 8, 3, 2);
+  void* op = nccl.Launch(ctx, nullptr, "AllGather", 0, 1 << 20, 1);
+  // A communicator finalized now reports the process-wide orphan counter's starting value.
+  nccl.Finalize(nccl.Init(Hash(4, 1), "probe", 1, 0));
+  // Addresses in an unmapped page: any read would fault.
+  void* foreign = reinterpret_cast<void*>(uintptr_t{0x10});
+  for (uint64_t type : {uint64_t{abi::kProxyOp}, uint64_t{abi::kProxyStep},
+                        uint64_t{abi::kNetPlugin}}) {
+    EventDescrV6 d = Nccl::Descr(type, foreign);
+    d.proxy_op.pid = getpid() + 1;
+    EXPECT_EQ(nccl.host().Start(foreign, d), nullptr);
+  }
+  EventDescrV6 k = Nccl::Descr(abi::kKernelCh, foreign);
+  EXPECT_EQ(nccl.host().Start(ctx, k), nullptr);
+  uint64_t unrelated[32] = {};  // readable, but not an operation of ours
+  EventDescrV6 k2 = Nccl::Descr(abi::kKernelCh, unrelated);
+  EXPECT_EQ(nccl.host().Start(ctx, k2), nullptr);
+  nccl.RunChannels(ctx, op, 1, kGpuEpoch, 40'000);  // the real channel still completes it
+  nccl.Finalize(ctx);
+  const uint64_t before = TotalsFor(Hash(4, 1), 0).last_drops.orphans;
+  Totals t = TotalsFor(Hash(4), 3);
+  EXPECT_EQ(t.count["AllGather"], 1u);
+  EXPECT_EQ(t.last_drops.orphans, before + 2);
+}
+
+// A captured graph emits its API events once, with graphCaptured set; each replay then fires the
+// Group, Coll and KernelCh events from a CUDA host-callback thread (ABI notes §6.8).
+TEST_P(ScenarioTest, GraphCapturedCollectivesAreRecordedOnEveryReplay) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* ctx = nccl.Init(Hash(5), "graph", 4, 2);
+  void* captured_api = nccl.Api(ctx, "ReduceScatter", 1 << 16, true);
+  constexpr int kReplays = 200;
+  std::thread host_callback([&] {
+    for (int r = 0; r < kReplays; ++r) {
+      void* op = nccl.Launch(ctx, captured_api, "ReduceScatter", r, 1 << 16, 2);
+      nccl.RunChannels(ctx, op, 2, kGpuEpoch + r * 50'000ull, 20'000);
+    }
+  });
+  host_callback.join();
+  nccl.Finalize(ctx);
+  EXPECT_EQ(TotalsFor(Hash(5), 2).count["ReduceScatter"], uint64_t{kReplays});
+}
+
+// NCCL emits no collective events on a one-rank communicator, but Send/Recv to self go through
+// the p2p path (ABI notes §6.5).
+TEST_P(ScenarioTest, OneRankCommunicatorRecordsSendRecvToSelf) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* ctx = nccl.Init(Hash(6), "solo", 1, 0);
+  for (int i = 0; i < 10; ++i) {
+    for (const char* f : {"Send", "Recv"}) {
+      void* op = nccl.LaunchP2p(ctx, f, 0, 4096, 1);
+      nccl.RunChannels(ctx, op, 1, kGpuEpoch + i * 10'000ull, 1'000);
+    }
+  }
+  nccl.Finalize(ctx);
+  Totals t = TotalsFor(Hash(6), 0);
+  EXPECT_EQ(t.nranks, 1);
+  EXPECT_EQ(t.count["Send>0"], 10u);
+  EXPECT_EQ(t.count["Recv>0"], 10u);
+}
+
+// Split and shrink children are ordinary new communicators to the plugin (ABI notes §6.3); they
+// may outlive their parent, and the parent's operations in flight outlive its finalize.
+TEST_P(ScenarioTest, SplitAndShrinkChildrenOutliveTheirParent) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* parent = nccl.Init(Hash(7, 0), "world", 8, 5);
+  void* split_a = nccl.Init(Hash(7, 1), "tp", 4, 1);
+  void* split_b = nccl.Init(Hash(7, 2), "dp", 2, 0);
+  void* shrunk = nccl.Init(Hash(7, 3), "world", 7, 4);
+  void* pending = nccl.Launch(parent, nullptr, "AllReduce", 0, 256, 1);
+  nccl.Finalize(parent);  // its last operation's kernel has not finished yet
+  nccl.RunChannels(parent, pending, 1, kGpuEpoch, 1'000);  // the proxy finishes it afterwards
+  int n = 0;
+  for (void* child : {split_a, split_b, shrunk}) {
+    ++n;
+    for (int s = 0; s < 5 * n; ++s) {
+      void* op = nccl.Launch(child, nullptr, "AllGather", s, 1 << 12, 2);
+      nccl.RunChannels(child, op, 2, kGpuEpoch + s * 10'000ull, 3'000);
+    }
+  }
+  for (void* child : {split_a, split_b, shrunk}) nccl.Finalize(child);
+  EXPECT_EQ(TotalsFor(Hash(7, 0), 5).finals, 1);
+  EXPECT_EQ(TotalsFor(Hash(7, 1), 1).count["AllGather"], 5u);
+  EXPECT_EQ(TotalsFor(Hash(7, 2), 0).count["AllGather"], 10u);
+  Totals shrink = TotalsFor(Hash(7, 3), 4);
+  EXPECT_EQ(shrink.count["AllGather"], 15u);
+  EXPECT_EQ(shrink.nranks, 7);
+}
+
+// After the last communicator NCCL dlcloses the plugin and reloads it for the next one (ABI notes
+// §1.1); the same communicator hash may come back.
+TEST_P(ScenarioTest, DestroyDlcloseReloadAndReinit) {
+  for (int round = 1; round <= 3; ++round) {
+    Nccl nccl(GetParam());
+    ASSERT_TRUE(nccl.ok());
+    void* ctx = nccl.Init(Hash(8), "again", 2, 1);
+    for (int s = 0; s < round; ++s) {
+      void* op = nccl.Launch(ctx, nullptr, "Broadcast", s, 1 << 10, 1);
+      nccl.RunChannels(ctx, op, 1, kGpuEpoch + s * 10'000ull, 2'000);
+    }
+    nccl.Finalize(ctx);
+  }  // ~Nccl dlcloses
+  Totals t = TotalsFor(Hash(8), 1);
+  EXPECT_EQ(t.finals, 3);
+  EXPECT_EQ(t.count["Broadcast"], 1u + 2u + 3u);
+}
+
+// v6 copy-engine collectives carry no timing but do carry what they move: they are counted with
+// their bytes. Older tables do not ask for them.
+TEST_P(ScenarioTest, CopyEngineCollectivesAreCountedOnV6) {
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  void* ctx = nccl.Init(Hash(9), "ce", 4, 0);
+  if (GetParam() < 6) {
+    EXPECT_EQ(nccl.mask() & abi::kCeColl, 0);
+    nccl.Finalize(ctx);
+    return;
+  }
+  EXPECT_NE(nccl.mask() & abi::kCeColl, 0);
+  constexpr int kOps = 7;
+  for (int i = 0; i < kOps; ++i) {
+    void* api = nccl.Api(ctx, "AllGather", 1 << 20, false);
+    EventDescrV6 ce = Nccl::Descr(abi::kCeColl, api);
+    ce.ce_coll = {static_cast<uint64_t>(i), "AllGather", nullptr, nullptr, 1 << 20, 0, "ncclInt8",
+                  "MC", true, 4, 1, static_cast<uint32_t>(i), nullptr};
+    void* h = nccl.host().Start(ctx, ce);
+    ASSERT_NE(h, nullptr);
+    EventDescrV6 sync = Nccl::Descr(abi::kCeSync, h);
+    sync.ce_sync = {false, 4};
+    EventDescrV6 batch = Nccl::Descr(abi::kCeBatch, h);
+    batch.ce_batch = {4, 1 << 20, true};
+    nccl.host().Stop(nccl.host().Start(ctx, sync));   // children: not needed, NULL handles
+    nccl.host().Stop(nccl.host().Start(ctx, batch));
+    nccl.host().Stop(h);
+  }
+  nccl.Finalize(ctx);
+  Totals t = TotalsFor(Hash(9), 0);
+  EXPECT_EQ(t.untimed["AllGather/CE_MC"], uint64_t{kOps});
+  EXPECT_EQ(t.untimed_bytes["AllGather/CE_MC"], uint64_t{kOps} << 20);
+  EXPECT_EQ(t.timed_total, 0u);
+}
+
+// 8 communicators, each with a launch thread and a proxy thread making at least
+// NCCLWATCH_STRESS_EVENTS callbacks each; every collective is accounted for exactly.
+TEST_P(ScenarioTest, EightCommunicatorsTwoThreadsEachAMillionEvents) {
+  const char* env = std::getenv("NCCLWATCH_STRESS_EVENTS");
+  const uint64_t events = env != nullptr ? std::strtoull(env, nullptr, 10) : 1'000'000;
+  Nccl nccl(GetParam());
+  ASSERT_TRUE(nccl.ok());
+  constexpr int kComms = 8;
+  constexpr uint8_t kChannels = 4;
+  // Callbacks per collective on the launch thread: Group and Coll start+stop, plus on v5+ the
+  // GroupApi (start, two states, stop) and CollApi (start, stop) events.
+  const uint64_t launch_events = GetParam() >= 5 ? 10 : 4;
+  const uint64_t colls = (events + launch_events - 1) / launch_events;
+  ASSERT_GE(colls * kChannels * 3, events);  // the proxy thread makes at least as many
+  nccl.Finalize(nccl.Init(Hash(10, 99), "probe", 1, 0));
+  // Both counters are process-wide: a probe communicator reports their starting values.
+  const Drops before = TotalsFor(Hash(10, 99), 0).last_drops;
+  std::vector<void*> ctx(kComms);
+  for (int c = 0; c < kComms; ++c) ctx[c] = nccl.Init(Hash(10, c), "stress", kComms, c);
+  std::vector<std::thread> threads;
+  // In flight per communicator stays below the pool size: nothing may be dropped for lack of room.
+  constexpr int kWindow = 1024;
+  static_assert(kComms * kWindow < kPoolSize);
+  struct Lane {
+    std::vector<std::atomic<void*>> queue = std::vector<std::atomic<void*>>(kWindow);
+    std::atomic<uint64_t> head{0}, tail{0};
+  };
+  std::vector<Lane> lanes(kComms);
+  for (int c = 0; c < kComms; ++c) {
+    threads.emplace_back([&, c] {
+      Lane& lane = lanes[c];
+      for (uint64_t s = 0; s < colls; ++s) {
+        while (s - lane.tail.load(std::memory_order_acquire) == kWindow) std::this_thread::yield();
+        void* api = nccl.Api(ctx[c], "AllReduce", 1 << 16, false);
+        lane.queue[s % kWindow].store(nccl.Launch(ctx[c], api, "AllReduce", s, 1 << 16, kChannels),
+                                      std::memory_order_relaxed);
+        lane.head.store(s + 1, std::memory_order_release);
+      }
+    });
+    threads.emplace_back([&, c] {
+      Lane& lane = lanes[c];
+      for (uint64_t s = 0; s < colls; ++s) {
+        while (lane.head.load(std::memory_order_acquire) == s) std::this_thread::yield();
+        void* op = lane.queue[s % kWindow].load(std::memory_order_relaxed);
+        nccl.RunChannels(ctx[c], op, kChannels, kGpuEpoch + s * 40'000, 30'000);
+        lane.tail.store(s + 1, std::memory_order_release);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (void* c : ctx) nccl.Finalize(c);
+  for (int c = 0; c < kComms; ++c) {
+    Totals t = TotalsFor(Hash(10, c), c);
+    EXPECT_EQ(t.finals, 1);
+    // Exact accounting: what was reported plus what the rings dropped is what was emitted.
+    EXPECT_EQ(t.count["AllReduce"] + t.last_drops.records_dropped, colls) << "comm " << c;
+    EXPECT_EQ(t.last_drops.orphans, before.orphans) << "comm " << c;
+    EXPECT_EQ(t.last_drops.events_dropped, before.events_dropped) << "comm " << c;
+    EXPECT_EQ(t.last_drops.untimed_ops, 0u) << "comm " << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Abi, ScenarioTest, ::testing::Values(4, 5, 6),
+                         [](const auto& info) { return "v" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace ncclwatch::scenarios
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new ncclwatch::scenarios::AgentEnvironment);
+  return RUN_ALL_TESTS();
+}
