@@ -48,8 +48,13 @@ std::atomic<uint64_t> g_streams_done{0};
 // Reads every message of one stream and counts its bytes (or, when hung, never reads).
 class CountingReactor : public grpc::ServerGenericBidiReactor {
  public:
-  explicit CountingReactor(bool hung) {
+  explicit CountingReactor(bool hung) : hung_(hung) {
     if (!hung) StartRead(&buffer_);
+  }
+  // A hung agent still has to end the call when the server shuts down; otherwise a pending read
+  // fails and OnReadDone finishes it.
+  void OnCancel() override {
+    if (hung_) Finish(grpc::Status::CANCELLED);
   }
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -66,6 +71,7 @@ class CountingReactor : public grpc::ServerGenericBidiReactor {
   void OnDone() override { delete this; }
 
  private:
+  const bool hung_;
   grpc::ByteBuffer buffer_;
   grpc::ByteBuffer response_;
 };
