@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "proto/samples.h"
 
 namespace ncclwatch::aggregator {
@@ -39,6 +40,16 @@ std::string_view ExportedSeriesHelp(std::string_view name) {
       {"ncclwatch_straggler", "1 while the rank is flagged as consistently late, else 0."},
       {"ncclwatch_rank_lateness_seconds",
        "Median time the rank reaches collectives after the first rank of its communicator."},
+      {"ncclwatch_hang",
+       "1 while a collective of the communicator has made no progress for longer than the hang "
+       "threshold, else 0."},
+      {"ncclwatch_hang_age_seconds",
+       "Age of the communicator's hung collective (0 when none)."},
+      {"ncclwatch_rank_missing",
+       "1 while the rank is missing from its communicator's hung collective: it never reached "
+       "it, or went silent."},
+      {"ncclwatch_rank_silent",
+       "1 while the rank's reports have stopped and the rest of its communicator carries on."},
   };
   auto it = kHelp.find(name);
   return it == kHelp.end() ? std::string_view() : it->second;
@@ -51,7 +62,10 @@ std::string GpuLabel(int cuda_device) {
 }
 
 Analyzer::Analyzer(AnalyzerOptions options)
-    : options_(options), correlator_(options.correlator), stragglers_(options.straggler) {}
+    : options_(options),
+      correlator_(options.correlator),
+      stragglers_(options.straggler),
+      hangs_(options.hang) {}
 
 LabelPairs Analyzer::RankLabels(const CommKey& key, const CommMeta& meta, int rank) const {
   const RankMeta& rm = meta.ranks[rank];
@@ -178,6 +192,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   rm.last_seen_ns = now_ns;
 
   UpdateStatsSeries(key, meta, report, now_ns);
+  hangs_.Update(key, report, now_ns);
 
   std::vector<ncclwatch::v1::Event> events;
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
@@ -191,8 +206,104 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   return events;
 }
 
-void Analyzer::Tick(int64_t now_ns) {
+void Analyzer::FillRank(const CommKey& key, int rank, ncclwatch::v1::RankRef* out) const {
+  out->set_rank(rank);
+  out->set_cuda_device(-1);
+  auto it = comms_.find(key);
+  if (it == comms_.end() || rank < 0 || rank >= static_cast<int>(it->second.ranks.size())) return;
+  out->set_node(it->second.ranks[rank].node);
+  out->set_cuda_device(it->second.ranks[rank].cuda_device);
+}
+
+ncclwatch::v1::HangInfo Analyzer::MakeHangInfo(const HangView& hang, int64_t now_ns) const {
+  ncclwatch::v1::HangInfo info;
+  info.set_job_id(hang.comm.job_id);
+  info.set_comm_hash(hang.comm.comm_hash);
+  if (auto it = comms_.find(hang.comm); it != comms_.end()) {
+    info.set_comm_name(it->second.comm_name);
+    info.set_nranks(it->second.nranks);
+  }
+  info.set_op(hang.op);
+  info.set_seq(hang.seq);
+  info.set_kind(hang.kind == HangKind::kNoProgress ? ncclwatch::v1::HangInfo::NO_PROGRESS
+                                                   : ncclwatch::v1::HangInfo::MISSING_RANKS);
+  for (int r : hang.missing) FillRank(hang.comm, r, info.add_missing());
+  info.set_arrived(static_cast<uint32_t>(hang.arrived));
+  info.set_age_seconds(static_cast<double>(now_ns - hang.enqueued_ns) * 1e-9);
+  info.set_since_unix_ns(hang.since_ns);
+  return info;
+}
+
+ncclwatch::v1::SilentRankInfo Analyzer::MakeSilentInfo(const SilentView& silent) const {
+  ncclwatch::v1::SilentRankInfo info;
+  info.set_job_id(silent.comm.job_id);
+  info.set_comm_hash(silent.comm.comm_hash);
+  if (auto it = comms_.find(silent.comm); it != comms_.end()) {
+    info.set_comm_name(it->second.comm_name);
+  }
+  FillRank(silent.comm, silent.rank, info.mutable_rank());
+  info.set_last_report_unix_ns(silent.last_report_ns);
+  info.set_since_unix_ns(silent.since_ns);
+  return info;
+}
+
+namespace {
+
+std::string RankList(const google::protobuf::RepeatedPtrField<ncclwatch::v1::RankRef>& ranks) {
+  std::string out;
+  for (const auto& r : ranks) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "rank ", r.rank(), " (node ",
+                    OrUnknown(r.node()), ", ", GpuLabel(r.cuda_device()), ")");
+  }
+  return out;
+}
+
+}  // namespace
+
+ncclwatch::v1::Event Analyzer::HangEvent(const HangChange& change, int64_t now_ns) const {
+  ncclwatch::v1::Event event;
+  event.set_phase(change.start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
+  event.set_time_unix_ns(now_ns);
+  if (change.silent) {
+    event.set_kind(ncclwatch::v1::Event::RANK_SILENT);
+    *event.mutable_silent() = MakeSilentInfo(change.rank);
+    const auto& s = event.silent();
+    event.set_summary(absl::StrFormat(
+        "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s", 
+        change.start ? "SILENT" : "REPORTING", s.rank().rank(), OrUnknown(s.rank().node()),
+        GpuLabel(s.rank().cuda_device()), OrUnknown(s.comm_name()), CommHashText(s.comm_hash()),
+        s.job_id(),
+        change.start ? absl::StrFormat("stopped reporting %.1f s ago; the other ranks carry on",
+                                       (now_ns - s.last_report_unix_ns()) * 1e-9)
+                     : std::string("reports again")));
+    return event;
+  }
+  event.set_kind(ncclwatch::v1::Event::HANG);
+  *event.mutable_hang() = MakeHangInfo(change.hang, now_ns);
+  const auto& h = event.hang();
+  std::string what =
+      h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
+          ? absl::StrFormat("all %d ranks reached it and none finished: network or NVLink fabric",
+                            h.arrived())
+          : absl::StrFormat("%d of %d ranks never reached it: %s", h.missing_size(), h.nranks(),
+                            RankList(h.missing()));
+  const std::string op = h.op() == "SendRecv" ? std::string("Send/Recv")
+                                               : absl::StrFormat("%s seq %d", h.op(), h.seq());
+  event.set_summary(absl::StrFormat(
+      "%s: %s of communicator %s %s in job %s %s%s", change.start ? "HANG" : "UNHUNG", op,
+      OrUnknown(h.comm_name()), CommHashText(h.comm_hash()), h.job_id(),
+      change.start ? absl::StrFormat("has made no progress for %.1f s; ", h.age_seconds())
+                   : std::string("is moving again"),
+      change.start ? what : std::string()));
+  return event;
+}
+
+std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   absl::MutexLock lock(&mu_);
+  std::vector<ncclwatch::v1::Event> events;
+  for (const HangChange& change : hangs_.Evaluate(now_ns)) {
+    events.push_back(HangEvent(change, now_ns));
+  }
   correlator_.Expire(now_ns);
   std::erase_if(series_, [&](const auto& kv) {
     return now_ns - kv.second.updated_ns > options_.series_ttl_ns;
@@ -204,8 +315,10 @@ void Analyzer::Tick(int64_t now_ns) {
     }
     correlator_.Forget(kv.first);
     stragglers_.Forget(kv.first);
+    hangs_.Forget(kv.first);
     return true;
   });
+  return events;
 }
 
 std::vector<ExportedSample> Analyzer::Series() const {
@@ -213,7 +326,30 @@ std::vector<ExportedSample> Analyzer::Series() const {
   std::vector<ExportedSample> out;
   out.reserve(series_.size());
   for (const auto& [k, e] : series_) out.push_back(e.sample);
+  const int64_t now_ns = absl::GetCurrentTimeNanos();
+  std::map<CommKey, const HangView*> hung;
+  std::vector<HangView> hangs = hangs_.Hangs();
+  for (const HangView& h : hangs) hung[h.comm] = &h;
   for (const auto& [key, meta] : comms_) {
+    int64_t comm_seen_ms = 0;
+    for (const RankMeta& rm : meta.ranks) {
+      comm_seen_ms = std::max(comm_seen_ms, rm.last_seen_ns / 1'000'000);
+    }
+    LabelPairs comm_labels = {{"job_id", key.job_id},
+                              {"comm_hash", CommHashText(key.comm_hash)},
+                              {"comm_name", OrUnknown(meta.comm_name)}};
+    auto h = hung.find(key);
+    out.push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, comm_seen_ms});
+    out.push_back({"ncclwatch_hang_age_seconds", std::move(comm_labels),
+                   h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0,
+                   comm_seen_ms});
+    for (int r = 0; r < static_cast<int>(meta.ranks.size()); ++r) {
+      LabelPairs labels = RankLabels(key, meta, r);
+      out.push_back({"ncclwatch_rank_missing", labels, hangs_.Missing(key, r) ? 1.0 : 0.0,
+                     comm_seen_ms});
+      out.push_back({"ncclwatch_rank_silent", std::move(labels),
+                     hangs_.IsSilent(key, r) ? 1.0 : 0.0, comm_seen_ms});
+    }
     for (const RankScore& score : stragglers_.Scores(key)) {
       if (score.rank >= static_cast<int>(meta.ranks.size())) continue;
       int64_t ts_ms = meta.ranks[score.rank].last_seen_ns / 1'000'000;
@@ -234,6 +370,19 @@ std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string
     for (const RankScore& score : stragglers_.Scores(key)) {
       if (score.flagged) out.push_back(MakeStragglerInfo(key, meta, score));
     }
+  }
+  return out;
+}
+
+ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id,
+                                                int64_t now_ns) const {
+  absl::MutexLock lock(&mu_);
+  ncclwatch::v1::ListHangsResponse out;
+  for (const HangView& h : hangs_.Hangs()) {
+    if (job_id.empty() || h.comm.job_id == job_id) *out.add_hangs() = MakeHangInfo(h, now_ns);
+  }
+  for (const SilentView& s : hangs_.Silent()) {
+    if (job_id.empty() || s.comm.job_id == job_id) *out.add_silent() = MakeSilentInfo(s);
   }
   return out;
 }

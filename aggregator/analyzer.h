@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "aggregator/correlator.h"
+#include "aggregator/hang.h"
 #include "aggregator/straggler.h"
 #include "common/prom_text.h"
 #include "ncclwatch/v1/query.pb.h"
@@ -25,6 +26,7 @@ namespace ncclwatch::aggregator {
 struct AnalyzerOptions {
   CorrelatorOptions correlator;
   StragglerOptions straggler;
+  HangOptions hang;
   int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
 };
 
@@ -44,13 +46,17 @@ class Analyzer {
   // events it caused (e.g. a rank flagged as a straggler).
   std::vector<ncclwatch::v1::Event> Ingest(const ncclwatch::v1::RankReport& report,
                                            int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
-  // Expires incomplete collective groups and silent ranks' series.
-  void Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+  // Re-evaluates hangs and silent ranks, expires incomplete collective groups and forgotten
+  // series. Returns the detection events it caused. Call about four times a second.
+  std::vector<ncclwatch::v1::Event> Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every exported series, current values.
   std::vector<ExportedSample> Series() const ABSL_LOCKS_EXCLUDED(mu_);
   // Ranks flagged slow right now; `job_id` empty means every job.
   std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Hung collectives and silent ranks right now; `job_id` empty means every job.
+  ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Counters {
@@ -90,11 +96,20 @@ class Analyzer {
                                       int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ncclwatch::v1::StragglerInfo MakeStragglerInfo(const CommKey& key, const CommMeta& meta,
                                                  const RankScore& score) const;
+  ncclwatch::v1::HangInfo MakeHangInfo(const HangView& hang, int64_t now_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ncclwatch::v1::SilentRankInfo MakeSilentInfo(const SilentView& silent) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ncclwatch::v1::Event HangEvent(const HangChange& change, int64_t now_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillRank(const CommKey& key, int rank, ncclwatch::v1::RankRef* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AnalyzerOptions options_;
   mutable absl::Mutex mu_;
   Correlator correlator_ ABSL_GUARDED_BY(mu_);
   StragglerDetector stragglers_ ABSL_GUARDED_BY(mu_);
+  HangDetector hangs_ ABSL_GUARDED_BY(mu_);
   std::map<CommKey, CommMeta> comms_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, SeriesEntry> series_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;

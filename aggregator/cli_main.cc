@@ -1,6 +1,7 @@
 // ncclwatch: the command-line client of the aggregator's Query API.
 //
 //   ncclwatch stragglers [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
+//   ncclwatch hangs      [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "aggregator/analyzer.h"
@@ -33,7 +35,9 @@ constexpr char kUsage[] = "<command> [flags]";
 constexpr char kSummary[] =
     "Query the ncclwatch aggregator.\n\n"
     "Commands:\n"
-    "  stragglers   ranks currently flagged as slow, with the node and GPU they run on";
+    "  stragglers   ranks currently flagged as slow, with the node and GPU they run on\n"
+    "  hangs        collectives that stopped making progress, the ranks that never reached\n"
+    "               them, and ranks that went silent";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ncclwatch: %s\n", message.c_str());
@@ -89,17 +93,12 @@ void PrintStragglersTable(const std::vector<StragglerInfo>& list) {
   }
 }
 
-int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
-  auto deadline = [&] {
-    return std::chrono::system_clock::now() +
-           std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
-  };
-  ncclwatch::v1::ListStragglersRequest request;
-  request.set_job_id(config.job);
-  ncclwatch::v1::ListStragglersResponse response;
-
-  // With --wait-s, subscribe first so that a straggler flagged between the list and the watch is
-  // not missed, then list; if nobody is flagged yet, wait for the first STRAGGLER event.
+// Lists with `list` (a unary call filling its response; false on error, with the error printed).
+// With --wait-s and an empty answer, waits for the first event `wanted` accepts, then lists again.
+// The watch is opened before the first list, so that nothing flagged in between is missed.
+template <typename List, typename Empty, typename Wanted>
+bool ListOrWait(ncclwatch::v1::Query::Stub& stub, const CliConfig& config, List list,
+                Empty empty, Wanted wanted) {
   grpc::ClientContext watch_context;
   std::unique_ptr<grpc::ClientReader<ncclwatch::v1::Event>> watch;
   if (config.wait_s > 0) {
@@ -108,41 +107,158 @@ int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
     watch = stub.Watch(&watch_context, ncclwatch::v1::WatchRequest());
     watch->WaitForInitialMetadata();
   }
-  {
-    grpc::ClientContext context;
-    context.set_deadline(deadline());
-    grpc::Status status = stub.ListStragglers(&context, request, &response);
-    if (!status.ok()) return Fail(RpcError(status, config));
-  }
-  if (watch && response.stragglers_size() == 0) {
+  bool ok = list();
+  if (ok && watch && empty()) {
     ncclwatch::v1::Event event;
     bool found = false;
     while (!found && watch->Read(&event)) {
-      found = event.kind() == ncclwatch::v1::Event::STRAGGLER &&
-              event.phase() == ncclwatch::v1::Event::START &&
-              (config.job.empty() || event.straggler().job_id() == config.job);
+      found = event.phase() == ncclwatch::v1::Event::START && wanted(event);
     }
-    watch_context.TryCancel();
-    grpc::ClientContext context;
-    context.set_deadline(deadline());
-    response.Clear();
-    grpc::Status status = stub.ListStragglers(&context, request, &response);
-    if (!status.ok()) return Fail(RpcError(status, config));
-  } else if (watch) {
-    watch_context.TryCancel();
+    ok = list();
   }
-  if (watch) watch->Finish();
+  if (watch) {
+    watch_context.TryCancel();
+    watch->Finish();
+  }
+  return ok;
+}
 
+template <typename Message>
+void PrintJson(const Message& m) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &json, options);
+  std::printf("%s\n", json.c_str());
+}
+
+std::chrono::system_clock::time_point Deadline(const CliConfig& config) {
+  return std::chrono::system_clock::now() +
+         std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
+}
+
+int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  ncclwatch::v1::ListStragglersRequest request;
+  request.set_job_id(config.job);
+  ncclwatch::v1::ListStragglersResponse response;
+  grpc::Status status;
+  auto list = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(config));
+    response.Clear();
+    status = stub.ListStragglers(&context, request, &response);
+    return status.ok();
+  };
+  auto wanted = [&](const ncclwatch::v1::Event& e) {
+    return e.kind() == ncclwatch::v1::Event::STRAGGLER &&
+           (config.job.empty() || e.straggler().job_id() == config.job);
+  };
+  if (!ListOrWait(stub, config, list, [&] { return response.stragglers_size() == 0; }, wanted)) {
+    return Fail(RpcError(status, config));
+  }
   if (config.json) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(response, &json, options);
-    std::printf("%s\n", json.c_str());
+    PrintJson(response);
     return 0;
   }
-  std::vector<StragglerInfo> list(response.stragglers().begin(), response.stragglers().end());
-  PrintStragglersTable(list);
+  std::vector<StragglerInfo> list_out(response.stragglers().begin(), response.stragglers().end());
+  PrintStragglersTable(list_out);
+  return 0;
+}
+
+std::string RankText(const ncclwatch::v1::RankRef& r) {
+  return absl::StrFormat("rank %d (node %s, %s)", r.rank(),
+                         r.node().empty() ? "unknown" : r.node(),
+                         aggregator::GpuLabel(r.cuda_device()));
+}
+
+void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
+  if (response.hangs_size() == 0 && response.silent_size() == 0) {
+    std::printf("No hung collective and no silent rank.\n");
+    return;
+  }
+  if (response.hangs_size() > 0) {
+    std::printf("%-20s %-28s %-14s %8s %-13s %9s %-9s %s\n", "JOB", "COMMUNICATOR", "COLLECTIVE",
+                "SEQ", "KIND", "AGE", "SINCE", "MISSING RANKS");
+  }
+  for (const auto& h : response.hangs()) {
+    std::string comm = absl::StrFormat("%s %s", h.comm_name().empty() ? "-" : h.comm_name(),
+                                       aggregator::CommHashText(h.comm_hash()));
+    std::vector<std::string> missing;
+    for (const auto& r : h.missing()) missing.push_back(absl::StrCat(r.rank()));
+    std::printf("%-20s %-28s %-14s %8llu %-13s %7.1f s %-9s %s\n", h.job_id().c_str(),
+                comm.c_str(), h.op().c_str(), static_cast<unsigned long long>(h.seq()),
+                h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS ? "no-progress" : "missing-ranks",
+                h.age_seconds(), Clock(h.since_unix_ns()).c_str(),
+                missing.empty() ? "-" : absl::StrJoin(missing, ",").c_str());
+  }
+  if (response.silent_size() > 0) {
+    if (response.hangs_size() > 0) std::printf("\n");
+    std::printf("%-20s %-28s %5s %-16s %-8s %-12s\n", "JOB", "COMMUNICATOR", "RANK", "NODE", "GPU",
+                "LAST REPORT");
+  }
+  for (const auto& s : response.silent()) {
+    std::string comm = absl::StrFormat("%s %s", s.comm_name().empty() ? "-" : s.comm_name(),
+                                       aggregator::CommHashText(s.comm_hash()));
+    std::printf("%-20s %-28s %5d %-16s %-8s %-12s\n", s.job_id().c_str(), comm.c_str(),
+                s.rank().rank(), s.rank().node().empty() ? "unknown" : s.rank().node().c_str(),
+                aggregator::GpuLabel(s.rank().cuda_device()).c_str(),
+                Clock(s.last_report_unix_ns()).c_str());
+  }
+  std::printf("\n");
+  for (const auto& h : response.hangs()) {
+    std::string comm = h.comm_name().empty() ? aggregator::CommHashText(h.comm_hash()) : h.comm_name();
+    if (h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS) {
+      std::printf(
+          "Finding: %s #%llu of communicator %s in job %s has been stuck for %.1f s although all "
+          "%u ranks reached it: suspect the network or NVLink fabric.\n",
+          h.op().c_str(), static_cast<unsigned long long>(h.seq()), comm.c_str(),
+          h.job_id().c_str(), h.age_seconds(), h.arrived());
+      continue;
+    }
+    std::vector<std::string> missing;
+    for (const auto& r : h.missing()) missing.push_back(RankText(r));
+    std::printf(
+        "Finding: %s #%llu of communicator %s in job %s has been stuck for %.1f s: %s never "
+        "reached it.\n",
+        h.op().c_str(), static_cast<unsigned long long>(h.seq()), comm.c_str(), h.job_id().c_str(),
+        h.age_seconds(), absl::StrJoin(missing, ", ").c_str());
+  }
+  for (const auto& s : response.silent()) {
+    std::printf("Finding: %s of communicator %s in job %s stopped reporting at %s while the "
+                "other ranks carry on (process dead or stuck outside NCCL?).\n",
+                RankText(s.rank()).c_str(),
+                (s.comm_name().empty() ? aggregator::CommHashText(s.comm_hash()) : s.comm_name())
+                    .c_str(),
+                s.job_id().c_str(), Clock(s.last_report_unix_ns()).c_str());
+  }
+}
+
+int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  ncclwatch::v1::ListHangsRequest request;
+  request.set_job_id(config.job);
+  ncclwatch::v1::ListHangsResponse response;
+  grpc::Status status;
+  auto list = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(config));
+    response.Clear();
+    status = stub.ListHangs(&context, request, &response);
+    return status.ok();
+  };
+  auto empty = [&] { return response.hangs_size() == 0 && response.silent_size() == 0; };
+  auto wanted = [&](const ncclwatch::v1::Event& e) {
+    if (e.kind() == ncclwatch::v1::Event::HANG) {
+      return config.job.empty() || e.hang().job_id() == config.job;
+    }
+    return e.kind() == ncclwatch::v1::Event::RANK_SILENT &&
+           (config.job.empty() || e.silent().job_id() == config.job);
+  };
+  if (!ListOrWait(stub, config, list, empty, wanted)) return Fail(RpcError(status, config));
+  if (config.json) {
+    PrintJson(response);
+    return 0;
+  }
+  PrintHangs(response);
   return 0;
 }
 
@@ -154,7 +270,7 @@ int Main(int argc, char** argv) {
   table.AddBool("json", "", &config.json, "Print JSON instead of a table.");
   table.AddString("job", "", &config.job, "Only this job id.");
   table.AddDouble("wait-s", "", &config.wait_s,
-                  "stragglers: if none is flagged yet, wait up to this long for the first one.");
+                  "If nothing is flagged yet, wait up to this long for the first finding.");
   table.AddDouble("timeout-s", "", &config.timeout_s, "Deadline of each request.");
   auto positional = table.Parse(argc, argv);
   if (!positional.ok()) return Fail(std::string(positional.status().message()));
@@ -166,6 +282,7 @@ int Main(int argc, char** argv) {
   auto stub = ncclwatch::v1::Query::NewStub(
       grpc::CreateChannel(config.aggregator, grpc::InsecureChannelCredentials()));
   if (command == "stragglers") return Stragglers(*stub, config);
+  if (command == "hangs") return Hangs(*stub, config);
   std::fprintf(stderr, "ncclwatch: unknown command '%s' (see ncclwatch --help)\n",
                command.c_str());
   return 2;

@@ -31,6 +31,8 @@ struct AggregatorConfig {
   int64_t straggler_window = 32;
   int64_t straggler_min_collectives = 8;
   double group_grace_s = 30;
+  double hang_threshold_s = 10;
+  double silent_after_s = 5;
   int64_t ready_fd = -1;
 };
 
@@ -50,6 +52,12 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
            "Collectives a rank must have been seen in before it can be flagged.");
   t.AddDouble("group-grace-s", "", &c.group_grace_s,
               "How long a collective waits for all its ranks' records before it is dropped.");
+  t.AddDouble("hang-threshold-s", "", &c.hang_threshold_s,
+              "A collective in flight this long on some rank is a hang; the ranks that never "
+              "reached it are named missing.");
+  t.AddDouble("silent-after-s", "", &c.silent_after_s,
+              "A rank whose reports stopped this long while its communicator's other ranks "
+              "carry on is flagged silent.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
 }
@@ -92,7 +100,8 @@ int Main(int argc, char** argv) {
   AggregatorConfig config;
   ConfigTable table("ncclwatch-aggregator",
                     "Central ncclwatch service: correlates NCCL profiler reports from every node, "
-                    "flags slow ranks, and serves the Query API, /federate and /metrics.");
+                    "flags slow ranks, hangs and silent ranks, and serves the Query API, "
+                    "/federate and /metrics.");
   Register(table, config);
   if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
   LogInfo("starting: %s", table.Describe());
@@ -109,6 +118,12 @@ int Main(int argc, char** argv) {
   aopts.straggler.window = static_cast<int>(config.straggler_window);
   aopts.straggler.min_groups = static_cast<int>(config.straggler_min_collectives);
   aopts.correlator.grace_ns = static_cast<int64_t>(config.group_grace_s * 1e9);
+  if (config.hang_threshold_s <= 0 || config.silent_after_s <= 0) {
+    LogError("--hang-threshold-s and --silent-after-s must be positive");
+    return 2;
+  }
+  aopts.hang.threshold_ns = static_cast<int64_t>(config.hang_threshold_s * 1e9);
+  aopts.hang.silent_after_ns = static_cast<int64_t>(config.silent_after_s * 1e9);
   Analyzer analyzer(aopts);
   MetricRegistry metrics;
   AggregatorCore core(**store, analyzer, metrics);
@@ -135,13 +150,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  // Housekeeping: expire incomplete groups and silent series once a second.
+  // Time-driven detection (hangs, silent ranks) and housekeeping, four times a second.
   absl::Mutex tick_mu;
   bool stopping = false;
   std::thread ticker([&] {
     absl::MutexLock lock(&tick_mu);
-    while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Seconds(1))) {
-      analyzer.Tick(absl::GetCurrentTimeNanos());
+    while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(250))) {
+      core.Tick(absl::GetCurrentTimeNanos());
     }
   });
 

@@ -88,21 +88,27 @@ absl::StatusOr<ncclwatch::v1::BatchAck> AggregatorCore::Push(
   int64_t now = absl::GetCurrentTimeNanos();
   for (const auto& report : clean.reports()) {
     reports_ingested_->Increment();
-    for (const auto& event : analyzer_.Ingest(report, now)) {
-      LogInfo("%s", event.summary());
-      if (absl::Status s = store_.PutEvent(event); !s.ok()) {
-        store_errors_->Increment();
-        LogError("store: %s", s.message());
-      }
-      metrics_
-          .GetCounter("ncclwatch_aggregator_events_total", "Detection events, by kind and phase.",
-                      {{"kind", ncclwatch::v1::Event::Kind_Name(event.kind())},
-                       {"phase", ncclwatch::v1::Event::Phase_Name(event.phase())}})
-          ->Increment();
-      Publish(event);
-    }
+    for (const auto& event : analyzer_.Ingest(report, now)) Handle(event);
   }
   return ack;
+}
+
+void AggregatorCore::Tick(int64_t now_ns) {
+  for (const auto& event : analyzer_.Tick(now_ns)) Handle(event);
+}
+
+void AggregatorCore::Handle(const ncclwatch::v1::Event& event) {
+  LogInfo("%s", event.summary());
+  if (absl::Status s = store_.PutEvent(event); !s.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", s.message());
+  }
+  metrics_
+      .GetCounter("ncclwatch_aggregator_events_total", "Detection events, by kind and phase.",
+                  {{"kind", ncclwatch::v1::Event::Kind_Name(event.kind())},
+                   {"phase", ncclwatch::v1::Event::Phase_Name(event.phase())}})
+      ->Increment();
+  Publish(event);
 }
 
 void AggregatorCore::AddWatcher(EventWatcher* watcher) {
@@ -237,6 +243,15 @@ grpc::ServerUnaryReactor* QueryService::ListStragglers(
   for (auto& s : core_.analyzer().Stragglers(request->job_id())) {
     *response->add_stragglers() = std::move(s);
   }
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* context,
+                                                  const ncclwatch::v1::ListHangsRequest* request,
+                                                  ncclwatch::v1::ListHangsResponse* response) {
+  *response = core_.analyzer().Hangs(request->job_id(), absl::GetCurrentTimeNanos());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -33,6 +33,8 @@ class AggregatorCore {
   // Validates, stores (durably) and analyses a batch. Errors: InvalidArgument for a malformed
   // batch (not retried by agents), Unavailable when the store failed (retried).
   absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch);
+  // Time-driven detection (hangs, silent ranks): call about four times a second.
+  void Tick(int64_t now_ns);
 
   void AddWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
   void RemoveWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
@@ -42,6 +44,8 @@ class AggregatorCore {
 
  private:
   void Publish(const ncclwatch::v1::Event& event) ABSL_LOCKS_EXCLUDED(watchers_mu_);
+  // Logs, stores, counts and publishes one detection event.
+  void Handle(const ncclwatch::v1::Event& event);
 
   Store& store_;
   Analyzer& analyzer_;
@@ -73,6 +77,9 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* ListStragglers(grpc::CallbackServerContext* context,
                                            const ncclwatch::v1::ListStragglersRequest* request,
                                            ncclwatch::v1::ListStragglersResponse* response) override;
+  grpc::ServerUnaryReactor* ListHangs(grpc::CallbackServerContext* context,
+                                      const ncclwatch::v1::ListHangsRequest* request,
+                                      ncclwatch::v1::ListHangsResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const ncclwatch::v1::GetStatsRequest* request,
                                      ncclwatch::v1::Stats* response) override;

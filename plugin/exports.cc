@@ -59,6 +59,7 @@ class Plugin {
   abi::Result Finalize(void* context) {
     if (context == nullptr) return abi::kSuccess;
     std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return abi::kSuccess;  // already finalized at process exit
     flusher_->FinalizeComm(static_cast<CommState*>(context));
     // NCCL unloads the library after the last communicator: get its data out first.
     if (--active_comms_ == 0) {
@@ -73,8 +74,10 @@ class Plugin {
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (recorder_ == nullptr || getpid() != owner_pid_) return;
+    shut_down_ = true;
     flusher_->Stop();
-    flusher_->RunOnce(true);
+    // Final reports: the aggregator then knows these ranks ended, rather than went silent.
+    flusher_->FinalizeAll();
     sink_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
   }
 
@@ -152,6 +155,7 @@ class Plugin {
 
   std::mutex mu_;
   bool started_ = false;
+  bool shut_down_ = false;  // process exit: every communicator was finalized
   int active_comms_ = 0;
   pid_t owner_pid_ = 0;  // the process whose threads these are
   PluginConfig config_;

@@ -279,6 +279,10 @@ void Flusher::FinalizeComm(CommState* comm) {
   ReapZombiesLocked();
 }
 
+void Flusher::FinalizeAll() {
+  for (CommState* comm : recorder_.Comms()) FinalizeComm(comm);
+}
+
 void Flusher::ReapZombiesLocked() {
   std::erase_if(zombies_, [this](CommState* comm) {
     if (recorder_.Referenced(comm)) return false;

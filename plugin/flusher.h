@@ -117,6 +117,8 @@ class Flusher {
   // Sends the communicator's last report, unregisters it and frees it once no in-flight
   // operation refers to it. Called from NCCL's finalize.
   void FinalizeComm(CommState* comm);
+  // FinalizeComm for every communicator still registered (process exit).
+  void FinalizeAll();
 
  private:
   void Loop();

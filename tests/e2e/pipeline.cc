@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/time/clock.h"
@@ -103,6 +104,16 @@ std::vector<EventRecorder::Received> EventRecorder::Stop() {
   }
   absl::MutexLock lock(&mu_);
   return events_;
+}
+
+bool EventRecorder::WaitFor(const std::function<bool(const ncclwatch::v1::Event&)>& match,
+                            double timeout_s) {
+  absl::MutexLock lock(&mu_);
+  auto seen = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::any_of(events_.begin(), events_.end(),
+                       [&](const Received& r) { return match(r.event); });
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&seen), absl::Seconds(timeout_s));
 }
 
 std::pair<int, std::string> RunToCompletion(const std::vector<std::string>& argv,

@@ -3,6 +3,7 @@
 #ifndef NCCLWATCH_TESTS_E2E_PIPELINE_H_
 #define NCCLWATCH_TESTS_E2E_PIPELINE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -66,6 +67,9 @@ class EventRecorder {
   explicit EventRecorder(ncclwatch::v1::Query::Stub& query);
   ~EventRecorder();
   std::vector<Received> Stop();  // cancels the stream, returns what arrived
+  // Blocks until an event for which `match` is true has arrived (true), or `timeout_s` passed
+  // (false). Event-driven: wakes on each arrival.
+  bool WaitFor(const std::function<bool(const ncclwatch::v1::Event&)>& match, double timeout_s);
 
  private:
   grpc::ClientContext context_;

@@ -1,0 +1,180 @@
+#include "aggregator/hang.h"
+
+#include <algorithm>
+
+namespace ncclwatch::aggregator {
+
+void HangDetector::Update(const CommKey& comm, const ncclwatch::v1::RankReport& report,
+                          int64_t now_ns) {
+  const auto& id = report.identity();
+  CommState& cs = comms_[comm];
+  if (cs.ranks.size() != static_cast<size_t>(id.nranks())) {
+    // New communicator, or re-created with another size under the same hash: start over, and
+    // close what was open about the old one.
+    if (cs.hung) pending_.push_back(HangChange{false, false, cs.hang, {}});
+    for (size_t r = 0; r < cs.ranks.size(); ++r) {
+      if (!cs.ranks[r].silent) continue;
+      HangChange end{false, true, {}, {}};
+      end.rank = SilentView{comm, static_cast<int>(r), cs.ranks[r].last_report_ns,
+                            cs.ranks[r].silent_since_ns};
+      pending_.push_back(std::move(end));
+    }
+    cs = CommState{};
+    cs.ranks.resize(id.nranks());
+  }
+  RankState& rs = cs.ranks[id.rank()];
+  rs.seen = true;
+  rs.last_report_ns = now_ns;
+  rs.finalized = report.final();
+  rs.in_flight.clear();
+  if (rs.finalized) return;
+  for (const auto& op : report.in_flight()) {
+    rs.in_flight.push_back(InFlight{op.op(), op.p2p() ? 0 : op.seq(), op.p2p(), op.peer(),
+                                    now_ns - static_cast<int64_t>(op.age_ns())});
+  }
+}
+
+bool HangDetector::PeerMissing(const CommState& cs, int rank, const InFlight& op) const {
+  if (op.peer < 0 || op.peer >= static_cast<int>(cs.ranks.size())) return false;
+  const RankState& peer = cs.ranks[op.peer];
+  if (!peer.seen || peer.finalized || peer.silent) return true;
+  const std::string counterpart = op.op == "Send" ? "Recv" : "Send";
+  return std::none_of(peer.in_flight.begin(), peer.in_flight.end(), [&](const InFlight& c) {
+    return c.p2p && c.peer == rank && c.op == counterpart;
+  });
+}
+
+bool HangDetector::FindHang(const CommKey& key, const CommState& cs, int64_t now_ns,
+                            HangView* out) const {
+  const InFlight* oldest = nullptr;
+  for (const RankState& rs : cs.ranks) {
+    if (!rs.seen || rs.finalized || rs.silent) continue;
+    for (const InFlight& c : rs.in_flight) {
+      if (now_ns - c.enqueued_ns < options_.threshold_ns) continue;
+      if (oldest == nullptr || c.enqueued_ns < oldest->enqueued_ns) oldest = &c;
+    }
+  }
+  if (oldest == nullptr) return false;
+  HangView h;
+  h.comm = key;
+  h.op = oldest->p2p ? "SendRecv" : oldest->op;
+  h.seq = oldest->seq;
+  h.enqueued_ns = oldest->enqueued_ns;
+  // The verdict waits until every rank has told where it stands since the operation became old
+  // enough: a report sent after that (listing it in flight or not), silence, or finalize.
+  // Otherwise a rank that died holding a collective would first look like a fabric hang.
+  const int64_t fresh_after = oldest->enqueued_ns + options_.threshold_ns;
+  std::vector<bool> arrived(cs.ranks.size(), false), missing(cs.ranks.size(), false);
+  for (size_t r = 0; r < cs.ranks.size(); ++r) {
+    const RankState& rs = cs.ranks[r];
+    const bool gone = !rs.seen || rs.finalized || rs.silent;
+    if (!gone && rs.last_report_ns < fresh_after) return false;  // not known yet
+    if (gone) {
+      if (!oldest->p2p) missing[r] = true;  // for p2p, only a stuck peer's absence counts
+      continue;
+    }
+    for (const InFlight& c : rs.in_flight) {
+      if (oldest->p2p) {
+        if (!c.p2p || now_ns - c.enqueued_ns < options_.threshold_ns) continue;
+        arrived[r] = true;
+        if (PeerMissing(cs, static_cast<int>(r), c)) missing[c.peer] = true;
+      } else if (!c.p2p && c.op == h.op && c.seq == h.seq) {
+        arrived[r] = true;
+      }
+    }
+    if (!oldest->p2p && !arrived[r]) missing[r] = true;
+  }
+  for (size_t r = 0; r < cs.ranks.size(); ++r) {
+    if (missing[r]) h.missing.push_back(static_cast<int>(r));
+    if (arrived[r] && !missing[r]) ++h.arrived;
+  }
+  h.kind = h.missing.empty() ? HangKind::kNoProgress : HangKind::kMissingRanks;
+  *out = std::move(h);
+  return true;
+}
+
+std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
+  std::vector<HangChange> changes = std::move(pending_);
+  pending_.clear();
+  for (auto& [key, cs] : comms_) {
+    // A rank is silent when its reports stopped while the rest of the communicator carried on
+    // reporting for at least `silent_after_ns` more: the job is alive and this rank is gone. Ranks
+    // of a job that ends or is cancelled stop within seconds of each other (and normally send a
+    // final report), so nobody is singled out then.
+    int64_t newest = 0;
+    for (const RankState& rs : cs.ranks) {
+      if (!rs.finalized) newest = std::max(newest, rs.last_report_ns);
+    }
+    for (size_t r = 0; r < cs.ranks.size(); ++r) {
+      RankState& rs = cs.ranks[r];
+      // Once flagged, a rank stays silent until it reports again.
+      const bool stale = rs.seen && !rs.finalized &&
+                         now_ns - rs.last_report_ns >= options_.silent_after_ns;
+      const bool silent =
+          stale && (rs.silent || newest - rs.last_report_ns >= options_.silent_after_ns);
+      if (silent == rs.silent) continue;
+      rs.silent = silent;
+      if (silent) rs.silent_since_ns = now_ns;
+      HangChange change;
+      change.start = silent;
+      change.silent = true;
+      change.rank = SilentView{key, static_cast<int>(r), rs.last_report_ns, rs.silent_since_ns};
+      changes.push_back(std::move(change));
+    }
+
+    HangView found;
+    bool hung = FindHang(key, cs, now_ns, &found);
+    if (cs.hung && (!hung || found.op != cs.hang.op || found.seq != cs.hang.seq)) {
+      changes.push_back(HangChange{false, false, cs.hang, {}});
+      cs.hung = false;
+    }
+    if (!hung) continue;
+    found.since_ns = cs.hung ? cs.hang.since_ns : now_ns;
+    const bool started = !cs.hung;
+    cs.hang = found;
+    cs.hung = true;
+    if (started) changes.push_back(HangChange{true, false, cs.hang, {}});
+  }
+  return changes;
+}
+
+std::vector<HangView> HangDetector::Hangs() const {
+  std::vector<HangView> out;
+  for (const auto& [key, cs] : comms_) {
+    if (cs.hung) out.push_back(cs.hang);
+  }
+  return out;
+}
+
+std::vector<SilentView> HangDetector::Silent() const {
+  std::vector<SilentView> out;
+  for (const auto& [key, cs] : comms_) {
+    for (size_t r = 0; r < cs.ranks.size(); ++r) {
+      const RankState& rs = cs.ranks[r];
+      if (rs.silent) {
+        out.push_back(SilentView{key, static_cast<int>(r), rs.last_report_ns, rs.silent_since_ns});
+      }
+    }
+  }
+  return out;
+}
+
+bool HangDetector::Hung(const CommKey& comm) const {
+  auto it = comms_.find(comm);
+  return it != comms_.end() && it->second.hung;
+}
+
+bool HangDetector::Missing(const CommKey& comm, int rank) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end() || !it->second.hung) return false;
+  const auto& m = it->second.hang.missing;
+  return std::find(m.begin(), m.end(), rank) != m.end();
+}
+
+bool HangDetector::IsSilent(const CommKey& comm, int rank) const {
+  auto it = comms_.find(comm);
+  return it != comms_.end() && rank >= 0 && rank < static_cast<int>(it->second.ranks.size()) &&
+         it->second.ranks[rank].silent;
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,120 @@
+// Finds collectives that stopped making progress, and the ranks responsible.
+//
+// Method (docs/detection.md): every report lists the rank's oldest operations still in flight
+// (enqueued, kernel not finished) with their age. Ranks that reached a collective keep it in
+// flight until every rank has joined, so when the oldest collective in flight on some rank is older
+// than `threshold_ns`:
+//   - the ranks that list that (op, seq) in flight have arrived; every other rank of the
+//     communicator never reached it and is named missing (MISSING_RANKS);
+//   - if every rank lists it, all arrived and none finished: the network or NVLink fabric is stuck
+//     (NO_PROGRESS).
+// The verdict is given once every rank has reported since the collective crossed the threshold
+// (or went silent), so it names the right ranks the first time.
+// Point-to-point operations have no sequence number: a Send or Recv stuck on rank r with peer q
+// names q missing when q has no counterpart (a Recv from r, a Send to r) in flight; the hang is
+// then reported as op "SendRecv", seq 0.
+// A rank whose reports stopped (without a final report) while the other ranks of its communicator
+// went on reporting for `silent_after_ns` is flagged silent, and is counted as missing from any
+// hang of its communicator: what it last said is stale.
+//
+// The aggregator's clock is used throughout: an operation's enqueue time is estimated as the
+// report's arrival time minus the age the plugin measured, so no clock alignment is needed.
+//
+// Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
+#ifndef NCCLWATCH_AGGREGATOR_HANG_H_
+#define NCCLWATCH_AGGREGATOR_HANG_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "aggregator/correlator.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch::aggregator {
+
+struct HangOptions {
+  int64_t threshold_ns = 10'000'000'000;     // a collective stuck this long is a hang
+  int64_t silent_after_ns = 5'000'000'000;   // a rank without reports this long is silent
+};
+
+enum class HangKind { kMissingRanks, kNoProgress };
+
+struct HangView {
+  CommKey comm;
+  std::string op;
+  uint64_t seq = 0;
+  HangKind kind = HangKind::kMissingRanks;
+  std::vector<int> missing;   // ranks that never reached the collective, or went silent
+  int arrived = 0;            // ranks that have it in flight
+  int64_t enqueued_ns = 0;    // earliest enqueue among the arrived ranks (aggregator clock)
+  int64_t since_ns = 0;       // when the hang was declared
+};
+
+struct SilentView {
+  CommKey comm;
+  int rank = 0;
+  int64_t last_report_ns = 0;
+  int64_t since_ns = 0;
+};
+
+// A hang or a silent rank that started or ended at an Evaluate().
+struct HangChange {
+  bool start = true;
+  bool silent = false;  // a SilentView change, else a HangView change
+  HangView hang;
+  SilentView rank;
+};
+
+class HangDetector {
+ public:
+  explicit HangDetector(HangOptions options = {}) : options_(options) {}
+
+  // Records what rank `report.identity().rank()` has in flight, as of `now_ns` (arrival time).
+  void Update(const CommKey& comm, const ncclwatch::v1::RankReport& report, int64_t now_ns);
+  // Re-evaluates every communicator at `now_ns`; returns what started or ended.
+  std::vector<HangChange> Evaluate(int64_t now_ns);
+  // Drops a communicator that is gone (its job ended long ago); nothing is reported for it.
+  void Forget(const CommKey& comm) { comms_.erase(comm); }
+
+  std::vector<HangView> Hangs() const;
+  std::vector<SilentView> Silent() const;
+  // Whether `comm` has a hang now, and whether `rank` of it is missing from it / silent.
+  bool Hung(const CommKey& comm) const;
+  bool Missing(const CommKey& comm, int rank) const;
+  bool IsSilent(const CommKey& comm, int rank) const;
+
+ private:
+  struct InFlight {
+    std::string op;
+    uint64_t seq = 0;     // collectives
+    bool p2p = false;
+    int peer = -1;        // p2p
+    int64_t enqueued_ns = 0;
+  };
+  struct RankState {
+    bool seen = false;
+    bool finalized = false;
+    int64_t last_report_ns = 0;
+    std::vector<InFlight> in_flight;  // at the last report, oldest first
+    bool silent = false;
+    int64_t silent_since_ns = 0;
+  };
+  struct CommState {
+    std::vector<RankState> ranks;
+    bool hung = false;
+    HangView hang;
+  };
+  bool FindHang(const CommKey& key, const CommState& cs, int64_t now_ns, HangView* out) const;
+  // The rank's stuck point-to-point operation has no counterpart in flight on its peer.
+  bool PeerMissing(const CommState& cs, int rank, const InFlight& op) const;
+
+  const HangOptions options_;
+  std::map<CommKey, CommState> comms_;
+  std::vector<HangChange> pending_;  // ends caused by Update, reported by the next Evaluate
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_HANG_H_

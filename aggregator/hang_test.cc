@@ -1,0 +1,235 @@
+#include "aggregator/hang.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+constexpr int64_t kS = 1'000'000'000;
+
+struct InFlightOp {
+  std::string op;
+  uint64_t seq;
+  int64_t age_ns;
+  int peer = -1;  // >= 0: a p2p operation with this peer
+};
+
+ncclwatch::v1::RankReport Report(int rank, int nranks, std::vector<InFlightOp> ops,
+                                 bool final = false) {
+  ncclwatch::v1::RankReport r;
+  r.mutable_identity()->set_job_id("job");
+  r.mutable_identity()->set_comm_hash(0xabc);
+  r.mutable_identity()->set_rank(rank);
+  r.mutable_identity()->set_nranks(nranks);
+  r.set_final(final);
+  for (const auto& o : ops) {
+    auto* f = r.add_in_flight();
+    f->set_op(o.op);
+    f->set_seq(o.seq);
+    f->set_age_ns(o.age_ns);
+    f->set_p2p(o.peer >= 0);
+    f->set_peer(o.peer);
+  }
+  r.set_in_flight_count(r.in_flight_size());
+  return r;
+}
+
+class HangTest : public ::testing::Test {
+ protected:
+  HangDetector detector_{HangOptions{10 * kS, 5 * kS}};
+  const CommKey comm_{"job", 0xabc};
+
+  // Every rank reports at `now`: ranks in `waiting` have AllReduce `seq` in flight since `since`.
+  void ReportAll(int nranks, const std::vector<int>& waiting, uint64_t seq, int64_t since,
+                 int64_t now, const std::vector<int>& quiet = {}) {
+    for (int r = 0; r < nranks; ++r) {
+      if (std::find(quiet.begin(), quiet.end(), r) != quiet.end()) continue;
+      std::vector<InFlightOp> ops;
+      if (std::find(waiting.begin(), waiting.end(), r) != waiting.end()) {
+        ops.push_back({"AllReduce", seq, now - since});
+      }
+      detector_.Update(comm_, Report(r, nranks, ops), now);
+    }
+  }
+};
+
+TEST_F(HangTest, RanksThatNeverArriveAreNamedOnceTheCollectiveIsOldEnough) {
+  const int64_t t0 = 100 * kS;
+  ReportAll(4, {0, 1, 2}, 7, t0, t0);
+  EXPECT_TRUE(detector_.Evaluate(t0).empty());
+  ReportAll(4, {0, 1, 2}, 7, t0, t0 + 9 * kS);
+  EXPECT_TRUE(detector_.Evaluate(t0 + 9 * kS).empty()) << "younger than the threshold";
+  ReportAll(4, {0, 1, 2}, 7, t0, t0 + 10 * kS);
+  auto changes = detector_.Evaluate(t0 + 10 * kS);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_TRUE(changes[0].start);
+  EXPECT_FALSE(changes[0].silent);
+  const HangView& h = changes[0].hang;
+  EXPECT_EQ(h.op, "AllReduce");
+  EXPECT_EQ(h.seq, 7u);
+  EXPECT_EQ(h.kind, HangKind::kMissingRanks);
+  EXPECT_EQ(h.missing, std::vector<int>{3});
+  EXPECT_EQ(h.arrived, 3);
+  EXPECT_EQ(h.enqueued_ns, t0);
+  EXPECT_TRUE(detector_.Missing(comm_, 3));
+  EXPECT_FALSE(detector_.Missing(comm_, 0));
+  // Still hung a second later: no new event.
+  ReportAll(4, {0, 1, 2}, 7, t0, t0 + 11 * kS);
+  EXPECT_TRUE(detector_.Evaluate(t0 + 11 * kS).empty());
+  ASSERT_EQ(detector_.Hangs().size(), 1u);
+  EXPECT_EQ(detector_.Hangs()[0].since_ns, t0 + 10 * kS);
+  // The missing rank turns up and the collective completes: the hang ends.
+  ReportAll(4, {}, 0, 0, t0 + 12 * kS);
+  changes = detector_.Evaluate(t0 + 12 * kS);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].start);
+  EXPECT_EQ(changes[0].hang.seq, 7u);
+  EXPECT_FALSE(detector_.Hung(comm_));
+}
+
+TEST_F(HangTest, AllArrivedNoneFinishedIsAFabricHang) {
+  const int64_t t0 = 50 * kS;
+  ReportAll(8, {0, 1, 2, 3, 4, 5, 6, 7}, 3, t0, t0 + 12 * kS);
+  auto changes = detector_.Evaluate(t0 + 12 * kS);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].hang.kind, HangKind::kNoProgress);
+  EXPECT_TRUE(changes[0].hang.missing.empty());
+  EXPECT_EQ(changes[0].hang.arrived, 8);
+}
+
+TEST_F(HangTest, LongButHealthyCollectivesAndYoungOperationsAreNotHangs) {
+  const int64_t t0 = 10 * kS;
+  for (int i = 0; i < 20; ++i) {
+    // A new collective every second, each in flight for a moment on every rank.
+    int64_t now = t0 + i * kS;
+    ReportAll(4, {0, 1, 2, 3}, i, now - kS / 2, now);
+    EXPECT_TRUE(detector_.Evaluate(now).empty()) << i;
+  }
+  EXPECT_TRUE(detector_.Hangs().empty());
+  EXPECT_TRUE(detector_.Silent().empty());
+}
+
+TEST_F(HangTest, ARankThatStopsReportingIsSilentAndMissingFromTheHang) {
+  const int64_t t0 = 10 * kS;
+  // Rank 2 had reached the collective, then its process died: its last report still lists it.
+  ReportAll(4, {0, 1, 2, 3}, 9, t0, t0);
+  for (int s = 1; s <= 12; ++s) {
+    ReportAll(4, {0, 1, 3}, 9, t0, t0 + s * kS, /*quiet=*/{2});
+    auto changes = detector_.Evaluate(t0 + s * kS);
+    if (s < 5) {
+      EXPECT_TRUE(changes.empty()) << s;
+    } else if (s == 5) {
+      ASSERT_EQ(changes.size(), 1u);
+      EXPECT_TRUE(changes[0].silent);
+      EXPECT_TRUE(changes[0].start);
+      EXPECT_EQ(changes[0].rank.rank, 2);
+      EXPECT_EQ(changes[0].rank.last_report_ns, t0);
+    } else if (s == 10) {
+      ASSERT_EQ(changes.size(), 1u);
+      EXPECT_FALSE(changes[0].silent);
+      EXPECT_EQ(changes[0].hang.kind, HangKind::kMissingRanks);
+      EXPECT_EQ(changes[0].hang.missing, std::vector<int>{2});
+    } else {
+      EXPECT_TRUE(changes.empty()) << s;
+    }
+  }
+  EXPECT_TRUE(detector_.IsSilent(comm_, 2));
+  // It comes back (e.g. a long pause, not a death): no longer silent.
+  ReportAll(4, {}, 0, 0, t0 + 13 * kS);
+  auto changes = detector_.Evaluate(t0 + 13 * kS);
+  ASSERT_EQ(changes.size(), 2u);  // silence ends, hang ends
+  EXPECT_FALSE(detector_.IsSilent(comm_, 2));
+  EXPECT_FALSE(detector_.Hung(comm_));
+}
+
+TEST_F(HangTest, AJobThatEndsOrIsCancelledSinglesNobodyOut) {
+  const int64_t t0 = 10 * kS;
+  ReportAll(4, {}, 0, 0, t0);
+  // Ranks 0 and 1 finalize; 2 and 3 exit without (common: no destroy at exit), all at once.
+  detector_.Update(comm_, Report(0, 4, {}, /*final=*/true), t0 + kS);
+  detector_.Update(comm_, Report(1, 4, {}, /*final=*/true), t0 + kS);
+  // Rank 3 is killed two seconds after rank 2.
+  detector_.Update(comm_, Report(3, 4, {}), t0 + 2 * kS);
+  for (int s = 2; s < 30; ++s) EXPECT_TRUE(detector_.Evaluate(t0 + s * kS).empty()) << s;
+}
+
+TEST_F(HangTest, ACommunicatorRecreatedWithAnotherSizeStartsOver) {
+  const int64_t t0 = 10 * kS;
+  ReportAll(4, {0, 1, 2}, 7, t0, t0 + 11 * kS);
+  ASSERT_EQ(detector_.Evaluate(t0 + 11 * kS).size(), 1u);
+  detector_.Update(comm_, Report(0, 2, {}), t0 + 12 * kS);
+  auto changes = detector_.Evaluate(t0 + 12 * kS);
+  EXPECT_TRUE(detector_.Hangs().empty());
+  ASSERT_EQ(changes.size(), 1u) << "the old communicator's hang is closed";
+  EXPECT_FALSE(changes[0].start);
+  EXPECT_EQ(changes[0].hang.seq, 7u);
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// With a hang threshold shorter than the silence delay, a rank that died holding the collective
+// must not first be reported as a fabric hang (everybody arrived): the verdict waits for it.
+TEST(HangVerdictTest, ADeadRankHoldingTheCollectiveIsNamedNotBlamedOnTheFabric) {
+  HangDetector detector(HangOptions{2 * kS, 5 * kS});
+  const CommKey comm{"job", 0xabc};
+  const int64_t t0 = 10 * kS;
+  for (int r = 0; r < 4; ++r) detector.Update(comm, Report(r, 4, {{"AllGather", 4, 0}}), t0);
+  std::vector<HangChange> all;
+  for (int s = 1; s <= 6; ++s) {
+    for (int r : {0, 1, 3}) {
+      detector.Update(comm, Report(r, 4, {{"AllGather", 4, s * kS}}), t0 + s * kS);
+    }
+    for (auto& c : detector.Evaluate(t0 + s * kS)) all.push_back(c);
+  }
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(all[0].silent);
+  EXPECT_EQ(all[0].rank.rank, 2);
+  EXPECT_FALSE(all[1].silent);
+  EXPECT_EQ(all[1].hang.kind, HangKind::kMissingRanks);
+  EXPECT_EQ(all[1].hang.missing, std::vector<int>{2});
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// A ring of Send/Recv where rank 2 never posts its pair: its neighbours' operations towards it
+// have no counterpart, so rank 2 is named; with every rank posted, it is the fabric.
+TEST(HangVerdictTest, PointToPointRingNamesThePeerThatNeverPosted) {
+  for (bool all_posted : {false, true}) {
+    HangDetector detector(HangOptions{2 * kS, 5 * kS});
+    const CommKey comm{"job", 0xabc};
+    const int64_t now = 20 * kS;
+    for (int r = 0; r < 4; ++r) {
+      std::vector<InFlightOp> ops;
+      if (all_posted || r != 2) {
+        ops.push_back({"Send", 0, 3 * kS, (r + 1) % 4});
+        ops.push_back({"Recv", 0, 3 * kS, (r + 3) % 4});
+      }
+      detector.Update(comm, Report(r, 4, ops), now);
+    }
+    auto changes = detector.Evaluate(now);
+    ASSERT_EQ(changes.size(), 1u) << all_posted;
+    EXPECT_EQ(changes[0].hang.op, "SendRecv");
+    if (all_posted) {
+      EXPECT_EQ(changes[0].hang.kind, HangKind::kNoProgress);
+      EXPECT_EQ(changes[0].hang.arrived, 4);
+    } else {
+      EXPECT_EQ(changes[0].hang.kind, HangKind::kMissingRanks);
+      EXPECT_EQ(changes[0].hang.missing, std::vector<int>{2});
+      EXPECT_EQ(changes[0].hang.arrived, 3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
