@@ -1,0 +1,222 @@
+#include "aggregator/degraded.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ncclwatch::aggregator {
+namespace {
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + mid);
+  return (lo + hi) / 2;
+}
+
+}  // namespace
+
+double DegradedDetector::Baseline::Median() const {
+  return MedianOf(std::vector<double>(values.begin(), values.end()));
+}
+
+bool DegradedDetector::CommState::degraded() const {
+  return std::any_of(keys.begin(), keys.end(), [](const auto& kv) { return kv.second.degraded; });
+}
+
+bool DegradedDetector::CommState::TrendingLow() const {
+  return std::any_of(keys.begin(), keys.end(), [](const auto& kv) {
+    int lows = 0;
+    for (const auto& [rank, t] : kv.second.ranks) lows += t.low_streak > 0 ? 1 : 0;
+    return lows > 0 && lows >= (static_cast<int>(kv.second.ranks.size()) + 1) / 2;
+  });
+}
+
+std::set<std::string> DegradedDetector::Nodes(const CommState& cs) const {
+  std::set<std::string> nodes;
+  for (const auto& [rank, node] : cs.node_of_rank) nodes.insert(node);
+  return nodes;
+}
+
+DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs,
+                                    const std::string& op, const std::string& size,
+                                    const KeyState& ks) const {
+  DegradedView v;
+  v.comm = key;
+  v.hybrid = cs.hybrid;
+  v.op = op;
+  v.message_size = size;
+  std::vector<double> latest;
+  for (const auto& [rank, t] : ks.ranks) latest.push_back(t.latest_gbs);
+  v.bus_gbs = MedianOf(latest);
+  auto b = baselines_.find(BaselineKey{cs.hybrid, op, size, cs.nranks});
+  if (b != baselines_.end()) v.baseline_gbs = b->second.Median();
+  v.nodes = Nodes(cs);
+  return v;
+}
+
+std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
+                                                      const ncclwatch::v1::RankReport& report) {
+  std::vector<DegradedChange> changes;
+  const auto& id = report.identity();
+  CommState& cs = comms_[comm];
+  cs.hybrid = id.n_nodes() > 1;
+  cs.nranks = id.nranks();
+  cs.node_of_rank[id.rank()] = id.node();
+  const bool was_degraded = cs.degraded();
+
+  // One value per (op, size) for this rank and interval: the geometric mean over its algorithms.
+  std::map<std::pair<std::string, std::string>, std::pair<double, uint64_t>> values;
+  for (const auto& s : report.stats()) {
+    if (s.p2p() || s.bw_samples() == 0) continue;
+    auto& [log_sum, n] = values[{s.op(), s.message_size()}];
+    log_sum += s.bus_bw_gbs_log_sum();
+    n += s.bw_samples();
+  }
+  for (const auto& [op_size, sum] : values) {
+    const double gbs = std::exp(sum.first / static_cast<double>(sum.second));
+    Baseline& baseline = baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second,
+                                                cs.nranks}];
+    KeyState& ks = cs.keys[op_size];
+    RankTrack& t = ks.ranks[id.rank()];
+    t.latest_gbs = gbs;
+    const bool judged = static_cast<int>(baseline.values.size()) >= options_.min_baseline;
+    const double base = judged ? baseline.Median() : 0;
+    const bool low = judged && gbs < (1 - options_.fraction) * base;
+    const bool ok = !judged || gbs >= (1 - options_.fraction / 2) * base;
+    t.low_streak = low ? t.low_streak + 1 : 0;
+    t.ok_streak = ok ? t.ok_streak + 1 : 0;
+    if (!low && !ks.degraded) {
+      baseline.values.push_back(gbs);
+      if (static_cast<int>(baseline.values.size()) > options_.baseline_window) {
+        baseline.values.pop_front();
+      }
+    }
+    // At least half of the ranks that report this key agree.
+    int lows = 0, oks = 0;
+    for (const auto& [rank, rt] : ks.ranks) {
+      lows += rt.low_streak >= options_.intervals ? 1 : 0;
+      oks += rt.ok_streak >= options_.intervals ? 1 : 0;
+    }
+    const int quorum = (static_cast<int>(ks.ranks.size()) + 1) / 2;
+    if (!ks.degraded && lows >= quorum) {
+      ks.degraded = true;
+    } else if (ks.degraded && oks >= quorum) {
+      ks.degraded = false;
+    }
+  }
+  const bool now_degraded = cs.degraded();
+  const bool trending = cs.TrendingLow();
+  const bool trend_changed = trending != cs.trending_low;
+  cs.trending_low = trending;
+  // An NVLink-only communicator going bad vetoes blaming the network on its node.
+  if (!cs.hybrid && trend_changed && now_degraded == was_degraded) {
+    UpdateSuspects(comm.job_id, &changes);
+  }
+  if (now_degraded != was_degraded) {
+    // Describe the communicator by its worst key relative to the baseline.
+    DegradedView worst;
+    double worst_ratio = 2;
+    for (const auto& [op_size, ks] : cs.keys) {
+      if (now_degraded && !ks.degraded) continue;
+      DegradedView v = View(comm, cs, op_size.first, op_size.second, ks);
+      double ratio = v.baseline_gbs > 0 ? v.bus_gbs / v.baseline_gbs : 1;
+      if (ratio < worst_ratio) {
+        worst_ratio = ratio;
+        worst = std::move(v);
+      }
+    }
+    worst.comm = comm;
+    changes.push_back(DegradedChange{now_degraded, false, std::move(worst), {}});
+    UpdateSuspects(comm.job_id, &changes);
+  }
+  return changes;
+}
+
+std::map<std::string, int> DegradedDetector::ComputeSuspects(const std::string& job_id) const {
+  std::set<std::string> common, healthy_hybrid, all_hybrid, bad_nvlink;
+  std::map<std::string, int> through;
+  bool any = false;
+  for (const auto& [key, cs] : comms_) {
+    if (key.job_id != job_id) continue;
+    std::set<std::string> nodes = Nodes(cs);
+    if (!cs.hybrid) {
+      if (cs.degraded() || cs.trending_low) bad_nvlink.insert(nodes.begin(), nodes.end());
+      continue;
+    }
+    all_hybrid.insert(nodes.begin(), nodes.end());
+    if (!cs.degraded()) {
+      healthy_hybrid.insert(nodes.begin(), nodes.end());
+      continue;
+    }
+    for (const auto& n : nodes) ++through[n];
+    if (!any) {
+      common = nodes;
+      any = true;
+    } else {
+      std::set<std::string> both;
+      std::set_intersection(common.begin(), common.end(), nodes.begin(), nodes.end(),
+                            std::inserter(both, both.begin()));
+      common = std::move(both);
+    }
+  }
+  std::map<std::string, int> out;
+  if (!any) return out;
+  for (const auto& n : common) {
+    if (!healthy_hybrid.count(n) && !bad_nvlink.count(n)) out[n] = through[n];
+  }
+  if (out.size() >= all_hybrid.size()) out.clear();  // nothing singled out
+  return out;
+}
+
+void DegradedDetector::UpdateSuspects(const std::string& job_id,
+                                      std::vector<DegradedChange>* changes) {
+  std::map<std::string, int> now = ComputeSuspects(job_id);
+  std::map<std::string, int>& before = suspects_[job_id];
+  for (const auto& [node, n] : before) {
+    if (!now.count(node)) changes->push_back({false, true, {}, SuspectView{job_id, node, n}});
+  }
+  for (const auto& [node, n] : now) {
+    if (!before.count(node)) changes->push_back({true, true, {}, SuspectView{job_id, node, n}});
+  }
+  before = std::move(now);
+  if (before.empty()) suspects_.erase(job_id);
+}
+
+void DegradedDetector::Forget(const CommKey& comm) {
+  comms_.erase(comm);
+  std::vector<DegradedChange> ignored;
+  UpdateSuspects(comm.job_id, &ignored);
+}
+
+std::vector<DegradedView> DegradedDetector::Degraded() const {
+  std::vector<DegradedView> out;
+  for (const auto& [key, cs] : comms_) {
+    for (const auto& [op_size, ks] : cs.keys) {
+      if (ks.degraded) out.push_back(View(key, cs, op_size.first, op_size.second, ks));
+    }
+  }
+  return out;
+}
+
+std::vector<SuspectView> DegradedDetector::Suspects() const {
+  std::vector<SuspectView> out;
+  for (const auto& [job, nodes] : suspects_) {
+    for (const auto& [node, n] : nodes) out.push_back(SuspectView{job, node, n});
+  }
+  return out;
+}
+
+bool DegradedDetector::IsDegraded(const CommKey& comm) const {
+  auto it = comms_.find(comm);
+  return it != comms_.end() && it->second.degraded();
+}
+
+bool DegradedDetector::IsHybrid(const CommKey& comm) const {
+  auto it = comms_.find(comm);
+  return it != comms_.end() && it->second.hybrid;
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,160 @@
+#include "aggregator/degraded.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// A communicator of the simulated cluster: its ranks' nodes (rank i runs on nodes[i]).
+struct Comm {
+  CommKey key;
+  std::vector<std::string> nodes;
+  int n_nodes() const { return static_cast<int>(std::set<std::string>(nodes.begin(), nodes.end()).size()); }
+};
+
+ncclwatch::v1::RankReport Report(const Comm& c, int rank, double gbs) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id(c.key.job_id);
+  id->set_comm_hash(c.key.comm_hash);
+  id->set_rank(rank);
+  id->set_nranks(static_cast<int>(c.nodes.size()));
+  id->set_n_nodes(c.n_nodes());
+  id->set_node(c.nodes[rank]);
+  auto* s = r.add_stats();
+  s->set_op("AllReduce");
+  s->set_algo_proto("RING_SIMPLE");
+  s->set_message_size("16-17MB");
+  s->set_count(10);
+  s->set_bw_samples(10);
+  s->set_bus_bw_gbs_log_sum(10 * std::log(gbs));
+  return r;
+}
+
+// Four nodes; a hybrid pair communicator per neighbouring pair of nodes (2 ranks, one per node,
+// like data-parallel groups) and an NVLink-only communicator per node (tensor parallel).
+class DegradedTest : public ::testing::Test {
+ protected:
+  DegradedTest() {
+    for (int i = 0; i < 4; ++i) {
+      std::string a = "node-" + std::to_string(i), b = "node-" + std::to_string((i + 1) % 4);
+      pairs_.push_back({{"job", 0x100u + i}, {a, b}});
+      tp_.push_back({{"job", 0x200u + i}, {a, a, a, a}});
+    }
+  }
+
+  // One flush interval: every rank of every communicator reports. `net(node_a, node_b)` and
+  // `nvlink(node)` give bandwidths; jitter of +/-5% is added.
+  std::vector<DegradedChange> Interval(double net_degraded_factor, int degraded_node,
+                                       double nvlink_factor = 1.0) {
+    std::vector<DegradedChange> all;
+    std::uniform_real_distribution<double> jitter(0.95, 1.05);
+    const std::string bad = "node-" + std::to_string(degraded_node);
+    for (const Comm& c : pairs_) {
+      bool through = degraded_node >= 0 && (c.nodes[0] == bad || c.nodes[1] == bad);
+      for (int r = 0; r < 2; ++r) {
+        double gbs = 20 * jitter(rng_) * (through ? net_degraded_factor : 1.0);
+        for (auto& ch : detector_.Observe(c.key, Report(c, r, gbs))) all.push_back(ch);
+      }
+    }
+    for (const Comm& c : tp_) {
+      bool on_bad = degraded_node >= 0 && c.nodes[0] == bad;
+      for (int r = 0; r < 4; ++r) {
+        double gbs = 150 * jitter(rng_) * (on_bad ? nvlink_factor : 1.0);
+        for (auto& ch : detector_.Observe(c.key, Report(c, r, gbs))) all.push_back(ch);
+      }
+    }
+    return all;
+  }
+
+  DegradedDetector detector_{DegradedOptions{0.2, 3, 64, 8}};
+  std::mt19937 rng_{7};
+  std::vector<Comm> pairs_, tp_;
+};
+
+TEST_F(DegradedTest, HealthyJitterFlagsNothing) {
+  for (int i = 0; i < 200; ++i) EXPECT_TRUE(Interval(1.0, -1).empty()) << i;
+  EXPECT_TRUE(detector_.Degraded().empty());
+  EXPECT_TRUE(detector_.Suspects().empty());
+}
+
+TEST_F(DegradedTest, ADegradedNicFlagsItsHybridCommunicatorsAndNamesTheNode) {
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Interval(1.0, -1).empty());
+  std::vector<DegradedChange> changes;
+  int interval = 0;
+  for (; interval < 10 && changes.empty(); ++interval) changes = Interval(0.5, 2);
+  EXPECT_EQ(interval, 3) << "flagged after K=3 low intervals";
+  // Both pair communicators through node-2 degrade (in one interval), then node-2 is named.
+  for (int i = 0; i < 3; ++i) {
+    for (auto& c : Interval(0.5, 2)) changes.push_back(c);
+  }
+  std::set<uint64_t> degraded;
+  std::vector<std::string> suspects;
+  for (const auto& c : changes) {
+    ASSERT_TRUE(c.start);
+    if (c.node) {
+      suspects.push_back(c.suspect.node);
+    } else {
+      degraded.insert(c.comm.comm.comm_hash);
+      EXPECT_TRUE(c.comm.hybrid);
+      EXPECT_NEAR(c.comm.bus_gbs / c.comm.baseline_gbs, 0.5, 0.08);
+    }
+  }
+  EXPECT_EQ(degraded, (std::set<uint64_t>{0x101, 0x102}));  // node-1/2 and node-2/3
+  EXPECT_EQ(suspects, std::vector<std::string>{"node-2"});
+  ASSERT_EQ(detector_.Suspects().size(), 1u);
+  EXPECT_EQ(detector_.Suspects()[0].degraded_comms, 2);
+
+  // The link is repaired: both recover and the suspicion ends.
+  std::vector<DegradedChange> ends;
+  for (int i = 0; i < 5; ++i) {
+    for (auto& c : Interval(1.0, -1)) ends.push_back(c);
+  }
+  int comm_ends = 0, node_ends = 0;
+  for (const auto& c : ends) {
+    EXPECT_FALSE(c.start);
+    (c.node ? node_ends : comm_ends)++;
+  }
+  EXPECT_EQ(comm_ends, 2);
+  EXPECT_EQ(node_ends, 1);
+  EXPECT_TRUE(detector_.Suspects().empty());
+}
+
+TEST_F(DegradedTest, WhenNvlinkDegradesTooTheNetworkIsNotBlamed) {
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Interval(1.0, -1).empty());
+  std::vector<DegradedChange> changes;
+  for (int i = 0; i < 6; ++i) {
+    for (auto& c : Interval(0.5, 2, /*nvlink_factor=*/0.5)) changes.push_back(c);
+  }
+  int comms = 0;
+  for (const auto& c : changes) {
+    EXPECT_FALSE(c.node) << "node " << c.suspect.node << " named although NVLink degraded too";
+    comms += c.node ? 0 : 1;
+  }
+  EXPECT_EQ(comms, 3);  // two pairs and node-2's NVLink communicator
+}
+
+TEST(DegradedSingleCommTest, OneWorldCommunicatorDegradesWithoutNamingANode) {
+  DegradedDetector detector(DegradedOptions{0.2, 3, 64, 8});
+  Comm world{{"job", 0x1}, {"a", "a", "b", "b"}};
+  std::vector<DegradedChange> changes;
+  for (int i = 0; i < 30; ++i) {
+    double gbs = i < 15 ? 20 : 12;
+    for (int r = 0; r < 4; ++r) {
+      for (auto& c : detector.Observe(world.key, Report(world, r, gbs))) changes.push_back(c);
+    }
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].node);
+  EXPECT_TRUE(changes[0].start);
+  EXPECT_EQ(changes[0].comm.nodes, (std::set<std::string>{"a", "b"}));
+  EXPECT_TRUE(detector.Suspects().empty()) << "both nodes are equally suspect: nobody is named";
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
