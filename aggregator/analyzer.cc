@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "proto/samples.h"
 
@@ -48,6 +49,12 @@ std::string_view ExportedSeriesHelp(std::string_view name) {
       {"ncclwatch_rank_missing",
        "1 while the rank is missing from its communicator's hung collective: it never reached "
        "it, or went silent."},
+      {"ncclwatch_comm_degraded",
+       "1 while the communicator's bus bandwidth stays below the baseline of communicators of "
+       "its class (nvlink or hybrid), collective, message size and size, else 0."},
+      {"ncclwatch_node_network_suspect",
+       "1 while the node's network is the common factor of the job's degraded hybrid "
+       "communicators (its NVLink-only communicators being healthy)."},
       {"ncclwatch_rank_silent",
        "1 while the rank's reports have stopped and the rest of its communicator carries on."},
   };
@@ -65,7 +72,8 @@ Analyzer::Analyzer(AnalyzerOptions options)
     : options_(options),
       correlator_(options.correlator),
       stragglers_(options.straggler),
-      hangs_(options.hang) {}
+      hangs_(options.hang),
+      degraded_(options.degraded) {}
 
 LabelPairs Analyzer::RankLabels(const CommKey& key, const CommMeta& meta, int rank) const {
   const RankMeta& rm = meta.ranks[rank];
@@ -195,6 +203,9 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   hangs_.Update(key, report, now_ns);
 
   std::vector<ncclwatch::v1::Event> events;
+  for (const DegradedChange& change : degraded_.Observe(key, report)) {
+    events.push_back(DegradedEvent(change, now_ns));
+  }
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
     auto group = correlator_.Add(key, id.nranks(), col.op(), s.seq, id.rank(), s.duration_ns,
                                  s.gpu_start_ns, now_ns);
@@ -298,6 +309,53 @@ ncclwatch::v1::Event Analyzer::HangEvent(const HangChange& change, int64_t now_n
   return event;
 }
 
+ncclwatch::v1::DegradedCommInfo Analyzer::MakeDegradedInfo(const DegradedView& v) const {
+  ncclwatch::v1::DegradedCommInfo info;
+  info.set_job_id(v.comm.job_id);
+  info.set_comm_hash(v.comm.comm_hash);
+  if (auto it = comms_.find(v.comm); it != comms_.end()) info.set_comm_name(it->second.comm_name);
+  info.set_comm_class(v.hybrid ? "hybrid" : "nvlink");
+  info.set_op(v.op);
+  info.set_message_size(v.message_size);
+  info.set_bus_bw_gbs(v.bus_gbs);
+  info.set_baseline_bus_bw_gbs(v.baseline_gbs);
+  for (const auto& n : v.nodes) info.add_nodes(n);
+  return info;
+}
+
+ncclwatch::v1::Event Analyzer::DegradedEvent(const DegradedChange& change, int64_t now_ns) const {
+  ncclwatch::v1::Event event;
+  event.set_phase(change.start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
+  event.set_time_unix_ns(now_ns);
+  if (change.node) {
+    event.set_kind(ncclwatch::v1::Event::NODE_NETWORK_SUSPECT);
+    auto* s = event.mutable_suspect();
+    s->set_job_id(change.suspect.job_id);
+    s->set_node(change.suspect.node);
+    s->set_degraded_comms(static_cast<uint32_t>(change.suspect.degraded_comms));
+    event.set_summary(
+        change.start
+            ? absl::StrFormat("NETWORK SUSPECT: node %s in job %s: the %d degraded multi-node "
+                              "communicators all go through it while its NVLink-only ones are "
+                              "healthy",
+                              change.suspect.node, change.suspect.job_id,
+                              change.suspect.degraded_comms)
+            : absl::StrFormat("NETWORK OK: node %s in job %s is no longer suspected",
+                              change.suspect.node, change.suspect.job_id));
+    return event;
+  }
+  event.set_kind(ncclwatch::v1::Event::COMM_DEGRADED);
+  *event.mutable_degraded() = MakeDegradedInfo(change.comm);
+  const auto& d = event.degraded();
+  event.set_summary(absl::StrFormat(
+      "%s: %s communicator %s %s in job %s (nodes %s): %s %s bus bandwidth %.1f GB/s against a "
+      "baseline of %.1f GB/s",
+      change.start ? "DEGRADED" : "RECOVERED", d.comm_class(), OrUnknown(d.comm_name()),
+      CommHashText(d.comm_hash()), d.job_id(), absl::StrJoin(d.nodes(), ","), d.op(),
+      d.message_size(), d.bus_bw_gbs(), d.baseline_bus_bw_gbs()));
+  return event;
+}
+
 std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   absl::MutexLock lock(&mu_);
   std::vector<ncclwatch::v1::Event> events;
@@ -316,6 +374,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
     correlator_.Forget(kv.first);
     stragglers_.Forget(kv.first);
     hangs_.Forget(kv.first);
+    degraded_.Forget(kv.first);
     return true;
   });
   return events;
@@ -340,6 +399,10 @@ std::vector<ExportedSample> Analyzer::Series() const {
                               {"comm_name", OrUnknown(meta.comm_name)}};
     auto h = hung.find(key);
     out.push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, comm_seen_ms});
+    LabelPairs class_labels = comm_labels;
+    class_labels.emplace_back("class", degraded_.IsHybrid(key) ? "hybrid" : "nvlink");
+    out.push_back({"ncclwatch_comm_degraded", std::move(class_labels),
+                   degraded_.IsDegraded(key) ? 1.0 : 0.0, comm_seen_ms});
     out.push_back({"ncclwatch_hang_age_seconds", std::move(comm_labels),
                    h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0,
                    comm_seen_ms});
@@ -359,6 +422,10 @@ std::vector<ExportedSample> Analyzer::Series() const {
                      score.lateness_ns * 1e-9, ts_ms});
     }
   }
+  for (const SuspectView& s : degraded_.Suspects()) {
+    out.push_back({"ncclwatch_node_network_suspect", {{"job_id", s.job_id}, {"node", s.node}},
+                   1.0, now_ns / 1'000'000});
+  }
   return out;
 }
 
@@ -370,6 +437,22 @@ std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string
     for (const RankScore& score : stragglers_.Scores(key)) {
       if (score.flagged) out.push_back(MakeStragglerInfo(key, meta, score));
     }
+  }
+  return out;
+}
+
+ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  ncclwatch::v1::ListDegradedResponse out;
+  for (const DegradedView& v : degraded_.Degraded()) {
+    if (job_id.empty() || v.comm.job_id == job_id) *out.add_comms() = MakeDegradedInfo(v);
+  }
+  for (const SuspectView& s : degraded_.Suspects()) {
+    if (!job_id.empty() && s.job_id != job_id) continue;
+    auto* n = out.add_suspects();
+    n->set_job_id(s.job_id);
+    n->set_node(s.node);
+    n->set_degraded_comms(static_cast<uint32_t>(s.degraded_comms));
   }
   return out;
 }

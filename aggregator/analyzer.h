@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "aggregator/correlator.h"
+#include "aggregator/degraded.h"
 #include "aggregator/hang.h"
 #include "aggregator/straggler.h"
 #include "common/prom_text.h"
@@ -27,6 +28,7 @@ struct AnalyzerOptions {
   CorrelatorOptions correlator;
   StragglerOptions straggler;
   HangOptions hang;
+  DegradedOptions degraded;
   int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
 };
 
@@ -57,6 +59,9 @@ class Analyzer {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Hung collectives and silent ranks right now; `job_id` empty means every job.
   ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Degraded communicators and network suspects right now; `job_id` empty means every job.
+  ncclwatch::v1::ListDegradedResponse Degraded(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Counters {
@@ -102,6 +107,10 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ncclwatch::v1::Event HangEvent(const HangChange& change, int64_t now_ns) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ncclwatch::v1::DegradedCommInfo MakeDegradedInfo(const DegradedView& view) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ncclwatch::v1::Event DegradedEvent(const DegradedChange& change, int64_t now_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillRank(const CommKey& key, int rank, ncclwatch::v1::RankRef* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -110,6 +119,7 @@ class Analyzer {
   Correlator correlator_ ABSL_GUARDED_BY(mu_);
   StragglerDetector stragglers_ ABSL_GUARDED_BY(mu_);
   HangDetector hangs_ ABSL_GUARDED_BY(mu_);
+  DegradedDetector degraded_ ABSL_GUARDED_BY(mu_);
   std::map<CommKey, CommMeta> comms_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, SeriesEntry> series_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;

@@ -116,20 +116,8 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
     UpdateSuspects(comm.job_id, &changes);
   }
   if (now_degraded != was_degraded) {
-    // Describe the communicator by its worst key relative to the baseline.
-    DegradedView worst;
-    double worst_ratio = 2;
-    for (const auto& [op_size, ks] : cs.keys) {
-      if (now_degraded && !ks.degraded) continue;
-      DegradedView v = View(comm, cs, op_size.first, op_size.second, ks);
-      double ratio = v.baseline_gbs > 0 ? v.bus_gbs / v.baseline_gbs : 1;
-      if (ratio < worst_ratio) {
-        worst_ratio = ratio;
-        worst = std::move(v);
-      }
-    }
-    worst.comm = comm;
-    changes.push_back(DegradedChange{now_degraded, false, std::move(worst), {}});
+    // Described by its worst key relative to the baseline.
+    changes.push_back(DegradedChange{now_degraded, false, Worst(comm, cs, now_degraded), {}});
     UpdateSuspects(comm.job_id, &changes);
   }
   return changes;
@@ -164,10 +152,17 @@ std::map<std::string, int> DegradedDetector::ComputeSuspects(const std::string& 
   }
   std::map<std::string, int> out;
   if (!any) return out;
+  // Only the network evidence narrows the set: nodes of every degraded hybrid communicator and of
+  // no healthy one. If that leaves every hybrid node, nothing is singled out.
+  std::set<std::string> candidates;
   for (const auto& n : common) {
-    if (!healthy_hybrid.count(n) && !bad_nvlink.count(n)) out[n] = through[n];
+    if (!healthy_hybrid.count(n)) candidates.insert(n);
   }
-  if (out.size() >= all_hybrid.size()) out.clear();  // nothing singled out
+  if (candidates.size() >= all_hybrid.size()) return out;
+  // A node whose NVLink-only communicators are degrading too has a problem beyond its network.
+  for (const auto& n : candidates) {
+    if (!bad_nvlink.count(n)) out[n] = through[n];
+  }
   return out;
 }
 
@@ -191,12 +186,27 @@ void DegradedDetector::Forget(const CommKey& comm) {
   UpdateSuspects(comm.job_id, &ignored);
 }
 
+DegradedView DegradedDetector::Worst(const CommKey& key, const CommState& cs,
+                                     bool degraded_only) const {
+  DegradedView worst;
+  double worst_ratio = 2;
+  for (const auto& [op_size, ks] : cs.keys) {
+    if (degraded_only && !ks.degraded) continue;
+    DegradedView v = View(key, cs, op_size.first, op_size.second, ks);
+    double ratio = v.baseline_gbs > 0 ? v.bus_gbs / v.baseline_gbs : 1;
+    if (ratio < worst_ratio) {
+      worst_ratio = ratio;
+      worst = std::move(v);
+    }
+  }
+  worst.comm = key;
+  return worst;
+}
+
 std::vector<DegradedView> DegradedDetector::Degraded() const {
   std::vector<DegradedView> out;
   for (const auto& [key, cs] : comms_) {
-    for (const auto& [op_size, ks] : cs.keys) {
-      if (ks.degraded) out.push_back(View(key, cs, op_size.first, op_size.second, ks));
-    }
+    if (cs.degraded()) out.push_back(Worst(key, cs, true));
   }
   return out;
 }

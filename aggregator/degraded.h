@@ -35,7 +35,7 @@ namespace ncclwatch::aggregator {
 
 struct DegradedOptions {
   double fraction = 0.2;     // flag below (1 - fraction) x baseline
-  int intervals = 3;         // consecutive low intervals (K)
+  int intervals = 2;         // consecutive low intervals (K)
   int baseline_window = 64;  // healthy values kept per baseline key
   int min_baseline = 8;      // values needed before judging
 };
@@ -72,6 +72,7 @@ class DegradedDetector {
                                       const ncclwatch::v1::RankReport& report);
   void Forget(const CommKey& comm);
 
+  // Communicators degraded now, each described by its worst key.
   std::vector<DegradedView> Degraded() const;
   std::vector<SuspectView> Suspects() const;
   bool IsDegraded(const CommKey& comm) const;
@@ -103,6 +104,8 @@ class DegradedDetector {
     double Median() const;
   };
   std::set<std::string> Nodes(const CommState& cs) const;
+  // The key furthest below its baseline (among the degraded ones if `degraded_only`).
+  DegradedView Worst(const CommKey& key, const CommState& cs, bool degraded_only) const;
   DegradedView View(const CommKey& key, const CommState& cs, const std::string& op,
                     const std::string& size, const KeyState& ks) const;
   std::map<std::string, int> ComputeSuspects(const std::string& job_id) const;

@@ -33,6 +33,8 @@ struct AggregatorConfig {
   double group_grace_s = 30;
   double hang_threshold_s = 10;
   double silent_after_s = 5;
+  double degraded_fraction = 0.2;
+  int64_t degraded_intervals = 2;
   int64_t ready_fd = -1;
 };
 
@@ -58,6 +60,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddDouble("silent-after-s", "", &c.silent_after_s,
               "A rank whose reports stopped this long while its communicator's other ranks "
               "carry on is flagged silent.");
+  t.AddDouble("degraded-fraction", "", &c.degraded_fraction,
+              "A communicator is degraded when its bus bandwidth stays this fraction below the "
+              "baseline of its kind (0..1).");
+  t.AddInt("degraded-intervals", "", &c.degraded_intervals,
+           "Consecutive low report intervals before a communicator is flagged degraded.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
 }
@@ -124,6 +131,13 @@ int Main(int argc, char** argv) {
   }
   aopts.hang.threshold_ns = static_cast<int64_t>(config.hang_threshold_s * 1e9);
   aopts.hang.silent_after_ns = static_cast<int64_t>(config.silent_after_s * 1e9);
+  if (config.degraded_fraction <= 0 || config.degraded_fraction >= 1 ||
+      config.degraded_intervals < 1) {
+    LogError("--degraded-fraction must be in (0, 1) and --degraded-intervals at least 1");
+    return 2;
+  }
+  aopts.degraded.fraction = config.degraded_fraction;
+  aopts.degraded.intervals = static_cast<int>(config.degraded_intervals);
   Analyzer analyzer(aopts);
   MetricRegistry metrics;
   AggregatorCore core(**store, analyzer, metrics);

@@ -257,6 +257,15 @@ grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* c
   return reactor;
 }
 
+grpc::ServerUnaryReactor* QueryService::ListDegraded(
+    grpc::CallbackServerContext* context, const ncclwatch::v1::ListDegradedRequest* request,
+    ncclwatch::v1::ListDegradedResponse* response) {
+  *response = core_.analyzer().Degraded(request->job_id());
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetStatsRequest*,
                                                  ncclwatch::v1::Stats* response) {

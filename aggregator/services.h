@@ -80,6 +80,9 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* ListHangs(grpc::CallbackServerContext* context,
                                       const ncclwatch::v1::ListHangsRequest* request,
                                       ncclwatch::v1::ListHangsResponse* response) override;
+  grpc::ServerUnaryReactor* ListDegraded(grpc::CallbackServerContext* context,
+                                         const ncclwatch::v1::ListDegradedRequest* request,
+                                         ncclwatch::v1::ListDegradedResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const ncclwatch::v1::GetStatsRequest* request,
                                      ncclwatch::v1::Stats* response) override;

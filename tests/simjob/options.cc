@@ -82,6 +82,8 @@ const Flag kFlags[] = {
      [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->degrade_node); }},
     {"degrade-factor", "F", "1.0", "multi-node communicators containing --degrade-node get F x bw",
      [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 1.0, &o->degrade_factor); }},
+    {"degrade-after-s", "S", "0", "the NIC degrades at t0 + S (0: from the start)",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->degrade_after_s); }},
     {"clock-skew-ms", "MS", "0", "GPU clock of node n is off by (n even ? -MS : +MS)",
      [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->clock_skew_ms); }},
     {"channels", "C", "4", "channels per collective/p2p (KernelCh events per op)",
@@ -218,7 +220,8 @@ std::string DescribeFaults(const Options& o) {
   if (o.slow_rank >= 0) s += StrFormat(" slow rank %d +%lld us/step;", o.slow_rank, slow_us);
   if (o.slow_node >= 0) s += StrFormat(" slow node %d +%lld us/step;", o.slow_node, slow_us);
   if (o.degrade_node >= 0 && o.degrade_factor != 1.0) {
-    s += StrFormat(" node %d network x%.3f;", o.degrade_node, o.degrade_factor);
+    s += StrFormat(" node %d network x%.3f from t0+%.3f s;", o.degrade_node, o.degrade_factor,
+                   o.degrade_after_s);
   }
   if (o.clock_skew_ms != 0) s += StrFormat(" GPU clock skew +/-%.3f ms;", o.clock_skew_ms);
   if (o.hang_rank >= 0) {
@@ -247,6 +250,7 @@ TimelineConfig MakeTimelineConfig(const Options& o, int64_t t0_ns) {
   c.nvlink_gbs = o.nvlink_gbs;
   c.degrade_node = o.degrade_node;
   c.degrade_factor = o.degrade_factor;
+  c.degrade_at_ns = t0_ns + SecondsToNs(o.degrade_after_s);
   c.clock_skew_ns = std::llround(o.clock_skew_ms * 1e6);
   if (o.hang_rank >= 0) {
     c.fault = {FaultKind::kHang, o.hang_rank, t0_ns + SecondsToNs(o.hang_after_s)};

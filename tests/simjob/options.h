@@ -28,6 +28,7 @@ struct Options {
   double nvlink_gbs = 300;
   int degrade_node = -1;
   double degrade_factor = 1.0;
+  double degrade_after_s = 0;
   double clock_skew_ms = 0;
   int channels = 4;
   int hang_rank = -1;

@@ -95,19 +95,20 @@ int64_t Timeline::GapNs(int rank, int64_t step) const {
   return std::max<int64_t>(gap, 0);
 }
 
-double Timeline::BandwidthGbs(CommScope scope) const {
+double Timeline::BandwidthGbs(CommScope scope, int64_t at_ns) const {
   const bool multi_node = scope == CommScope::kWorld && config_.nodes > 1;
   if (!multi_node) return config_.nvlink_gbs;
   // The world communicator contains every node, so it contains the degraded one if any.
-  const bool degraded = config_.degrade_node >= 0 && config_.degrade_node < config_.nodes;
+  const bool degraded = config_.degrade_node >= 0 && config_.degrade_node < config_.nodes &&
+                        at_ns >= config_.degrade_at_ns;
   return degraded ? config_.net_gbs * config_.degrade_factor : config_.net_gbs;
 }
 
-int64_t Timeline::TransferNs(const StepSpec& spec) const {
+int64_t Timeline::TransferNs(const StepSpec& spec, int64_t at_ns) const {
   const int nranks = spec.scope == CommScope::kWorld ? world_size() : config_.ranks_per_node;
   const double bus_bytes = BusFactor(spec.op, nranks) * static_cast<double>(spec.bytes);
   // 1 GB/s moves exactly one byte per ns.
-  const double ns = bus_bytes / BandwidthGbs(spec.scope);
+  const double ns = bus_bytes / BandwidthGbs(spec.scope, at_ns);
   return std::max<int64_t>(1, std::llround(ns));
 }
 
@@ -125,7 +126,7 @@ int64_t Timeline::GroupEnd(const std::vector<int>& members) const {
     if (step_.arrival[r] == kNever) return kNever;  // the op waits for r forever
     last = std::max(last, step_.arrival[r]);
   }
-  const int64_t end = last + TransferNs(*step_.spec);
+  const int64_t end = last + TransferNs(*step_.spec, last);
   const RankFault& f = config_.fault;
   if (f.kind == FaultKind::kKill &&
       std::find(members.begin(), members.end(), f.rank) != members.end()) {

@@ -90,6 +90,7 @@ struct TimelineConfig {
   double nvlink_gbs = 300.0;  // single-node communicators
   int degrade_node = -1;      // multi-node communicators containing it get net_gbs * factor
   double degrade_factor = 1.0;
+  int64_t degrade_at_ns = 0;  // absolute virtual time from which the NIC is degraded
   int64_t clock_skew_ns = 0;  // node n's GPU clock is off by (n even ? -1 : +1) * this
   RankFault fault;
   std::vector<StepSpec> workload = DefaultWorkload(false);
@@ -123,10 +124,11 @@ class Timeline {
 
   // Base gap + jitter + slow extra of `rank` before `step`, never negative.
   int64_t GapNs(int rank, int64_t step) const;
-  // Bandwidth of the communicators a step with `scope` runs on.
-  double BandwidthGbs(CommScope scope) const;
-  // T: how long the op runs once the last rank has arrived (at least 1 ns).
-  int64_t TransferNs(const StepSpec& spec) const;
+  // Bandwidth of the communicators a step with `scope` runs on, for a step starting at `at_ns`
+  // (the degradation applies from degrade_at_ns on).
+  double BandwidthGbs(CommScope scope, int64_t at_ns = kNever) const;
+  // T: how long the op runs once the last rank has arrived (at least 1 ns), starting at `at_ns`.
+  int64_t TransferNs(const StepSpec& spec, int64_t at_ns = kNever) const;
   // Offset of `node`'s GPU clock from virtual time.
   int64_t ClockOffsetNs(int node) const;
   // The %globaltimer value `rank`'s GPU shows on `channel` at virtual time `virtual_ns`.

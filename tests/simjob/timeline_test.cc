@@ -229,3 +229,23 @@ TEST(CommHashTest, DeterministicAndDistinct) {
 
 }  // namespace
 }  // namespace ncclwatch::simjob
+
+namespace ncclwatch::simjob {
+namespace {
+
+TEST(TimelineDegradeTest, TheNicDegradesAtItsTimeAndOnlyForStepsStartingAfterIt) {
+  TimelineConfig config;
+  config.nodes = 2;
+  config.degrade_node = 0;
+  config.degrade_factor = 0.5;
+  config.degrade_at_ns = 1'000'000'000;
+  Timeline timeline(config);
+  EXPECT_DOUBLE_EQ(timeline.BandwidthGbs(CommScope::kWorld, 999'999'999), 25.0);
+  EXPECT_DOUBLE_EQ(timeline.BandwidthGbs(CommScope::kWorld, 1'000'000'000), 12.5);
+  EXPECT_DOUBLE_EQ(timeline.BandwidthGbs(CommScope::kNode, 2'000'000'000), 300.0);
+  const StepSpec spec{OpKind::kAllReduce, CommScope::kWorld, 1 << 20};
+  EXPECT_NEAR(timeline.TransferNs(spec, 2'000'000'000), 2 * timeline.TransferNs(spec, 0), 1);
+}
+
+}  // namespace
+}  // namespace ncclwatch::simjob
