@@ -3,23 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "aggregator/median.h"
+
 namespace ncclwatch::aggregator {
-namespace {
-
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double hi = v[mid];
-  if (v.size() % 2 == 1) return hi;
-  double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
-
-}  // namespace
 
 double DegradedDetector::Baseline::Median() const {
-  return MedianOf(std::vector<double>(values.begin(), values.end()));
+  return aggregator::Median(std::vector<double>(values.begin(), values.end()));
 }
 
 bool DegradedDetector::CommState::degraded() const {
@@ -50,7 +39,7 @@ DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs,
   v.message_size = size;
   std::vector<double> latest;
   for (const auto& [rank, t] : ks.ranks) latest.push_back(t.latest_gbs);
-  v.bus_gbs = MedianOf(latest);
+  v.bus_gbs = Median(latest);
   auto b = baselines_.find(BaselineKey{cs.hybrid, op, size, cs.nranks});
   if (b != baselines_.end()) v.baseline_gbs = b->second.Median();
   v.nodes = Nodes(cs);

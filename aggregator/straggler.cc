@@ -2,20 +2,9 @@
 
 #include <algorithm>
 
+#include "aggregator/median.h"
+
 namespace ncclwatch::aggregator {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double hi = v[mid];
-  if (v.size() % 2 == 1) return hi;
-  double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
-
-}  // namespace
 
 RankScore StragglerDetector::Score(int rank, const RankWindow& w) const {
   RankScore s;

@@ -35,6 +35,7 @@
 
 #include "gtest/gtest.h"
 #include "plugin/abi.h"
+#include "plugin/abi_testing.h"
 #include "tests/e2e/process.h"
 #include "tests/simjob/profiler_host.h"
 
@@ -217,13 +218,7 @@ class Nccl {
     }
   }
 
-  static EventDescrV6 Descr(uint64_t type, void* parent) {
-    EventDescrV6 d;
-    std::memset(&d, 0, sizeof(d));
-    d.type = type;
-    d.parent_obj = parent;
-    return d;
-  }
+  static EventDescrV6 Descr(uint64_t type, void* parent) { return abi::MakeDescrV6(type, parent); }
 
  private:
   int abi_;
