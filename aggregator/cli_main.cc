@@ -165,6 +165,12 @@ int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   return 0;
 }
 
+// "AllReduce #12", or "Send/Recv" for point-to-point operations (they have no seqNumber).
+std::string OpText(const ncclwatch::v1::HangInfo& h) {
+  if (h.op() == "SendRecv") return "Send/Recv";
+  return absl::StrFormat("%s #%d", h.op(), h.seq());
+}
+
 std::string RankText(const ncclwatch::v1::RankRef& r) {
   return absl::StrFormat("rank %d (node %s, %s)", r.rank(),
                          r.node().empty() ? "unknown" : r.node(),
@@ -185,8 +191,9 @@ void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
                                        aggregator::CommHashText(h.comm_hash()));
     std::vector<std::string> missing;
     for (const auto& r : h.missing()) missing.push_back(absl::StrCat(r.rank()));
-    std::printf("%-20s %-28s %-14s %8llu %-13s %7.1f s %-9s %s\n", h.job_id().c_str(),
-                comm.c_str(), h.op().c_str(), static_cast<unsigned long long>(h.seq()),
+    std::printf("%-20s %-28s %-14s %8s %-13s %7.1f s %-9s %s\n", h.job_id().c_str(),
+                comm.c_str(), h.op() == "SendRecv" ? "Send/Recv" : h.op().c_str(),
+                h.op() == "SendRecv" ? "-" : absl::StrCat(h.seq()).c_str(),
                 h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS ? "no-progress" : "missing-ranks",
                 h.age_seconds(), Clock(h.since_unix_ns()).c_str(),
                 missing.empty() ? "-" : absl::StrJoin(missing, ",").c_str());
@@ -209,18 +216,18 @@ void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
     std::string comm = h.comm_name().empty() ? aggregator::CommHashText(h.comm_hash()) : h.comm_name();
     if (h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS) {
       std::printf(
-          "Finding: %s #%llu of communicator %s in job %s has been stuck for %.1f s although all "
+          "Finding: %s of communicator %s in job %s has been stuck for %.1f s although all "
           "%u ranks reached it: suspect the network or NVLink fabric.\n",
-          h.op().c_str(), static_cast<unsigned long long>(h.seq()), comm.c_str(),
+          OpText(h).c_str(), comm.c_str(),
           h.job_id().c_str(), h.age_seconds(), h.arrived());
       continue;
     }
     std::vector<std::string> missing;
     for (const auto& r : h.missing()) missing.push_back(RankText(r));
     std::printf(
-        "Finding: %s #%llu of communicator %s in job %s has been stuck for %.1f s: %s never "
+        "Finding: %s of communicator %s in job %s has been stuck for %.1f s: %s never "
         "reached it.\n",
-        h.op().c_str(), static_cast<unsigned long long>(h.seq()), comm.c_str(), h.job_id().c_str(),
+        OpText(h).c_str(), comm.c_str(), h.job_id().c_str(),
         h.age_seconds(), absl::StrJoin(missing, ", ").c_str());
   }
   for (const auto& s : response.silent()) {

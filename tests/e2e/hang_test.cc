@@ -94,6 +94,13 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
   grpc::ClientContext ctx;
   ncclwatch::v1::ListHangsResponse list;
   ASSERT_TRUE(p.query().ListHangs(&ctx, {}, &list).ok());
+  auto [cli_code, cli_out] = RunToCompletion(
+      {Binaries::Cli(), "hangs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
+  EXPECT_EQ(cli_code, 0) << cli_out;
+  EXPECT_NE(cli_out.find("rank 2 (node sim-node-0, GPU2) of communicator world in job e2e-kill "
+                         "stopped reporting"),
+            std::string::npos)
+      << cli_out;
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
   auto all = events.Stop();
 
