@@ -55,6 +55,8 @@ std::string_view ExportedSeriesHelp(std::string_view name) {
       {"ncclwatch_node_network_suspect",
        "1 while the node's network is the common factor of the job's degraded hybrid "
        "communicators (its NVLink-only communicators being healthy)."},
+      {"ncclwatch_node_straggler",
+       "1 while every rank the communicator has on the node is flagged slow, else 0."},
       {"ncclwatch_rank_silent",
        "1 while the rank's reports have stopped and the rest of its communicator carries on."},
   };
@@ -177,6 +179,53 @@ ncclwatch::v1::Event Analyzer::StragglerEvent(const CommKey& key, CommMeta& meta
   return event;
 }
 
+void Analyzer::UpdateSlowNodes(const CommKey& key, CommMeta& meta, int64_t now_ns,
+                               std::vector<ncclwatch::v1::Event>* events) {
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < static_cast<int>(meta.ranks.size()); ++r) {
+    ranks_of[meta.ranks[r].node].push_back(r);
+  }
+  std::set<std::string> slow;
+  if (ranks_of.size() > 1) {  // a node can only be singled out against other nodes
+    std::vector<bool> flagged(meta.ranks.size(), false);
+    for (const RankScore& s : stragglers_.Scores(key)) {
+      if (s.rank < static_cast<int>(flagged.size())) flagged[s.rank] = s.flagged;
+    }
+    for (const auto& [node, ranks] : ranks_of) {
+      if (node.empty()) continue;
+      if (std::all_of(ranks.begin(), ranks.end(), [&](int r) { return flagged[r]; })) {
+        slow.insert(node);
+      }
+    }
+  }
+  auto emit = [&](const std::string& node, bool start) {
+    ncclwatch::v1::Event event;
+    event.set_kind(ncclwatch::v1::Event::NODE_STRAGGLER);
+    event.set_phase(start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
+    event.set_time_unix_ns(now_ns);
+    auto* info = event.mutable_node_straggler();
+    info->set_job_id(key.job_id);
+    info->set_comm_hash(key.comm_hash);
+    info->set_comm_name(meta.comm_name);
+    info->set_node(node);
+    for (int r : ranks_of[node]) info->add_ranks(r);
+    event.set_summary(absl::StrFormat(
+        "%s: node %s in communicator %s %s of job %s: %s", start ? "SLOW NODE" : "NODE RECOVERED",
+        node, OrUnknown(meta.comm_name), CommHashText(key.comm_hash), key.job_id,
+        start ? absl::StrFormat("all its %d ranks are late to the collectives",
+                                info->ranks_size())
+              : std::string("its ranks are back in step")));
+    events->push_back(std::move(event));
+  };
+  for (const auto& node : meta.slow_nodes) {
+    if (!slow.count(node)) emit(node, false);
+  }
+  for (const auto& node : slow) {
+    if (!meta.slow_nodes.count(node)) emit(node, true);
+  }
+  meta.slow_nodes = std::move(slow);
+}
+
 std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankReport& report,
                                                    int64_t now_ns) {
   absl::MutexLock lock(&mu_);
@@ -189,6 +238,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
     meta.nranks = id.nranks();
     meta.ranks.assign(id.nranks(), RankMeta{});
     meta.flagged_since_ns.clear();
+    meta.slow_nodes.clear();
     correlator_.Forget(key);
     stragglers_.Forget(key);
   }
@@ -210,9 +260,11 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
     auto group = correlator_.Add(key, id.nranks(), col.op(), s.seq, id.rank(), s.duration_ns,
                                  s.gpu_start_ns, now_ns);
     if (!group) return;
-    for (const FlagChange& change : stragglers_.Observe(*group)) {
+    auto changes = stragglers_.Observe(*group);
+    for (const FlagChange& change : changes) {
       events.push_back(StragglerEvent(key, meta, change, now_ns));
     }
+    if (!changes.empty()) UpdateSlowNodes(key, meta, now_ns, &events);
   });
   return events;
 }
@@ -399,6 +451,16 @@ std::vector<ExportedSample> Analyzer::Series() const {
                               {"comm_name", OrUnknown(meta.comm_name)}};
     auto h = hung.find(key);
     out.push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, comm_seen_ms});
+    std::set<std::string> nodes;
+    for (const RankMeta& rm : meta.ranks) {
+      if (!rm.node.empty()) nodes.insert(rm.node);
+    }
+    for (const auto& node : nodes) {
+      LabelPairs node_labels = comm_labels;
+      node_labels.emplace_back("node", node);
+      out.push_back({"ncclwatch_node_straggler", std::move(node_labels),
+                     meta.slow_nodes.count(node) ? 1.0 : 0.0, comm_seen_ms});
+    }
     LabelPairs class_labels = comm_labels;
     class_labels.emplace_back("class", degraded_.IsHybrid(key) ? "hybrid" : "nvlink");
     out.push_back({"ncclwatch_comm_degraded", std::move(class_labels),

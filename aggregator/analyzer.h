@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,7 @@ class Analyzer {
     int n_nodes = 0;
     std::vector<RankMeta> ranks;
     std::map<int, int64_t> flagged_since_ns;  // rank -> when flagged
+    std::set<std::string> slow_nodes;         // nodes all of whose ranks are flagged
   };
   struct SeriesEntry {
     ExportedSample sample;
@@ -99,6 +101,10 @@ class Analyzer {
   LabelPairs RankLabels(const CommKey& key, const CommMeta& meta, int rank) const;
   ncclwatch::v1::Event StragglerEvent(const CommKey& key, CommMeta& meta, const FlagChange& change,
                                       int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Node-level verdicts after the rank flags of `key` changed.
+  void UpdateSlowNodes(const CommKey& key, CommMeta& meta, int64_t now_ns,
+                       std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ncclwatch::v1::StragglerInfo MakeStragglerInfo(const CommKey& key, const CommMeta& meta,
                                                  const RankScore& score) const;
   ncclwatch::v1::HangInfo MakeHangInfo(const HangView& hang, int64_t now_ns) const

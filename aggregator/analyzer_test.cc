@@ -1,6 +1,7 @@
 #include "aggregator/analyzer.h"
 
 #include <cmath>
+#include <set>
 
 #include "gtest/gtest.h"
 #include "proto/samples.h"
@@ -8,8 +9,10 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-// One report per rank per "interval" with `n` sampled AllReduces; rank `slow` arrives 2 ms late.
-ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n, int slow) {
+// One report per rank per "interval" with `n` sampled AllReduces; the ranks in `slow` arrive 2 ms
+// late.
+ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n,
+                                 const std::set<int>& slow) {
   ncclwatch::v1::RankReport r;
   auto* id = r.mutable_identity();
   id->set_job_id("job-7");
@@ -40,11 +43,15 @@ ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n
   p2p->set_bw_samples(2);
   SampleColumnWriter writer(&r);
   for (int i = 0; i < n; ++i) {
-    uint64_t arrival = 1'000'000 + (rank == slow ? 2'000'000 : (rank * 10'000));
+    uint64_t arrival = 1'000'000 + (slow.count(rank) ? 2'000'000 : (rank * 10'000));
     writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
                Sample{first_seq + i, arrival, 5'000'000 - arrival});
   }
   return r;
+}
+
+ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n, int slow) {
+  return Report(rank, nranks, first_seq, n, std::set<int>{slow});
 }
 
 const std::string* Label(const ExportedSample& s, const std::string& name) {
@@ -121,6 +128,54 @@ TEST(AnalyzerTest, SilentSeriesExpire) {
   EXPECT_FALSE(analyzer.Series().empty());
   analyzer.Tick(5000);
   EXPECT_TRUE(analyzer.Series().empty());
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST(AnalyzerTest, ANodeWhoseRanksAreAllSlowIsFlaggedAsANode) {
+  Analyzer analyzer;
+  std::vector<ncclwatch::v1::Event> events;
+  const std::set<int> node_b = {4, 5, 6, 7};
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int r = 0; r < 8; ++r) {
+      for (auto& e : analyzer.Ingest(Report(r, 8, interval * 8, 8, node_b), 0)) {
+        events.push_back(e);
+      }
+    }
+  }
+  int rank_starts = 0, node_starts = 0;
+  for (const auto& e : events) {
+    if (e.kind() == ncclwatch::v1::Event::STRAGGLER) ++rank_starts;
+    if (e.kind() == ncclwatch::v1::Event::NODE_STRAGGLER) {
+      ++node_starts;
+      EXPECT_EQ(e.node_straggler().node(), "node-b");
+      EXPECT_EQ(e.node_straggler().ranks_size(), 4);
+    }
+  }
+  EXPECT_EQ(rank_starts, 4);
+  EXPECT_EQ(node_starts, 1);
+  int node_series = 0;
+  for (const auto& s : analyzer.Series()) {
+    if (s.name != "ncclwatch_node_straggler") continue;
+    ++node_series;
+    EXPECT_EQ(s.value, *Label(s, "node") == "node-b" ? 1.0 : 0.0);
+  }
+  EXPECT_EQ(node_series, 2);
+}
+
+TEST(AnalyzerTest, OneSlowRankDoesNotMakeItsNodeSlow) {
+  Analyzer analyzer;
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int r = 0; r < 8; ++r) {
+      for (auto& e : analyzer.Ingest(Report(r, 8, interval * 8, 8, 5), 0)) {
+        EXPECT_NE(e.kind(), ncclwatch::v1::Event::NODE_STRAGGLER) << e.summary();
+      }
+    }
+  }
 }
 
 }  // namespace
