@@ -2,8 +2,10 @@
 //
 //   ncclwatch stragglers [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch hangs      [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
+//   ncclwatch events     [--job J] [--since-s N] [--limit N] [--json] [--aggregator HOST:PORT]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "aggregator/analyzer.h"
 #include "common/config.h"
 #include "google/protobuf/util/json_util.h"
@@ -29,6 +32,8 @@ struct CliConfig {
   std::string job;
   double wait_s = 0;
   double timeout_s = 5;
+  double since_s = 3600;
+  int64_t limit = 1000;
 };
 
 constexpr char kUsage[] = "<command> [flags]";
@@ -37,7 +42,8 @@ constexpr char kSummary[] =
     "Commands:\n"
     "  stragglers   ranks currently flagged as slow, with the node and GPU they run on\n"
     "  hangs        collectives that stopped making progress, the ranks that never reached\n"
-    "               them, and ranks that went silent";
+    "               them, and ranks that went silent\n"
+    "  events       the detection events stored by the aggregator (every start and end)";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ncclwatch: %s\n", message.c_str());
@@ -269,6 +275,32 @@ int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   return 0;
 }
 
+int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  ncclwatch::v1::ListEventsRequest request;
+  request.set_job_id(config.job);
+  const int64_t now = absl::GetCurrentTimeNanos();
+  request.set_since_unix_ns(
+      static_cast<uint64_t>(std::max<int64_t>(0, now - static_cast<int64_t>(config.since_s * 1e9))));
+  request.set_limit(static_cast<uint32_t>(std::clamp<int64_t>(config.limit, 1, 100000)));
+  ncclwatch::v1::ListEventsResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(config));
+  grpc::Status status = stub.ListEvents(&context, request, &response);
+  if (!status.ok()) return Fail(RpcError(status, config));
+  if (config.json) {
+    PrintJson(response);
+    return 0;
+  }
+  if (response.events_size() == 0) {
+    std::printf("No detection event in the last %.0f s.\n", config.since_s);
+    return 0;
+  }
+  for (const auto& e : response.events()) {
+    std::printf("%s  %s\n", Clock(e.time_unix_ns()).c_str(), e.summary().c_str());
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CliConfig config;
   ConfigTable table("ncclwatch", kSummary);
@@ -279,6 +311,8 @@ int Main(int argc, char** argv) {
   table.AddDouble("wait-s", "", &config.wait_s,
                   "If nothing is flagged yet, wait up to this long for the first finding.");
   table.AddDouble("timeout-s", "", &config.timeout_s, "Deadline of each request.");
+  table.AddDouble("since-s", "", &config.since_s, "events: how far back to look, in seconds.");
+  table.AddInt("limit", "", &config.limit, "events: at most this many, oldest first.");
   auto positional = table.Parse(argc, argv);
   if (!positional.ok()) return Fail(std::string(positional.status().message()));
   if (table.help_requested() || positional->empty()) {
@@ -290,6 +324,7 @@ int Main(int argc, char** argv) {
       grpc::CreateChannel(config.aggregator, grpc::InsecureChannelCredentials()));
   if (command == "stragglers") return Stragglers(*stub, config);
   if (command == "hangs") return Hangs(*stub, config);
+  if (command == "events") return Events(*stub, config);
   std::fprintf(stderr, "ncclwatch: unknown command '%s' (see ncclwatch --help)\n",
                command.c_str());
   return 2;

@@ -111,6 +111,66 @@ void AggregatorCore::Handle(const ncclwatch::v1::Event& event) {
   Publish(event);
 }
 
+namespace {
+
+// The job an event is about, whatever its kind.
+const std::string& EventJob(const ncclwatch::v1::Event& e) {
+  switch (e.kind()) {
+    case ncclwatch::v1::Event::STRAGGLER:
+      return e.straggler().job_id();
+    case ncclwatch::v1::Event::HANG:
+      return e.hang().job_id();
+    case ncclwatch::v1::Event::RANK_SILENT:
+      return e.silent().job_id();
+    case ncclwatch::v1::Event::COMM_DEGRADED:
+      return e.degraded().job_id();
+    case ncclwatch::v1::Event::NODE_NETWORK_SUSPECT:
+      return e.suspect().job_id();
+    case ncclwatch::v1::Event::NODE_STRAGGLER:
+      return e.node_straggler().job_id();
+    default:
+      return e.straggler().job_id();  // empty
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ncclwatch::v1::ListEventsResponse> AggregatorCore::ListEvents(
+    const ncclwatch::v1::ListEventsRequest& request) const {
+  const size_t limit = request.limit() == 0 ? 1000 : std::min<size_t>(request.limit(), 100000);
+  ncclwatch::v1::ListEventsResponse out;
+  // Filtering by job happens after the read, so read in pages until `limit` matches or the end.
+  // Events of one report share a timestamp: a page resumes at the previous page's last timestamp
+  // and skips the events of that timestamp already consumed (the store keeps them in write order).
+  constexpr size_t kPage = 4096;
+  int64_t since = static_cast<int64_t>(request.since_unix_ns());
+  size_t skip = 0;  // events at time `since` consumed by earlier pages
+  for (;;) {
+    auto page = store_.ListEvents(since, skip + kPage);
+    if (!page.ok()) return page.status();
+    // Read before the events are moved out below.
+    const int64_t last = page->empty() ? since : static_cast<int64_t>(page->back().time_unix_ns());
+    size_t at_last = 0;
+    for (const auto& e : *page) at_last += static_cast<int64_t>(e.time_unix_ns()) == last ? 1 : 0;
+    size_t consumed_at_since = 0;
+    for (auto& e : *page) {
+      if (static_cast<int64_t>(e.time_unix_ns()) == since) {
+        if (consumed_at_since++ < skip) continue;
+      }
+      if (!request.job_id().empty() && EventJob(e) != request.job_id()) continue;
+      *out.add_events() = std::move(e);
+      if (static_cast<size_t>(out.events_size()) >= limit) return out;
+    }
+    if (page->size() < skip + kPage) return out;  // the end of the log
+    if (last == since) {
+      skip = consumed_at_since;  // the whole page had one timestamp
+    } else {
+      skip = at_last;
+      since = last;
+    }
+  }
+}
+
 void AggregatorCore::AddWatcher(EventWatcher* watcher) {
   absl::MutexLock lock(&watchers_mu_);
   watchers_.insert(watcher);
@@ -262,6 +322,20 @@ grpc::ServerUnaryReactor* QueryService::ListDegraded(
     ncclwatch::v1::ListDegradedResponse* response) {
   *response = core_.analyzer().Degraded(request->job_id());
   auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* context,
+                                                   const ncclwatch::v1::ListEventsRequest* request,
+                                                   ncclwatch::v1::ListEventsResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto events = core_.ListEvents(*request);
+  if (!events.ok()) {
+    reactor->Finish(ToGrpc(events.status()));
+    return reactor;
+  }
+  *response = *std::move(events);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

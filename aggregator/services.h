@@ -40,6 +40,8 @@ class AggregatorCore {
   void RemoveWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
 
   Analyzer& analyzer() { return analyzer_; }
+  absl::StatusOr<ncclwatch::v1::ListEventsResponse> ListEvents(
+      const ncclwatch::v1::ListEventsRequest& request) const;
   ncclwatch::v1::Stats GetStats() const;
 
  private:
@@ -83,6 +85,9 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* ListDegraded(grpc::CallbackServerContext* context,
                                          const ncclwatch::v1::ListDegradedRequest* request,
                                          ncclwatch::v1::ListDegradedResponse* response) override;
+  grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* context,
+                                       const ncclwatch::v1::ListEventsRequest* request,
+                                       ncclwatch::v1::ListEventsResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const ncclwatch::v1::GetStatsRequest* request,
                                      ncclwatch::v1::Stats* response) override;

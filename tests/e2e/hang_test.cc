@@ -101,6 +101,13 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
                          "stopped reporting"),
             std::string::npos)
       << cli_out;
+  auto [events_code, events_out] = RunToCompletion(
+      {Binaries::Cli(), "events", "--job=e2e-kill", "--aggregator=" + p.AggregatorAddr()},
+      p.dir() + "/cli-events.log");
+  EXPECT_EQ(events_code, 0) << events_out;
+  EXPECT_NE(events_out.find("SILENT: rank 2 (node sim-node-0, GPU2)"), std::string::npos)
+      << events_out;
+  EXPECT_NE(events_out.find("HANG: "), std::string::npos) << events_out;
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
   auto all = events.Stop();
 
