@@ -16,6 +16,23 @@ const std::string& OrUnknown(const std::string& s) {
   return s.empty() ? kUnknown : s;
 }
 
+// A detection event's header: kind, phase, time.
+ncclwatch::v1::Event NewEvent(ncclwatch::v1::Event::Kind kind, bool start, int64_t now_ns) {
+  ncclwatch::v1::Event event;
+  event.set_kind(kind);
+  event.set_phase(start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
+  event.set_time_unix_ns(now_ns);
+  return event;
+}
+
+ncclwatch::v1::NodeSuspectInfo MakeSuspectInfo(const SuspectView& s) {
+  ncclwatch::v1::NodeSuspectInfo info;
+  info.set_job_id(s.job_id);
+  info.set_node(s.node);
+  info.set_degraded_comms(static_cast<uint32_t>(s.degraded_comms));
+  return info;
+}
+
 std::string SeriesKey(const std::string& name, const LabelPairs& labels) {
   std::string key = name;
   for (const auto& [k, v] : labels) absl::StrAppend(&key, "\x1f", k, "=", v);
@@ -62,6 +79,30 @@ std::string_view ExportedSeriesHelp(std::string_view name) {
   };
   auto it = kHelp.find(name);
   return it == kHelp.end() ? std::string_view() : it->second;
+}
+
+const std::string& EventJobId(const ncclwatch::v1::Event& e) {
+  switch (e.kind()) {
+    case ncclwatch::v1::Event::STRAGGLER:
+      return e.straggler().job_id();
+    case ncclwatch::v1::Event::HANG:
+      return e.hang().job_id();
+    case ncclwatch::v1::Event::RANK_SILENT:
+      return e.silent().job_id();
+    case ncclwatch::v1::Event::COMM_DEGRADED:
+      return e.degraded().job_id();
+    case ncclwatch::v1::Event::NODE_NETWORK_SUSPECT:
+      return e.suspect().job_id();
+    case ncclwatch::v1::Event::NODE_STRAGGLER:
+      return e.node_straggler().job_id();
+    default:
+      return e.straggler().job_id();  // an unset message: ""
+  }
+}
+
+std::string HangOpText(const ncclwatch::v1::HangInfo& h) {
+  if (h.op() == kP2pHangOp) return "Send/Recv";
+  return absl::StrFormat("%s #%d", h.op(), h.seq());
 }
 
 std::string CommHashText(uint64_t hash) { return absl::StrFormat("0x%016x", hash); }
@@ -160,11 +201,8 @@ ncclwatch::v1::Event Analyzer::StragglerEvent(const CommKey& key, CommMeta& meta
                                               const FlagChange& change, int64_t now_ns) {
   const int rank = change.score.rank;
   if (change.score.flagged) meta.flagged_since_ns[rank] = now_ns;
-  ncclwatch::v1::Event event;
-  event.set_kind(ncclwatch::v1::Event::STRAGGLER);
-  event.set_phase(change.score.flagged ? ncclwatch::v1::Event::START
-                                       : ncclwatch::v1::Event::END);
-  event.set_time_unix_ns(now_ns);
+  ncclwatch::v1::Event event =
+      NewEvent(ncclwatch::v1::Event::STRAGGLER, change.score.flagged, now_ns);
   *event.mutable_straggler() = MakeStragglerInfo(key, meta, change.score);
   const RankMeta& who = meta.ranks[rank];
   event.set_summary(absl::StrFormat(
@@ -199,10 +237,7 @@ void Analyzer::UpdateSlowNodes(const CommKey& key, CommMeta& meta, int64_t now_n
     }
   }
   auto emit = [&](const std::string& node, bool start) {
-    ncclwatch::v1::Event event;
-    event.set_kind(ncclwatch::v1::Event::NODE_STRAGGLER);
-    event.set_phase(start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
-    event.set_time_unix_ns(now_ns);
+    ncclwatch::v1::Event event = NewEvent(ncclwatch::v1::Event::NODE_STRAGGLER, start, now_ns);
     auto* info = event.mutable_node_straggler();
     info->set_job_id(key.job_id);
     info->set_comm_hash(key.comm_hash);
@@ -324,15 +359,13 @@ std::string RankList(const google::protobuf::RepeatedPtrField<ncclwatch::v1::Ran
 }  // namespace
 
 ncclwatch::v1::Event Analyzer::HangEvent(const HangChange& change, int64_t now_ns) const {
-  ncclwatch::v1::Event event;
-  event.set_phase(change.start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
-  event.set_time_unix_ns(now_ns);
   if (change.silent) {
-    event.set_kind(ncclwatch::v1::Event::RANK_SILENT);
+    ncclwatch::v1::Event event =
+        NewEvent(ncclwatch::v1::Event::RANK_SILENT, change.start, now_ns);
     *event.mutable_silent() = MakeSilentInfo(change.rank);
     const auto& s = event.silent();
     event.set_summary(absl::StrFormat(
-        "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s", 
+        "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s",
         change.start ? "SILENT" : "REPORTING", s.rank().rank(), OrUnknown(s.rank().node()),
         GpuLabel(s.rank().cuda_device()), OrUnknown(s.comm_name()), CommHashText(s.comm_hash()),
         s.job_id(),
@@ -341,7 +374,7 @@ ncclwatch::v1::Event Analyzer::HangEvent(const HangChange& change, int64_t now_n
                      : std::string("reports again")));
     return event;
   }
-  event.set_kind(ncclwatch::v1::Event::HANG);
+  ncclwatch::v1::Event event = NewEvent(ncclwatch::v1::Event::HANG, change.start, now_ns);
   *event.mutable_hang() = MakeHangInfo(change.hang, now_ns);
   const auto& h = event.hang();
   std::string what =
@@ -350,10 +383,9 @@ ncclwatch::v1::Event Analyzer::HangEvent(const HangChange& change, int64_t now_n
                             h.arrived())
           : absl::StrFormat("%d of %d ranks never reached it: %s", h.missing_size(), h.nranks(),
                             RankList(h.missing()));
-  const std::string op = h.op() == "SendRecv" ? std::string("Send/Recv")
-                                               : absl::StrFormat("%s seq %d", h.op(), h.seq());
   event.set_summary(absl::StrFormat(
-      "%s: %s of communicator %s %s in job %s %s%s", change.start ? "HANG" : "UNHUNG", op,
+      "%s: %s of communicator %s %s in job %s %s%s", change.start ? "HANG" : "UNHUNG",
+      HangOpText(h),
       OrUnknown(h.comm_name()), CommHashText(h.comm_hash()), h.job_id(),
       change.start ? absl::StrFormat("has made no progress for %.1f s; ", h.age_seconds())
                    : std::string("is moving again"),
@@ -376,15 +408,10 @@ ncclwatch::v1::DegradedCommInfo Analyzer::MakeDegradedInfo(const DegradedView& v
 }
 
 ncclwatch::v1::Event Analyzer::DegradedEvent(const DegradedChange& change, int64_t now_ns) const {
-  ncclwatch::v1::Event event;
-  event.set_phase(change.start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
-  event.set_time_unix_ns(now_ns);
   if (change.node) {
-    event.set_kind(ncclwatch::v1::Event::NODE_NETWORK_SUSPECT);
-    auto* s = event.mutable_suspect();
-    s->set_job_id(change.suspect.job_id);
-    s->set_node(change.suspect.node);
-    s->set_degraded_comms(static_cast<uint32_t>(change.suspect.degraded_comms));
+    ncclwatch::v1::Event event =
+        NewEvent(ncclwatch::v1::Event::NODE_NETWORK_SUSPECT, change.start, now_ns);
+    *event.mutable_suspect() = MakeSuspectInfo(change.suspect);
     event.set_summary(
         change.start
             ? absl::StrFormat("NETWORK SUSPECT: node %s in job %s: the %d degraded multi-node "
@@ -396,7 +423,8 @@ ncclwatch::v1::Event Analyzer::DegradedEvent(const DegradedChange& change, int64
                               change.suspect.node, change.suspect.job_id));
     return event;
   }
-  event.set_kind(ncclwatch::v1::Event::COMM_DEGRADED);
+  ncclwatch::v1::Event event =
+      NewEvent(ncclwatch::v1::Event::COMM_DEGRADED, change.start, now_ns);
   *event.mutable_degraded() = MakeDegradedInfo(change.comm);
   const auto& d = event.degraded();
   event.set_summary(absl::StrFormat(
@@ -511,10 +539,7 @@ ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id
   }
   for (const SuspectView& s : degraded_.Suspects()) {
     if (!job_id.empty() && s.job_id != job_id) continue;
-    auto* n = out.add_suspects();
-    n->set_job_id(s.job_id);
-    n->set_node(s.node);
-    n->set_degraded_comms(static_cast<uint32_t>(s.degraded_comms));
+    *out.add_suspects() = MakeSuspectInfo(s);
   }
   return out;
 }

@@ -134,6 +134,12 @@ class Analyzer {
 // HELP text of every exported family ("" for an unknown name).
 std::string_view ExportedSeriesHelp(std::string_view name);
 
+// The job a detection event is about, whatever its kind ("" if it names none).
+const std::string& EventJobId(const ncclwatch::v1::Event& event);
+
+// "AllReduce #12", or "Send/Recv" for a point-to-point hang (no seqNumber).
+std::string HangOpText(const ncclwatch::v1::HangInfo& hang);
+
 // "0x" + 16 hex digits, the form comm hashes take in labels and output.
 std::string CommHashText(uint64_t hash);
 // Inspector's GPU label: "GPU<ordinal>", or "unknown".

@@ -138,6 +138,10 @@ void PrintJson(const Message& m) {
   std::printf("%s\n", json.c_str());
 }
 
+bool JobMatches(const ncclwatch::v1::Event& e, const CliConfig& config) {
+  return config.job.empty() || aggregator::EventJobId(e) == config.job;
+}
+
 std::chrono::system_clock::time_point Deadline(const CliConfig& config) {
   return std::chrono::system_clock::now() +
          std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
@@ -156,8 +160,7 @@ int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
     return status.ok();
   };
   auto wanted = [&](const ncclwatch::v1::Event& e) {
-    return e.kind() == ncclwatch::v1::Event::STRAGGLER &&
-           (config.job.empty() || e.straggler().job_id() == config.job);
+    return e.kind() == ncclwatch::v1::Event::STRAGGLER && JobMatches(e, config);
   };
   if (!ListOrWait(stub, config, list, [&] { return response.stragglers_size() == 0; }, wanted)) {
     return Fail(RpcError(status, config));
@@ -169,12 +172,6 @@ int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   std::vector<StragglerInfo> list_out(response.stragglers().begin(), response.stragglers().end());
   PrintStragglersTable(list_out);
   return 0;
-}
-
-// "AllReduce #12", or "Send/Recv" for point-to-point operations (they have no seqNumber).
-std::string OpText(const ncclwatch::v1::HangInfo& h) {
-  if (h.op() == "SendRecv") return "Send/Recv";
-  return absl::StrFormat("%s #%d", h.op(), h.seq());
 }
 
 std::string RankText(const ncclwatch::v1::RankRef& r) {
@@ -197,9 +194,10 @@ void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
                                        aggregator::CommHashText(h.comm_hash()));
     std::vector<std::string> missing;
     for (const auto& r : h.missing()) missing.push_back(absl::StrCat(r.rank()));
+    const bool p2p = h.op() == aggregator::kP2pHangOp;
+    const std::string seq = p2p ? "-" : absl::StrCat(h.seq());
     std::printf("%-20s %-28s %-14s %8s %-13s %7.1f s %-9s %s\n", h.job_id().c_str(),
-                comm.c_str(), h.op() == "SendRecv" ? "Send/Recv" : h.op().c_str(),
-                h.op() == "SendRecv" ? "-" : absl::StrCat(h.seq()).c_str(),
+                comm.c_str(), p2p ? "Send/Recv" : h.op().c_str(), seq.c_str(),
                 h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS ? "no-progress" : "missing-ranks",
                 h.age_seconds(), Clock(h.since_unix_ns()).c_str(),
                 missing.empty() ? "-" : absl::StrJoin(missing, ",").c_str());
@@ -224,7 +222,7 @@ void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
       std::printf(
           "Finding: %s of communicator %s in job %s has been stuck for %.1f s although all "
           "%u ranks reached it: suspect the network or NVLink fabric.\n",
-          OpText(h).c_str(), comm.c_str(),
+          aggregator::HangOpText(h).c_str(), comm.c_str(),
           h.job_id().c_str(), h.age_seconds(), h.arrived());
       continue;
     }
@@ -233,7 +231,7 @@ void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
     std::printf(
         "Finding: %s of communicator %s in job %s has been stuck for %.1f s: %s never "
         "reached it.\n",
-        OpText(h).c_str(), comm.c_str(), h.job_id().c_str(),
+        aggregator::HangOpText(h).c_str(), comm.c_str(), h.job_id().c_str(),
         h.age_seconds(), absl::StrJoin(missing, ", ").c_str());
   }
   for (const auto& s : response.silent()) {
@@ -260,11 +258,9 @@ int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   };
   auto empty = [&] { return response.hangs_size() == 0 && response.silent_size() == 0; };
   auto wanted = [&](const ncclwatch::v1::Event& e) {
-    if (e.kind() == ncclwatch::v1::Event::HANG) {
-      return config.job.empty() || e.hang().job_id() == config.job;
-    }
-    return e.kind() == ncclwatch::v1::Event::RANK_SILENT &&
-           (config.job.empty() || e.silent().job_id() == config.job);
+    return (e.kind() == ncclwatch::v1::Event::HANG ||
+            e.kind() == ncclwatch::v1::Event::RANK_SILENT) &&
+           JobMatches(e, config);
   };
   if (!ListOrWait(stub, config, list, empty, wanted)) return Fail(RpcError(status, config));
   if (config.json) {

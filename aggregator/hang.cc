@@ -57,7 +57,7 @@ bool HangDetector::FindHang(const CommKey& key, const CommState& cs, int64_t now
   if (oldest == nullptr) return false;
   HangView h;
   h.comm = key;
-  h.op = oldest->p2p ? "SendRecv" : oldest->op;
+  h.op = oldest->p2p ? kP2pHangOp : oldest->op;
   h.seq = oldest->seq;
   h.enqueued_ns = oldest->enqueued_ns;
   // The verdict waits until every rank has told where it stands since the operation became old

@@ -12,7 +12,7 @@
 // (or went silent), so it names the right ranks the first time.
 // Point-to-point operations have no sequence number: a Send or Recv stuck on rank r with peer q
 // names q missing when q has no counterpart (a Recv from r, a Send to r) in flight; the hang is
-// then reported as op "SendRecv", seq 0.
+// then reported as op kP2pHangOp ("SendRecv"), seq 0.
 // A rank whose reports stopped (without a final report) while the other ranks of its communicator
 // went on reporting for `silent_after_ns` is flagged silent, and is counted as missing from any
 // hang of its communicator: what it last said is stale.
@@ -33,6 +33,9 @@
 #include "ncclwatch/v1/report.pb.h"
 
 namespace ncclwatch::aggregator {
+
+// The op a point-to-point hang is reported under (Send/Recv have no seqNumber).
+inline constexpr char kP2pHangOp[] = "SendRecv";
 
 struct HangOptions {
   int64_t threshold_ns = 10'000'000'000;     // a collective stuck this long is a hang

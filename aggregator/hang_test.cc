@@ -219,7 +219,7 @@ TEST(HangVerdictTest, PointToPointRingNamesThePeerThatNeverPosted) {
     }
     auto changes = detector.Evaluate(now);
     ASSERT_EQ(changes.size(), 1u) << all_posted;
-    EXPECT_EQ(changes[0].hang.op, "SendRecv");
+    EXPECT_EQ(changes[0].hang.op, kP2pHangOp);
     if (all_posted) {
       EXPECT_EQ(changes[0].hang.kind, HangKind::kNoProgress);
       EXPECT_EQ(changes[0].hang.arrived, 4);

@@ -111,30 +111,6 @@ void AggregatorCore::Handle(const ncclwatch::v1::Event& event) {
   Publish(event);
 }
 
-namespace {
-
-// The job an event is about, whatever its kind.
-const std::string& EventJob(const ncclwatch::v1::Event& e) {
-  switch (e.kind()) {
-    case ncclwatch::v1::Event::STRAGGLER:
-      return e.straggler().job_id();
-    case ncclwatch::v1::Event::HANG:
-      return e.hang().job_id();
-    case ncclwatch::v1::Event::RANK_SILENT:
-      return e.silent().job_id();
-    case ncclwatch::v1::Event::COMM_DEGRADED:
-      return e.degraded().job_id();
-    case ncclwatch::v1::Event::NODE_NETWORK_SUSPECT:
-      return e.suspect().job_id();
-    case ncclwatch::v1::Event::NODE_STRAGGLER:
-      return e.node_straggler().job_id();
-    default:
-      return e.straggler().job_id();  // empty
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<ncclwatch::v1::ListEventsResponse> AggregatorCore::ListEvents(
     const ncclwatch::v1::ListEventsRequest& request) const {
   const size_t limit = request.limit() == 0 ? 1000 : std::min<size_t>(request.limit(), 100000);
@@ -157,7 +133,7 @@ absl::StatusOr<ncclwatch::v1::ListEventsResponse> AggregatorCore::ListEvents(
       if (static_cast<int64_t>(e.time_unix_ns()) == since) {
         if (consumed_at_since++ < skip) continue;
       }
-      if (!request.job_id().empty() && EventJob(e) != request.job_id()) continue;
+      if (!request.job_id().empty() && EventJobId(e) != request.job_id()) continue;
       *out.add_events() = std::move(e);
       if (static_cast<size_t>(out.events_size()) >= limit) return out;
     }
@@ -283,18 +259,25 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
 
 }  // namespace
 
+namespace {
+
+// Ends a unary call (its response already filled when `status` is OK).
+grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
+                                   const grpc::Status& status = grpc::Status::OK) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
                                               const ncclwatch::v1::NodeBatch* request,
                                               ncclwatch::v1::BatchAck* response) {
-  auto* reactor = context->DefaultReactor();
   absl::StatusOr<ncclwatch::v1::BatchAck> ack = core_.Push(*request);
-  if (ack.ok()) {
-    *response = *std::move(ack);
-    reactor->Finish(grpc::Status::OK);
-  } else {
-    reactor->Finish(ToGrpc(ack.status()));
-  }
-  return reactor;
+  if (!ack.ok()) return Finished(context, ToGrpc(ack.status()));
+  *response = *std::move(ack);
+  return Finished(context);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListStragglers(
@@ -303,50 +286,37 @@ grpc::ServerUnaryReactor* QueryService::ListStragglers(
   for (auto& s : core_.analyzer().Stragglers(request->job_id())) {
     *response->add_stragglers() = std::move(s);
   }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Finished(context);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListHangsRequest* request,
                                                   ncclwatch::v1::ListHangsResponse* response) {
   *response = core_.analyzer().Hangs(request->job_id(), absl::GetCurrentTimeNanos());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Finished(context);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListDegraded(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListDegradedRequest* request,
     ncclwatch::v1::ListDegradedResponse* response) {
   *response = core_.analyzer().Degraded(request->job_id());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Finished(context);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::ListEventsRequest* request,
                                                    ncclwatch::v1::ListEventsResponse* response) {
-  auto* reactor = context->DefaultReactor();
   auto events = core_.ListEvents(*request);
-  if (!events.ok()) {
-    reactor->Finish(ToGrpc(events.status()));
-    return reactor;
-  }
+  if (!events.ok()) return Finished(context, ToGrpc(events.status()));
   *response = *std::move(events);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Finished(context);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetStatsRequest*,
                                                  ncclwatch::v1::Stats* response) {
   *response = core_.GetStats();
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Finished(context);
 }
 
 grpc::ServerWriteReactor<ncclwatch::v1::Event>* QueryService::Watch(

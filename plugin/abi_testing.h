@@ -8,28 +8,24 @@
 
 namespace ncclwatch::abi {
 
-inline EventDescrV5 MakeDescrV5(uint64_t type, void* parent) {
-  EventDescrV5 d;
+// Any descriptor version: zeroed, then the header filled (v4's type is one byte).
+template <typename Descr>
+Descr MakeDescr(uint64_t type, void* parent) {
+  Descr d;
   std::memset(&d, 0, sizeof(d));
-  d.type = type;
-  d.parent_obj = parent;
-  return d;
-}
-
-inline EventDescrV6 MakeDescrV6(uint64_t type, void* parent) {
-  EventDescrV6 d;
-  std::memset(&d, 0, sizeof(d));
-  d.type = type;
+  d.type = static_cast<decltype(d.type)>(type);
   d.parent_obj = parent;
   return d;
 }
 
 inline EventDescrV4 MakeDescrV4(uint8_t type, void* parent) {
-  EventDescrV4 d;
-  std::memset(&d, 0, sizeof(d));
-  d.type = type;
-  d.parent_obj = parent;
-  return d;
+  return MakeDescr<EventDescrV4>(type, parent);
+}
+inline EventDescrV5 MakeDescrV5(uint64_t type, void* parent) {
+  return MakeDescr<EventDescrV5>(type, parent);
+}
+inline EventDescrV6 MakeDescrV6(uint64_t type, void* parent) {
+  return MakeDescr<EventDescrV6>(type, parent);
 }
 
 }  // namespace ncclwatch::abi

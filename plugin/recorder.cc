@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <bit>
 
-
 namespace ncclwatch::plugin {
 namespace {
 

@@ -92,7 +92,6 @@ struct Drops {
   uint64_t events_dropped = 0, records_dropped = 0, untimed_ops = 0, orphans = 0;
 };
 struct Totals {
-  int reports = 0;
   int finals = 0;
   int nranks = 0;
   std::map<std::string, uint64_t> count;    // by "op", "op/algo_proto" and "op>peer"
@@ -117,7 +116,6 @@ Totals TotalsFor(uint64_t comm_hash, int rank) {
       int final = 0;
       Drops d;
       f >> t.nranks >> final >> d.events_dropped >> d.records_dropped >> d.untimed_ops >> d.orphans;
-      ++t.reports;
       if (final) {
         ++t.finals;
         t.last_drops = d;
