@@ -147,17 +147,28 @@ std::chrono::system_clock::time_point Deadline(const CliConfig& config) {
          std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
 }
 
+// One unary Query call with the configured deadline, into a cleared `response`; the status is kept
+// in `*status` for the error message.
+template <typename Request, typename Response>
+bool Call(ncclwatch::v1::Query::Stub& stub, const CliConfig& config,
+          grpc::Status (ncclwatch::v1::Query::Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                         Response*),
+          const Request& request, Response* response, grpc::Status* status) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(config));
+  response->Clear();
+  *status = (stub.*rpc)(&context, request, response);
+  return status->ok();
+}
+
 int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   ncclwatch::v1::ListStragglersRequest request;
   request.set_job_id(config.job);
   ncclwatch::v1::ListStragglersResponse response;
   grpc::Status status;
   auto list = [&] {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(config));
-    response.Clear();
-    status = stub.ListStragglers(&context, request, &response);
-    return status.ok();
+    return Call(stub, config, &ncclwatch::v1::Query::Stub::ListStragglers, request, &response,
+                &status);
   };
   auto wanted = [&](const ncclwatch::v1::Event& e) {
     return e.kind() == ncclwatch::v1::Event::STRAGGLER && JobMatches(e, config);
@@ -250,11 +261,7 @@ int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   ncclwatch::v1::ListHangsResponse response;
   grpc::Status status;
   auto list = [&] {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(config));
-    response.Clear();
-    status = stub.ListHangs(&context, request, &response);
-    return status.ok();
+    return Call(stub, config, &ncclwatch::v1::Query::Stub::ListHangs, request, &response, &status);
   };
   auto empty = [&] { return response.hangs_size() == 0 && response.silent_size() == 0; };
   auto wanted = [&](const ncclwatch::v1::Event& e) {
@@ -279,10 +286,10 @@ int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
       static_cast<uint64_t>(std::max<int64_t>(0, now - static_cast<int64_t>(config.since_s * 1e9))));
   request.set_limit(static_cast<uint32_t>(std::clamp<int64_t>(config.limit, 1, 100000)));
   ncclwatch::v1::ListEventsResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(Deadline(config));
-  grpc::Status status = stub.ListEvents(&context, request, &response);
-  if (!status.ok()) return Fail(RpcError(status, config));
+  grpc::Status status;
+  if (!Call(stub, config, &ncclwatch::v1::Query::Stub::ListEvents, request, &response, &status)) {
+    return Fail(RpcError(status, config));
+  }
   if (config.json) {
     PrintJson(response);
     return 0;
