@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "aggregator/median.h"
+#include "common/op_math.h"
 
 namespace ncclwatch::aggregator {
 
@@ -17,9 +18,9 @@ bool DegradedDetector::CommState::degraded() const {
 
 bool DegradedDetector::CommState::TrendingLow() const {
   return std::any_of(keys.begin(), keys.end(), [](const auto& kv) {
-    int lows = 0;
-    for (const auto& [rank, t] : kv.second.ranks) lows += t.low_streak > 0 ? 1 : 0;
-    return lows > 0 && lows >= (static_cast<int>(kv.second.ranks.size()) + 1) / 2;
+    const auto& ranks = kv.second.ranks;
+    return !ranks.empty() && std::all_of(ranks.begin(), ranks.end(),
+                                         [](const auto& rt) { return rt.second.low_streak > 0; });
   });
 }
 
@@ -56,16 +57,20 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
   cs.node_of_rank[id.rank()] = id.node();
   const bool was_degraded = cs.degraded();
 
-  // One value per (op, size) for this rank and interval: the geometric mean over its algorithms.
-  std::map<std::pair<std::string, std::string>, std::pair<double, uint64_t>> values;
+  // One value per (op, size) for this rank and interval: the bus bandwidth of its fastest
+  // operation (over its algorithms). A kernel's time includes waiting for the last rank to
+  // arrive; the fastest one of an interval is the one that waited least, so it measures the wire.
+  std::map<std::pair<std::string, std::string>, double> values;
   for (const auto& s : report.stats()) {
-    if (s.p2p() || s.bw_samples() == 0) continue;
-    auto& [log_sum, n] = values[{s.op(), s.message_size()}];
-    log_sum += s.bus_bw_gbs_log_sum();
-    n += s.bw_samples();
+    if (s.p2p() || s.count() == 0 || s.exec_time_us_min() <= 0) continue;
+    const uint64_t mean_bytes = s.bytes() / s.count();
+    const auto exec_ns = static_cast<uint64_t>(s.exec_time_us_min() * 1000);
+    const double gbs = ComputeBandwidth(s.op(), id.nranks(), mean_bytes, exec_ns).bus_gbs;
+    double& best = values[{s.op(), s.message_size()}];
+    best = std::max(best, gbs);
   }
-  for (const auto& [op_size, sum] : values) {
-    const double gbs = std::exp(sum.first / static_cast<double>(sum.second));
+  for (const auto& [op_size, gbs] : values) {
+    if (gbs <= 0) continue;
     Baseline& baseline = baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second,
                                                 cs.nranks}];
     KeyState& ks = cs.keys[op_size];
@@ -77,22 +82,27 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
     const bool ok = !judged || gbs >= (1 - options_.fraction / 2) * base;
     t.low_streak = low ? t.low_streak + 1 : 0;
     t.ok_streak = ok ? t.ok_streak + 1 : 0;
-    if (!low && !ks.degraded) {
+    // A rank that waited on every operation of its interval (its peers were late) shows less than
+    // the wire delivers: only values close to the communicator's best teach the baseline.
+    double comm_best = 0;
+    for (const auto& [rank, rt] : ks.ranks) comm_best = std::max(comm_best, rt.latest_gbs);
+    if (!low && !ks.degraded && gbs >= (1 - options_.fraction) * comm_best) {
       baseline.values.push_back(gbs);
       if (static_cast<int>(baseline.values.size()) > options_.baseline_window) {
         baseline.values.pop_front();
       }
     }
-    // At least half of the ranks that report this key agree.
+    // Degraded when every reporting rank (at least half of the communicator) is low: one rank
+    // that still sees full speed shows the wire is fine and the others were waiting for peers.
     int lows = 0, oks = 0;
     for (const auto& [rank, rt] : ks.ranks) {
       lows += rt.low_streak >= options_.intervals ? 1 : 0;
       oks += rt.ok_streak >= options_.intervals ? 1 : 0;
     }
-    const int quorum = (static_cast<int>(ks.ranks.size()) + 1) / 2;
-    if (!ks.degraded && lows >= quorum) {
+    const int reporting = static_cast<int>(ks.ranks.size());
+    if (!ks.degraded && lows == reporting && 2 * reporting >= cs.nranks) {
       ks.degraded = true;
-    } else if (ks.degraded && oks >= quorum) {
+    } else if (ks.degraded && oks > 0) {
       ks.degraded = false;
     }
   }

@@ -4,12 +4,18 @@
 // Method (docs/detection.md):
 // - A communicator's class is `nvlink` (all ranks on one node) or `hybrid` (several nodes: the
 //   network is in the path).
+// - A rank's value for an interval is the bus bandwidth of its fastest operation of each
+//   (collective, message-size bucket): kernel times include waiting for late peers, and the
+//   operation that waited least is the best view of the wire.
 // - Baseline per (class, collective, message-size bucket, nranks): the median of the last
-//   `baseline_window` healthy per-rank interval bus bandwidths (geometric means from the reports)
-//   of every communicator of that key, learned online; judged only after `min_baseline` values.
-// - A rank's interval is low when its bus bandwidth is below (1 - fraction) x baseline. A
-//   communicator is degraded for that key when at least half of its reporting ranks had
-//   `intervals` low intervals in a row; it recovers when at least half had as many intervals back
+//   `baseline_window` healthy rank values of every communicator of that key, learned online;
+//   judged only after `min_baseline` values. A value feeds the baseline only if it is not low and
+//   within `fraction` of the best current value of its communicator (a rank that waited on every
+//   operation does not teach the baseline).
+// - A rank's interval is low when its value is below (1 - fraction) x baseline. A communicator is
+//   degraded for that key when every reporting rank (at least half of the communicator) had
+//   `intervals` low intervals in a row -- one rank still at full speed means the others were
+//   waiting for peers, not for the wire; it recovers when any rank had as many intervals back
 //   above (1 - fraction/2) x baseline. Low intervals never feed the baseline.
 // - Network suspects of a job: the nodes common to every degraded hybrid communicator, minus the
 //   nodes of its healthy hybrid communicators, provided no NVLink-only communicator on those nodes
@@ -35,7 +41,7 @@ namespace ncclwatch::aggregator {
 
 struct DegradedOptions {
   double fraction = 0.2;     // flag below (1 - fraction) x baseline
-  int intervals = 2;         // consecutive low intervals (K)
+  int intervals = 1;         // consecutive low intervals (K)
   int baseline_window = 64;  // healthy values kept per baseline key
   int min_baseline = 8;      // values needed before judging
 };
@@ -96,7 +102,7 @@ class DegradedDetector {
     std::map<std::pair<std::string, std::string>, KeyState> keys;  // (op, size)
     bool trending_low = false;  // at the last report: see TrendingLow()
     bool degraded() const;
-    // Some key has half of its ranks in a low interval right now: on its way to degraded.
+    // Some key has all of its ranks in a low interval right now: on its way to degraded.
     bool TrendingLow() const;
   };
   struct Baseline {

@@ -30,7 +30,13 @@ ncclwatch::v1::RankReport Report(const Comm& c, int rank, double gbs) {
   s->set_op("AllReduce");
   s->set_algo_proto("RING_SIMPLE");
   s->set_message_size("16-17MB");
+  // Ten 16 MiB AllReduces whose fastest ran at `gbs` bus bandwidth (1 GB/s = 1 byte/ns).
+  const int n = static_cast<int>(c.nodes.size());
+  const double bus_bytes = 2.0 * (n - 1) / n * (16 << 20);
   s->set_count(10);
+  s->set_bytes(10ull * (16 << 20));
+  s->set_exec_time_us_min(bus_bytes / gbs / 1000);
+  s->set_exec_time_us_max(bus_bytes / gbs / 1000 * 1.5);
   s->set_bw_samples(10);
   s->set_bus_bw_gbs_log_sum(10 * std::log(gbs));
   return r;
@@ -154,6 +160,37 @@ TEST(DegradedSingleCommTest, OneWorldCommunicatorDegradesWithoutNamingANode) {
   EXPECT_TRUE(changes[0].start);
   EXPECT_EQ(changes[0].comm.nodes, (std::set<std::string>{"a", "b"}));
   EXPECT_TRUE(detector.Suspects().empty()) << "both nodes are equally suspect: nobody is named";
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST(DegradedWaitingTest, PeersWaitingForASlowRankAreNotADegradedWire) {
+  // An 8-rank hybrid communicator in which ranks 4-7 (a slow node) arrive late to everything:
+  // ranks 0-3 wait on every operation, so even their fastest one shows a third of the wire speed.
+  DegradedDetector detector(DegradedOptions{0.2, 2, 64, 8});
+  Comm world{{"job", 0x300}, {"a", "a", "a", "a", "b", "b", "b", "b"}};
+  for (int interval = 0; interval < 10; ++interval) {
+    for (int r = 0; r < 8; ++r) {
+      const double gbs = r < 4 ? 7.0 : 21.0;
+      EXPECT_TRUE(detector.Observe(world.key, Report(world, r, gbs)).empty())
+          << "interval " << interval << " rank " << r;
+    }
+  }
+  EXPECT_FALSE(detector.IsDegraded(world.key));
+  // The waiting ranks did not teach the baseline: when the wire itself halves, it is flagged.
+  bool flagged = false;
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int r = 0; r < 8; ++r) {
+      for (const auto& c : detector.Observe(world.key, Report(world, r, r < 4 ? 5.0 : 10.5))) {
+        flagged |= c.start && !c.node;
+      }
+    }
+  }
+  EXPECT_TRUE(flagged);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ struct AggregatorConfig {
   double hang_threshold_s = 10;
   double silent_after_s = 5;
   double degraded_fraction = 0.2;
-  int64_t degraded_intervals = 2;
+  int64_t degraded_intervals = 1;
   int64_t ready_fd = -1;
 };
 
@@ -187,6 +187,8 @@ int Main(int argc, char** argv) {
   }
   ticker.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // One last detection pass over what arrived since the last tick, so that its events are stored.
+  core.Tick(absl::GetCurrentTimeNanos());
   http.Stop();
   return 0;
 }

@@ -17,20 +17,11 @@ std::string Binaries::Cli() { return NCCLWATCH_CLI_BIN; }
 std::string Binaries::Simjob() { return NCCLWATCH_SIMJOB_BIN; }
 std::string Binaries::Plugin() { return NCCLWATCH_PLUGIN_SO; }
 
-Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags) {
+Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags)
+    : extra_aggregator_flags_(std::move(extra_aggregator_flags)) {
   char tmpl[] = "/tmp/ncclwatch-e2e-XXXXXX";
   dir_ = mkdtemp(tmpl);
-  std::vector<std::string> argv = {Binaries::Aggregator(), "--listen-host=127.0.0.1",
-                                   "--grpc-port=0", "--http-port=0", "--data-dir=" + dir_ + "/db"};
-  argv.insert(argv.end(), extra_aggregator_flags.begin(), extra_aggregator_flags.end());
-  aggregator_ = std::make_unique<Process>(argv, std::map<std::string, std::string>{},
-                                          dir_ + "/aggregator.log", "--ready-fd");
-  grpc_port_ = aggregator_->ReadyValue("grpc_port");
-  http_port_ = aggregator_->ReadyValue("http_port");
-  if (grpc_port_ <= 0 || http_port_ <= 0) {
-    error_ = "aggregator did not become ready:\n" + aggregator_->Log();
-    return;
-  }
+  if (!StartAggregator()) return;
   for (int n = 0; n < nodes; ++n) {
     std::string name = "sim-node-" + std::to_string(n);
     auto agent = std::make_unique<Process>(
@@ -45,9 +36,35 @@ Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags) {
     }
     agents_.push_back(std::move(agent));
   }
+  ok_ = true;
+}
+
+bool Pipeline::StartAggregator() {
+  std::vector<std::string> argv = {Binaries::Aggregator(), "--listen-host=127.0.0.1",
+                                   "--grpc-port=0", "--http-port=0", "--data-dir=" + dir_ + "/db"};
+  argv.insert(argv.end(), extra_aggregator_flags_.begin(), extra_aggregator_flags_.end());
+  const std::string log =
+      dir_ + "/aggregator" + (aggregator_starts_++ == 0 ? "" : "-restarted") + ".log";
+  aggregator_ = std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log,
+                                          "--ready-fd");
+  grpc_port_ = aggregator_->ReadyValue("grpc_port");
+  http_port_ = aggregator_->ReadyValue("http_port");
+  if (grpc_port_ <= 0 || http_port_ <= 0) {
+    error_ = "aggregator did not become ready:\n" + aggregator_->Log();
+    return false;
+  }
   query_ = ncclwatch::v1::Query::NewStub(
       grpc::CreateChannel(AggregatorAddr(), grpc::InsecureChannelCredentials()));
-  ok_ = true;
+  return true;
+}
+
+bool Pipeline::RestartAggregator() {
+  aggregator_->Signal(SIGTERM);
+  if (aggregator_->Wait() != 0) {
+    error_ = "aggregator exited with an error:\n" + aggregator_->Log();
+    return false;
+  }
+  return StartAggregator();
 }
 
 Pipeline::~Pipeline() {
@@ -75,7 +92,7 @@ std::pair<int, std::string> Pipeline::Get(const std::string& path) const {
 }
 
 std::string Pipeline::Logs() const {
-  std::string out = "--- aggregator ---\n" + (aggregator_ ? aggregator_->Log() : "");
+  std::string out = "--- aggregator (latest run) ---\n" + (aggregator_ ? aggregator_->Log() : "");
   for (size_t i = 0; i < agents_.size(); ++i) {
     out += "--- agent " + std::to_string(i) + " ---\n" + agents_[i]->Log();
   }

@@ -40,13 +40,20 @@ class Pipeline {
 
   // SIGTERMs every agent (they forward what they hold, then exit) and checks they exited 0.
   bool StopAgents();
+  // Stops the aggregator (SIGTERM: it runs a last detection pass and exits) and starts a new one
+  // on the same RocksDB directory, so that what was stored can be read back complete.
+  bool RestartAggregator();
   // HTTP GET on the aggregator; returns (status, body).
   std::pair<int, std::string> Get(const std::string& path_and_query) const;
   // Everything the daemons logged, for failure messages.
   std::string Logs() const;
 
  private:
+  bool StartAggregator();
+
   std::string dir_;
+  std::vector<std::string> extra_aggregator_flags_;
+  int aggregator_starts_ = 0;
   bool ok_ = false;
   std::string error_;
   int grpc_port_ = -1;

@@ -117,6 +117,19 @@ const Flag kFlags[] = {
      }},
     {"node-comm", nullptr, "off", "add a per-node communicator with an AllReduce 16 MiB step",
      [](Options* o, const char*) { return Enable(&o->node_comm); }},
+    {"layout", "world|3d", "world",
+     "world: every step on one world communicator; 3d: TP within nodes, PP and DP across them",
+     [](Options* o, const char* v) {
+       o->layout_3d = std::strcmp(v, "3d") == 0;
+       return o->layout_3d || std::strcmp(v, "world") == 0;
+     }},
+    {"pp-stages", "P", "2", "3d layout: pipeline stages (nodes must be a multiple, >= 2 x P)",
+     [](Options* o, const char* v) { return ParseInt(v, 2, kMaxRanks, &o->pp_stages); }},
+    {"split-after-s", "S", "(none)",
+     "world steps from t0 + S run on two split communicators (local rank parity)",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->split_after_s); }},
+    {"msg-scale", "F", "1", "multiply every message size by F (at least 4 KiB)",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 64, &o->msg_scale); }},
     {"start-delay-ms", "MS", "300", "t0 = now + this, so that all ranks start together",
      [](Options* o, const char* v) { return ParseInt(v, 0, 3'600'000, &o->start_delay_ms); }},
     {"verbose", nullptr, "off", "also print the plugin's INFO/TRACE log lines",
@@ -210,6 +223,16 @@ void Validate(const Options& o) {
   if (o.hang_rank >= 0 && o.kill_rank >= 0) {
     UsageError("--hang-rank and --kill-rank cannot be combined");
   }
+  if (o.layout_3d) {
+    if (o.nodes % o.pp_stages != 0 || o.nodes < 2 * o.pp_stages) {
+      UsageError("--layout 3d needs --nodes to be a multiple of --pp-stages and at least twice it");
+    }
+    if (o.node_comm) UsageError("--node-comm is implied by --layout 3d (the TP communicators)");
+    if (o.split_after_s >= 0) UsageError("--split-after-s applies to --layout world only");
+  }
+  if (o.split_after_s >= 0 && o.ranks_per_node < 2) {
+    UsageError("--split-after-s needs --ranks-per-node >= 2 (the halves are by local rank parity)");
+  }
 }
 
 std::string JobId(const Options& o) { return o.job_id.empty() ? "simjob" : o.job_id; }
@@ -229,6 +252,9 @@ std::string DescribeFaults(const Options& o) {
   }
   if (o.kill_rank >= 0) {
     s += StrFormat(" rank %d killed at t0+%.3f s;", o.kill_rank, o.kill_after_s);
+  }
+  if (o.split_after_s >= 0) {
+    s += StrFormat(" world split in two at t0+%.3f s (not a fault);", o.split_after_s);
   }
   return s.empty() ? " none" : s;
 }
@@ -258,7 +284,10 @@ TimelineConfig MakeTimelineConfig(const Options& o, int64_t t0_ns) {
   if (o.kill_rank >= 0) {
     c.fault = {FaultKind::kKill, o.kill_rank, t0_ns + SecondsToNs(o.kill_after_s)};
   }
-  c.workload = DefaultWorkload(o.node_comm);
+  c.workload = o.layout_3d ? ThreeDWorkload() : DefaultWorkload(o.node_comm);
+  ScaleWorkload(o.msg_scale, &c.workload);
+  if (o.layout_3d) c.pp_stages = o.pp_stages;
+  if (o.split_after_s >= 0) c.split_at_ns = t0_ns + SecondsToNs(o.split_after_s);
   c.end_ns = t0_ns + SecondsToNs(o.duration_s);
   if (o.iterations > 0) c.max_steps = o.iterations * static_cast<int64_t>(c.workload.size());
   return c;

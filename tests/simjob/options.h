@@ -40,6 +40,10 @@ struct Options {
   std::string job_id;  // empty: not given
   std::vector<std::string> env;
   bool node_comm = false;
+  bool layout_3d = false;  // --layout 3d
+  int pp_stages = 2;
+  double split_after_s = -1;  // < 0: no split
+  double msg_scale = 1.0;
   int64_t start_delay_ms = 300;
   bool verbose = false;
   bool help = false;

@@ -69,7 +69,36 @@ std::string ReplaceAll(std::string s, const std::string& from, const std::string
   return s;
 }
 
-std::string NodeCommName(int node) { return "node" + std::to_string(node); }
+// The communicator names (and so hashes) all ranks agree on: "world", "node<n>" (--node-comm) or
+// "tp<n>" (3D layout), "dp<i>", "pp<i>", "split<i>".
+std::string CommName(CommScope scope, int instance, bool layout_3d) {
+  switch (scope) {
+    case CommScope::kWorld:
+      return "world";
+    case CommScope::kNode:
+      return (layout_3d ? "tp" : "node") + std::to_string(instance);
+    case CommScope::kDp:
+      return "dp" + std::to_string(instance);
+    case CommScope::kPp:
+      return "pp" + std::to_string(instance);
+    case CommScope::kSplit:
+      return "split" + std::to_string(instance);
+  }
+  return "invalid";
+}
+
+// The families a job's communicators come from, in creation order: those of the workload, then
+// the split halves (created mid-run) if the job splits.
+std::vector<CommScope> ScopesOf(const TimelineConfig& config) {
+  std::vector<CommScope> scopes;
+  for (const StepSpec& s : config.workload) {
+    if (std::find(scopes.begin(), scopes.end(), s.scope) == scopes.end()) {
+      scopes.push_back(s.scope);
+    }
+  }
+  if (config.split_at_ns != kNever) scopes.push_back(CommScope::kSplit);
+  return scopes;
+}
 
 // ---- logging (the logfn handed to the plugin; also used for simjob's own rank messages) -------
 
@@ -248,11 +277,11 @@ class RankDriver {
     if (f.kind == FaultKind::kKill && f.rank == rank) kill_at_ns_ = f.at_ns;
   }
 
+  // Creates the communicators of every family the workload uses; the split halves come later,
+  // when the first step after the split needs them (as ncclCommSplit would).
   void InitCommunicators() {
-    const int node = timeline_.NodeOf(rank_);
-    AddComm("world", rank_, timeline_.world_size(), options_.nodes);
-    if (options_.node_comm) {
-      AddComm(NodeCommName(node), rank_ % options_.ranks_per_node, options_.ranks_per_node, 1);
+    for (CommScope scope : ScopesOf(timeline_.config())) {
+      if (scope != CommScope::kSplit) AddComm(scope);
     }
   }
 
@@ -300,24 +329,34 @@ class RankDriver {
   const RankReport& report() const { return report_; }
 
  private:
-  void AddComm(const std::string& name, int rank, int nranks, int n_nodes) {
+  Comm& AddComm(CommScope scope) {
+    const int instance = timeline_.InstanceOf(scope, rank_);
+    const std::vector<int>& members = timeline_.Members(scope, instance);
     Comm comm;
-    comm.name = name;
-    comm.hash = CommHash(JobId(options_), name);
-    comm.rank = rank;
-    comm.nranks = nranks;
-    comm.n_nodes = n_nodes;
+    comm.name = CommName(scope, instance, options_.layout_3d);
+    comm.hash = CommHash(JobId(options_), comm.name);
+    comm.rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) -
+                                 members.begin());
+    comm.nranks = static_cast<int>(members.size());
+    comm.n_nodes = timeline_.NodesSpanned(scope, instance);
     comm.stream = reinterpret_cast<void*>(0x5ee0'0000 + 0x100 * comms_.size());
+    comm_index_[static_cast<int>(scope)] = static_cast<int>(comms_.size());
     comms_.push_back(std::move(comm));
     Comm& c = comms_.back();
     const abi::Result r = host_->Init(&c.context, c.hash, &g_activation_mask, c.name.c_str(),
-                                      n_nodes, nranks, rank, &RankLog);
+                                      c.n_nodes, c.nranks, c.rank, &RankLog);
     c.profiled = r == abi::kSuccess;
     if (!c.profiled) {
       RankLog(abi::kLogWarn, 0, __FILE__, __LINE__,
               "profiler init failed for comm %s (result %d): continuing without profiler",
               c.name.c_str(), static_cast<int>(r));
     }
+    return c;
+  }
+
+  Comm& CommFor(CommScope scope) {
+    const int i = comm_index_[static_cast<int>(scope)];
+    return i >= 0 ? comms_[i] : AddComm(scope);
   }
 
   // Sleeps until `deadline_ns`, unless this rank is to be killed before then.
@@ -459,7 +498,7 @@ class RankDriver {
   }
 
   void RunStep(const StepTimes& st) {
-    Comm& comm = st.spec->scope == CommScope::kWorld ? comms_[0] : comms_[1];
+    Comm& comm = CommFor(st.scope);
     const std::vector<Task> tasks = BuildTasks(*st.spec, comm);
     if (!comm.profiled) {
       for (const Task& t : tasks) {
@@ -489,7 +528,8 @@ class RankDriver {
   const int rank_;
   ProfilerHost* const host_;
   int64_t kill_at_ns_ = kNever;
-  std::vector<Comm> comms_;  // [0] world, [1] this node's communicator with --node-comm
+  std::deque<Comm> comms_;  // in creation order; a deque keeps references stable
+  int comm_index_[kScopes] = {-1, -1, -1, -1, -1};  // this rank's communicator of each family
   ProxyThread* proxy_ = nullptr;
   RankReport report_;
 };
@@ -591,19 +631,24 @@ void PrintSummary(const Options& o, const TimelineConfig& config) {
     std::printf("\n");
   }
   const std::string job = JobId(o);
-  std::printf("  comm world  hash 0x%016llx  nranks %d  nnodes %d  %.1f GB/s\n",
-              static_cast<unsigned long long>(CommHash(job, "world")), world, o.nodes,
-              timeline.BandwidthGbs(CommScope::kWorld));
-  for (int n = 0; o.node_comm && n < o.nodes; ++n) {
-    std::printf("  comm %-6s hash 0x%016llx  nranks %d  nnodes 1  %.1f GB/s\n",
-                NodeCommName(n).c_str(),
-                static_cast<unsigned long long>(CommHash(job, NodeCommName(n))), o.ranks_per_node,
-                timeline.BandwidthGbs(CommScope::kNode));
+  int listed = 0;
+  for (CommScope scope : ScopesOf(config)) {
+    for (int g = 0; g < timeline.Instances(scope); ++g) {
+      if (++listed > 24) continue;
+      const std::string name = CommName(scope, g, o.layout_3d);
+      std::printf("  comm %-7s hash 0x%016llx  nranks %zu  nnodes %d  %.1f GB/s\n", name.c_str(),
+                  static_cast<unsigned long long>(CommHash(job, name)),
+                  timeline.Members(scope, g).size(), timeline.NodesSpanned(scope, g),
+                  timeline.BandwidthGbs(scope, g, config.t0_ns));
+    }
   }
+  if (listed > 24) std::printf("  ... and %d more communicators\n", listed - 24);
   std::printf("  workload per iteration:");
   for (const StepSpec& s : config.workload) {
-    std::printf(" %s %.0f MiB @%s;", OpName(s.op), s.bytes / 1048576.0,
-                s.scope == CommScope::kWorld ? "world" : "node");
+    static const char* const kFamily[kScopes] = {"world", "node", "dp", "pp", "split"};
+    const bool tp = o.layout_3d && s.scope == CommScope::kNode;
+    std::printf(" %s %.3g MiB @%s;", OpName(s.op), s.bytes / 1048576.0,
+                tp ? "tp" : kFamily[static_cast<int>(s.scope)]);
   }
   std::printf("\n  job id %s, seed %llu, %d channels, gap %lld us +/- %lld us\n", job.c_str(),
               static_cast<unsigned long long>(o.seed), o.channels, static_cast<long long>(o.gap_us),

@@ -24,6 +24,25 @@ std::vector<StepSpec> DefaultWorkload(bool with_node_comm) {
   return steps;
 }
 
+std::vector<StepSpec> ThreeDWorkload() {
+  // Forward/backward as NCCL sees a Megatron-style job: activations between pipeline stages,
+  // tensor-parallel reductions inside the node, tied embeddings between the first and last
+  // stage, then the data-parallel gradient ReduceScatter and parameter AllGather.
+  return {
+      {OpKind::kSendRecv, CommScope::kPp, 1 * kMiB},
+      {OpKind::kAllReduce, CommScope::kNode, 16 * kMiB},
+      {OpKind::kAllReduce, CommScope::kPp, 2 * kMiB},
+      {OpKind::kReduceScatter, CommScope::kDp, 8 * kMiB},
+      {OpKind::kAllGather, CommScope::kDp, 8 * kMiB},
+  };
+}
+
+void ScaleWorkload(double scale, std::vector<StepSpec>* workload) {
+  for (StepSpec& s : *workload) {
+    s.bytes = std::max<uint64_t>(4096, std::llround(static_cast<double>(s.bytes) * scale));
+  }
+}
+
 const char* OpName(OpKind op) {
   switch (op) {
     case OpKind::kAllReduce:
@@ -77,6 +96,14 @@ Timeline::Timeline(TimelineConfig config)
   for (int r : config_.slow_ranks) {
     if (r >= 0 && r < world_size()) slow_[r] = true;
   }
+  for (int scope = 0; scope < kScopes; ++scope) {
+    const auto s = static_cast<CommScope>(scope);
+    members_[scope].resize(Instances(s));
+    for (int r = 0; r < world_size(); ++r) {
+      const int g = InstanceOf(s, r);
+      if (g < static_cast<int>(members_[scope].size())) members_[scope][g].push_back(r);
+    }
+  }
   step_.arrival.resize(world_size());
   step_.end.resize(world_size());
   step_.in_run = true;  // the step before step 0 "ran", so step 0 may
@@ -95,21 +122,85 @@ int64_t Timeline::GapNs(int rank, int64_t step) const {
   return std::max<int64_t>(gap, 0);
 }
 
-double Timeline::BandwidthGbs(CommScope scope, int64_t at_ns) const {
-  const bool multi_node = scope == CommScope::kWorld && config_.nodes > 1;
-  if (!multi_node) return config_.nvlink_gbs;
-  // The world communicator contains every node, so it contains the degraded one if any.
-  const bool degraded = config_.degrade_node >= 0 && config_.degrade_node < config_.nodes &&
-                        at_ns >= config_.degrade_at_ns;
+int Timeline::Instances(CommScope scope) const {
+  const int k = config_.ranks_per_node;
+  switch (scope) {
+    case CommScope::kWorld:
+      return 1;
+    case CommScope::kNode:
+      return config_.nodes;
+    case CommScope::kDp:
+      return config_.pp_stages * k;
+    case CommScope::kPp:
+      return config_.nodes / std::max(config_.pp_stages, 1) * k;
+    case CommScope::kSplit:
+      return std::min(k, 2);
+  }
+  return 1;
+}
+
+int Timeline::InstanceOf(CommScope scope, int rank) const {
+  const int k = config_.ranks_per_node;
+  const int node = NodeOf(rank);
+  const int local = rank % k;
+  const int stages = std::max(config_.pp_stages, 1);
+  switch (scope) {
+    case CommScope::kWorld:
+      return 0;
+    case CommScope::kNode:
+      return node;
+    case CommScope::kDp:
+      return (node % stages) * k + local;
+    case CommScope::kPp:
+      return (node / stages) * k + local;
+    case CommScope::kSplit:
+      return local % 2;
+  }
+  return 0;
+}
+
+const std::vector<int>& Timeline::Members(CommScope scope, int instance) const {
+  return members_[static_cast<int>(scope)][instance];
+}
+
+int Timeline::NodesSpanned(CommScope scope, int instance) const {
+  int nodes = 0;
+  int last_node = -1;
+  for (int r : Members(scope, instance)) {  // ascending ranks: a node's ranks are adjacent
+    if (NodeOf(r) != last_node) ++nodes;
+    last_node = NodeOf(r);
+  }
+  return nodes;
+}
+
+int Timeline::DegradedInstance(CommScope scope) const {
+  if (config_.degrade_node < 0 || config_.degrade_node >= config_.nodes) return 0;
+  return InstanceOf(scope, config_.degrade_node * config_.ranks_per_node);
+}
+
+double Timeline::BandwidthGbs(CommScope scope, int instance, int64_t at_ns) const {
+  if (NodesSpanned(scope, instance) <= 1) return config_.nvlink_gbs;
+  bool spans_degraded = false;
+  for (int r : Members(scope, instance)) spans_degraded |= NodeOf(r) == config_.degrade_node;
+  const bool degraded = spans_degraded && at_ns >= config_.degrade_at_ns;
   return degraded ? config_.net_gbs * config_.degrade_factor : config_.net_gbs;
 }
 
-int64_t Timeline::TransferNs(const StepSpec& spec, int64_t at_ns) const {
-  const int nranks = spec.scope == CommScope::kWorld ? world_size() : config_.ranks_per_node;
+double Timeline::BandwidthGbs(CommScope scope, int64_t at_ns) const {
+  return BandwidthGbs(scope, DegradedInstance(scope), at_ns);
+}
+
+int64_t Timeline::TransferNs(const StepSpec& spec, CommScope scope, int instance,
+                             int64_t at_ns) const {
+  const int nranks = static_cast<int>(Members(scope, instance).size());
   const double bus_bytes = BusFactor(spec.op, nranks) * static_cast<double>(spec.bytes);
   // 1 GB/s moves exactly one byte per ns.
-  const double ns = bus_bytes / BandwidthGbs(spec.scope, at_ns);
+  const double ns = bus_bytes / BandwidthGbs(scope, instance, at_ns);
   return std::max<int64_t>(1, std::llround(ns));
+}
+
+int64_t Timeline::TransferNs(const StepSpec& spec, int64_t at_ns) const {
+  return TransferNs(spec, spec.scope, DegradedInstance(spec.scope), at_ns);
 }
 
 int64_t Timeline::ClockOffsetNs(int node) const {
@@ -120,13 +211,13 @@ uint64_t Timeline::GpuTimerNs(int rank, int64_t virtual_ns, int channel) const {
   return static_cast<uint64_t>(virtual_ns + ClockOffsetNs(NodeOf(rank)) + channel * kChannelSkewNs);
 }
 
-int64_t Timeline::GroupEnd(const std::vector<int>& members) const {
+int64_t Timeline::GroupEnd(int instance, const std::vector<int>& members) const {
   int64_t last = 0;
   for (int r : members) {
     if (step_.arrival[r] == kNever) return kNever;  // the op waits for r forever
     last = std::max(last, step_.arrival[r]);
   }
-  const int64_t end = last + TransferNs(*step_.spec, last);
+  const int64_t end = last + TransferNs(*step_.spec, step_.scope, instance, last);
   const RankFault& f = config_.fault;
   if (f.kind == FaultKind::kKill &&
       std::find(members.begin(), members.end(), f.rank) != members.end()) {
@@ -149,15 +240,15 @@ const StepTimes& Timeline::Advance() {
     step_.first_arrival = std::min(step_.first_arrival, a);
   }
 
-  // One communicator instance per group: the world, or each node.
-  const int groups = step_.spec->scope == CommScope::kWorld ? 1 : config_.nodes;
-  std::vector<int> members;
-  for (int g = 0; g < groups; ++g) {
-    members.clear();
-    for (int r = 0; r < world_size(); ++r) {
-      if (groups == 1 || NodeOf(r) == g) members.push_back(r);
-    }
-    const int64_t end = GroupEnd(members);
+  // Every rank computes the same first arrival, so all agree on which side of the split a step is.
+  step_.scope = step_.spec->scope;
+  if (step_.scope == CommScope::kWorld && step_.first_arrival != kNever &&
+      step_.first_arrival >= config_.split_at_ns) {
+    step_.scope = CommScope::kSplit;
+  }
+  for (int g = 0; g < Instances(step_.scope); ++g) {
+    const std::vector<int>& members = Members(step_.scope, g);
+    const int64_t end = GroupEnd(g, members);
     for (int r : members) step_.end[r] = end;
   }
   prev_end_ = step_.end;

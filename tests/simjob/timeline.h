@@ -37,9 +37,17 @@ inline constexpr int64_t kChannelSkewNs = 1000;
 
 enum class OpKind { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
 
-// Which communicator a step runs on: the world communicator, or each node's own communicator
-// (one instance per node, all running concurrently).
-enum class CommScope { kWorld, kNode };
+// Which family of communicators a step runs on. A family partitions the world's ranks into
+// instances that run the step concurrently:
+//   kWorld  one instance, every rank;
+//   kNode   one per node (tensor parallelism: NVLink only);
+//   kDp     3D layout: one per (pipeline stage, local rank), across the nodes of that stage;
+//   kPp     3D layout: one per (data-parallel replica, local rank), across its stage nodes;
+//   kSplit  world steps after the split time: two halves by local rank parity (ncclCommSplit).
+// In the 3D layout node n holds pipeline stage n % pp_stages of data-parallel replica
+// n / pp_stages, so a DP and a PP communicator share exactly one node.
+enum class CommScope { kWorld, kNode, kDp, kPp, kSplit };
+inline constexpr int kScopes = 5;
 
 // One step of the per-iteration workload.
 struct StepSpec {
@@ -54,6 +62,11 @@ struct StepSpec {
 // AllReduce 32 MiB, AllGather 8 MiB, ReduceScatter 8 MiB, SendRecv 1 MiB on the world communicator;
 // with_node_comm appends an AllReduce 16 MiB on each node's communicator.
 std::vector<StepSpec> DefaultWorkload(bool with_node_comm);
+// One 3D-parallel iteration: tensor-parallel AllReduce 16 MiB (kNode), pipeline Send/Recv 1 MiB
+// and tied-embedding AllReduce 2 MiB (kPp), data-parallel ReduceScatter + AllGather 8 MiB (kDp).
+std::vector<StepSpec> ThreeDWorkload();
+// Multiplies every step's size by `scale` (at least 4 KiB per step).
+void ScaleWorkload(double scale, std::vector<StepSpec>* workload);
 
 // NCCL's function name ("AllReduce", ...); "SendRecv" for the P2P exchange.
 const char* OpName(OpKind op);
@@ -92,6 +105,8 @@ struct TimelineConfig {
   double degrade_factor = 1.0;
   int64_t degrade_at_ns = 0;  // absolute virtual time from which the NIC is degraded
   int64_t clock_skew_ns = 0;  // node n's GPU clock is off by (n even ? -1 : +1) * this
+  int pp_stages = 0;          // 3D layout (kDp/kPp steps): pipeline stages; 0 without
+  int64_t split_at_ns = kNever;  // world steps whose first arrival is at or after it use kSplit
   RankFault fault;
   std::vector<StepSpec> workload = DefaultWorkload(false);
   // The run: steps [0, max_steps) whose earliest arrival is before end_ns (see StepTimes::in_run).
@@ -103,6 +118,7 @@ struct TimelineConfig {
 struct StepTimes {
   int64_t index = -1;
   const StepSpec* spec = nullptr;
+  CommScope scope = CommScope::kWorld;  // spec->scope, or kSplit for world steps after the split
   std::vector<int64_t> arrival;  // per world rank; kNever if it never arrives
   std::vector<int64_t> end;      // per world rank: completion of its op; kNever if never
   int64_t first_arrival = kNever;
@@ -124,10 +140,21 @@ class Timeline {
 
   // Base gap + jitter + slow extra of `rank` before `step`, never negative.
   int64_t GapNs(int rank, int64_t step) const;
-  // Bandwidth of the communicators a step with `scope` runs on, for a step starting at `at_ns`
-  // (the degradation applies from degrade_at_ns on).
+  // Communicator instances of a family, the instance `rank` belongs to, its members (ascending
+  // world ranks; a member's index is its rank in the communicator) and the nodes it spans.
+  int Instances(CommScope scope) const;
+  int InstanceOf(CommScope scope, int rank) const;
+  const std::vector<int>& Members(CommScope scope, int instance) const;
+  int NodesSpanned(CommScope scope, int instance) const;
+
+  // Bandwidth of communicator instance `instance` of `scope` for a step starting at `at_ns`:
+  // NVLink within a node; the network across nodes, degraded from degrade_at_ns on if the
+  // instance spans the degraded node.
+  double BandwidthGbs(CommScope scope, int instance, int64_t at_ns) const;
+  // The same for the instance that contains the degraded node (instance 0 if there is none).
   double BandwidthGbs(CommScope scope, int64_t at_ns = kNever) const;
-  // T: how long the op runs once the last rank has arrived (at least 1 ns), starting at `at_ns`.
+  // T: how long the op runs on `instance` once its last rank has arrived (at least 1 ns).
+  int64_t TransferNs(const StepSpec& spec, CommScope scope, int instance, int64_t at_ns) const;
   int64_t TransferNs(const StepSpec& spec, int64_t at_ns = kNever) const;
   // Offset of `node`'s GPU clock from virtual time.
   int64_t ClockOffsetNs(int node) const;
@@ -136,9 +163,12 @@ class Timeline {
 
  private:
   // Completion of the op of one communicator instance given its members' arrivals.
-  int64_t GroupEnd(const std::vector<int>& members) const;
+  int64_t GroupEnd(int instance, const std::vector<int>& members) const;
+  // The instance of `scope` that contains the degraded node, or 0.
+  int DegradedInstance(CommScope scope) const;
 
   TimelineConfig config_;
+  std::vector<std::vector<int>> members_[kScopes];  // [scope][instance]: ascending world ranks
   std::vector<int64_t> prev_end_;
   std::vector<bool> slow_;
   StepTimes step_;

@@ -249,3 +249,78 @@ TEST(TimelineDegradeTest, TheNicDegradesAtItsTimeAndOnlyForStepsStartingAfterIt)
 
 }  // namespace
 }  // namespace ncclwatch::simjob
+
+namespace ncclwatch::simjob {
+namespace {
+
+TimelineConfig ThreeD() {
+  TimelineConfig config;
+  config.nodes = 4;
+  config.ranks_per_node = 2;
+  config.pp_stages = 2;
+  config.workload = ThreeDWorkload();
+  return config;
+}
+
+TEST(TimelineLayoutTest, ThreeDGroupsShareExactlyOneNode) {
+  const Timeline timeline(ThreeD());
+  // Node n is stage n % 2 of replica n / 2.
+  EXPECT_EQ(timeline.Instances(CommScope::kNode), 4);
+  EXPECT_EQ(timeline.Instances(CommScope::kDp), 4);
+  EXPECT_EQ(timeline.Instances(CommScope::kPp), 4);
+  EXPECT_EQ(timeline.Members(CommScope::kDp, timeline.InstanceOf(CommScope::kDp, 0)),
+            (std::vector<int>{0, 4}));  // stage 0, local 0: nodes 0 and 2
+  EXPECT_EQ(timeline.Members(CommScope::kPp, timeline.InstanceOf(CommScope::kPp, 0)),
+            (std::vector<int>{0, 2}));  // replica 0, local 0: nodes 0 and 1
+  EXPECT_EQ(timeline.Members(CommScope::kNode, 3), (std::vector<int>{6, 7}));
+  EXPECT_EQ(timeline.NodesSpanned(CommScope::kDp, 0), 2);
+  EXPECT_EQ(timeline.NodesSpanned(CommScope::kNode, 0), 1);
+}
+
+TEST(TimelineLayoutTest, ADegradedNodeSlowsOnlyTheCrossNodeGroupsThroughIt) {
+  TimelineConfig config = ThreeD();
+  config.degrade_node = 0;
+  config.degrade_factor = 0.5;
+  const Timeline timeline(config);
+  const auto bw = [&](CommScope scope, int rank) {
+    return timeline.BandwidthGbs(scope, timeline.InstanceOf(scope, rank), 0);
+  };
+  EXPECT_DOUBLE_EQ(bw(CommScope::kDp, 1), 12.5);   // nodes 0, 2
+  EXPECT_DOUBLE_EQ(bw(CommScope::kDp, 2), 25.0);   // nodes 1, 3
+  EXPECT_DOUBLE_EQ(bw(CommScope::kPp, 1), 12.5);   // nodes 0, 1
+  EXPECT_DOUBLE_EQ(bw(CommScope::kPp, 4), 25.0);   // nodes 2, 3
+  EXPECT_DOUBLE_EQ(bw(CommScope::kNode, 0), 300.0);
+}
+
+TEST(TimelineLayoutTest, EachGroupCompletesOnItsOwnMembers) {
+  Timeline timeline(ThreeD());
+  const StepTimes& st = timeline.Advance();  // SendRecv on the PP groups
+  ASSERT_EQ(st.scope, CommScope::kPp);
+  for (int g = 0; g < timeline.Instances(CommScope::kPp); ++g) {
+    const std::vector<int>& m = timeline.Members(CommScope::kPp, g);
+    const int64_t last = std::max(st.arrival[m[0]], st.arrival[m[1]]);
+    for (int r : m) EXPECT_EQ(st.end[r], last + timeline.TransferNs(*st.spec, st.scope, g, last));
+  }
+}
+
+TEST(TimelineLayoutTest, WorldStepsAfterTheSplitRunOnTheHalves) {
+  TimelineConfig config;
+  config.nodes = 2;
+  config.ranks_per_node = 4;
+  config.t0_ns = kT0;
+  config.split_at_ns = kT0 + 50 * kMs;
+  Timeline timeline(config);
+  bool split_seen = false;
+  for (int k = 0; k < 40; ++k) {
+    const StepTimes& st = timeline.Advance();
+    const bool after = st.first_arrival >= config.split_at_ns;
+    ASSERT_EQ(st.scope, after ? CommScope::kSplit : CommScope::kWorld) << k;
+    split_seen |= after;
+  }
+  EXPECT_TRUE(split_seen);
+  EXPECT_EQ(timeline.Members(CommScope::kSplit, 1), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(timeline.NodesSpanned(CommScope::kSplit, 1), 2);
+}
+
+}  // namespace
+}  // namespace ncclwatch::simjob

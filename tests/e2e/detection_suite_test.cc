@@ -1,0 +1,298 @@
+// The detection scenario suite: simulated jobs (simjob, the real plugin) -> agents -> aggregator,
+// one fresh pipeline per scenario, each asserting that the aggregator finds exactly the injected
+// faults -- the right rank, node or communicator, nothing else -- within 3 s of the fault's first
+// effect at a 1 s plugin flush interval. At the end it prints precision, recall and detection
+// latency per scenario.
+//
+// The findings are read back from RocksDB through Query.ListEvents after the jobs have ended, the
+// agents have forwarded everything and the aggregator has restarted (it runs a last detection pass
+// on SIGTERM), so the list is complete without waiting on the clock. Latency is the event's
+// detection timestamp minus the moment the fault first took effect (job t0 + offset); simjob,
+// the agents and the aggregator share this machine's CLOCK_REALTIME.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <ostream>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregator/analyzer.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/pipeline.h"
+
+namespace ncclwatch::testing {
+namespace {
+
+using ncclwatch::v1::Event;
+
+constexpr double kMaxLatencyS = 3.0;
+// The thresholds the suite runs the aggregator with: a hang is a collective in flight for 1 s
+// (default 10 s), a rank is silent after 2 s without reports while its peers carry on (default
+// 5 s). Everything else is at its default.
+const std::vector<std::string> kAggregatorFlags = {"--hang-threshold-s=1", "--silent-after-s=2"};
+
+struct Job {
+  std::string id;
+  std::vector<std::string> args;  // simjob flags beyond plugin, agents, job id and flush interval
+};
+
+// A finding the scenario must produce: kind, job and subject as Subject() renders them, and when
+// the fault first takes effect, in seconds after the job's t0.
+struct Expected {
+  Event::Kind kind;
+  std::string job;
+  std::string subject;
+  double effect_s;
+};
+
+struct Scenario {
+  std::string name;
+  int nodes;
+  std::vector<Job> jobs;
+  std::vector<Expected> expected;
+};
+
+// gtest prints a failing parameter with this instead of its bytes.
+void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
+
+// The subject of a finding: what on-call would go and look at.
+std::string Subject(const Event& e) {
+  switch (e.kind()) {
+    case Event::STRAGGLER:
+      return e.straggler().comm_name() + " rank " + std::to_string(e.straggler().rank());
+    case Event::NODE_STRAGGLER:
+      return e.node_straggler().comm_name() + " node " + e.node_straggler().node();
+    case Event::HANG: {
+      std::string s = e.hang().comm_name();
+      if (e.hang().kind() == ncclwatch::v1::HangInfo::NO_PROGRESS) return s + " no progress";
+      s += " missing";
+      for (const auto& m : e.hang().missing()) s += " " + std::to_string(m.rank());
+      return s;
+    }
+    case Event::RANK_SILENT:
+      return e.silent().comm_name() + " rank " + std::to_string(e.silent().rank().rank());
+    case Event::COMM_DEGRADED:
+      return e.degraded().comm_name() + " " + e.degraded().comm_class();
+    case Event::NODE_NETWORK_SUSPECT:
+      return "node " + e.suspect().node();
+    default:
+      return "?";
+  }
+}
+
+std::string Key(Event::Kind kind, const std::string& job, const std::string& subject) {
+  return Event::Kind_Name(kind) + " " + job + " " + subject;
+}
+
+// t0 of a simjob run, from its "  t0 <s>.<ns> (now + ..." line; -1 if absent.
+int64_t ParseT0(const std::string& log) {
+  const size_t at = log.find("  t0 ");
+  if (at == std::string::npos) return -1;
+  long long s = 0;
+  long long ns = 0;
+  if (std::sscanf(log.c_str() + at, "  t0 %lld.%lld", &s, &ns) != 2) return -1;
+  return s * 1'000'000'000 + ns;
+}
+
+struct Outcome {
+  std::string name;
+  int expected = 0;
+  int found = 0;        // expected findings that appeared
+  int reported = 0;     // START events
+  int true_starts = 0;  // START events that are the first of an expected finding
+  double max_latency_s = 0;
+  double mean_latency_s = 0;
+};
+
+std::vector<Outcome>& Outcomes() {
+  static std::vector<Outcome> outcomes;
+  return outcomes;
+}
+
+std::vector<std::string> Common(const std::vector<std::string>& more) {
+  std::vector<std::string> args = {"--nodes=2", "--ranks-per-node=4", "--duration-s=7"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+std::vector<std::string> ThreeD(const std::vector<std::string>& more) {
+  std::vector<std::string> args = {"--layout=3d", "--nodes=4", "--ranks-per-node=2",
+                                   "--pp-stages=2", "--duration-s=7"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+const char* kNode0 = "sim-node-0";
+
+std::vector<Scenario> Scenarios() {
+  std::vector<Scenario> s;
+  // Healthy jobs with realistic host jitter (+/-300 us per step) must produce nothing at all.
+  for (const char* seed : {"1", "2", "3"}) {
+    s.push_back({std::string("clean, seed ") + seed, 2,
+                 {{"clean", Common({"--seed=" + std::string(seed), "--jitter-us=300",
+                                    "--node-comm"})}},
+                 {}});
+  }
+  s.push_back({"clean 3D (TP x PP x DP = 2 x 2 x 2)", 4,
+               {{"clean3d", ThreeD({"--seed=4", "--jitter-us=300"})}},
+               {}});
+  s.push_back({"slow rank", 2,
+               {{"slow", Common({"--slow-rank=5"})}},
+               {{Event::STRAGGLER, "slow", "world rank 5", 0}}});
+  s.push_back({"slow node (all its GPUs)", 2,
+               {{"slownode", Common({"--slow-node=1"})}},
+               {{Event::STRAGGLER, "slownode", "world rank 4", 0},
+                {Event::STRAGGLER, "slownode", "world rank 5", 0},
+                {Event::STRAGGLER, "slownode", "world rank 6", 0},
+                {Event::STRAGGLER, "slownode", "world rank 7", 0},
+                {Event::NODE_STRAGGLER, "slownode", "world node sim-node-1", 0}}});
+  // Node 0's NIC halves at t0 + 3 s. Its data-parallel (dp0, dp1: nodes 0 and 2) and pipeline
+  // (pp0, pp1: nodes 0 and 1) communicators degrade; its NVLink TP communicator does not; the
+  // only node common to them all, and absent from the healthy dp2/dp3/pp2/pp3, is node 0.
+  s.push_back({"degraded link on one node (3D)", 4,
+               {{"nic", ThreeD({"--degrade-node=0", "--degrade-factor=0.5",
+                                "--degrade-after-s=3"})}},
+               {{Event::COMM_DEGRADED, "nic", "dp0 hybrid", 3},
+                {Event::COMM_DEGRADED, "nic", "dp1 hybrid", 3},
+                {Event::COMM_DEGRADED, "nic", "pp0 hybrid", 3},
+                {Event::COMM_DEGRADED, "nic", "pp1 hybrid", 3},
+                {Event::NODE_NETWORK_SUSPECT, "nic", std::string("node ") + kNode0, 3}}});
+  s.push_back({"rank never arrives", 2,
+               {{"hang", Common({"--hang-rank=6", "--hang-after-s=3"})}},
+               {{Event::HANG, "hang", "world missing 6", 3}}});
+  s.push_back({"rank process dies", 2,
+               {{"dies", Common({"--kill-rank=2", "--kill-after-s=3"})}},
+               {{Event::HANG, "dies", "world missing 2", 3},
+                {Event::RANK_SILENT, "dies", "world rank 2", 3}}});
+  s.push_back({"+/-50 ms GPU clock offsets, slow rank", 2,
+               {{"skew", Common({"--clock-skew-ms=50", "--slow-rank=3"})}},
+               {{Event::STRAGGLER, "skew", "world rank 3", 0}}});
+  s.push_back({"two jobs at once (one slow rank in A)", 2,
+               {{"jobA", Common({"--slow-rank=2", "--seed=11"})},
+                {"jobB", Common({"--seed=12", "--clock-skew-ms=50"})}},
+               {{Event::STRAGGLER, "jobA", "world rank 2", 0}}});
+  // World rank 5 is slow throughout; at t0 + 3 s the world splits by local-rank parity and rank 5
+  // becomes rank 2 of split1 = {1, 3, 5, 7}. The idle parent must not look hung or silent.
+  s.push_back({"communicator split mid-run (slow rank 5)", 2,
+               {{"split", Common({"--split-after-s=3", "--slow-rank=5"})}},
+               {{Event::STRAGGLER, "split", "world rank 5", 0},
+                {Event::STRAGGLER, "split", "split1 rank 2", 3}}});
+  // 5,000 collectives per second per rank (200 us per step, 4 KiB-32 KiB messages), rank 3 stops
+  // arriving at t0 + 3 s.
+  s.push_back({"5,000 collectives/s per rank, rank never arrives", 2,
+               {{"rate", {"--nodes=2", "--ranks-per-node=2", "--duration-s=6", "--gap-us=190",
+                          "--jitter-us=10", "--msg-scale=0.001", "--hang-rank=3",
+                          "--hang-after-s=3"}}},
+               {{Event::HANG, "rate", "world missing 3", 3}}});
+  return s;
+}
+
+class DetectionSuite : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(DetectionSuite, FindsExactlyTheInjectedFaultsWithinThreeSeconds) {
+  const Scenario& sc = GetParam();
+  Pipeline p(sc.nodes, kAggregatorFlags);
+  ASSERT_TRUE(p.ok()) << p.error();
+
+  // Start every job, then wait for all of them.
+  std::vector<std::unique_ptr<Process>> jobs;
+  for (const Job& job : sc.jobs) {
+    std::vector<std::string> argv = {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(),
+                                     "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=" + job.id,
+                                     "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"};
+    argv.insert(argv.end(), job.args.begin(), job.args.end());
+    jobs.push_back(std::make_unique<Process>(argv, std::map<std::string, std::string>{},
+                                             p.dir() + "/simjob-" + job.id + ".log"));
+  }
+  std::map<std::string, int64_t> t0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    ASSERT_EQ(jobs[i]->Wait(), 0) << jobs[i]->Log();
+    t0[sc.jobs[i].id] = ParseT0(jobs[i]->Log());
+    ASSERT_GT(t0[sc.jobs[i].id], 0) << jobs[i]->Log();
+  }
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+  ASSERT_TRUE(p.RestartAggregator()) << p.error();
+
+  grpc::ClientContext ctx;
+  ncclwatch::v1::ListEventsResponse events;
+  ASSERT_TRUE(p.query().ListEvents(&ctx, {}, &events).ok());
+
+  std::map<std::string, const Expected*> expected;
+  for (const Expected& e : sc.expected) expected[Key(e.kind, e.job, e.subject)] = &e;
+  Outcome out;
+  out.name = sc.name;
+  out.expected = static_cast<int>(sc.expected.size());
+  std::set<std::string> found;
+  double latency_sum = 0;
+  for (const Event& e : events.events()) {
+    if (e.phase() != Event::START) continue;
+    ++out.reported;
+    const std::string& job = aggregator::EventJobId(e);
+    const std::string key = Key(e.kind(), job, Subject(e));
+    auto it = expected.find(key);
+    if (it == expected.end() || !found.insert(key).second) {
+      ADD_FAILURE() << sc.name << ": unexpected finding: " << key << "\n  " << e.summary();
+      continue;
+    }
+    ++out.true_starts;
+    const double latency =
+        (static_cast<int64_t>(e.time_unix_ns()) - t0[job]) / 1e9 - it->second->effect_s;
+    latency_sum += latency;
+    out.max_latency_s = std::max(out.max_latency_s, latency);
+    EXPECT_LE(latency, kMaxLatencyS) << sc.name << ": " << key << " took " << latency << " s";
+    EXPECT_GE(latency, 0) << sc.name << ": " << key << " was reported before the fault";
+  }
+  for (const auto& [key, want] : expected) {
+    EXPECT_TRUE(found.count(key)) << sc.name << ": missed " << key << "\n" << p.Logs();
+  }
+  out.found = static_cast<int>(found.size());
+  out.mean_latency_s = out.found > 0 ? latency_sum / out.found : 0;
+  Outcomes().push_back(out);
+}
+
+std::string ScenarioName(const ::testing::TestParamInfo<Scenario>& info) {
+  std::string name;
+  for (char c : info.param.name) {
+    if (std::isalnum(static_cast<unsigned char>(c))) name += c;
+  }
+  return std::to_string(info.index) + "_" + name.substr(0, 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, DetectionSuite, ::testing::ValuesIn(Scenarios()),
+                         ScenarioName);
+
+// Prints the per-scenario table once every scenario has run.
+class SummaryPrinter : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::printf("\n%-52s %8s %9s %6s %9s %9s\n", "scenario", "expected", "precision", "recall",
+                "mean lat", "max lat");
+    int expected = 0, found = 0, reported = 0, true_starts = 0;
+    for (const Outcome& o : Outcomes()) {
+      const double precision = o.reported == 0 ? 1.0 : static_cast<double>(o.true_starts) / o.reported;
+      const double recall = o.expected == 0 ? 1.0 : static_cast<double>(o.found) / o.expected;
+      std::printf("%-52s %8d %9.2f %6.2f", o.name.c_str(), o.expected, precision, recall);
+      if (o.found > 0) {
+        std::printf(" %8.2fs %8.2fs\n", o.mean_latency_s, o.max_latency_s);
+      } else {
+        std::printf(" %9s %9s\n", "-", "-");
+      }
+      expected += o.expected;
+      found += o.found;
+      reported += o.reported;
+      true_starts += o.true_starts;
+    }
+    std::printf("%-52s %8d %9.2f %6.2f\n", "all scenarios", expected,
+                reported == 0 ? 1.0 : static_cast<double>(true_starts) / reported,
+                expected == 0 ? 1.0 : static_cast<double>(found) / expected);
+    std::fflush(stdout);
+  }
+};
+
+const auto* const kSummary = ::testing::AddGlobalTestEnvironment(new SummaryPrinter);
+
+}  // namespace
+}  // namespace ncclwatch::testing
