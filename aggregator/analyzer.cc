@@ -192,6 +192,11 @@ ncclwatch::v1::StragglerInfo Analyzer::MakeStragglerInfo(const CommKey& key,
   info.set_lateness_seconds(score.lateness_ns * 1e-9);
   info.set_window_collectives(static_cast<uint32_t>(score.observations));
   info.set_arrived_last_fraction(score.arrived_last_fraction);
+  info.set_excess_seconds(score.excess_ns * 1e-9);
+  info.set_peer_baseline_seconds(score.peer_baseline_ns * 1e-9);
+  info.set_peer_z_score(score.peer_z);
+  info.set_history_ratio(score.history_ratio);
+  info.set_clocks_aligned(score.clocks_aligned);
   auto since = meta.flagged_since_ns.find(score.rank);
   if (since != meta.flagged_since_ns.end()) info.set_since_unix_ns(since->second);
   return info;
@@ -207,12 +212,15 @@ ncclwatch::v1::Event Analyzer::StragglerEvent(const CommKey& key, CommMeta& meta
   const RankMeta& who = meta.ranks[rank];
   event.set_summary(absl::StrFormat(
       "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s: median lateness %.2f ms "
-      "over %d collectives, arrived last in %.0f%%",
+      "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
+      "collectives, arrived last in %.0f%%",
       change.score.flagged ? "STRAGGLER" : "RECOVERED", rank, OrUnknown(who.node),
       GpuLabel(who.cuda_device), OrUnknown(meta.comm_name), CommHashText(key.comm_hash),
       key.job_id, change.score.flagged ? "is slow" : "is back in step",
-      change.score.lateness_ns / 1e6, change.score.observations,
-      change.score.arrived_last_fraction * 100));
+      change.score.lateness_ns / 1e6, change.score.excess_ns / 1e6, change.score.peer_z,
+      change.score.history_ratio,
+      change.score.clocks_aligned ? "aligned GPU clocks" : "kernel durations",
+      change.score.observations, change.score.arrived_last_fraction * 100));
   if (!change.score.flagged) meta.flagged_since_ns.erase(rank);
   return event;
 }

@@ -76,26 +76,33 @@ void PrintStragglersTable(const std::vector<StragglerInfo>& list) {
     std::printf("No rank is flagged as a straggler.\n");
     return;
   }
-  std::printf("%-20s %-28s %5s %-16s %-8s %10s %13s %9s\n", "JOB", "COMMUNICATOR", "RANK", "NODE",
-              "GPU", "LATENESS", "ARRIVED-LAST", "SINCE");
+  std::printf("%-20s %-28s %5s %-16s %-8s %10s %10s %7s %7s %13s %9s\n", "JOB", "COMMUNICATOR",
+              "RANK", "NODE", "GPU", "LATENESS", "EXCESS", "PEER-Z", "VS-OWN", "ARRIVED-LAST",
+              "SINCE");
   for (const auto& s : list) {
     std::string comm = absl::StrFormat(
         "%s %s", s.comm_name().empty() ? "-" : s.comm_name(),
         aggregator::CommHashText(s.comm_hash()));
-    std::printf("%-20s %-28s %5d %-16s %-8s %7.2f ms %12.0f%% %9s\n", s.job_id().c_str(),
-                comm.c_str(), s.rank(), s.node().empty() ? "unknown" : s.node().c_str(),
+    std::printf("%-20s %-28s %5d %-16s %-8s %7.2f ms %7.2f ms %7.1f %6.1fx %12.0f%% %9s\n",
+                s.job_id().c_str(), comm.c_str(), s.rank(),
+                s.node().empty() ? "unknown" : s.node().c_str(),
                 aggregator::GpuLabel(s.cuda_device()).c_str(), s.lateness_seconds() * 1e3,
+                s.excess_seconds() * 1e3, s.peer_z_score(), s.history_ratio(),
                 s.arrived_last_fraction() * 100, Clock(s.since_unix_ns()).c_str());
   }
   std::printf("\n");
   for (const auto& s : list) {
     std::printf(
         "Finding: rank %d on node %s (%s) is slowing communicator %s of job %s: it reaches the "
-        "collectives %.2f ms after the first rank (median of its last %u collectives).\n",
+        "collectives %.2f ms after the first rank (median of its last %u collectives), %.2f ms "
+        "later than its punctual peers; %s.\n",
         s.rank(), s.node().empty() ? "unknown" : s.node().c_str(),
         aggregator::GpuLabel(s.cuda_device()).c_str(),
         (s.comm_name().empty() ? aggregator::CommHashText(s.comm_hash()) : s.comm_name()).c_str(),
-        s.job_id().c_str(), s.lateness_seconds() * 1e3, s.window_collectives());
+        s.job_id().c_str(), s.lateness_seconds() * 1e3, s.window_collectives(),
+        s.excess_seconds() * 1e3,
+        s.history_ratio() >= 2 ? "this is new: far later than its own usual"
+                               : "it has been this late all along");
   }
 }
 

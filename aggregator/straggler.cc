@@ -1,20 +1,77 @@
 #include "aggregator/straggler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "aggregator/median.h"
 
 namespace ncclwatch::aggregator {
+namespace {
 
-RankScore StragglerDetector::Score(int rank, const RankWindow& w) const {
+// Floor of the MAD in the z-score, so that identical latenesses do not divide by zero.
+constexpr double kMinMadNs = 1'000;
+
+}  // namespace
+
+std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group, bool* aligned) const {
+  const size_t n = group.duration_ns.size();
+  std::vector<double> out(n);
+  *aligned = false;
+  if (group.gpu_start_ns.size() == n) {
+    uint64_t min_end = UINT64_MAX, max_end = 0, min_start = UINT64_MAX;
+    for (size_t r = 0; r < n; ++r) {
+      const uint64_t end = group.gpu_start_ns[r] + group.duration_ns[r];
+      min_end = std::min(min_end, end);
+      max_end = std::max(max_end, end);
+      min_start = std::min(min_start, group.gpu_start_ns[r]);
+    }
+    if (min_start > 0 && static_cast<double>(max_end - min_end) <= options_.align_tolerance_ns) {
+      for (size_t r = 0; r < n; ++r) {
+        out[r] = static_cast<double>(group.gpu_start_ns[r] - min_start);
+      }
+      *aligned = true;
+      return out;
+    }
+  }
+  const uint64_t max_d = *std::max_element(group.duration_ns.begin(), group.duration_ns.end());
+  for (size_t r = 0; r < n; ++r) out[r] = static_cast<double>(max_d - group.duration_ns[r]);
+  return out;
+}
+
+StragglerDetector::PeerStats StragglerDetector::Peers(const CommWindows& c) const {
+  std::vector<double> medians;
+  for (const RankWindow& w : c.ranks) {
+    if (static_cast<int>(w.lateness.size()) >= options_.min_groups) medians.push_back(w.median);
+  }
+  PeerStats p;
+  if (medians.empty()) return p;
+  // Lower quartile: robust to up to three quarters of the ranks being late together.
+  auto q = medians.begin() + (medians.size() - 1) / 4;
+  std::nth_element(medians.begin(), q, medians.end());
+  p.baseline = *q;
+  p.median = Median(medians);
+  for (double& m : medians) m = std::abs(m - p.median);
+  p.mad = Median(medians);
+  return p;
+}
+
+RankScore StragglerDetector::Score(int rank, const RankWindow& w, const PeerStats& peers,
+                                   bool aligned) const {
   RankScore s;
   s.rank = rank;
   s.observations = static_cast<int>(w.lateness.size());
-  s.lateness_ns = Median(w.lateness);
+  s.lateness_ns = w.median;
+  s.peer_baseline_ns = peers.baseline;
+  s.excess_ns = w.median - peers.baseline;
+  s.peer_z = (w.median - peers.median) / (1.4826 * std::max(peers.mad, kMinMadNs));
+  // Ratios of tiny latenesses are noise: compare with at least 10 us.
+  const double floor_ns = 10'000;
+  s.history_ratio = (w.median + floor_ns) / (std::max(w.history, 0.0) + floor_ns);
   if (!w.last.empty()) {
     s.arrived_last_fraction =
         static_cast<double>(std::count(w.last.begin(), w.last.end(), true)) / w.last.size();
   }
+  s.clocks_aligned = aligned;
   s.flagged = w.flagged;
   return s;
 }
@@ -23,32 +80,43 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   std::vector<FlagChange> changes;
   const size_t n = group.duration_ns.size();
   if (n < 2) return changes;
-  auto& windows = comms_[group.comm];
-  if (windows.size() != n) windows.assign(n, RankWindow{});
+  CommWindows& c = comms_[group.comm];
+  if (c.ranks.size() != n) c.ranks.assign(n, RankWindow{});
 
-  uint64_t max_d = *std::max_element(group.duration_ns.begin(), group.duration_ns.end());
-  uint64_t min_d = *std::min_element(group.duration_ns.begin(), group.duration_ns.end());
+  const std::vector<double> lateness = Lateness(group, &c.aligned);
+  const double max_lateness = *std::max_element(lateness.begin(), lateness.end());
   const size_t cap = static_cast<size_t>(options_.window);
   for (size_t r = 0; r < n; ++r) {
-    RankWindow& w = windows[r];
-    double lateness = static_cast<double>(max_d - group.duration_ns[r]);
-    bool last = group.duration_ns[r] == min_d;
+    RankWindow& w = c.ranks[r];
+    const bool last = lateness[r] == max_lateness;
     if (w.lateness.size() < cap) {
-      w.lateness.push_back(lateness);
+      w.lateness.push_back(lateness[r]);
       w.last.push_back(last);
     } else {
-      w.lateness[w.next] = lateness;
+      w.lateness[w.next] = lateness[r];
       w.last[w.next] = last;
     }
     w.next = (w.next + 1) % cap;
+    w.median = Median(w.lateness);
+    // The own history learns only while the rank is not flagged, so a fault does not become the
+    // rank's new normal.
+    if (w.history < 0) {
+      w.history = lateness[r];
+    } else if (!w.flagged) {
+      w.history += options_.history_alpha * (lateness[r] - w.history);
+    }
+  }
 
+  const PeerStats peers = Peers(c);
+  for (size_t r = 0; r < n; ++r) {
+    RankWindow& w = c.ranks[r];
     if (static_cast<int>(w.lateness.size()) < options_.min_groups) continue;
-    double median = Median(w.lateness);
-    bool flag = w.flagged ? median >= options_.threshold_ns * options_.clear_ratio
-                          : median >= options_.threshold_ns;
+    const double excess = w.median - peers.baseline;
+    const bool flag = w.flagged ? excess >= options_.threshold_ns * options_.clear_ratio
+                                : excess >= options_.threshold_ns;
     if (flag != w.flagged) {
       w.flagged = flag;
-      changes.push_back(FlagChange{group.comm, Score(static_cast<int>(r), w)});
+      changes.push_back(FlagChange{group.comm, Score(static_cast<int>(r), w, peers, c.aligned)});
     }
   }
   return changes;
@@ -58,8 +126,9 @@ std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
   std::vector<RankScore> out;
   auto it = comms_.find(comm);
   if (it == comms_.end()) return out;
-  for (size_t r = 0; r < it->second.size(); ++r) {
-    out.push_back(Score(static_cast<int>(r), it->second[r]));
+  const PeerStats peers = Peers(it->second);
+  for (size_t r = 0; r < it->second.ranks.size(); ++r) {
+    out.push_back(Score(static_cast<int>(r), it->second.ranks[r], peers, it->second.aligned));
   }
   return out;
 }

@@ -1,12 +1,24 @@
 // Flags ranks that are consistently late to their communicator's collectives.
 //
-// Method (docs/detection.md): a collective ends at nearly the same moment on every rank, so a rank
-// that arrives late spends less time inside the kernel. For each completed group,
-//     lateness_r = max_j duration_j - duration_r
-// is how much later rank r arrived than the earliest rank -- no clock alignment needed. Each rank
-// keeps a window of its last `window` latenesses; it is flagged when the window median reaches
-// `threshold_ns` (with at least `min_groups` observations) and cleared when the median falls below
-// `threshold_ns * clear_ratio`. The median ignores one-off hiccups; the hysteresis stops flapping.
+// Method (docs/detection.md). Per completed collective, each rank's lateness -- how much later it
+// arrived than the earliest rank:
+//   - aligned GPU timestamps, when the ranks' clocks agree: lateness_r = start_r - min_j start_j.
+//     Clocks are taken to agree for a collective when its ranks' end times (start + duration)
+//     lie within `align_tolerance_ns` of each other, since a collective ends at nearly the same
+//     moment everywhere;
+//   - otherwise, without any clock alignment: lateness_r = max_j duration_j - duration_r (the last
+//     to arrive spends the least time inside the kernel).
+// Each rank keeps a window of its last `window` latenesses. Its scores:
+//   - lateness: the window median;
+//   - excess over its peers: lateness - the communicator's peer baseline, the lower quartile of
+//     its ranks' latenesses (the punctual ranks; robust to up to 3/4 of them being slow);
+//   - peer z-score: (lateness - median of the ranks' latenesses) / (1.4826 x their MAD);
+//   - history ratio: lateness / the rank's own long-run lateness (a slow moving average, frozen
+//     while flagged): about 1 for a rank that was always this late, well above 1 for a new fault.
+// A rank is flagged when its excess reaches `threshold_ns` (with at least `min_groups`
+// observations) and cleared when it falls below `threshold_ns * clear_ratio`. The medians ignore
+// one-off hiccups, the peer baseline ignores lateness every rank shares (host jitter), the
+// hysteresis stops flapping.
 //
 // Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
 #ifndef NCCLWATCH_AGGREGATOR_STRAGGLER_H_
@@ -21,17 +33,24 @@
 namespace ncclwatch::aggregator {
 
 struct StragglerOptions {
-  double threshold_ns = 1'000'000;  // 1 ms
+  double threshold_ns = 1'000'000;  // 1 ms of excess lateness
   int window = 32;
   int min_groups = 8;
   double clear_ratio = 0.5;
+  double align_tolerance_ns = 200'000;  // end times this close: the clocks agree
+  double history_alpha = 1.0 / 256;     // weight of one collective in the own-history average
 };
 
 struct RankScore {
   int rank = 0;
-  double lateness_ns = 0;          // window median
+  double lateness_ns = 0;        // window median
+  double peer_baseline_ns = 0;   // lower quartile of the communicator's ranks' latenesses
+  double excess_ns = 0;          // lateness - peer baseline: what the flag is judged on
+  double peer_z = 0;             // robust z-score among the communicator's ranks
+  double history_ratio = 1;      // lateness / own long-run lateness
   double arrived_last_fraction = 0;
   int observations = 0;
+  bool clocks_aligned = false;   // the latest collective was judged on aligned GPU timestamps
   bool flagged = false;
 };
 
@@ -55,12 +74,27 @@ class StragglerDetector {
     std::vector<double> lateness;  // ring buffer of size <= window
     std::vector<bool> last;        // arrived last in that group
     size_t next = 0;
+    double median = 0;             // of `lateness`, refreshed on every observation
+    double history = -1;           // own long-run lateness; < 0 until the first observation
     bool flagged = false;
   };
-  RankScore Score(int rank, const RankWindow& w) const;
+  struct CommWindows {
+    std::vector<RankWindow> ranks;
+    bool aligned = false;  // the latest group used aligned timestamps
+  };
+  // Peer statistics of a communicator: lower quartile, median and MAD of the ranks' medians.
+  struct PeerStats {
+    double baseline = 0;
+    double median = 0;
+    double mad = 0;
+  };
+  PeerStats Peers(const CommWindows& c) const;
+  RankScore Score(int rank, const RankWindow& w, const PeerStats& peers, bool aligned) const;
+  // Per-rank lateness of one group, by aligned timestamps when the clocks agree; sets *aligned.
+  std::vector<double> Lateness(const CompletedGroup& group, bool* aligned) const;
 
   const StragglerOptions options_;
-  std::map<CommKey, std::vector<RankWindow>> comms_;
+  std::map<CommKey, CommWindows> comms_;
 };
 
 }  // namespace ncclwatch::aggregator

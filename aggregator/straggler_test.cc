@@ -1,6 +1,7 @@
 #include "aggregator/straggler.h"
 
 #include <random>
+#include <set>
 
 #include "gtest/gtest.h"
 
@@ -74,6 +75,81 @@ TEST(StragglerDetectorTest, NeedsMinimumEvidenceAndClearsWithHysteresis) {
   for (uint64_t seq = 12; seq < 20 && cleared.empty(); ++seq) cleared = d.Observe(Group(seq, healthy));
   ASSERT_EQ(cleared.size(), 1u);
   EXPECT_FALSE(cleared[0].score.flagged);
+}
+
+// Skews rank r's GPU clock by (r even ? -skew : +skew), as on two nodes whose clocks disagree.
+CompletedGroup Skewed(CompletedGroup g, int64_t skew_ns) {
+  for (size_t r = 0; r < g.gpu_start_ns.size(); ++r) {
+    g.gpu_start_ns[r] += r % 2 == 0 ? -skew_ns : skew_ns;
+  }
+  return g;
+}
+
+TEST(StragglerDetectorTest, UsesAlignedTimestampsOnlyWhenTheClocksAgree) {
+  for (int64_t skew : {int64_t{0}, int64_t{50'000'000}}) {
+    StragglerDetector d;
+    std::mt19937 rng(3);
+    std::vector<FlagChange> changes;
+    for (uint64_t seq = 0; seq < 100; ++seq) {
+      auto g = Skewed(Group(seq, Arrivals(rng, 8, 3, 2'000'000)), skew);
+      for (auto& c : d.Observe(g)) changes.push_back(c);
+    }
+    ASSERT_EQ(changes.size(), 1u) << "skew " << skew;
+    EXPECT_EQ(changes[0].score.rank, 3);
+    EXPECT_EQ(changes[0].score.clocks_aligned, skew == 0) << "skew " << skew;
+    // Both methods measure the same lateness: 2 ms + the distance to the earliest rank.
+    EXPECT_NEAR(changes[0].score.lateness_ns, 2'200'000, 250'000) << "skew " << skew;
+  }
+}
+
+TEST(StragglerDetectorTest, PeersOfAnEarlyRankAreNotStragglers) {
+  // Rank 0 always arrives 1.5 ms before everybody else (it has less work before the collective):
+  // the seven others are 1.5 ms "late" relative to it, over the 1 ms threshold, but none of them
+  // is late compared with its peers.
+  StragglerDetector d;
+  std::mt19937 rng(5);
+  for (uint64_t seq = 0; seq < 300; ++seq) {
+    std::vector<int64_t> a = Arrivals(rng, 8, -1, 0);
+    a[0] -= 1'500'000;
+    EXPECT_TRUE(d.Observe(Group(seq, a)).empty()) << seq;
+  }
+  auto scores = d.Scores(kComm);
+  EXPECT_GT(scores[3].lateness_ns, 1'000'000);  // an absolute rule would have flagged it
+  EXPECT_LT(scores[3].excess_ns, 500'000);
+}
+
+TEST(StragglerDetectorTest, ASlowNodeWithMostOfTheRanksIsStillFound) {
+  // Six of eight ranks are 2 ms late: the punctual quarter is the peer baseline.
+  StragglerDetector d;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int64_t> jitter(-200'000, 200'000);
+  std::set<int> flagged;
+  for (uint64_t seq = 0; seq < 100; ++seq) {
+    std::vector<int64_t> a(8);
+    for (int r = 0; r < 8; ++r) a[r] = 10'000'000 + jitter(rng) + (r >= 2 ? 2'000'000 : 0);
+    for (auto& c : d.Observe(Group(seq, a))) {
+      if (c.score.flagged) flagged.insert(c.score.rank);
+    }
+  }
+  EXPECT_EQ(flagged, (std::set<int>{2, 3, 4, 5, 6, 7}));
+}
+
+TEST(StragglerDetectorTest, OwnHistoryTellsANewFaultFromAChronicOne) {
+  StragglerDetector d;
+  std::mt19937 rng(11);
+  std::vector<FlagChange> changes;
+  // Rank 1 is late from the start; rank 6 becomes late after 300 healthy collectives.
+  for (uint64_t seq = 0; seq < 400; ++seq) {
+    std::vector<int64_t> a = Arrivals(rng, 8, 1, 2'000'000);
+    if (seq >= 300) a[6] += 3'000'000;
+    for (auto& c : d.Observe(Group(seq, a))) changes.push_back(c);
+  }
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].score.rank, 1);
+  EXPECT_LT(changes[0].score.history_ratio, 1.5);  // chronic
+  EXPECT_EQ(changes[1].score.rank, 6);
+  EXPECT_GT(changes[1].score.history_ratio, 3);    // new
+  EXPECT_GT(changes[1].score.peer_z, 3.5);         // and far outside its peers
 }
 
 }  // namespace

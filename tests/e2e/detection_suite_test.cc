@@ -37,6 +37,7 @@ const std::vector<std::string> kAggregatorFlags = {"--hang-threshold-s=1", "--si
 struct Job {
   std::string id;
   std::vector<std::string> args;  // simjob flags beyond plugin, agents, job id and flush interval
+  int64_t min_steps = 0;          // collectives/p2p steps every rank must have run
 };
 
 // A finding the scenario must produce: kind, job and subject as Subject() renders them, and when
@@ -183,11 +184,33 @@ std::vector<Scenario> Scenarios() {
   // 5,000 collectives per second per rank (200 us per step, 4 KiB-32 KiB messages), rank 3 stops
   // arriving at t0 + 3 s.
   s.push_back({"5,000 collectives/s per rank, rank never arrives", 2,
-               {{"rate", {"--nodes=2", "--ranks-per-node=2", "--duration-s=6", "--gap-us=190",
-                          "--jitter-us=10", "--msg-scale=0.001", "--hang-rank=3",
-                          "--hang-after-s=3"}}},
+               {{"rate",
+                 {"--nodes=2", "--ranks-per-node=2", "--duration-s=6", "--gap-us=190",
+                  "--jitter-us=10", "--msg-scale=0.001", "--hang-rank=3", "--hang-after-s=3"},
+                 15'000}},
                {{Event::HANG, "rate", "world missing 3", 3}}});
   return s;
+}
+
+// Every rank ran at least job.min_steps steps; prints the steps and how far the slowest rank fell
+// behind the schedule (the simulator keeping up with the rate is part of the scenario).
+void CheckSteps(const Job& job, const std::string& log) {
+  if (job.min_steps == 0) return;
+  int64_t min_steps = INT64_MAX;
+  int64_t max_lag_us = 0;
+  int ranks = 0;
+  for (size_t at = log.find("steps="); at != std::string::npos; at = log.find("steps=", at + 1)) {
+    long long steps = 0;
+    long long lag = 0;
+    if (std::sscanf(log.c_str() + at, "steps=%lld max_lag_us=%lld", &steps, &lag) != 2) continue;
+    min_steps = std::min<int64_t>(min_steps, steps);
+    max_lag_us = std::max<int64_t>(max_lag_us, lag);
+    ++ranks;
+  }
+  ASSERT_GT(ranks, 0) << log;
+  std::printf("job %s: every rank ran >= %lld steps, at most %.1f ms behind schedule\n",
+              job.id.c_str(), static_cast<long long>(min_steps), max_lag_us / 1e3);
+  EXPECT_GE(min_steps, job.min_steps) << log;
 }
 
 class DetectionSuite : public ::testing::TestWithParam<Scenario> {};
@@ -212,6 +235,7 @@ TEST_P(DetectionSuite, FindsExactlyTheInjectedFaultsWithinThreeSeconds) {
     ASSERT_EQ(jobs[i]->Wait(), 0) << jobs[i]->Log();
     t0[sc.jobs[i].id] = ParseT0(jobs[i]->Log());
     ASSERT_GT(t0[sc.jobs[i].id], 0) << jobs[i]->Log();
+    CheckSteps(sc.jobs[i], jobs[i]->Log());
   }
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
   ASSERT_TRUE(p.RestartAggregator()) << p.error();

@@ -264,6 +264,7 @@ struct RankReport {
   uint64_t null_handles = 0;
   uint64_t kernel_ch_started = 0;
   uint64_t kernel_ch_stopped = 0;
+  int64_t max_lag_ns = 0;  // how far behind the schedule the user thread ever ran
 };
 
 // The process-global activation mask NCCL hands to every init (ABI notes §2.2).
@@ -298,6 +299,7 @@ class RankDriver {
         break;
       }
       SleepUntilOrDie(st.arrival[rank_]);
+      report_.max_lag_ns = std::max(report_.max_lag_ns, NowNs() - st.arrival[rank_]);
       RunStep(st);
       ++report_.steps;
       if (st.end[rank_] == kNever) {
@@ -579,8 +581,10 @@ int RunRank(const Options& o, const TimelineConfig& config, int rank, int report
   host.reset();  // dlclose, after the last finalize, as NCCL does
   char line[256];
   const int n = std::snprintf(
-      line, sizeof(line), "steps=%lld events=%llu null_handles=%llu kernel_ch=%llu/%llu",
-      static_cast<long long>(report.steps), static_cast<unsigned long long>(report.events),
+      line, sizeof(line),
+      "steps=%lld max_lag_us=%lld events=%llu null_handles=%llu kernel_ch=%llu/%llu",
+      static_cast<long long>(report.steps), static_cast<long long>(report.max_lag_ns / 1000),
+      static_cast<unsigned long long>(report.events),
       static_cast<unsigned long long>(report.null_handles),
       static_cast<unsigned long long>(report.kernel_ch_started),
       static_cast<unsigned long long>(report.kernel_ch_stopped));
