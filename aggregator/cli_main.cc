@@ -2,6 +2,7 @@
 //
 //   ncclwatch stragglers [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch hangs      [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
+//   ncclwatch degraded   [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch events     [--job J] [--since-s N] [--limit N] [--json] [--aggregator HOST:PORT]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
@@ -43,6 +44,8 @@ constexpr char kSummary[] =
     "  stragglers   ranks currently flagged as slow, with the node and GPU they run on\n"
     "  hangs        collectives that stopped making progress, the ranks that never reached\n"
     "               them, and ranks that went silent\n"
+    "  degraded     communicators whose bandwidth fell below the baseline of their kind, and\n"
+    "               the nodes whose network is suspected (--wait-s waits for a suspect node)\n"
     "  events       the detection events stored by the aggregator (every start and end)";
 
 int Fail(const std::string& message) {
@@ -285,6 +288,57 @@ int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   return 0;
 }
 
+void PrintDegraded(const ncclwatch::v1::ListDegradedResponse& response) {
+  if (response.comms_size() == 0) {
+    std::printf("No degraded communicator.\n");
+    return;
+  }
+  std::printf("%-20s %-28s %-7s %-14s %-10s %9s %9s  %s\n", "JOB", "COMMUNICATOR", "CLASS",
+              "COLLECTIVE", "SIZE", "BUS GB/s", "BASELINE", "NODES");
+  for (const auto& d : response.comms()) {
+    std::string comm = absl::StrFormat("%s %s", d.comm_name().empty() ? "-" : d.comm_name(),
+                                       aggregator::CommHashText(d.comm_hash()));
+    std::printf("%-20s %-28s %-7s %-14s %-10s %9.1f %9.1f  %s\n", d.job_id().c_str(),
+                comm.c_str(), d.comm_class().c_str(), d.op().c_str(), d.message_size().c_str(),
+                d.bus_bw_gbs(), d.baseline_bus_bw_gbs(), absl::StrJoin(d.nodes(), ",").c_str());
+  }
+  std::printf("\n");
+  for (const auto& s : response.suspects()) {
+    std::printf("Finding: the network of node %s is the common factor of %u degraded hybrid "
+                "communicators of job %s (its NVLink-only communicators are healthy): check its "
+                "NICs, cables and switch ports.\n",
+                s.node().c_str(), s.degraded_comms(), s.job_id().c_str());
+  }
+  if (response.suspects_size() == 0) {
+    std::printf("Finding: %d communicator(s) degraded; the evidence does not single out a node "
+                "yet.\n",
+                response.comms_size());
+  }
+}
+
+int Degraded(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  ncclwatch::v1::ListDegradedRequest request;
+  request.set_job_id(config.job);
+  ncclwatch::v1::ListDegradedResponse response;
+  grpc::Status status;
+  auto list = [&] {
+    return Call(stub, config, &ncclwatch::v1::Query::Stub::ListDegraded, request, &response,
+                &status);
+  };
+  auto wanted = [&](const ncclwatch::v1::Event& e) {
+    return e.kind() == ncclwatch::v1::Event::NODE_NETWORK_SUSPECT && JobMatches(e, config);
+  };
+  if (!ListOrWait(stub, config, list, [&] { return response.suspects_size() == 0; }, wanted)) {
+    return Fail(RpcError(status, config));
+  }
+  if (config.json) {
+    PrintJson(response);
+    return 0;
+  }
+  PrintDegraded(response);
+  return 0;
+}
+
 int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   ncclwatch::v1::ListEventsRequest request;
   request.set_job_id(config.job);
@@ -334,6 +388,7 @@ int Main(int argc, char** argv) {
       grpc::CreateChannel(config.aggregator, grpc::InsecureChannelCredentials()));
   if (command == "stragglers") return Stragglers(*stub, config);
   if (command == "hangs") return Hangs(*stub, config);
+  if (command == "degraded") return Degraded(*stub, config);
   if (command == "events") return Events(*stub, config);
   std::fprintf(stderr, "ncclwatch: unknown command '%s' (see ncclwatch --help)\n",
                command.c_str());
