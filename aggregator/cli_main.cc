@@ -8,6 +8,7 @@
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <ctime>
 #include <string>
 #include <thread>
@@ -171,30 +172,6 @@ bool Call(ncclwatch::v1::Query::Stub& stub, const CliConfig& config,
   return status->ok();
 }
 
-int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
-  ncclwatch::v1::ListStragglersRequest request;
-  request.set_job_id(config.job);
-  ncclwatch::v1::ListStragglersResponse response;
-  grpc::Status status;
-  auto list = [&] {
-    return Call(stub, config, &ncclwatch::v1::Query::Stub::ListStragglers, request, &response,
-                &status);
-  };
-  auto wanted = [&](const ncclwatch::v1::Event& e) {
-    return e.kind() == ncclwatch::v1::Event::STRAGGLER && JobMatches(e, config);
-  };
-  if (!ListOrWait(stub, config, list, [&] { return response.stragglers_size() == 0; }, wanted)) {
-    return Fail(RpcError(status, config));
-  }
-  if (config.json) {
-    PrintJson(response);
-    return 0;
-  }
-  std::vector<StragglerInfo> list_out(response.stragglers().begin(), response.stragglers().end());
-  PrintStragglersTable(list_out);
-  return 0;
-}
-
 std::string RankText(const ncclwatch::v1::RankRef& r) {
   return absl::StrFormat("rank %d (node %s, %s)", r.rank(),
                          r.node().empty() ? "unknown" : r.node(),
@@ -265,29 +242,6 @@ void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {
   }
 }
 
-int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
-  ncclwatch::v1::ListHangsRequest request;
-  request.set_job_id(config.job);
-  ncclwatch::v1::ListHangsResponse response;
-  grpc::Status status;
-  auto list = [&] {
-    return Call(stub, config, &ncclwatch::v1::Query::Stub::ListHangs, request, &response, &status);
-  };
-  auto empty = [&] { return response.hangs_size() == 0 && response.silent_size() == 0; };
-  auto wanted = [&](const ncclwatch::v1::Event& e) {
-    return (e.kind() == ncclwatch::v1::Event::HANG ||
-            e.kind() == ncclwatch::v1::Event::RANK_SILENT) &&
-           JobMatches(e, config);
-  };
-  if (!ListOrWait(stub, config, list, empty, wanted)) return Fail(RpcError(status, config));
-  if (config.json) {
-    PrintJson(response);
-    return 0;
-  }
-  PrintHangs(response);
-  return 0;
-}
-
 void PrintDegraded(const ncclwatch::v1::ListDegradedResponse& response) {
   if (response.comms_size() == 0) {
     std::printf("No degraded communicator.\n");
@@ -316,27 +270,62 @@ void PrintDegraded(const ncclwatch::v1::ListDegradedResponse& response) {
   }
 }
 
-int Degraded(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
-  ncclwatch::v1::ListDegradedRequest request;
+// stragglers, hangs and degraded: list what is flagged now (for --job, or every job); with
+// --wait-s and nothing to show (`empty`), wait for the first START event of one of `kinds`, then
+// list again; print as JSON or with `print`.
+template <typename Request, typename Response, typename Empty, typename Print>
+int ListCommand(ncclwatch::v1::Query::Stub& stub, const CliConfig& config,
+                grpc::Status (ncclwatch::v1::Query::Stub::*rpc)(grpc::ClientContext*,
+                                                               const Request&, Response*),
+                std::initializer_list<ncclwatch::v1::Event::Kind> kinds, Empty empty,
+                Print print) {
+  Request request;
   request.set_job_id(config.job);
-  ncclwatch::v1::ListDegradedResponse response;
+  Response response;
   grpc::Status status;
-  auto list = [&] {
-    return Call(stub, config, &ncclwatch::v1::Query::Stub::ListDegraded, request, &response,
-                &status);
-  };
+  auto list = [&] { return Call(stub, config, rpc, request, &response, &status); };
   auto wanted = [&](const ncclwatch::v1::Event& e) {
-    return e.kind() == ncclwatch::v1::Event::NODE_NETWORK_SUSPECT && JobMatches(e, config);
+    return std::find(kinds.begin(), kinds.end(), e.kind()) != kinds.end() &&
+           JobMatches(e, config);
   };
-  if (!ListOrWait(stub, config, list, [&] { return response.suspects_size() == 0; }, wanted)) {
+  if (!ListOrWait(stub, config, list, [&] { return empty(response); }, wanted)) {
     return Fail(RpcError(status, config));
   }
   if (config.json) {
     PrintJson(response);
-    return 0;
+  } else {
+    print(response);
   }
-  PrintDegraded(response);
   return 0;
+}
+
+int Stragglers(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  return ListCommand(
+      stub, config, &ncclwatch::v1::Query::Stub::ListStragglers,
+      {ncclwatch::v1::Event::STRAGGLER},
+      [](const ncclwatch::v1::ListStragglersResponse& r) { return r.stragglers_size() == 0; },
+      [](const ncclwatch::v1::ListStragglersResponse& r) {
+        PrintStragglersTable({r.stragglers().begin(), r.stragglers().end()});
+      });
+}
+
+int Hangs(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  return ListCommand(
+      stub, config, &ncclwatch::v1::Query::Stub::ListHangs,
+      {ncclwatch::v1::Event::HANG, ncclwatch::v1::Event::RANK_SILENT},
+      [](const ncclwatch::v1::ListHangsResponse& r) {
+        return r.hangs_size() == 0 && r.silent_size() == 0;
+      },
+      PrintHangs);
+}
+
+// --wait-s waits for the conclusion, a suspect node, not for the first degraded communicator.
+int Degraded(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  return ListCommand(
+      stub, config, &ncclwatch::v1::Query::Stub::ListDegraded,
+      {ncclwatch::v1::Event::NODE_NETWORK_SUSPECT},
+      [](const ncclwatch::v1::ListDegradedResponse& r) { return r.suspects_size() == 0; },
+      PrintDegraded);
 }
 
 int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {

@@ -113,17 +113,20 @@ std::vector<Outcome>& Outcomes() {
   return outcomes;
 }
 
-std::vector<std::string> Common(const std::vector<std::string>& more) {
-  std::vector<std::string> args = {"--nodes=2", "--ranks-per-node=4", "--duration-s=7"};
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
+std::vector<std::string> With(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
 }
 
+// 2 nodes x 4 GPUs, one world communicator.
+std::vector<std::string> Common(const std::vector<std::string>& more) {
+  return With({"--nodes=2", "--ranks-per-node=4", "--duration-s=7"}, more);
+}
+
+// 4 nodes x 2 GPUs, TP x PP x DP = 2 x 2 x 2.
 std::vector<std::string> ThreeD(const std::vector<std::string>& more) {
-  std::vector<std::string> args = {"--layout=3d", "--nodes=4", "--ranks-per-node=2",
-                                   "--pp-stages=2", "--duration-s=7"};
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
+  return With({"--layout=3d", "--nodes=4", "--ranks-per-node=2", "--pp-stages=2", "--duration-s=7"},
+              more);
 }
 
 const char* kNode0 = "sim-node-0";
