@@ -130,6 +130,7 @@ LabelPairs Analyzer::RankLabels(const CommKey& key, const CommMeta& meta, int ra
 
 void Analyzer::SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
                          int64_t now_ns) {
+  if (points_out_ != nullptr) points_out_->push_back({name, labels, now_ns / 1'000'000, value});
   std::string key = SeriesKey(name, labels);
   SeriesEntry& e = series_[key];
   e.sample = ExportedSample{std::move(name), std::move(labels), value, now_ns / 1'000'000};
@@ -270,8 +271,10 @@ void Analyzer::UpdateSlowNodes(const CommKey& key, CommMeta& meta, int64_t now_n
 }
 
 std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankReport& report,
-                                                   int64_t now_ns) {
+                                                   int64_t now_ns,
+                                                   std::vector<SeriesPoint>* points) {
   absl::MutexLock lock(&mu_);
+  points_out_ = points;
   ++reports_;
   const auto& id = report.identity();
   CommKey key{id.job_id(), id.comm_hash()};
@@ -293,6 +296,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   rm.last_seen_ns = now_ns;
 
   UpdateStatsSeries(key, meta, report, now_ns);
+  points_out_ = nullptr;
   hangs_.Update(key, report, now_ns);
 
   std::vector<ncclwatch::v1::Event> events;

@@ -18,6 +18,7 @@
 #include "aggregator/correlator.h"
 #include "aggregator/degraded.h"
 #include "aggregator/hang.h"
+#include "aggregator/store.h"
 #include "aggregator/straggler.h"
 #include "common/prom_text.h"
 #include "ncclwatch/v1/query.pb.h"
@@ -46,9 +47,12 @@ class Analyzer {
   explicit Analyzer(AnalyzerOptions options = {});
 
   // Takes one validated report received at `now_ns` (aggregator clock). Returns the detection
-  // events it caused (e.g. a rank flagged as a straggler).
+  // events it caused (e.g. a rank flagged as a straggler); appends the series points it set to
+  // `points` when given (what the store keeps).
   std::vector<ncclwatch::v1::Event> Ingest(const ncclwatch::v1::RankReport& report,
-                                           int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+                                           int64_t now_ns,
+                                           std::vector<SeriesPoint>* points = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Re-evaluates hangs and silent ranks, expires incomplete collective groups and forgotten
   // series. Returns the detection events it caused. Call about four times a second.
   std::vector<ncclwatch::v1::Event> Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
@@ -128,6 +132,7 @@ class Analyzer {
   DegradedDetector degraded_ ABSL_GUARDED_BY(mu_);
   std::map<CommKey, CommMeta> comms_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, SeriesEntry> series_ ABSL_GUARDED_BY(mu_);
+  std::vector<SeriesPoint>* points_out_ ABSL_GUARDED_BY(mu_) = nullptr;  // during Ingest
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

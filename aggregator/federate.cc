@@ -143,9 +143,10 @@ class Parser {
   size_t pos_ = 0;
 };
 
-const std::string* LabelValue(const ExportedSample& s, const std::string& name) {
-  if (name == "__name__") return &s.name;
-  for (const auto& [k, v] : s.labels) {
+const std::string* LabelValue(const std::string& metric, const LabelPairs& labels,
+                              const std::string& name) {
+  if (name == "__name__") return &metric;
+  for (const auto& [k, v] : labels) {
     if (k == name) return &v;
   }
   return nullptr;
@@ -164,9 +165,13 @@ bool LabelMatcher::Matches(const std::string& v) const {
 }
 
 bool Selector::Matches(const ExportedSample& sample) const {
+  return Matches(sample.name, sample.labels);
+}
+
+bool Selector::Matches(const std::string& name, const LabelPairs& labels) const {
   static const std::string kEmpty;
   for (const LabelMatcher& m : matchers) {
-    const std::string* v = LabelValue(sample, m.name);
+    const std::string* v = LabelValue(name, labels, m.name);
     if (!m.Matches(v != nullptr ? *v : kEmpty)) return false;  // absent label == ""
   }
   return true;

@@ -29,6 +29,7 @@ struct LabelMatcher {
 struct Selector {
   std::vector<LabelMatcher> matchers;
   bool Matches(const ExportedSample& sample) const;
+  bool Matches(const std::string& name, const LabelPairs& labels) const;
 };
 
 // Parses one selector. InvalidArgument carries a message fit for an HTTP 400 body.

@@ -2,6 +2,7 @@
 // RocksDB, correlates the ranks of every communicator, flags slow ranks, and serves the gRPC Query
 // API plus HTTP /metrics, /federate and /healthz.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -35,8 +36,32 @@ struct AggregatorConfig {
   double silent_after_s = 5;
   double degraded_fraction = 0.2;
   int64_t degraded_intervals = 1;
+  std::string retention = "15d";
+  double replay_s = 600;
   int64_t ready_fd = -1;
 };
+
+// "15d", "36h", "90m", "3600s" (a bare number is seconds) -> nanoseconds; nullopt if malformed.
+std::optional<int64_t> ParseRetention(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v > 0)) return std::nullopt;
+  const std::string unit(end);
+  double seconds = 0;
+  if (unit.empty() || unit == "s") {
+    seconds = v;
+  } else if (unit == "m") {
+    seconds = v * 60;
+  } else if (unit == "h") {
+    seconds = v * 3600;
+  } else if (unit == "d") {
+    seconds = v * 86400;
+  } else {
+    return std::nullopt;
+  }
+  if (seconds < 60 || seconds > 10 * 365 * 86400.0) return std::nullopt;
+  return static_cast<int64_t>(seconds * 1e9);
+}
 
 void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddString("listen-host", "NCCLWATCH_LISTEN_HOST", &c.listen_host,
@@ -65,6 +90,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "baseline of its kind (0..1).");
   t.AddInt("degraded-intervals", "", &c.degraded_intervals,
            "Consecutive low report intervals before a communicator is flagged degraded.");
+  t.AddString("retention", "NCCLWATCH_RETENTION", &c.retention,
+              "How long batches, points and events are kept: e.g. 15d, 36h, 90m (at least 1m).");
+  t.AddDouble("replay-s", "", &c.replay_s,
+              "At start-up, feed the batches of the last this-many seconds to the detectors again, "
+              "so they resume where they stopped.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
 }
@@ -113,12 +143,19 @@ int Main(int argc, char** argv) {
   if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
   LogInfo("starting: %s", table.Describe());
 
+  const std::optional<int64_t> retention_ns = ParseRetention(config.retention);
+  if (!retention_ns) {
+    LogError("--retention=%s: expected a duration like 15d, 36h or 90m, at least 1m",
+             config.retention);
+    return 2;
+  }
   auto store = Store::Open(config.data_dir);
   if (!store.ok()) {
     LogError("%s", store.status().message());
     return 1;
   }
   if (auto n = (*store)->CountBatches(); n.ok()) LogInfo("store holds %d batches", *n);
+  (*store)->SetRetentionCutoff(absl::GetCurrentTimeNanos() - *retention_ns);
 
   AnalyzerOptions aopts;
   aopts.straggler.threshold_ns = config.straggler_threshold_ms * 1e6;
@@ -141,6 +178,16 @@ int Main(int argc, char** argv) {
   Analyzer analyzer(aopts);
   MetricRegistry metrics;
   AggregatorCore core(**store, analyzer, metrics);
+  {
+    const int64_t started = absl::GetCurrentTimeNanos();
+    auto replayed = core.Replay(started - static_cast<int64_t>(config.replay_s * 1e9));
+    if (!replayed.ok()) {
+      LogError("replaying the stored batches: %s", replayed.status().message());
+      return 1;
+    }
+    LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s",
+            *replayed, config.replay_s, (absl::GetCurrentTimeNanos() - started) / 1e9);
+  }
   IngestService ingest(core);
   QueryService query(core);
 
@@ -173,6 +220,20 @@ int Main(int argc, char** argv) {
       core.Tick(absl::GetCurrentTimeNanos());
     }
   });
+  // Retention, off the detection path: moves the cutoff along every minute and compacts hourly so
+  // that expired data leaves the disk.
+  std::thread housekeeper([&] {
+    absl::MutexLock lock(&tick_mu);
+    int minutes = 0;
+    while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Minutes(1))) {
+      (*store)->SetRetentionCutoff(absl::GetCurrentTimeNanos() - *retention_ns);
+      if (++minutes % 60 != 0) continue;
+      tick_mu.Unlock();  // the ticker keeps ticking while RocksDB compacts
+      absl::Status s = (*store)->Compact();
+      tick_mu.Lock();
+      if (!s.ok()) LogError("%s", s.message());
+    }
+  });
 
   LogInfo("serving gRPC on %s:%d, HTTP on %s:%d, data in %s", config.listen_host, grpc_port,
           config.listen_host, *http_port, config.data_dir);
@@ -186,6 +247,7 @@ int Main(int argc, char** argv) {
     stopping = true;
   }
   ticker.join();
+  housekeeper.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // One last detection pass over what arrived since the last tick, so that its events are stored.
   core.Tick(absl::GetCurrentTimeNanos());

@@ -4,12 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "aggregator/federate.h"
 #include "common/log.h"
 #include "proto/validate.h"
 
 namespace ncclwatch::aggregator {
 
 constexpr int kMaxReportsPerBatch = 100000;
+constexpr int64_t kMaxQuerySteps = 11'000;        // as Prometheus's range query limit
+constexpr size_t kMaxQueryPoints = 5'000'000;     // per QueryRange answer
+constexpr int64_t kQueryLookbackMs = 5 * 60'000;  // PromQL's default lookback
 
 AggregatorCore::AggregatorCore(Store& store, Analyzer& analyzer, MetricRegistry& m)
     : store_(store),
@@ -73,7 +77,8 @@ absl::StatusOr<ncclwatch::v1::BatchAck> AggregatorCore::Push(
   ncclwatch::v1::BatchAck ack;
   ack.set_batch_seq(batch.batch_seq());
   ack.set_rejected_reports(rejected);
-  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean);
+  const int64_t now = absl::GetCurrentTimeNanos();
+  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean, now);
   if (!is_new.ok()) {
     store_errors_->Increment();
     LogError("store: %s", is_new.status().message());
@@ -85,16 +90,132 @@ absl::StatusOr<ncclwatch::v1::BatchAck> AggregatorCore::Push(
     return ack;
   }
   batches_stored_->Increment();
-  int64_t now = absl::GetCurrentTimeNanos();
-  for (const auto& report : clean.reports()) {
-    reports_ingested_->Increment();
-    for (const auto& event : analyzer_.Ingest(report, now)) Handle(event);
-  }
+  Analyse(clean, now, 0);
   return ack;
+}
+
+void AggregatorCore::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
+                             int64_t replay_events_after_ns) {
+  std::vector<SeriesPoint> points;
+  for (const auto& report : batch.reports()) {
+    reports_ingested_->Increment();
+    for (const auto& event : analyzer_.Ingest(report, received_ns, &points)) {
+      if (replay_events_after_ns == 0 ||
+          static_cast<int64_t>(event.time_unix_ns()) > replay_events_after_ns) {
+        Handle(event);
+      }
+    }
+  }
+  // The batch is durable already; a lost point is re-derived from it at the next start-up.
+  if (absl::Status s = store_.AppendPoints(points); !s.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", s.message());
+  }
+}
+
+absl::StatusOr<uint64_t> AggregatorCore::Replay(int64_t since_ns) {
+  absl::StatusOr<int64_t> last_event = store_.LastEventTime();
+  if (!last_event.ok()) return last_event.status();
+  uint64_t batches = 0;
+  absl::Status s = store_.ReplayBatches(
+      since_ns, [&](const ncclwatch::v1::NodeBatch& batch, int64_t received_ns) {
+        ++batches;
+        // Events up to the newest stored one were stored before the restart.
+        Analyse(batch, received_ns, std::max<int64_t>(*last_event, 1));
+      });
+  if (!s.ok()) return s;
+  return batches;
 }
 
 void AggregatorCore::Tick(int64_t now_ns) {
   for (const auto& event : analyzer_.Tick(now_ns)) Handle(event);
+  StoreDetectionSeries(now_ns);
+}
+
+void AggregatorCore::StoreDetectionSeries(int64_t now_ns) {
+  constexpr int64_t kHeartbeatNs = 60'000'000'000;
+  std::vector<SeriesPoint> points;
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    for (ExportedSample& s : analyzer_.Series()) {
+      if (s.name.rfind("ncclwatch_", 0) != 0) continue;  // the Inspector series come with reports
+      auto [it, added] = snapshot_.try_emplace(SeriesIdentity(s.name, s.labels), s.value, now_ns);
+      if (!added && it->second.first == s.value && now_ns - it->second.second < kHeartbeatNs) {
+        continue;
+      }
+      it->second = {s.value, now_ns};
+      points.push_back({std::move(s.name), std::move(s.labels), now_ns / 1'000'000, s.value});
+    }
+  }
+  if (points.empty()) return;
+  if (absl::Status s = store_.AppendPoints(points); !s.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", s.message());
+  }
+}
+
+absl::StatusOr<ncclwatch::v1::QueryRangeResponse> AggregatorCore::QueryRange(
+    const ncclwatch::v1::QueryRangeRequest& request, int64_t now_ns) const {
+  absl::StatusOr<Selector> selector = ParseSelector(request.selector());
+  if (!selector.ok()) return selector.status();
+  const auto end_ms = static_cast<int64_t>(
+      request.end_unix_ms() == 0 ? now_ns / 1'000'000 : request.end_unix_ms());
+  const auto start_ms = static_cast<int64_t>(request.start_unix_ms());
+  if (start_ms > end_ms) {
+    return absl::InvalidArgumentError("start_unix_ms is after end_unix_ms");
+  }
+  const int64_t step = request.step_ms();
+  if (step > 0 && (end_ms - start_ms) / step > kMaxQuerySteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "more than ", kMaxQuerySteps, " steps: raise step_ms or narrow the range"));
+  }
+  const size_t max_series = request.max_series() == 0 ? 1000 : request.max_series();
+  ncclwatch::v1::QueryRangeResponse out;
+  size_t points = 0;
+  for (const StoredSeries& series : store_.Series()) {
+    if (!selector->Matches(series.name, series.labels)) continue;
+    if (static_cast<size_t>(out.series_size()) >= max_series) {
+      out.set_truncated(true);
+      break;
+    }
+    // With a step, the value at t is the latest point in (t - lookback, t], as in PromQL.
+    const int64_t read_from = step > 0 ? start_ms - kQueryLookbackMs + 1 : start_ms;
+    absl::StatusOr<std::vector<Point>> raw = store_.ReadPoints(series.id, read_from, end_ms);
+    if (!raw.ok()) return raw.status();
+    ncclwatch::v1::TimeSeries ts;
+    if (step == 0) {
+      for (const Point& p : *raw) {
+        auto* tp = ts.add_points();
+        tp->set_time_ms(p.time_ms);
+        tp->set_value(p.value);
+      }
+    } else {
+      size_t i = 0;
+      for (int64_t t = start_ms; t <= end_ms; t += step) {
+        while (i < raw->size() && (*raw)[i].time_ms <= t) ++i;
+        if (i > 0 && (*raw)[i - 1].time_ms > t - kQueryLookbackMs) {
+          auto* tp = ts.add_points();
+          tp->set_time_ms(t);
+          tp->set_value((*raw)[i - 1].value);
+        }
+      }
+    }
+    if (ts.points_size() == 0) continue;
+    points += ts.points_size();
+    if (points > kMaxQueryPoints) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the answer would exceed ", kMaxQueryPoints,
+          " points: narrow the selector or the range, or raise step_ms"));
+    }
+    ts.set_name(series.name);
+    for (const auto& [k, v] : series.labels) {
+      auto* label = ts.add_labels();
+      label->set_name(k);
+      label->set_value(v);
+    }
+    *out.add_series() = std::move(ts);
+  }
+  return out;
 }
 
 void AggregatorCore::Handle(const ncclwatch::v1::Event& event) {
@@ -180,6 +301,8 @@ grpc::Status ToGrpc(const absl::Status& s) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   if (absl::IsInvalidArgument(s)) code = grpc::StatusCode::INVALID_ARGUMENT;
   if (absl::IsUnavailable(s)) code = grpc::StatusCode::UNAVAILABLE;
+  if (absl::IsResourceExhausted(s)) code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+  if (absl::IsDataLoss(s)) code = grpc::StatusCode::DATA_LOSS;
   return grpc::Status(code, std::string(s.message()));
 }
 
@@ -316,6 +439,15 @@ grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* co
                                                  const ncclwatch::v1::GetStatsRequest*,
                                                  ncclwatch::v1::Stats* response) {
   *response = core_.GetStats();
+  return Finished(context);
+}
+
+grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* context,
+                                                   const ncclwatch::v1::QueryRangeRequest* request,
+                                                   ncclwatch::v1::QueryRangeResponse* response) {
+  auto answer = core_.QueryRange(*request, absl::GetCurrentTimeNanos());
+  if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
+  *response = *std::move(answer);
   return Finished(context);
 }
 

@@ -4,7 +4,10 @@
 #ifndef NCCLWATCH_AGGREGATOR_SERVICES_H_
 #define NCCLWATCH_AGGREGATOR_SERVICES_H_
 
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
@@ -33,8 +36,16 @@ class AggregatorCore {
   // Validates, stores (durably) and analyses a batch. Errors: InvalidArgument for a malformed
   // batch (not retried by agents), Unavailable when the store failed (retried).
   absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch);
-  // Time-driven detection (hangs, silent ranks): call about four times a second.
+  // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
+  // detection series (ncclwatch_*) when they change, and at least once a minute.
   void Tick(int64_t now_ns);
+  // At start-up: feeds the batches stored since `since_ns` to the analyzer again, so that the
+  // detectors resume where they were and every acknowledged point is in the store (rewriting one
+  // is harmless). Events already stored are not stored again. Returns the batches replayed.
+  absl::StatusOr<uint64_t> Replay(int64_t since_ns);
+  // Stored points of the series matching `request.selector()`.
+  absl::StatusOr<ncclwatch::v1::QueryRangeResponse> QueryRange(
+      const ncclwatch::v1::QueryRangeRequest& request, int64_t now_ns) const;
 
   void AddWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
   void RemoveWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
@@ -48,6 +59,10 @@ class AggregatorCore {
   void Publish(const ncclwatch::v1::Event& event) ABSL_LOCKS_EXCLUDED(watchers_mu_);
   // Logs, stores, counts and publishes one detection event.
   void Handle(const ncclwatch::v1::Event& event);
+  // Analyses the reports of a stored batch received at `received_ns` and stores their points.
+  void Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
+               int64_t replay_events_after_ns);
+  void StoreDetectionSeries(int64_t now_ns);
 
   Store& store_;
   Analyzer& analyzer_;
@@ -58,6 +73,9 @@ class AggregatorCore {
   Counter* reports_ingested_;
   Counter* reports_rejected_;
   Counter* store_errors_;
+  // The last stored value and time of each detection series (by identity), for change detection.
+  absl::Mutex snapshot_mu_;
+  std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
   absl::Mutex watchers_mu_;
   std::set<EventWatcher*> watchers_ ABSL_GUARDED_BY(watchers_mu_);
 };
@@ -91,6 +109,9 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const ncclwatch::v1::GetStatsRequest* request,
                                      ncclwatch::v1::Stats* response) override;
+  grpc::ServerUnaryReactor* QueryRange(grpc::CallbackServerContext* context,
+                                       const ncclwatch::v1::QueryRangeRequest* request,
+                                       ncclwatch::v1::QueryRangeResponse* response) override;
   grpc::ServerWriteReactor<ncclwatch::v1::Event>* Watch(
       grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest* request) override;
 

@@ -1,8 +1,12 @@
 #include "aggregator/store.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
+#include "rocksdb/compaction_filter.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -20,7 +24,64 @@ std::string BatchKey(const std::string& agent_id, uint64_t seq) {
   return key;
 }
 
+std::string PointKey(uint64_t id, int64_t time_ms) {
+  return absl::StrCat("P", EncodeBe64(id), EncodeBe64(static_cast<uint64_t>(time_ms)));
+}
+
+std::string EncodeDouble(double v) {
+  std::string out(sizeof v, '\0');
+  std::memcpy(out.data(), &v, sizeof v);
+  return out;
+}
+
+// Splits an identity back into name and labels; false if it is malformed.
+bool ParseIdentity(std::string_view identity, std::string* name, LabelPairs* labels) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= identity.size(); ++i) {
+    if (i == identity.size() || identity[i] == '\0') {
+      parts.emplace_back(identity.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (parts.empty() || parts.size() % 2 != 1) return false;
+  *name = parts[0];
+  labels->clear();
+  for (size_t i = 1; i + 1 < parts.size(); i += 2) labels->emplace_back(parts[i], parts[i + 1]);
+  return true;
+}
+
 }  // namespace
+
+// Drops batches, their dedup entries, events and points older than the cutoff while RocksDB
+// compacts; the series index is kept.
+class Store::RetentionFilter : public rocksdb::CompactionFilter {
+ public:
+  bool Filter(int /*level*/, const rocksdb::Slice& key, const rocksdb::Slice& value,
+              std::string* /*new_value*/, bool* /*value_changed*/) const override {
+    const int64_t cutoff = cutoff_ns_.load(std::memory_order_relaxed);
+    if (cutoff <= 0 || key.empty()) return false;
+    const auto before = [cutoff](const char* be64, int64_t scale) {
+      return static_cast<int64_t>(DecodeBe64(be64)) * scale < cutoff;
+    };
+    switch (key[0]) {
+      case 'L':
+      case 'E':
+        return key.size() >= 9 && before(key.data() + 1, 1);
+      case 'B':  // the value is the batch's 'L' key
+        return value.size() >= 9 && before(value.data() + 1, 1);
+      case 'P':
+        return key.size() == 17 && before(key.data() + 9, 1'000'000);
+      default:
+        return false;
+    }
+  }
+  const char* Name() const override { return "ncclwatch.RetentionFilter"; }
+  void SetCutoff(int64_t ns) { cutoff_ns_.store(ns, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> cutoff_ns_{0};
+};
 
 std::string EncodeBe64(uint64_t v) {
   std::string out(8, '\0');
@@ -37,22 +98,56 @@ uint64_t DecodeBe64(const char* p) {
   return v;
 }
 
+std::string SeriesIdentity(const std::string& name, const LabelPairs& labels) {
+  std::string out = name;
+  for (const auto& [k, v] : labels) {
+    out += '\0';
+    out += k;
+    out += '\0';
+    out += v;
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env) {
+  auto filter = std::make_unique<RetentionFilter>();
   rocksdb::Options options;
   options.create_if_missing = true;
   options.IncreaseParallelism(2);
+  options.compaction_filter = filter.get();
   if (env != nullptr) options.env = env;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open RocksDB in ", dir));
-  return std::unique_ptr<Store>(new Store(db));
+  std::unique_ptr<Store> store(new Store(db, std::move(filter)));
+  if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
+  return store;
 }
 
-Store::Store(rocksdb::DB* db) : db_(db) {}
+Store::Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter)
+    : filter_(std::move(filter)), db_(db) {}
 Store::~Store() = default;
 void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
 
-absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch) {
+absl::Status Store::LoadSeriesIndex() {
+  absl::MutexLock lock(&series_mu_);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
+    if (it->key().size() != 9) return absl::DataLossError("malformed series index key");
+    const uint64_t id = DecodeBe64(it->key().data() + 1);
+    StoredSeries s;
+    s.id = id;
+    if (id != series_.size() + 1 || !ParseIdentity(it->value().ToStringView(), &s.name, &s.labels)) {
+      return absl::DataLossError(absl::StrCat("series index entry ", id, " is malformed"));
+    }
+    series_ids_[it->value().ToString()] = id;
+    series_.push_back(std::move(s));
+  }
+  return FromRocks(it->status(), "series index scan");
+}
+
+absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
+                                          int64_t received_ns) {
   std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
   absl::MutexLock lock(&put_mu_);
   std::string existing;
@@ -61,15 +156,45 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch)
   if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
   std::string value;
   if (!batch.SerializeToString(&value)) return absl::InternalError("cannot serialise batch");
-  s = db_->Put(rocksdb::WriteOptions(), key, value);
+  const std::string log_key = absl::StrCat("L", EncodeBe64(static_cast<uint64_t>(received_ns)),
+                                           EncodeBe64(counter_.fetch_add(1)));
+  rocksdb::WriteBatch write;
+  write.Put(log_key, value);
+  write.Put(key, log_key);
+  s = db_->Write(rocksdb::WriteOptions(), &write);
   if (!s.ok()) return FromRocks(s, "batch write");
   return true;
+}
+
+absl::Status Store::ReplayBatches(
+    int64_t since_ns,
+    const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("L" + EncodeBe64(static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))));
+       it->Valid() && it->key().starts_with("L"); it->Next()) {
+    ncclwatch::v1::NodeBatch batch;
+    if (it->key().size() != 17 ||
+        !batch.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return absl::DataLossError("malformed batch in the log");
+    }
+    fn(batch, static_cast<int64_t>(DecodeBe64(it->key().data() + 1)));
+  }
+  return FromRocks(it->status(), "batch log scan");
+}
+
+absl::StatusOr<uint64_t> Store::CountBatches() const {
+  uint64_t n = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("L"); it->Valid() && it->key().starts_with("L"); it->Next()) ++n;
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks(s, "batch scan");
+  return n;
 }
 
 absl::Status Store::PutEvent(const ncclwatch::v1::Event& event) {
   std::string key = "E";
   key += EncodeBe64(event.time_unix_ns());
-  key += EncodeBe64(event_counter_.fetch_add(1));
+  key += EncodeBe64(counter_.fetch_add(1));
   return FromRocks(db_->Put(rocksdb::WriteOptions(), key, event.SerializeAsString()),
                    "event write");
 }
@@ -90,13 +215,65 @@ absl::StatusOr<std::vector<ncclwatch::v1::Event>> Store::ListEvents(int64_t sinc
   return out;
 }
 
-absl::StatusOr<uint64_t> Store::CountBatches() const {
-  uint64_t n = 0;
+absl::StatusOr<int64_t> Store::LastEventTime() const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek("B"); it->Valid() && it->key().starts_with("B"); it->Next()) ++n;
+  it->SeekForPrev("F");  // the last key before the next tag
+  if (it->Valid() && it->key().starts_with("E") && it->key().size() >= 9) {
+    return static_cast<int64_t>(DecodeBe64(it->key().data() + 1));
+  }
   rocksdb::Status s = it->status();
-  if (!s.ok()) return FromRocks(s, "batch scan");
-  return n;
+  if (!s.ok()) return FromRocks(s, "event scan");
+  return 0;
+}
+
+absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
+  rocksdb::WriteBatch write;
+  {
+    absl::MutexLock lock(&series_mu_);
+    for (const SeriesPoint& p : points) {
+      std::string identity = SeriesIdentity(p.name, p.labels);
+      auto [it, added] = series_ids_.try_emplace(std::move(identity), series_.size() + 1);
+      const uint64_t id = it->second;
+      if (added) {
+        series_.push_back({id, p.name, p.labels});
+        write.Put(absl::StrCat("N", it->first), EncodeBe64(id));
+        write.Put(absl::StrCat("S", EncodeBe64(id)), it->first);
+      }
+      write.Put(PointKey(id, p.time_ms), EncodeDouble(p.value));
+    }
+  }
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "points write");
+}
+
+std::vector<StoredSeries> Store::Series() const {
+  absl::MutexLock lock(&series_mu_);
+  return series_;
+}
+
+absl::StatusOr<std::vector<Point>> Store::ReadPoints(uint64_t id, int64_t start_ms,
+                                                     int64_t end_ms) const {
+  std::vector<Point> out;
+  const std::string prefix = absl::StrCat("P", EncodeBe64(id));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(PointKey(id, std::max<int64_t>(start_ms, 0))); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key.size() != 17 || !key.starts_with(prefix)) break;
+    const auto t = static_cast<int64_t>(DecodeBe64(key.data() + 9));
+    if (t > end_ms) break;
+    Point p{t, 0};
+    if (it->value().size() == sizeof(double)) std::memcpy(&p.value, it->value().data(), 8);
+    out.push_back(p);
+  }
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks(s, "points scan");
+  return out;
+}
+
+void Store::SetRetentionCutoff(int64_t cutoff_ns) { filter_->SetCutoff(cutoff_ns); }
+
+absl::Status Store::Compact() {
+  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr),
+                   "compaction");
 }
 
 }  // namespace ncclwatch::aggregator

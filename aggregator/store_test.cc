@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -30,17 +32,17 @@ TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
   {
     auto store = Store::Open(dir_);
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1)));
-    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2)));
-    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 1)));
-    EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 1)));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 100));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 200));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 1), 100));
+    EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 1), 100));
     // An agent id that is a prefix of another must not collide.
-    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("ab", 1)));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("ab", 1), 100));
   }
   auto reopened = Store::Open(dir_);
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ(*(*reopened)->CountBatches(), 4u);
-  EXPECT_FALSE(*(*reopened)->PutBatchIfNew(Batch("a", 2)));
+  EXPECT_FALSE(*(*reopened)->PutBatchIfNew(Batch("a", 2), 200));
 }
 
 TEST_F(StoreTest, EventsComeBackInTimeOrder) {
@@ -63,6 +65,92 @@ TEST_F(StoreTest, OpenFailsClearlyOnAnUnusableDirectory) {
   auto store = Store::Open("/proc/ncclwatch-cannot-create-here");
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(store.status().message().find("cannot open RocksDB"), std::string::npos);
+}
+
+TEST_F(StoreTest, ReplaysBatchesInArrivalOrderFromAGivenTime) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 7), 3'000));
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000));
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 2'000));
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  std::vector<std::pair<uint64_t, int64_t>> seen;
+  ASSERT_TRUE((*store)
+                  ->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b, int64_t at) {
+                    seen.emplace_back(b.batch_seq(), at);
+                  })
+                  .ok());
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, int64_t>>{{2, 2'000}, {7, 3'000}}));
+}
+
+TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
+  const LabelPairs rank0 = {{"job_id", "j"}, {"rank", "0"}};
+  const LabelPairs rank1 = {{"job_id", "j"}, {"rank", "1"}};
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    std::vector<SeriesPoint> points;
+    for (int64_t t = 1'000; t <= 10'000; t += 1'000) {
+      points.push_back({"bw", rank0, t, t / 1000.0});
+      points.push_back({"bw", rank1, t, -1.0 * t});
+    }
+    ASSERT_TRUE((*store)->AppendPoints(points).ok());
+    ASSERT_TRUE((*store)->AppendPoints({{"bw", rank0, 5'000, 55.5}}).ok());  // overwrite
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  const std::vector<StoredSeries> series = (*store)->Series();
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[0].name, "bw");
+  EXPECT_EQ(series[0].labels, rank0);
+  EXPECT_EQ(series[1].labels, rank1);
+  auto points = (*store)->ReadPoints(series[0].id, 3'000, 6'000);
+  ASSERT_TRUE(points.ok());
+  ASSERT_EQ(points->size(), 4u);
+  EXPECT_EQ((*points)[0].time_ms, 3'000);
+  EXPECT_DOUBLE_EQ((*points)[2].value, 55.5);
+  EXPECT_EQ((*points)[3].time_ms, 6'000);
+  // A new series after the restart gets the next id; the other series' points stay apart.
+  ASSERT_TRUE((*store)->AppendPoints({{"bw", {{"job_id", "k"}}, 1'000, 1}}).ok());
+  EXPECT_EQ((*store)->Series().back().id, 3u);
+  EXPECT_EQ((*store)->ReadPoints(series[1].id, 0, 100'000)->size(), 10u);
+}
+
+TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->AppendPoints({{"bw", {}, 1'000, 1}, {"bw", {}, 9'000, 9}}).ok());
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000'000'000));
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 9'000'000'000));
+  ncclwatch::v1::Event old_event;
+  old_event.set_time_unix_ns(1'000'000'000);
+  ASSERT_TRUE((*store)->PutEvent(old_event).ok());
+  (*store)->SetRetentionCutoff(5'000'000'000);  // 5 s after the epoch
+  ASSERT_TRUE((*store)->Compact().ok());
+  auto points = (*store)->ReadPoints(1, 0, 100'000);
+  ASSERT_EQ(points->size(), 1u);
+  EXPECT_EQ((*points)[0].time_ms, 9'000);
+  EXPECT_EQ(*(*store)->CountBatches(), 1u);
+  EXPECT_TRUE((*store)->ListEvents(0, 10)->empty());
+  EXPECT_EQ((*store)->Series().size(), 1u);
+  // The expired batch's dedup entry went with it; the kept one still deduplicates.
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 2), 10'000'000'000));
+}
+
+TEST_F(StoreTest, LastEventTimeIsTheNewestEvent) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(*(*store)->LastEventTime(), 0);
+  for (int64_t t : {300, 100, 200}) {
+    ncclwatch::v1::Event e;
+    e.set_time_unix_ns(t);
+    ASSERT_TRUE((*store)->PutEvent(e).ok());
+  }
+  ASSERT_TRUE((*store)->AppendPoints({{"x", {}, 1, 1}}).ok());  // keys after 'E' do not confuse it
+  EXPECT_EQ(*(*store)->LastEventTime(), 300);
 }
 
 TEST(Be64Test, RoundTripsAndSortsNumerically) {
