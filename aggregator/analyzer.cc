@@ -129,11 +129,11 @@ LabelPairs Analyzer::RankLabels(const CommKey& key, const CommMeta& meta, int ra
 }
 
 void Analyzer::SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
-                         int64_t now_ns) {
-  if (points_out_ != nullptr) points_out_->push_back({name, labels, now_ns / 1'000'000, value});
+                         int64_t sample_ns, int64_t now_ns) {
+  if (points_out_ != nullptr) points_out_->push_back({name, labels, sample_ns / 1'000'000, value});
   std::string key = SeriesKey(name, labels);
   SeriesEntry& e = series_[key];
-  e.sample = ExportedSample{std::move(name), std::move(labels), value, now_ns / 1'000'000};
+  e.sample = ExportedSample{std::move(name), std::move(labels), value, sample_ns / 1'000'000};
   e.comm = comm;
   e.updated_ns = now_ns;
 }
@@ -141,6 +141,10 @@ void Analyzer::SetSeries(const CommKey& comm, std::string name, LabelPairs label
 void Analyzer::UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
                                  const ncclwatch::v1::RankReport& report, int64_t now_ns) {
   const int rank = report.identity().rank();
+  // A value is stamped with the end of the interval it describes (the rank's clock), so that
+  // reports delivered together -- e.g. after an outage -- stay distinct points.
+  const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
+  const int64_t sample_ns = end_ns > 0 ? end_ns : now_ns;
   // P2P stats arrive per peer; Inspector's series are per (operation, size): merge the peers.
   struct Merged {
     uint64_t count = 0;
@@ -168,11 +172,11 @@ void Analyzer::UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
     if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
     SetSeries(key,
               p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds",
-              labels, m.sum_us / static_cast<double>(m.count), now_ns);
+              labels, m.sum_us / static_cast<double>(m.count), sample_ns, now_ns);
     if (m.bw_samples > 0) {
       SetSeries(key, p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs",
                 std::move(labels), std::exp(m.bus_log_sum / static_cast<double>(m.bw_samples)),
-                now_ns);
+                sample_ns, now_ns);
     }
   }
 }

@@ -100,8 +100,9 @@ class Analyzer {
   void UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
                          const ncclwatch::v1::RankReport& report, int64_t now_ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets a series to `value` at `sample_ns` (its timestamp); `now_ns` is when it was updated.
   void SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
-                 int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                 int64_t sample_ns, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LabelPairs RankLabels(const CommKey& key, const CommMeta& meta, int rank) const;
   ncclwatch::v1::Event StragglerEvent(const CommKey& key, CommMeta& meta, const FlagChange& change,
                                       int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

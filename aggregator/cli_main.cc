@@ -3,6 +3,7 @@
 //   ncclwatch stragglers [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch hangs      [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch degraded   [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
+//   ncclwatch query      SELECTOR [--since-s N] [--step-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch events     [--job J] [--since-s N] [--limit N] [--json] [--aggregator HOST:PORT]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
@@ -35,6 +36,7 @@ struct CliConfig {
   double wait_s = 0;
   double timeout_s = 5;
   double since_s = 3600;
+  double step_s = 0;
   int64_t limit = 1000;
 };
 
@@ -47,7 +49,9 @@ constexpr char kSummary[] =
     "               them, and ranks that went silent\n"
     "  degraded     communicators whose bandwidth fell below the baseline of their kind, and\n"
     "               the nodes whose network is suspected (--wait-s waits for a suspect node)\n"
-    "  events       the detection events stored by the aggregator (every start and end)";
+    "  events       the detection events stored by the aggregator (every start and end)\n"
+    "  query SEL    stored points of the series matching a Prometheus selector, e.g.\n"
+    "               'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ncclwatch: %s\n", message.c_str());
@@ -354,6 +358,44 @@ int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   return 0;
 }
 
+int Query(ncclwatch::v1::Query::Stub& stub, const CliConfig& config, const std::string& selector) {
+  ncclwatch::v1::QueryRangeRequest request;
+  request.set_selector(selector);
+  const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
+  request.set_start_unix_ms(
+      static_cast<uint64_t>(std::max<int64_t>(0, now_ms - static_cast<int64_t>(config.since_s * 1e3))));
+  request.set_end_unix_ms(static_cast<uint64_t>(now_ms));
+  request.set_step_ms(static_cast<uint32_t>(std::clamp(config.step_s * 1e3, 0.0, 86400e3)));
+  ncclwatch::v1::QueryRangeResponse response;
+  grpc::Status status;
+  if (!Call(stub, config, &ncclwatch::v1::Query::Stub::QueryRange, request, &response, &status)) {
+    return Fail(RpcError(status, config));
+  }
+  if (config.json) {
+    PrintJson(response);
+    return 0;
+  }
+  if (response.series_size() == 0) {
+    std::printf("No stored point matches %s in the last %.0f s.\n", selector.c_str(),
+                config.since_s);
+    return 0;
+  }
+  for (const auto& ts : response.series()) {
+    std::vector<std::string> labels;
+    for (const auto& l : ts.labels()) labels.push_back(absl::StrFormat("%s=\"%s\"", l.name(), l.value()));
+    std::printf("%s{%s}  %d points\n", ts.name().c_str(), absl::StrJoin(labels, ",").c_str(),
+                ts.points_size());
+    for (const auto& p : ts.points()) {
+      std::printf("  %s.%03lld  %g\n", Clock(static_cast<uint64_t>(p.time_ms()) * 1'000'000).c_str(),
+                  static_cast<long long>(p.time_ms() % 1000), p.value());
+    }
+  }
+  if (response.truncated()) {
+    std::printf("(more series matched than were returned: narrow the selector)\n");
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CliConfig config;
   ConfigTable table("ncclwatch", kSummary);
@@ -364,7 +406,10 @@ int Main(int argc, char** argv) {
   table.AddDouble("wait-s", "", &config.wait_s,
                   "If nothing is flagged yet, wait up to this long for the first finding.");
   table.AddDouble("timeout-s", "", &config.timeout_s, "Deadline of each request.");
-  table.AddDouble("since-s", "", &config.since_s, "events: how far back to look, in seconds.");
+  table.AddDouble("since-s", "", &config.since_s,
+                  "events, query: how far back to look, in seconds.");
+  table.AddDouble("step-s", "", &config.step_s,
+                  "query: one value per step (the latest within 5 min); 0 = every stored point.");
   table.AddInt("limit", "", &config.limit, "events: at most this many, oldest first.");
   auto positional = table.Parse(argc, argv);
   if (!positional.ok()) return Fail(std::string(positional.status().message()));
@@ -379,6 +424,10 @@ int Main(int argc, char** argv) {
   if (command == "hangs") return Hangs(*stub, config);
   if (command == "degraded") return Degraded(*stub, config);
   if (command == "events") return Events(*stub, config);
+  if (command == "query") {
+    if (positional->size() != 2) return Fail("query needs one selector argument (see --help)");
+    return Query(*stub, config, (*positional)[1]);
+  }
   std::fprintf(stderr, "ncclwatch: unknown command '%s' (see ncclwatch --help)\n",
                command.c_str());
   return 2;

@@ -24,14 +24,15 @@ std::string BatchKey(const std::string& agent_id, uint64_t seq) {
   return key;
 }
 
-std::string PointKey(uint64_t id, int64_t time_ms) {
-  return absl::StrCat("P", EncodeBe64(id), EncodeBe64(static_cast<uint64_t>(time_ms)));
+void PutBe64(char* out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
 }
 
-std::string EncodeDouble(double v) {
-  std::string out(sizeof v, '\0');
-  std::memcpy(out.data(), &v, sizeof v);
-  return out;
+std::string PointKey(uint64_t id, int64_t time_ms) {
+  return absl::StrCat("P", EncodeBe64(id), EncodeBe64(static_cast<uint64_t>(time_ms)));
 }
 
 // Splits an identity back into name and labels; false if it is malformed.
@@ -85,10 +86,7 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
 
 std::string EncodeBe64(uint64_t v) {
   std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
+  PutBe64(out.data(), v);
   return out;
 }
 
@@ -227,19 +225,32 @@ absl::StatusOr<int64_t> Store::LastEventTime() const {
 }
 
 absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
-  rocksdb::WriteBatch write;
+  rocksdb::WriteBatch write(points.size() * 40);
+  std::string identity;  // reused: no allocation per point once grown
+  char key[17] = {'P'};
   {
     absl::MutexLock lock(&series_mu_);
     for (const SeriesPoint& p : points) {
-      std::string identity = SeriesIdentity(p.name, p.labels);
-      auto [it, added] = series_ids_.try_emplace(std::move(identity), series_.size() + 1);
-      const uint64_t id = it->second;
-      if (added) {
-        series_.push_back({id, p.name, p.labels});
-        write.Put(absl::StrCat("N", it->first), EncodeBe64(id));
-        write.Put(absl::StrCat("S", EncodeBe64(id)), it->first);
+      identity.clear();
+      identity += p.name;
+      for (const auto& [k, v] : p.labels) {
+        identity += '\0';
+        identity += k;
+        identity += '\0';
+        identity += v;
       }
-      write.Put(PointKey(id, p.time_ms), EncodeDouble(p.value));
+      auto it = series_ids_.find(identity);
+      if (it == series_ids_.end()) {
+        const uint64_t id = series_.size() + 1;
+        it = series_ids_.emplace(identity, id).first;
+        series_.push_back({id, p.name, p.labels});
+        write.Put(absl::StrCat("N", identity), EncodeBe64(id));
+        write.Put(absl::StrCat("S", EncodeBe64(id)), identity);
+      }
+      PutBe64(key + 1, it->second);
+      PutBe64(key + 9, static_cast<uint64_t>(p.time_ms));
+      write.Put(rocksdb::Slice(key, sizeof key),
+                rocksdb::Slice(reinterpret_cast<const char*>(&p.value), sizeof p.value));
     }
   }
   return FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "points write");

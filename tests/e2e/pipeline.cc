@@ -40,8 +40,10 @@ Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags)
 }
 
 bool Pipeline::StartAggregator() {
-  std::vector<std::string> argv = {Binaries::Aggregator(), "--listen-host=127.0.0.1",
-                                   "--grpc-port=0", "--http-port=0", "--data-dir=" + dir_ + "/db"};
+  std::vector<std::string> argv = {
+      Binaries::Aggregator(), "--listen-host=127.0.0.1",
+      "--grpc-port=" + std::to_string(std::max(grpc_port_, 0)),
+      "--http-port=" + std::to_string(std::max(http_port_, 0)), "--data-dir=" + dir_ + "/db"};
   argv.insert(argv.end(), extra_aggregator_flags_.begin(), extra_aggregator_flags_.end());
   const std::string log =
       dir_ + "/aggregator" + (aggregator_starts_++ == 0 ? "" : "-restarted") + ".log";
@@ -53,16 +55,30 @@ bool Pipeline::StartAggregator() {
     error_ = "aggregator did not become ready:\n" + aggregator_->Log();
     return false;
   }
+  // A channel of its own: after a restart, a channel sharing the global subchannel pool could pick
+  // up the killed aggregator's dead connection for its first call.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   query_ = ncclwatch::v1::Query::NewStub(
-      grpc::CreateChannel(AggregatorAddr(), grpc::InsecureChannelCredentials()));
+      grpc::CreateCustomChannel(AggregatorAddr(), grpc::InsecureChannelCredentials(), args));
   return true;
 }
 
-bool Pipeline::RestartAggregator() {
+bool Pipeline::StopAggregator() {
   aggregator_->Signal(SIGTERM);
   if (aggregator_->Wait() != 0) {
     error_ = "aggregator exited with an error:\n" + aggregator_->Log();
     return false;
+  }
+  return true;
+}
+
+bool Pipeline::RestartAggregator(int signal) {
+  if (signal == SIGTERM) {
+    if (!StopAggregator()) return false;
+  } else {
+    aggregator_->Signal(signal);
+    aggregator_->Wait();
   }
   return StartAggregator();
 }

@@ -3,6 +3,8 @@
 #ifndef NCCLWATCH_TESTS_E2E_PIPELINE_H_
 #define NCCLWATCH_TESTS_E2E_PIPELINE_H_
 
+#include <signal.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,15 +42,18 @@ class Pipeline {
 
   // SIGTERMs every agent (they forward what they hold, then exit) and checks they exited 0.
   bool StopAgents();
-  // Stops the aggregator (SIGTERM: it runs a last detection pass and exits) and starts a new one
-  // on the same RocksDB directory, so that what was stored can be read back complete.
-  bool RestartAggregator();
+  // Stops the aggregator and starts a new one on the same RocksDB directory and ports. SIGTERM: it
+  // runs a last detection pass and must exit 0; SIGKILL: a crash, at whatever it was doing.
+  bool RestartAggregator(int signal = SIGTERM);
+  // Stops the aggregator for good (SIGTERM, exit 0 expected), e.g. to open its store directly.
+  bool StopAggregator();
   // HTTP GET on the aggregator; returns (status, body).
   std::pair<int, std::string> Get(const std::string& path_and_query) const;
   // Everything the daemons logged, for failure messages.
   std::string Logs() const;
 
  private:
+  // Starts the aggregator on grpc_port_/http_port_ (0: any free port).
   bool StartAggregator();
 
   std::string dir_;

@@ -1,0 +1,168 @@
+// Storage and federation speed of the aggregator, on a real RocksDB in a temporary directory.
+//
+// BM_AppendPoints: sustained ingest into the time series -- batches of 1,000 points spread over
+//   10,000 series (as the points of one agent batch are), rate counter in points per second.
+// BM_QueryOneHour: Query.QueryRange's work for one series holding 1 h of 1 s points, among 10,000
+//   series: selector match over the series index, range read, response built. Reported as the
+//   median of repetitions.
+// BM_Federate100k: /federate's work for 100,000 series: the analyzer's export of every series
+//   (Inspector statistics plus detection series of 4,096 ranks) and the rendering of those that
+//   match one selector, in Prometheus text format.
+//
+// Usage: store_bench [Google Benchmark flags]
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/analyzer.h"
+#include "aggregator/federate.h"
+#include "aggregator/services.h"
+#include "aggregator/store.h"
+#include "benchmark/benchmark.h"
+#include "common/metrics.h"
+
+namespace ncclwatch::bench {
+namespace {
+
+using aggregator::SeriesPoint;
+using aggregator::Store;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ncclwatch-store-bench-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+LabelPairs RankSeriesLabels(int i) {
+  return {{"job_id", "bench"}, {"comm_hash", "0x00000000000be7c4"}, {"comm_name", "world"},
+          {"rank", std::to_string(i)}, {"node", "node-" + std::to_string(i / 8)},
+          {"gpu", "GPU" + std::to_string(i % 8)}, {"collective", "AllReduce"},
+          {"message_size", "32-33MB"}};
+}
+
+void BM_AppendPoints(benchmark::State& state) {
+  TempDir dir;
+  auto store = Store::Open(dir.path());
+  if (!store.ok()) return state.SkipWithError("cannot open the store");
+  constexpr int kSeries = 10'000;
+  constexpr int kBatch = 1'000;
+  std::vector<SeriesPoint> batch(kBatch);
+  int64_t t = 1'700'000'000'000;
+  int next_series = 0;
+  int64_t points = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (SeriesPoint& p : batch) {
+      p = {"nccl_bus_bandwidth_gbs", RankSeriesLabels(next_series), t, 20.0};
+      if (++next_series == kSeries) {
+        next_series = 0;
+        t += 1'000;
+      }
+    }
+    state.ResumeTiming();
+    if (!(*store)->AppendPoints(batch).ok()) return state.SkipWithError("write failed");
+    points += kBatch;
+  }
+  state.counters["points_per_s"] = benchmark::Counter(static_cast<double>(points),
+                                                       benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AppendPoints)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_QueryOneHour(benchmark::State& state) {
+  TempDir dir;
+  auto store = Store::Open(dir.path());
+  if (!store.ok()) return state.SkipWithError("cannot open the store");
+  // 10,000 series; the queried one (rank 4242) has 3,600 points, one per second.
+  const int64_t t0 = 1'700'000'000'000;
+  std::vector<SeriesPoint> batch;
+  for (int i = 0; i < 10'000; ++i) batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(i), t0, 1});
+  for (int s = 0; s < 3'600; ++s) {
+    batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(4242), t0 + s * 1'000, 20.0 + s});
+  }
+  if (!(*store)->AppendPoints(batch).ok()) return state.SkipWithError("write failed");
+  if (!(*store)->Compact().ok()) return state.SkipWithError("compaction failed");
+  aggregator::Analyzer analyzer;
+  MetricRegistry metrics;
+  aggregator::AggregatorCore core(**store, analyzer, metrics);
+  ncclwatch::v1::QueryRangeRequest request;
+  request.set_selector(R"(nccl_bus_bandwidth_gbs{job_id="bench",rank="4242"})");
+  request.set_start_unix_ms(t0);
+  request.set_end_unix_ms(t0 + 3'600'000);
+  size_t points = 0;
+  for (auto _ : state) {
+    auto answer = core.QueryRange(request, 0);
+    if (!answer.ok() || answer->series_size() != 1) return state.SkipWithError("query failed");
+    points = answer->series(0).points_size();
+    benchmark::DoNotOptimize(answer);
+  }
+  state.counters["points"] = static_cast<double>(points);
+}
+BENCHMARK(BM_QueryOneHour)->Unit(benchmark::kMillisecond)->Repetitions(9)
+    ->ReportAggregatesOnly(true);
+
+// A report of rank `rank` of communicator `comm` (1,024 ranks) with 10 message sizes.
+ncclwatch::v1::RankReport StatsReport(int comm, int rank) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("bench");
+  id->set_comm_hash(0x1000 + comm);
+  id->set_comm_name("comm" + std::to_string(comm));
+  id->set_rank(rank);
+  id->set_nranks(1024);
+  id->set_n_nodes(128);
+  id->set_node("node-" + std::to_string(rank / 8));
+  id->set_cuda_device(rank % 8);
+  r.set_interval_end_unix_ns(1'700'000'000'000'000'000);
+  for (int size = 0; size < 10; ++size) {
+    auto* st = r.add_stats();
+    st->set_op("AllReduce");
+    st->set_algo_proto("RING_SIMPLE");
+    st->set_message_size(std::to_string(1 << size) + "-" + std::to_string((1 << size) + 1) + "MB");
+    st->set_peer(-1);
+    st->set_count(10);
+    st->set_bytes(10ull << (20 + size));
+    st->set_exec_time_us_sum(10 * 900.0);
+    st->set_exec_time_us_min(800);
+    st->set_exec_time_us_max(1000);
+    st->set_bus_bw_gbs_log_sum(10 * std::log(20.0));
+    st->set_bw_samples(10);
+  }
+  return r;
+}
+
+void BM_Federate100k(benchmark::State& state) {
+  aggregator::Analyzer analyzer;
+  for (int comm = 0; comm < 5; ++comm) {
+    for (int rank = 0; rank < 1024; ++rank) analyzer.Ingest(StatsReport(comm, rank), 1);
+  }
+  auto selector = aggregator::ParseSelector(R"({job_id="bench"})");
+  if (!selector.ok()) return state.SkipWithError("selector");
+  size_t series = 0;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::vector<aggregator::ExportedSample> samples = analyzer.Series();
+    series = samples.size();
+    std::string body = aggregator::RenderFederate(samples, {*selector});
+    bytes = body.size();
+    benchmark::DoNotOptimize(body);
+  }
+  state.counters["series"] = static_cast<double>(series);
+  state.counters["MiB"] = static_cast<double>(bytes) / (1 << 20);
+}
+BENCHMARK(BM_Federate100k)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ncclwatch::bench
+
+BENCHMARK_MAIN();
