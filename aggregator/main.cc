@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "aggregator/analyzer.h"
 #include "aggregator/federate.h"
+#include "aggregator/remote_write.h"
 #include "aggregator/services.h"
 #include "aggregator/store.h"
 #include "common/config.h"
@@ -37,6 +38,8 @@ struct AggregatorConfig {
   double degraded_fraction = 0.2;
   int64_t degraded_intervals = 1;
   std::string retention = "15d";
+  std::string remote_write_url;
+  double remote_write_interval_s = 10;
   double replay_s = 600;
   int64_t ready_fd = -1;
 };
@@ -95,6 +98,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddDouble("replay-s", "", &c.replay_s,
               "At start-up, feed the batches of the last this-many seconds to the detectors again, "
               "so they resume where they stopped.");
+  t.AddString("remote-write-url", "NCCLWATCH_REMOTE_WRITE_URL", &c.remote_write_url,
+              "Also push the exported series to this Prometheus remote-write endpoint, e.g. "
+              "http://mimir:8080/api/v1/push (empty: off).");
+  t.AddDouble("remote-write-interval-s", "", &c.remote_write_interval_s,
+              "How often new samples are pushed with --remote-write-url.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
 }
@@ -148,6 +156,16 @@ int Main(int argc, char** argv) {
     LogError("--retention=%s: expected a duration like 15d, 36h or 90m, at least 1m",
              config.retention);
     return 2;
+  }
+  std::optional<RemoteWriteTarget> remote_write;
+  if (!config.remote_write_url.empty()) {
+    auto target = ParseRemoteWriteUrl(config.remote_write_url);
+    if (!target.ok() || !(config.remote_write_interval_s > 0)) {
+      LogError("%s", target.ok() ? "--remote-write-interval-s must be positive"
+                                 : target.status().message());
+      return 2;
+    }
+    remote_write = *target;
   }
   auto store = Store::Open(config.data_dir);
   if (!store.ok()) {
@@ -235,6 +253,25 @@ int Main(int argc, char** argv) {
     }
   });
 
+  // Remote-write, on its own thread so that a slow receiver never delays detection.
+  std::thread remote_writer;
+  if (remote_write) {
+    remote_writer = std::thread([&] {
+      RemoteWriter writer(*remote_write, metrics);
+      absl::MutexLock lock(&tick_mu);
+      const absl::Duration every = absl::Seconds(config.remote_write_interval_s);
+      bool failing = false;
+      while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), every)) {
+        tick_mu.Unlock();
+        absl::Status s = writer.Send(analyzer.Series());
+        tick_mu.Lock();
+        if (!s.ok() && !failing) LogError("%s (retrying every interval)", s.message());
+        if (s.ok() && failing) LogInfo("remote-write works again");
+        failing = !s.ok();
+      }
+    });
+  }
+
   LogInfo("serving gRPC on %s:%d, HTTP on %s:%d, data in %s", config.listen_host, grpc_port,
           config.listen_host, *http_port, config.data_dir);
   NotifyReady(static_cast<int>(config.ready_fd),
@@ -248,6 +285,7 @@ int Main(int argc, char** argv) {
   }
   ticker.join();
   housekeeper.join();
+  if (remote_writer.joinable()) remote_writer.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // One last detection pass over what arrived since the last tick, so that its events are stored.
   core.Tick(absl::GetCurrentTimeNanos());

@@ -38,6 +38,7 @@ class Pipeline {
   const std::string& dir() const { return dir_; }
   std::string AgentAddrTemplate() const { return "unix://" + dir_ + "/agent-{node}.sock"; }
   std::string AggregatorAddr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  int http_port() const { return http_port_; }
   ncclwatch::v1::Query::Stub& query() { return *query_; }
 
   // SIGTERMs every agent (they forward what they hold, then exit) and checks they exited 0.

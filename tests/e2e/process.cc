@@ -31,7 +31,7 @@ Process::Process(std::vector<std::string> argv, std::map<std::string, std::strin
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
-    execv(args[0], args.data());
+    execvp(args[0], args.data());  // a bare name is looked up in PATH
     _exit(127);
   }
   if (log_fd >= 0) close(log_fd);

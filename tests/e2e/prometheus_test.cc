@@ -1,0 +1,220 @@
+// End to end with a real Prometheus server (Debian package `prometheus`, on loopback):
+//   - it federates from the aggregator's /federate while simjob runs, and its HTTP API must return
+//     the straggler, bandwidth and hang series with the right labels;
+//   - the aggregator remote-writes into Prometheus's remote-write receiver, and the same API must
+//     return the series it sent.
+// Prometheus has no readiness pipe, so the test waits for its /-/ready endpoint and for query
+// results by polling them against a deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/e2e/pipeline.h"
+
+namespace ncclwatch::testing {
+namespace {
+
+// A loopback port nobody listens on right now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Polls `condition` until it holds or `timeout_s` passed; returns whether it held.
+bool PollUntil(const std::function<bool()>& condition, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return true;
+}
+
+// One series of an instant query's answer.
+struct Series {
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+class Prometheus {
+ public:
+  // Starts Prometheus with `scrape_configs` (YAML, may be empty) and its remote-write receiver.
+  Prometheus(const std::string& dir, const std::string& scrape_configs) : port_(FreePort()) {
+    const std::string config = dir + "/prometheus.yml";
+    std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                          << scrape_configs;
+    process_ = std::make_unique<Process>(
+        std::vector<std::string>{"prometheus", "--config.file=" + config,
+                                 "--storage.tsdb.path=" + dir + "/prometheus-data",
+                                 "--web.listen-address=127.0.0.1:" + std::to_string(port_),
+                                 "--web.enable-remote-write-receiver", "--log.level=warn"},
+        std::map<std::string, std::string>{}, dir + "/prometheus.log");
+  }
+
+  int port() const { return port_; }
+  std::string Log() const { return process_->Log(); }
+
+  bool WaitReady() {
+    return PollUntil(
+        [&] {
+          httplib::Client c("127.0.0.1", port_);
+          auto res = c.Get("/-/ready");
+          return res && res->status == 200;
+        },
+        30);
+  }
+
+  // Instant query through the HTTP API; empty on any error.
+  std::vector<Series> Query(const std::string& expr) {
+    httplib::Client c("127.0.0.1", port_);
+    auto res = c.Get(("/api/v1/query?query=" + httplib::detail::encode_query_param(expr)).c_str());
+    std::vector<Series> out;
+    google::protobuf::Struct doc;
+    if (!res || res->status != 200 ||
+        !google::protobuf::util::JsonStringToMessage(res->body, &doc).ok()) {
+      return out;
+    }
+    const auto& result = doc.fields().at("data").struct_value().fields().at("result");
+    for (const auto& item : result.list_value().values()) {
+      Series s;
+      for (const auto& [k, v] : item.struct_value().fields().at("metric").struct_value().fields()) {
+        s.labels[k] = v.string_value();
+      }
+      const auto& value = item.struct_value().fields().at("value").list_value();
+      s.value = std::stod(value.values(1).string_value());
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // Waits until the query returns exactly `n` series; returns them (empty on timeout).
+  std::vector<Series> WaitFor(const std::string& expr, size_t n, double timeout_s = 30) {
+    std::vector<Series> last;
+    PollUntil(
+        [&] {
+          last = Query(expr);
+          return last.size() == n;
+        },
+        timeout_s);
+    return last.size() == n ? last : std::vector<Series>{};
+  }
+
+ private:
+  int port_;
+  std::unique_ptr<Process> process_;
+};
+
+std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
+  return {Binaries::Simjob(),  "--plugin=" + Binaries::Plugin(),
+          "--nodes=2",         "--ranks-per-node=4",
+          "--agent-addr=" + p.AgentAddrTemplate(),
+          "--job-id=" + job,   "--duration-s=12",
+          "--slow-rank=5",     "--hang-rank=6",
+          "--hang-after-s=5",  "--clock-skew-ms=20",
+          "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"};
+}
+
+TEST(PrometheusEndToEndTest, ARealPrometheusFederatesTheFindingsWithTheirLabels) {
+  Pipeline p(2, {"--hang-threshold-s=2"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::string http = "127.0.0.1:" + std::to_string(p.http_port());
+  Prometheus prom(p.dir(), "scrape_configs:\n"
+                           "  - job_name: ncclwatch\n"
+                           "    honor_labels: true\n"
+                           "    metrics_path: /federate\n"
+                           "    params:\n"
+                           "      'match[]': ['{__name__=~\"ncclwatch_.*|nccl_.*\"}']\n"
+                           "    static_configs:\n"
+                           "      - targets: ['" + http + "']\n");
+  ASSERT_TRUE(prom.WaitReady()) << prom.Log();
+  Process job(Job(p, "prom"), {}, p.dir() + "/simjob.log");
+
+  auto stragglers = prom.WaitFor(R"(ncclwatch_straggler{job_id="prom"} == 1)", 1);
+  ASSERT_EQ(stragglers.size(), 1u) << prom.Log() << p.Logs();
+  EXPECT_EQ(stragglers[0].labels["rank"], "5");
+  EXPECT_EQ(stragglers[0].labels["node"], "sim-node-1");
+  EXPECT_EQ(stragglers[0].labels["gpu"], "GPU1");
+  EXPECT_EQ(stragglers[0].labels["comm_name"], "world");
+  EXPECT_EQ(stragglers[0].labels["job"], "ncclwatch");  // Prometheus's own scrape job label
+
+  auto bandwidth = prom.WaitFor(
+      R"(nccl_bus_bandwidth_gbs{job_id="prom",collective="AllReduce",message_size="32-33MB"})", 8);
+  ASSERT_EQ(bandwidth.size(), 8u) << prom.Log();
+  for (const Series& s : bandwidth) {
+    EXPECT_EQ(s.labels.at("n_nodes"), "2");
+    EXPECT_EQ(s.labels.at("nranks"), "8");
+    EXPECT_EQ(s.labels.at("algo_proto"), "RING_SIMPLE");
+    EXPECT_GT(s.value, 0);
+  }
+
+  auto hang = prom.WaitFor(R"(ncclwatch_hang{job_id="prom"} == 1)", 1);
+  ASSERT_EQ(hang.size(), 1u) << prom.Log() << p.Logs();
+  EXPECT_EQ(hang[0].labels["comm_name"], "world");
+  auto missing = prom.WaitFor(R"(ncclwatch_rank_missing{job_id="prom"} == 1)", 1);
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].labels["rank"], "6");
+  EXPECT_EQ(missing[0].labels["node"], "sim-node-1");
+  EXPECT_EQ(job.Wait(), 0) << job.Log();
+}
+
+TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {
+  char tmpl[] = "/tmp/ncclwatch-prom-XXXXXX";
+  const std::string prom_dir = mkdtemp(tmpl);
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() { std::filesystem::remove_all(dir); }
+  } remove_later{prom_dir};
+  Prometheus prom(prom_dir, "");
+  ASSERT_TRUE(prom.WaitReady()) << prom.Log();
+  Pipeline p(2, {"--hang-threshold-s=2",
+                 "--remote-write-url=http://127.0.0.1:" + std::to_string(prom.port()) +
+                     "/api/v1/write",
+                 "--remote-write-interval-s=1"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  Process job(Job(p, "rw"), {}, p.dir() + "/simjob.log");
+
+  auto stragglers = prom.WaitFor(R"(ncclwatch_straggler{job_id="rw"} == 1)", 1);
+  ASSERT_EQ(stragglers.size(), 1u) << prom.Log() << p.Logs();
+  EXPECT_EQ(stragglers[0].labels["rank"], "5");
+  EXPECT_EQ(stragglers[0].labels["node"], "sim-node-1");
+  auto bandwidth = prom.WaitFor(
+      R"(nccl_bus_bandwidth_gbs{job_id="rw",collective="AllReduce",message_size="32-33MB"})", 8);
+  EXPECT_EQ(bandwidth.size(), 8u) << prom.Log();
+  auto missing = prom.WaitFor(R"(ncclwatch_rank_missing{job_id="rw"} == 1)", 1);
+  ASSERT_EQ(missing.size(), 1u) << prom.Log() << p.Logs();
+  EXPECT_EQ(missing[0].labels["rank"], "6");
+  EXPECT_EQ(job.Wait(), 0) << job.Log();
+  auto [code, metrics] = p.Get("/metrics");
+  EXPECT_NE(metrics.find("ncclwatch_aggregator_remote_write_samples_total"), std::string::npos);
+  EXPECT_NE(metrics.find("ncclwatch_aggregator_remote_write_failures_total 0"), std::string::npos)
+      << metrics;
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing
