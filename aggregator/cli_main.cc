@@ -4,11 +4,14 @@
 //   ncclwatch hangs      [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch degraded   [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch query      SELECTOR [--since-s N] [--step-s N] [--json] [--aggregator HOST:PORT]
+//   ncclwatch trace      --job J --comm C [--since-s N] [--output F] [--aggregator HOST:PORT]
 //   ncclwatch events     [--job J] [--since-s N] [--limit N] [--json] [--aggregator HOST:PORT]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
 #include <ctime>
 #include <string>
@@ -37,6 +40,8 @@ struct CliConfig {
   double timeout_s = 5;
   double since_s = 3600;
   double step_s = 0;
+  std::string comm;
+  std::string output;
   int64_t limit = 1000;
 };
 
@@ -51,7 +56,10 @@ constexpr char kSummary[] =
     "               the nodes whose network is suspected (--wait-s waits for a suspect node)\n"
     "  events       the detection events stored by the aggregator (every start and end)\n"
     "  query SEL    stored points of the series matching a Prometheus selector, e.g.\n"
-    "               'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)";
+    "               'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)\n"
+    "  trace        a Chrome/Perfetto trace (JSON) of the sampled collectives of communicator\n"
+    "               --comm of --job over the last --since-s seconds, one track per rank, GPU\n"
+    "               clocks aligned on collective ends; open it in ui.perfetto.dev";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ncclwatch: %s\n", message.c_str());
@@ -396,6 +404,87 @@ int Query(ncclwatch::v1::Query::Stub& stub, const CliConfig& config, const std::
   return 0;
 }
 
+// A JSON string literal.
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// The Chrome trace-event JSON of a trace: one process (the communicator), one thread per rank,
+// a complete ("X") event per sampled collective, times in microseconds from the earliest start.
+std::string ChromeTrace(const ncclwatch::v1::GetTraceResponse& t) {
+  int64_t origin = INT64_MAX;
+  for (const auto& r : t.ranks()) {
+    for (const auto& op : r.ops()) origin = std::min(origin, op.start_ns());
+  }
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  absl::StrAppend(&out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":",
+                  JsonString(absl::StrFormat("job %s, communicator %s %s (%d ranks)", t.job_id(),
+                                             t.comm_name(), aggregator::CommHashText(t.comm_hash()),
+                                             t.nranks())),
+                  "}}");
+  for (const auto& r : t.ranks()) {
+    absl::StrAppend(
+        &out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":", r.rank(),
+        ",\"args\":{\"name\":",
+        JsonString(absl::StrFormat("rank %d  %s %s", r.rank(), r.node(),
+                                   aggregator::GpuLabel(r.cuda_device()))),
+        "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":", r.rank(),
+        ",\"args\":{\"sort_index\":", r.rank(), "}}");
+    for (const auto& op : r.ops()) {
+      absl::StrAppend(&out, ",\n{\"name\":", JsonString(op.op()),
+                      ",\"cat\":\"nccl\",\"ph\":\"X\",\"pid\":1,\"tid\":", r.rank(),
+                      ",\"ts\":", absl::StrFormat("%.3f", (op.start_ns() - origin) / 1e3),
+                      ",\"dur\":", absl::StrFormat("%.3f", op.duration_ns() / 1e3),
+                      ",\"args\":{\"seq\":", op.seq(), "}}");
+    }
+  }
+  return out + "\n]}\n";
+}
+
+int Trace(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  if (config.job.empty() || config.comm.empty()) {
+    return Fail("trace needs --job and --comm (a communicator name such as world, or its 0x hash)");
+  }
+  ncclwatch::v1::GetTraceRequest request;
+  request.set_job_id(config.job);
+  request.set_comm(config.comm);
+  const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
+  request.set_start_unix_ms(
+      static_cast<uint64_t>(std::max<int64_t>(0, now_ms - static_cast<int64_t>(config.since_s * 1e3))));
+  request.set_end_unix_ms(static_cast<uint64_t>(now_ms));
+  ncclwatch::v1::GetTraceResponse response;
+  grpc::Status status;
+  if (!Call(stub, config, &ncclwatch::v1::Query::Stub::GetTrace, request, &response, &status)) {
+    return Fail(RpcError(status, config));
+  }
+  const std::string path = config.output.empty()
+                               ? absl::StrFormat("trace-%s-%s.json", config.job, config.comm)
+                               : config.output;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return Fail(absl::StrFormat("cannot write %s: %s", path, std::strerror(errno)));
+  const std::string json = ChromeTrace(response);
+  const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  if (std::fclose(f) != 0 || !written) return Fail(absl::StrFormat("cannot write %s", path));
+  size_t ops = 0;
+  for (const auto& r : response.ranks()) ops += r.ops_size();
+  std::printf("wrote %zu sampled collectives of %d ranks (communicator %s of job %s) to %s%s\n"
+              "open it in https://ui.perfetto.dev or chrome://tracing\n",
+              ops, response.ranks_size(), response.comm_name().c_str(), config.job.c_str(),
+              path.c_str(), response.truncated() ? " (truncated: narrow --since-s)" : "");
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CliConfig config;
   ConfigTable table("ncclwatch", kSummary);
@@ -403,6 +492,9 @@ int Main(int argc, char** argv) {
                   "Aggregator gRPC address, host:port.");
   table.AddBool("json", "", &config.json, "Print JSON instead of a table.");
   table.AddString("job", "", &config.job, "Only this job id.");
+  table.AddString("comm", "", &config.comm, "trace: communicator name (e.g. world) or 0x hash.");
+  table.AddString("output", "", &config.output,
+                  "trace: output file (default trace-<job>-<comm>.json).");
   table.AddDouble("wait-s", "", &config.wait_s,
                   "If nothing is flagged yet, wait up to this long for the first finding.");
   table.AddDouble("timeout-s", "", &config.timeout_s, "Deadline of each request.");
@@ -424,6 +516,7 @@ int Main(int argc, char** argv) {
   if (command == "hangs") return Hangs(*stub, config);
   if (command == "degraded") return Degraded(*stub, config);
   if (command == "events") return Events(*stub, config);
+  if (command == "trace") return Trace(*stub, config);
   if (command == "query") {
     if (positional->size() != 2) return Fail("query needs one selector argument (see --help)");
     return Query(*stub, config, (*positional)[1]);

@@ -1,10 +1,14 @@
 #include "aggregator/services.h"
 
+#include <cmath>
 #include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/strings/numbers.h"
 #include "aggregator/federate.h"
+#include "aggregator/median.h"
+#include "proto/samples.h"
 #include "common/log.h"
 #include "proto/validate.h"
 
@@ -152,6 +156,82 @@ void AggregatorCore::StoreDetectionSeries(int64_t now_ns) {
     store_errors_->Increment();
     LogError("store: %s", s.message());
   }
+}
+
+absl::StatusOr<ncclwatch::v1::GetTraceResponse> AggregatorCore::GetTrace(
+    const ncclwatch::v1::GetTraceRequest& request, int64_t now_ns) const {
+  if (request.job_id().empty() || request.comm().empty()) {
+    return absl::InvalidArgumentError("job_id and comm (a name or 0x hash) are required");
+  }
+  uint64_t hash = 0;
+  const bool by_hash = request.comm().rfind("0x", 0) == 0 &&
+                       absl::SimpleHexAtoi(request.comm().substr(2), &hash);
+  const auto end_ms = static_cast<int64_t>(
+      request.end_unix_ms() == 0 ? now_ns / 1'000'000 : request.end_unix_ms());
+  const auto start_ms = static_cast<int64_t>(request.start_unix_ms());
+  if (start_ms > end_ms) return absl::InvalidArgumentError("start_unix_ms is after end_unix_ms");
+  const uint64_t max_ops = request.max_ops() == 0 ? 200'000 : request.max_ops();
+
+  ncclwatch::v1::GetTraceResponse out;
+  std::map<int, ncclwatch::v1::TraceRank> ranks;
+  uint64_t ops = 0;
+  absl::Status s = store_.ReplayBatches(
+      start_ms * 1'000'000,
+      [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+        for (const auto& report : batch.reports()) {
+          const auto& id = report.identity();
+          if (id.job_id() != request.job_id() ||
+              (by_hash ? id.comm_hash() != hash : id.comm_name() != request.comm())) {
+            continue;
+          }
+          out.set_comm_hash(id.comm_hash());
+          out.set_comm_name(id.comm_name());
+          out.set_nranks(id.nranks());
+          ncclwatch::v1::TraceRank& rank = ranks[id.rank()];
+          rank.set_rank(id.rank());
+          rank.set_node(id.node());
+          rank.set_cuda_device(id.cuda_device());
+          ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& sample) {
+            if (ops >= max_ops) {
+              out.set_truncated(true);
+              return;
+            }
+            ++ops;
+            auto* op = rank.add_ops();
+            op->set_op(col.op());
+            op->set_seq(sample.seq);
+            op->set_start_ns(static_cast<int64_t>(sample.gpu_start_ns));
+            op->set_duration_ns(sample.duration_ns);
+          });
+        }
+      },
+      end_ms * 1'000'000);
+  if (!s.ok()) return s;
+  if (ranks.empty()) {
+    return absl::NotFoundError(absl::StrCat("no report of communicator ", request.comm(),
+                                            " of job ", request.job_id(), " in that window"));
+  }
+  // A collective ends at nearly the same moment everywhere: each rank's clock offset is the median
+  // difference between its end times and the lowest rank's, for the collectives both sampled.
+  std::map<std::pair<std::string, uint64_t>, int64_t> reference_end;
+  for (const auto& op : ranks.begin()->second.ops()) {
+    reference_end[{op.op(), op.seq()}] = op.start_ns() + static_cast<int64_t>(op.duration_ns());
+  }
+  out.set_job_id(request.job_id());
+  for (auto& [r, rank] : ranks) {
+    std::vector<double> diffs;
+    for (const auto& op : rank.ops()) {
+      auto ref = reference_end.find({op.op(), op.seq()});
+      if (ref == reference_end.end()) continue;
+      diffs.push_back(static_cast<double>(op.start_ns() + static_cast<int64_t>(op.duration_ns()) -
+                                          ref->second));
+    }
+    const auto offset = static_cast<int64_t>(std::llround(Median(diffs)));
+    rank.set_clock_offset_ns(offset);
+    for (auto& op : *rank.mutable_ops()) op.set_start_ns(op.start_ns() - offset);
+    *out.add_ranks() = std::move(rank);
+  }
+  return out;
 }
 
 absl::StatusOr<ncclwatch::v1::QueryRangeResponse> AggregatorCore::QueryRange(
@@ -303,6 +383,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
   if (absl::IsUnavailable(s)) code = grpc::StatusCode::UNAVAILABLE;
   if (absl::IsResourceExhausted(s)) code = grpc::StatusCode::RESOURCE_EXHAUSTED;
   if (absl::IsDataLoss(s)) code = grpc::StatusCode::DATA_LOSS;
+  if (absl::IsNotFound(s)) code = grpc::StatusCode::NOT_FOUND;
   return grpc::Status(code, std::string(s.message()));
 }
 
@@ -446,6 +527,15 @@ grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* 
                                                    const ncclwatch::v1::QueryRangeRequest* request,
                                                    ncclwatch::v1::QueryRangeResponse* response) {
   auto answer = core_.QueryRange(*request, absl::GetCurrentTimeNanos());
+  if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
+  *response = *std::move(answer);
+  return Finished(context);
+}
+
+grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* context,
+                                                 const ncclwatch::v1::GetTraceRequest* request,
+                                                 ncclwatch::v1::GetTraceResponse* response) {
+  auto answer = core_.GetTrace(*request, absl::GetCurrentTimeNanos());
   if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
   *response = *std::move(answer);
   return Finished(context);

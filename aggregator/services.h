@@ -43,6 +43,9 @@ class AggregatorCore {
   // detectors resume where they were and every acknowledged point is in the store (rewriting one
   // is harmless). Events already stored are not stored again. Returns the batches replayed.
   absl::StatusOr<uint64_t> Replay(int64_t since_ns);
+  // The sampled collectives of one communicator, per rank, from the batch log (clocks aligned).
+  absl::StatusOr<ncclwatch::v1::GetTraceResponse> GetTrace(
+      const ncclwatch::v1::GetTraceRequest& request, int64_t now_ns) const;
   // Stored points of the series matching `request.selector()`.
   absl::StatusOr<ncclwatch::v1::QueryRangeResponse> QueryRange(
       const ncclwatch::v1::QueryRangeRequest& request, int64_t now_ns) const;
@@ -112,6 +115,9 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* QueryRange(grpc::CallbackServerContext* context,
                                        const ncclwatch::v1::QueryRangeRequest* request,
                                        ncclwatch::v1::QueryRangeResponse* response) override;
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
+                                     const ncclwatch::v1::GetTraceRequest* request,
+                                     ncclwatch::v1::GetTraceResponse* response) override;
   grpc::ServerWriteReactor<ncclwatch::v1::Event>* Watch(
       grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest* request) override;
 

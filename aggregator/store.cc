@@ -166,10 +166,15 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
 
 absl::Status Store::ReplayBatches(
     int64_t since_ns,
-    const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn) const {
+    const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
+    int64_t until_ns) const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("L" + EncodeBe64(static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))));
        it->Valid() && it->key().starts_with("L"); it->Next()) {
+    if (it->key().size() == 17 &&
+        static_cast<int64_t>(DecodeBe64(it->key().data() + 1)) > until_ns) {
+      break;
+    }
     ncclwatch::v1::NodeBatch batch;
     if (it->key().size() != 17 ||
         !batch.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {

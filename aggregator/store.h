@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,10 +65,11 @@ class Store {
   // Stores the batch, received at `received_ns`, unless its (agent_id, batch_seq) is already
   // stored. Returns true if it was new. Thread-safe.
   absl::StatusOr<bool> PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns);
-  // Calls `fn` with every stored batch received at or after `since_ns`, in arrival order.
+  // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order.
   absl::Status ReplayBatches(
       int64_t since_ns,
-      const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t received_ns)>& fn) const;
+      const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t received_ns)>& fn,
+      int64_t until_ns = INT64_MAX) const;
   // Number of batches in the store (scans keys; for tests and start-up logging).
   absl::StatusOr<uint64_t> CountBatches() const;
 
