@@ -69,6 +69,12 @@ class Analyzer {
   ncclwatch::v1::ListDegradedResponse Degraded(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Communicators (for `job_id`, or all) with their ranks and health now, by job then name.
+  std::vector<ncclwatch::v1::CommInfo> Comms(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Jobs, summarised from their communicators.
+  std::vector<ncclwatch::v1::JobInfo> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+
   struct Counters {
     uint64_t reports = 0;
     uint64_t groups_completed = 0;

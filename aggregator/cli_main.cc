@@ -1,11 +1,13 @@
 // ncclwatch: the command-line client of the aggregator's Query API.
 //
+//   ncclwatch jobs       [--json] [--aggregator HOST:PORT]
+//   ncclwatch comms      [--job J] [--json] [--aggregator HOST:PORT]
 //   ncclwatch stragglers [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch hangs      [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch degraded   [--job J] [--wait-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch query      SELECTOR [--since-s N] [--step-s N] [--json] [--aggregator HOST:PORT]
 //   ncclwatch trace      --job J --comm C [--since-s N] [--output F] [--aggregator HOST:PORT]
-//   ncclwatch events     [--job J] [--since-s N] [--limit N] [--json] [--aggregator HOST:PORT]
+//   ncclwatch events     [--job J] [--since-s N] [--limit N] [--follow] [--json] [--aggregator ...]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <ctime>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -42,6 +45,7 @@ struct CliConfig {
   double step_s = 0;
   std::string comm;
   std::string output;
+  bool follow = false;
   int64_t limit = 1000;
 };
 
@@ -49,6 +53,8 @@ constexpr char kUsage[] = "<command> [flags]";
 constexpr char kSummary[] =
     "Query the ncclwatch aggregator.\n\n"
     "Commands:\n"
+    "  jobs         jobs that have reported: communicators, ranks, nodes, current findings\n"
+    "  comms        communicators (of --job) with class, size and health\n"
     "  stragglers   ranks currently flagged as slow, with the node and GPU they run on\n"
     "  hangs        collectives that stopped making progress, the ranks that never reached\n"
     "               them, and ranks that went silent\n"
@@ -341,6 +347,19 @@ int Degraded(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
 }
 
 int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
+  // With --follow the watch opens before the stored events are read, so nothing falls in between;
+  // an event seen both ways is printed once.
+  grpc::ClientContext watch_context;
+  std::unique_ptr<grpc::ClientReader<ncclwatch::v1::Event>> watch;
+  if (config.follow) {
+    if (config.wait_s > 0) {
+      watch_context.set_deadline(
+          std::chrono::system_clock::now() +
+          std::chrono::milliseconds(static_cast<int64_t>(config.wait_s * 1000)));
+    }
+    watch = stub.Watch(&watch_context, ncclwatch::v1::WatchRequest());
+    watch->WaitForInitialMetadata();
+  }
   ncclwatch::v1::ListEventsRequest request;
   request.set_job_id(config.job);
   const int64_t now = absl::GetCurrentTimeNanos();
@@ -352,16 +371,84 @@ int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   if (!Call(stub, config, &ncclwatch::v1::Query::Stub::ListEvents, request, &response, &status)) {
     return Fail(RpcError(status, config));
   }
+  auto print = [&](const ncclwatch::v1::Event& e) {
+    if (config.json) {
+      PrintJson(e);
+    } else {
+      std::printf("%s  %s\n", Clock(e.time_unix_ns()).c_str(), e.summary().c_str());
+    }
+    std::fflush(stdout);
+  };
+  std::set<std::pair<uint64_t, std::string>> listed;
+  if (config.json && !config.follow) {
+    PrintJson(response);
+  } else {
+    for (const auto& e : response.events()) {
+      print(e);
+      listed.insert({e.time_unix_ns(), e.summary()});
+    }
+    if (response.events_size() == 0 && !config.json) {
+      std::printf("No detection event in the last %.0f s.%s\n", config.since_s,
+                  config.follow ? " Waiting for new ones (Ctrl-C to stop)." : "");
+      std::fflush(stdout);
+    }
+  }
+  if (!watch) return 0;
+  ncclwatch::v1::Event e;
+  while (watch->Read(&e)) {
+    if (!JobMatches(e, config) || listed.count({e.time_unix_ns(), e.summary()})) continue;
+    print(e);
+  }
+  grpc::Status end = watch->Finish();
+  if (!end.ok() && end.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return Fail(RpcError(end, config));
+  }
+  return 0;
+}
+
+void PrintJobs(const ncclwatch::v1::ListJobsResponse& response) {
+  if (response.jobs_size() == 0) {
+    std::printf("No job has reported yet.\n");
+    return;
+  }
+  std::printf("%-24s %5s %6s %6s %10s %5s %8s %6s  %s\n", "JOB", "COMMS", "RANKS", "NODES",
+              "STRAGGLERS", "HUNG", "DEGRADED", "SILENT", "LAST REPORT");
+  for (const auto& j : response.jobs()) {
+    std::printf("%-24s %5u %6u %6d %10u %5u %8u %6u  %s\n", j.job_id().c_str(), j.communicators(),
+                j.ranks(), j.nodes_size(), j.stragglers(), j.hung_communicators(),
+                j.degraded_communicators(), j.silent_ranks(),
+                Clock(j.last_report_unix_ns()).c_str());
+  }
+}
+
+void PrintComms(const ncclwatch::v1::ListCommsResponse& response) {
+  if (response.comms_size() == 0) {
+    std::printf("No communicator has reported yet.\n");
+    return;
+  }
+  std::printf("%-24s %-28s %-7s %6s %6s %-20s %s\n", "JOB", "COMMUNICATOR", "CLASS", "RANKS",
+              "NODES", "HEALTH", "LAST REPORT");
+  for (const auto& c : response.comms()) {
+    std::string comm = absl::StrFormat("%s %s", c.comm_name().empty() ? "-" : c.comm_name(),
+                                       aggregator::CommHashText(c.comm_hash()));
+    std::printf("%-24s %-28s %-7s %6d %6d %-20s %s\n", c.job_id().c_str(), comm.c_str(),
+                c.comm_class().c_str(), c.nranks(), c.n_nodes(), c.health().c_str(),
+                Clock(c.last_report_unix_ns()).c_str());
+  }
+}
+
+template <typename Request, typename Response, typename Print>
+int Show(ncclwatch::v1::Query::Stub& stub, const CliConfig& config,
+         grpc::Status (ncclwatch::v1::Query::Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                        Response*),
+         const Request& request, Print print) {
+  Response response;
+  grpc::Status status;
+  if (!Call(stub, config, rpc, request, &response, &status)) return Fail(RpcError(status, config));
   if (config.json) {
     PrintJson(response);
-    return 0;
-  }
-  if (response.events_size() == 0) {
-    std::printf("No detection event in the last %.0f s.\n", config.since_s);
-    return 0;
-  }
-  for (const auto& e : response.events()) {
-    std::printf("%s  %s\n", Clock(e.time_unix_ns()).c_str(), e.summary().c_str());
+  } else {
+    print(response);
   }
   return 0;
 }
@@ -492,6 +579,8 @@ int Main(int argc, char** argv) {
                   "Aggregator gRPC address, host:port.");
   table.AddBool("json", "", &config.json, "Print JSON instead of a table.");
   table.AddString("job", "", &config.job, "Only this job id.");
+  table.AddBool("follow", "", &config.follow,
+                "events: keep printing new events as they happen (until Ctrl-C, or --wait-s).");
   table.AddString("comm", "", &config.comm, "trace: communicator name (e.g. world) or 0x hash.");
   table.AddString("output", "", &config.output,
                   "trace: output file (default trace-<job>-<comm>.json).");
@@ -517,6 +606,15 @@ int Main(int argc, char** argv) {
   if (command == "degraded") return Degraded(*stub, config);
   if (command == "events") return Events(*stub, config);
   if (command == "trace") return Trace(*stub, config);
+  if (command == "jobs") {
+    return Show(*stub, config, &ncclwatch::v1::Query::Stub::ListJobs,
+                ncclwatch::v1::ListJobsRequest(), PrintJobs);
+  }
+  if (command == "comms") {
+    ncclwatch::v1::ListCommsRequest request;
+    request.set_job_id(config.job);
+    return Show(*stub, config, &ncclwatch::v1::Query::Stub::ListComms, request, PrintComms);
+  }
   if (command == "query") {
     if (positional->size() != 2) return Fail("query needs one selector argument (see --help)");
     return Query(*stub, config, (*positional)[1]);

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "httplib.h"
 
 namespace ncclwatch::aggregator {
@@ -209,6 +210,9 @@ int Main(int argc, char** argv) {
   IngestService ingest(core);
   QueryService query(core);
 
+  // The standard grpc.health.v1.Health service (Kubernetes gRPC probes, grpc_health_probe):
+  // SERVING from the moment the server starts, NOT_SERVING once it shuts down.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrFormat("%s:%d", config.listen_host, config.grpc_port),
@@ -279,6 +283,7 @@ int Main(int argc, char** argv) {
 
   int sig = WaitForTerminationSignal();
   LogInfo("signal %d: shutting down", sig);
+  server->GetHealthCheckService()->Shutdown();
   {
     absl::MutexLock lock(&tick_mu);
     stopping = true;

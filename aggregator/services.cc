@@ -541,6 +541,20 @@ grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* co
   return Finished(context);
 }
 
+grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* context,
+                                                 const ncclwatch::v1::ListJobsRequest*,
+                                                 ncclwatch::v1::ListJobsResponse* response) {
+  for (auto& j : core_.analyzer().Jobs()) *response->add_jobs() = std::move(j);
+  return Finished(context);
+}
+
+grpc::ServerUnaryReactor* QueryService::ListComms(grpc::CallbackServerContext* context,
+                                                  const ncclwatch::v1::ListCommsRequest* request,
+                                                  ncclwatch::v1::ListCommsResponse* response) {
+  for (auto& c : core_.analyzer().Comms(request->job_id())) *response->add_comms() = std::move(c);
+  return Finished(context);
+}
+
 grpc::ServerWriteReactor<ncclwatch::v1::Event>* QueryService::Watch(
     grpc::CallbackServerContext*, const ncclwatch::v1::WatchRequest*) {
   return new WatchWriter(core_);

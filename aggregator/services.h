@@ -118,6 +118,12 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
                                      const ncclwatch::v1::GetTraceRequest* request,
                                      ncclwatch::v1::GetTraceResponse* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const ncclwatch::v1::ListJobsRequest* request,
+                                     ncclwatch::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* ListComms(grpc::CallbackServerContext* context,
+                                      const ncclwatch::v1::ListCommsRequest* request,
+                                      ncclwatch::v1::ListCommsResponse* response) override;
   grpc::ServerWriteReactor<ncclwatch::v1::Event>* Watch(
       grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest* request) override;
 

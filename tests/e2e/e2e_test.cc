@@ -5,7 +5,9 @@
 #include <map>
 #include <regex>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
@@ -203,6 +205,44 @@ TEST(EndToEndTest, HttpEndpointsAreWellFormed) {
   }
   auto [status, metrics] = p.Get("/metrics");
   EXPECT_NE(metrics.find("ncclwatch_aggregator_reports_ingested_total"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing
+
+namespace ncclwatch::testing {
+namespace {
+
+// grpc.health.v1.Health/Check with an empty service name, through a generic stub (no generated
+// code for the health protocol here): the request is the empty message, the answer is
+// HealthCheckResponse{status: SERVING} = field 1, varint 1 = bytes 08 01.
+TEST(EndToEndTest, AggregatorAnswersTheStandardGrpcHealthCheck) {
+  Pipeline p(0);
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto channel = grpc::CreateChannel(p.AggregatorAddr(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice no_bytes(std::string{});
+  grpc::ByteBuffer request(&no_bytes, 1);  // the empty HealthCheckRequest
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Mutex mu;
+  bool done = false;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   absl::MutexLock lock(&mu);
+                   status = std::move(s);
+                   done = true;
+                 });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
-// End to end: `ncclwatch trace` writes a Chrome/Perfetto trace of one communicator's sampled
+// End to end: `ncclwatch events --follow`, `jobs` and `comms` on a job with a slow rank; then
+// `ncclwatch trace` writes a Chrome/Perfetto trace of one communicator's sampled
 // collectives that parses as JSON, with one named track per rank, the GPU clocks of the two nodes
 // (50 ms apart) aligned, and the slow rank visibly late.
+#include <chrono>
 #include <fstream>
+#include <regex>
+#include <thread>
 #include <map>
 #include <set>
 #include <sstream>
@@ -19,6 +23,16 @@ namespace {
 TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   Pipeline p(2);
   ASSERT_TRUE(p.ok()) << p.error();
+  // `events --follow` started before the job prints the job's events as they happen.
+  Process follow({Binaries::Cli(), "events", "--follow", "--job=traced", "--wait-s=8",
+                  "--aggregator=" + p.AggregatorAddr()},
+                 {}, p.dir() + "/cli-follow.log");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (follow.Log().find("Waiting for new ones") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls for the CLI's line
+  }
+  ASSERT_NE(follow.Log().find("Waiting for new ones"), std::string::npos) << follow.Log();
   auto [code, log] = RunToCompletion(
       {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2", "--ranks-per-node=4",
        "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=traced", "--duration-s=3",
@@ -26,6 +40,23 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
       p.dir() + "/simjob.log");
   ASSERT_EQ(code, 0) << log;
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
+  EXPECT_EQ(follow.Wait(), 0) << follow.Log();
+  EXPECT_NE(follow.Log().find("STRAGGLER: rank 5 (node sim-node-1, GPU1) of communicator world"),
+            std::string::npos)
+      << follow.Log();
+
+  // The job and its communicator as the CLI lists them.
+  auto [jobs_code, jobs_out] = RunToCompletion(
+      {Binaries::Cli(), "jobs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli-jobs.log");
+  EXPECT_EQ(jobs_code, 0) << jobs_out;
+  EXPECT_TRUE(std::regex_search(jobs_out, std::regex(R"(traced\s+1\s+8\s+2\s+1\s+0\s+0\s+0 )")))
+      << jobs_out;
+  auto [comms_code, comms_out] =
+      RunToCompletion({Binaries::Cli(), "comms", "--job=traced", "--aggregator=" + p.AggregatorAddr()},
+                      p.dir() + "/cli-comms.log");
+  EXPECT_EQ(comms_code, 0) << comms_out;
+  EXPECT_TRUE(std::regex_search(comms_out, std::regex(R"(world 0x[0-9a-f]{16}\s+hybrid\s+8\s+2\s+straggler )")))
+      << comms_out;
 
   const std::string file = p.dir() + "/trace.json";
   auto [cli_code, cli_out] = RunToCompletion(
