@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -39,14 +40,17 @@ struct AggregatorConfig {
   double degraded_fraction = 0.2;
   int64_t degraded_intervals = 1;
   std::string retention = "15d";
+  std::string downsample_after = "1d";
+  std::string downsample_step = "5m";
   std::string remote_write_url;
   double remote_write_interval_s = 10;
   double replay_s = 600;
   int64_t ready_fd = -1;
 };
 
-// "15d", "36h", "90m", "3600s" (a bare number is seconds) -> nanoseconds; nullopt if malformed.
-std::optional<int64_t> ParseRetention(const std::string& text) {
+// "15d", "36h", "90m", "3600s" (a bare number is seconds) -> nanoseconds; nullopt if malformed
+// or outside [1 min, 10 years].
+std::optional<int64_t> ParseDuration(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (end == text.c_str() || !(v > 0)) return std::nullopt;
@@ -96,6 +100,10 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
            "Consecutive low report intervals before a communicator is flagged degraded.");
   t.AddString("retention", "NCCLWATCH_RETENTION", &c.retention,
               "How long batches, points and events are kept: e.g. 15d, 36h, 90m (at least 1m).");
+  t.AddString("downsample-after", "", &c.downsample_after,
+              "Points older than this are reduced to one mean per --downsample-step (hourly).");
+  t.AddString("downsample-step", "", &c.downsample_step,
+              "Bucket of downsampled points, e.g. 5m.");
   t.AddDouble("replay-s", "", &c.replay_s,
               "At start-up, feed the batches of the last this-many seconds to the detectors again, "
               "so they resume where they stopped.");
@@ -152,11 +160,17 @@ int Main(int argc, char** argv) {
   if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
   LogInfo("starting: %s", table.Describe());
 
-  const std::optional<int64_t> retention_ns = ParseRetention(config.retention);
-  if (!retention_ns) {
-    LogError("--retention=%s: expected a duration like 15d, 36h or 90m, at least 1m",
-             config.retention);
-    return 2;
+  const std::optional<int64_t> retention_ns = ParseDuration(config.retention);
+  const std::optional<int64_t> downsample_after_ns = ParseDuration(config.downsample_after);
+  const std::optional<int64_t> downsample_step_ns = ParseDuration(config.downsample_step);
+  for (const auto& [flag, value, parsed] :
+       {std::tuple{"retention", config.retention, retention_ns},
+        std::tuple{"downsample-after", config.downsample_after, downsample_after_ns},
+        std::tuple{"downsample-step", config.downsample_step, downsample_step_ns}}) {
+    if (!parsed) {
+      LogError("--%s=%s: expected a duration like 15d, 36h or 90m, at least 1m", flag, value);
+      return 2;
+    }
   }
   std::optional<RemoteWriteTarget> remote_write;
   if (!config.remote_write_url.empty()) {
@@ -242,17 +256,21 @@ int Main(int argc, char** argv) {
       core.Tick(absl::GetCurrentTimeNanos());
     }
   });
-  // Retention, off the detection path: moves the cutoff along every minute and compacts hourly so
-  // that expired data leaves the disk.
+  // Retention, off the detection path: moves the cutoff along every minute; hourly, downsamples
+  // old points and compacts so that expired data leaves the disk.
   std::thread housekeeper([&] {
     absl::MutexLock lock(&tick_mu);
     int minutes = 0;
     while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Minutes(1))) {
       (*store)->SetRetentionCutoff(absl::GetCurrentTimeNanos() - *retention_ns);
       if (++minutes % 60 != 0) continue;
-      tick_mu.Unlock();  // the ticker keeps ticking while RocksDB compacts
+      tick_mu.Unlock();  // the ticker keeps ticking while RocksDB works
+      const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
+      auto removed = (*store)->Downsample(now_ms - *downsample_after_ns / 1'000'000,
+                                          *downsample_step_ns / 1'000'000);
       absl::Status s = (*store)->Compact();
       tick_mu.Lock();
+      if (!removed.ok()) LogError("%s", removed.status().message());
       if (!s.ok()) LogError("%s", s.message());
     }
   });

@@ -285,6 +285,46 @@ absl::StatusOr<std::vector<Point>> Store::ReadPoints(uint64_t id, int64_t start_
   return out;
 }
 
+absl::StatusOr<uint64_t> Store::Downsample(int64_t before_ms, int64_t step_ms) {
+  if (step_ms <= 0) return absl::InvalidArgumentError("downsampling step must be positive");
+  const std::string progress_key = "Mdownsampled_until_ms";
+  std::string progress;
+  int64_t from_ms = 0;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), progress_key, &progress);
+  if (s.ok() && progress.size() == 8) from_ms = static_cast<int64_t>(DecodeBe64(progress.data()));
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "downsampling progress");
+  before_ms -= before_ms % step_ms;  // whole buckets only
+  if (before_ms <= from_ms) return 0;
+  uint64_t removed = 0;
+  for (const StoredSeries& series : Series()) {
+    absl::StatusOr<std::vector<Point>> points = ReadPoints(series.id, from_ms, before_ms - 1);
+    if (!points.ok()) return points.status();
+    rocksdb::WriteBatch write;
+    for (size_t i = 0; i < points->size();) {
+      const int64_t bucket = (*points)[i].time_ms - (*points)[i].time_ms % step_ms;
+      double sum = 0;
+      size_t n = 0;
+      for (; i < points->size() && (*points)[i].time_ms < bucket + step_ms; ++i, ++n) {
+        sum += (*points)[i].value;
+        write.Delete(PointKey(series.id, (*points)[i].time_ms));
+      }
+      const double mean = sum / static_cast<double>(n);
+      write.Put(PointKey(series.id, bucket),
+                rocksdb::Slice(reinterpret_cast<const char*>(&mean), sizeof mean));
+      removed += n - 1;
+    }
+    if (write.Count() > 0) {
+      if (absl::Status w = FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "downsampling");
+          !w.ok()) {
+        return w;
+      }
+    }
+  }
+  s = db_->Put(rocksdb::WriteOptions(), progress_key, EncodeBe64(static_cast<uint64_t>(before_ms)));
+  if (!s.ok()) return FromRocks(s, "downsampling progress");
+  return removed;
+}
+
 void Store::SetRetentionCutoff(int64_t cutoff_ns) { filter_->SetCutoff(cutoff_ns); }
 
 absl::Status Store::Compact() {

@@ -5,6 +5,7 @@
 //   'N' series identity                    -> be64(id)   the series index (identity -> id)
 //   'S' be64(id)                           -> identity   the series index (id -> identity)
 //   'P' be64(id) be64(time_ms)             -> f64        one point of one series
+//   'M' name                               -> bytes      bookkeeping (downsampling progress)
 // A batch and its dedup entry are one atomic write through RocksDB's write-ahead log before Push
 // is acknowledged, so an acknowledged batch survives a crash of the aggregator process; the points
 // derived from it are written right after and re-derived from the batch log at start-up
@@ -87,6 +88,11 @@ class Store {
   // Points of series `id` with start_ms <= time <= end_ms, oldest first.
   absl::StatusOr<std::vector<Point>> ReadPoints(uint64_t id, int64_t start_ms,
                                                 int64_t end_ms) const;
+
+  // Replaces the points older than `before_ms` (and newer than the previous call's `before_ms`) by
+  // one point per `step_ms` bucket and series: the bucket's mean, at the bucket's start. Returns
+  // the number of points removed. Idempotent; progress is kept in the database.
+  absl::StatusOr<uint64_t> Downsample(int64_t before_ms, int64_t step_ms);
 
   // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
   void SetRetentionCutoff(int64_t cutoff_ns);

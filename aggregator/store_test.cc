@@ -160,3 +160,48 @@ TEST(Be64Test, RoundTripsAndSortsNumerically) {
 
 }  // namespace
 }  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+class DownsampleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ncclwatch-store-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(DownsampleTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  std::vector<SeriesPoint> points;
+  for (int64_t t = 0; t < 20 * 60'000; t += 1'000) {  // 20 min of 1 s points, value = minute
+    points.push_back({"bw", {{"rank", "0"}}, t, static_cast<double>(t / 60'000)});
+    points.push_back({"bw", {{"rank", "1"}}, t, 1.0});
+  }
+  ASSERT_TRUE((*store)->AppendPoints(points).ok());
+  auto removed = (*store)->Downsample(10 * 60'000, 5 * 60'000);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 2u * (600 - 2));  // per series: 600 points in 10 min become 2
+  auto rank0 = (*store)->ReadPoints(1, 0, 20 * 60'000);
+  ASSERT_EQ(rank0->size(), 2u + 600u);
+  EXPECT_EQ((*rank0)[0].time_ms, 0);
+  EXPECT_DOUBLE_EQ((*rank0)[0].value, 2.0);  // minutes 0..4
+  EXPECT_EQ((*rank0)[1].time_ms, 5 * 60'000);
+  EXPECT_DOUBLE_EQ((*rank0)[1].value, 7.0);  // minutes 5..9
+  EXPECT_EQ((*rank0)[2].time_ms, 10 * 60'000);  // untouched from here
+  // Idempotent, and it resumes where it stopped after a restart.
+  EXPECT_EQ(*(*store)->Downsample(10 * 60'000, 5 * 60'000), 0u);
+  store->reset();
+  auto reopened = Store::Open(dir_);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(*(*reopened)->Downsample(10 * 60'000 + 1, 5 * 60'000), 0u);  // no whole new bucket
+  EXPECT_EQ(*(*reopened)->Downsample(15 * 60'000, 5 * 60'000), 2u * (300 - 1));
+  EXPECT_EQ((*reopened)->ReadPoints(2, 0, 20 * 60'000)->size(), 3u + 300u);
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
