@@ -477,11 +477,13 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   return events;
 }
 
-std::vector<ExportedSample> Analyzer::Series() const {
+std::vector<ExportedSample> Analyzer::Series(bool detection_only) const {
   absl::MutexLock lock(&mu_);
   std::vector<ExportedSample> out;
-  out.reserve(series_.size());
-  for (const auto& [k, e] : series_) out.push_back(e.sample);
+  if (!detection_only) {
+    out.reserve(series_.size());
+    for (const auto& [k, e] : series_) out.push_back(e.sample);
+  }
   const int64_t now_ns = absl::GetCurrentTimeNanos();
   std::map<CommKey, const HangView*> hung;
   std::vector<HangView> hangs = hangs_.Hangs();

@@ -57,8 +57,9 @@ class Analyzer {
   // series. Returns the detection events it caused. Call about four times a second.
   std::vector<ncclwatch::v1::Event> Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Every exported series, current values.
-  std::vector<ExportedSample> Series() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every exported series, current values; with `detection_only`, just the ncclwatch_* families
+  // computed from the detectors (not the per-report statistics).
+  std::vector<ExportedSample> Series(bool detection_only = false) const ABSL_LOCKS_EXCLUDED(mu_);
   // Ranks flagged slow right now; `job_id` empty means every job.
   std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);

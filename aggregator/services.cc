@@ -137,12 +137,14 @@ void AggregatorCore::Tick(int64_t now_ns) {
 }
 
 void AggregatorCore::StoreDetectionSeries(int64_t now_ns) {
+  constexpr int64_t kEveryNs = 1'000'000'000;
   constexpr int64_t kHeartbeatNs = 60'000'000'000;
   std::vector<SeriesPoint> points;
   {
     absl::MutexLock lock(&snapshot_mu_);
-    for (ExportedSample& s : analyzer_.Series()) {
-      if (s.name.rfind("ncclwatch_", 0) != 0) continue;  // the Inspector series come with reports
+    if (now_ns - last_snapshot_ns_ < kEveryNs) return;  // once a second is enough history
+    last_snapshot_ns_ = now_ns;
+    for (ExportedSample& s : analyzer_.Series(/*detection_only=*/true)) {
       auto [it, added] = snapshot_.try_emplace(SeriesIdentity(s.name, s.labels), s.value, now_ns);
       if (!added && it->second.first == s.value && now_ns - it->second.second < kHeartbeatNs) {
         continue;

@@ -37,7 +37,8 @@ class AggregatorCore {
   // batch (not retried by agents), Unavailable when the store failed (retried).
   absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch);
   // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
-  // detection series (ncclwatch_*) when they change, and at least once a minute.
+  // detection series (ncclwatch_*), at most once a second, when they change and at least once a
+  // minute.
   void Tick(int64_t now_ns);
   // At start-up: feeds the batches stored since `since_ns` to the analyzer again, so that the
   // detectors resume where they were and every acknowledged point is in the store (rewriting one
@@ -79,6 +80,7 @@ class AggregatorCore {
   // The last stored value and time of each detection series (by identity), for change detection.
   absl::Mutex snapshot_mu_;
   std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
   absl::Mutex watchers_mu_;
   std::set<EventWatcher*> watchers_ ABSL_GUARDED_BY(watchers_mu_);
 };

@@ -164,17 +164,7 @@ TEST(Be64Test, RoundTripsAndSortsNumerically) {
 namespace ncclwatch::aggregator {
 namespace {
 
-class DownsampleTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ncclwatch-store-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
-};
-
-TEST_F(DownsampleTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
+TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
   auto store = Store::Open(dir_);
   ASSERT_TRUE(store.ok());
   std::vector<SeriesPoint> points;

@@ -62,6 +62,13 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
             std::string::npos)
       << query_out;
   EXPECT_NE(query_out.find(" points\n"), std::string::npos) << query_out;
+  // The detection series are stored too: rank 5's straggler flag was 1.
+  auto [flag_code, flag_out] = RunToCompletion(
+      {Binaries::Cli(), "query", "--json", "--aggregator=" + p.AggregatorAddr(),
+       R"(ncclwatch_straggler{job_id="crash",rank="5"})"},
+      p.dir() + "/cli-query-flag.log");
+  EXPECT_EQ(flag_code, 0) << flag_out;
+  EXPECT_NE(flag_out.find("\"value\":1"), std::string::npos) << flag_out;
   auto [bad_code, bad_out] =
       RunToCompletion({Binaries::Cli(), "query", "--aggregator=" + p.AggregatorAddr(), "bad{"},
                       p.dir() + "/cli-bad-query.log");
