@@ -252,12 +252,18 @@ absl::StatusOr<ncclwatch::v1::QueryRangeResponse> AggregatorCore::QueryRange(
         "more than ", kMaxQuerySteps, " steps: raise step_ms or narrow the range"));
   }
   const size_t max_series = request.max_series() == 0 ? 1000 : request.max_series();
+  uint64_t after_id = 0;  // the page token: the id of the last series already returned
+  if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after_id)) {
+    return absl::InvalidArgumentError("malformed page_token");
+  }
   ncclwatch::v1::QueryRangeResponse out;
   size_t points = 0;
+  uint64_t last_id = 0;
   for (const StoredSeries& series : store_.Series()) {
-    if (!selector->Matches(series.name, series.labels)) continue;
+    if (series.id <= after_id || !selector->Matches(series.name, series.labels)) continue;
     if (static_cast<size_t>(out.series_size()) >= max_series) {
       out.set_truncated(true);
+      out.set_next_page_token(absl::StrCat(last_id));
       break;
     }
     // With a step, the value at t is the latest point in (t - lookback, t], as in PromQL.
@@ -289,6 +295,7 @@ absl::StatusOr<ncclwatch::v1::QueryRangeResponse> AggregatorCore::QueryRange(
           "the answer would exceed ", kMaxQueryPoints,
           " points: narrow the selector or the range, or raise step_ms"));
     }
+    last_id = series.id;
     ts.set_name(series.name);
     for (const auto& [k, v] : series.labels) {
       auto* label = ts.add_labels();
@@ -323,28 +330,53 @@ absl::StatusOr<ncclwatch::v1::ListEventsResponse> AggregatorCore::ListEvents(
   // and skips the events of that timestamp already consumed (the store keeps them in write order).
   constexpr size_t kPage = 4096;
   int64_t since = static_cast<int64_t>(request.since_unix_ns());
-  size_t skip = 0;  // events at time `since` consumed by earlier pages
+  size_t skip = 0;  // events at time `since` consumed by earlier pages (or answers)
+  if (!request.page_token().empty()) {
+    // "<time_ns>.<events at that time already returned>"
+    const size_t dot = request.page_token().find('.');
+    uint64_t t = 0;
+    uint64_t n = 0;
+    if (dot == std::string::npos || !absl::SimpleAtoi(request.page_token().substr(0, dot), &t) ||
+        !absl::SimpleAtoi(request.page_token().substr(dot + 1), &n)) {
+      return absl::InvalidArgumentError("malformed page_token");
+    }
+    since = static_cast<int64_t>(t);
+    skip = n;
+  }
   for (;;) {
     auto page = store_.ListEvents(since, skip + kPage);
     if (!page.ok()) return page.status();
-    // Read before the events are moved out below.
-    const int64_t last = page->empty() ? since : static_cast<int64_t>(page->back().time_unix_ns());
-    size_t at_last = 0;
-    for (const auto& e : *page) at_last += static_cast<int64_t>(e.time_unix_ns()) == last ? 1 : 0;
-    size_t consumed_at_since = 0;
+    const size_t page_size = page->size();
+    int64_t current = -1;  // the timestamp being walked and how many events of it were seen
+    size_t seen_at_current = 0;
+    size_t seen_at_since = 0;
+    int64_t last = since;
+    size_t seen_at_last = 0;
     for (auto& e : *page) {
-      if (static_cast<int64_t>(e.time_unix_ns()) == since) {
-        if (consumed_at_since++ < skip) continue;
+      const auto t = static_cast<int64_t>(e.time_unix_ns());
+      if (t != current) {
+        current = t;
+        seen_at_current = 0;
+      }
+      ++seen_at_current;
+      last = t;
+      seen_at_last = seen_at_current;
+      if (t == since) {
+        seen_at_since = seen_at_current;
+        if (seen_at_current <= skip) continue;
       }
       if (!request.job_id().empty() && EventJobId(e) != request.job_id()) continue;
       *out.add_events() = std::move(e);
-      if (static_cast<size_t>(out.events_size()) >= limit) return out;
+      if (static_cast<size_t>(out.events_size()) >= limit) {
+        out.set_next_page_token(absl::StrCat(t, ".", seen_at_current));
+        return out;
+      }
     }
-    if (page->size() < skip + kPage) return out;  // the end of the log
+    if (page_size < skip + kPage) return out;  // the end of the log
     if (last == since) {
-      skip = consumed_at_since;  // the whole page had one timestamp
+      skip = seen_at_since;  // the whole page had one timestamp
     } else {
-      skip = at_last;
+      skip = seen_at_last;
       since = last;
     }
   }
