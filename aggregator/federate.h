@@ -13,6 +13,11 @@
 
 #include "absl/status/statusor.h"
 #include "aggregator/analyzer.h"
+#include "common/metrics.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace ncclwatch::aggregator {
 
@@ -38,6 +43,10 @@ absl::StatusOr<Selector> ParseSelector(std::string_view text);
 // The samples matching any selector, in exposition format, families and series sorted.
 std::string RenderFederate(const std::vector<ExportedSample>& samples,
                            const std::vector<Selector>& selectors);
+
+// The aggregator's HTTP endpoints: /federate (HTTP 400 with the parse error for a bad or missing
+// selector, counted), /metrics (`metrics`) and /healthz.
+void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer);
 
 }  // namespace ncclwatch::aggregator
 

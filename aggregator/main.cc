@@ -116,38 +116,6 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
            "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
 }
 
-void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer) {
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
-                                              "/federate requests refused with HTTP 400.");
-  http.Get("/federate", [&, bad_selectors](const httplib::Request& req, httplib::Response& res) {
-    size_t n = req.get_param_value_count("match[]");
-    std::vector<Selector> selectors;
-    std::string error = n == 0 ? "missing match[] parameter" : "";
-    for (size_t i = 0; i < n && error.empty(); ++i) {
-      auto sel = ParseSelector(req.get_param_value("match[]", i));
-      if (sel.ok()) {
-        selectors.push_back(*std::move(sel));
-      } else {
-        error = std::string(sel.status().message());
-      }
-    }
-    if (!error.empty()) {
-      bad_selectors->Increment();
-      res.status = 400;
-      res.set_content(error + "\n", "text/plain");
-      return;
-    }
-    res.set_content(RenderFederate(analyzer.Series(), selectors),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
-}
-
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
   SetLogComponent("aggregator");
