@@ -6,6 +6,7 @@
 #include "rocksdb/compaction_filter.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
 #include "rocksdb/write_batch.h"
 
 namespace ncclwatch::aggregator {
@@ -113,6 +114,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   options.create_if_missing = true;
   options.IncreaseParallelism(2);
   options.compaction_filter = filter.get();
+  // A new point usually lands right after its series' previous one: the memtable remembers the
+  // last insert position per series prefix ('P' + id) and starts there.
+  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(9));
   if (env != nullptr) options.env = env;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
