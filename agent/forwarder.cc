@@ -1,5 +1,6 @@
 #include "agent/forwarder.h"
 
+#include <algorithm>
 #include <random>
 
 #include "common/log.h"
@@ -14,21 +15,37 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
       reports_forwarded_(m.GetCounter("ncclwatch_agent_reports_forwarded_total",
                                       "Reports acknowledged by the aggregator.")),
       reports_dropped_(m.GetCounter("ncclwatch_agent_reports_dropped_total",
-                                    "Reports dropped because the forward queue was full.")),
+                                    "Reports dropped because the in-memory queue was full.")),
       batches_acked_(m.GetCounter("ncclwatch_agent_batches_acked_total",
                                   "Batches acknowledged by the aggregator.")),
       batches_duplicate_(m.GetCounter("ncclwatch_agent_batches_duplicate_total",
                                       "Acknowledged batches the aggregator had already stored.")),
       push_failures_(m.GetCounter("ncclwatch_agent_push_failures_total",
                                   "Batch pushes that failed and will be retried.")),
+      batches_replayed_(m.GetCounter("ncclwatch_agent_batches_replayed_total",
+                                     "Batches an earlier run left in the spool, acknowledged now.")),
       queue_depth_(m.GetGauge("ncclwatch_agent_queue_reports",
-                              "Reports waiting to be forwarded (not counting the batch in flight).")),
+                              "Reports waiting to be cut into a batch.")),
+      outbox_depth_(m.GetGauge("ncclwatch_agent_outbox_batches",
+                               "Batches cut and waiting for the aggregator's acknowledgement.")),
       last_push_seconds_(m.GetGauge("ncclwatch_agent_last_push_seconds",
                                     "Duration of the last successful batch push.")) {}
 
 Forwarder::~Forwarder() { Stop(); }
 
-void Forwarder::Start() { thread_ = std::thread([this] { Run(); }); }
+void Forwarder::Start() {
+  if (options_.spool != nullptr) {
+    for (const Spool::Entry& e : options_.spool->TakeRecovered()) {
+      outbox_.push_back({e.name, std::nullopt, e.reports});
+    }
+    if (!outbox_.empty()) {
+      LogInfo("spool: %d batches left by an earlier run go first", outbox_.size());
+      absl::MutexLock lock(&mu_);
+      idle_ = false;
+    }
+  }
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Forwarder::Enqueue(ncclwatch::v1::RankReport report) {
   absl::MutexLock lock(&mu_);
@@ -58,76 +75,142 @@ void Forwarder::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Forwarder::PushPending() {
+bool Forwarder::Push(ncclwatch::v1::NodeBatch& batch) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.push_timeout_ms));
-  pending_->set_sent_unix_ns(absl::ToUnixNanos(absl::Now()));
+  batch.set_sent_unix_ns(absl::ToUnixNanos(absl::Now()));
   ncclwatch::v1::BatchAck ack;
   absl::Time start = absl::Now();
-  grpc::Status status = stub_->Push(&context, *pending_, &ack);
+  grpc::Status status = stub_->Push(&context, batch, &ack);
   if (!status.ok()) {
     push_failures_->Increment();
-    LogWarning("push of batch %d (%d reports) to %s failed: %s; will retry",
-               pending_->batch_seq(), pending_->reports_size(), options_.aggregator,
-               status.error_message());
+    LogWarning("push of batch %d (%d reports) to %s failed: %s; will retry", batch.batch_seq(),
+               batch.reports_size(), options_.aggregator, status.error_message());
     return false;
   }
   last_push_seconds_->Set(absl::ToDoubleSeconds(absl::Now() - start));
   batches_acked_->Increment();
   if (ack.duplicate()) batches_duplicate_->Increment();
-  reports_forwarded_->Increment(pending_->reports_size());
+  if (batch.agent_id() != options_.agent_id) batches_replayed_->Increment();
+  reports_forwarded_->Increment(batch.reports_size());
   return true;
+}
+
+ncclwatch::v1::NodeBatch Forwarder::CutBatch() {
+  ncclwatch::v1::NodeBatch batch;
+  batch.set_agent_id(options_.agent_id);
+  batch.set_batch_seq(next_seq_++);
+  batch.set_node(options_.node);
+  while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports) {
+    *batch.add_reports() = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  if (!queue_.empty()) oldest_enqueued_ = absl::Now();
+  queue_depth_->Set(static_cast<double>(queue_.size()));
+  return batch;
+}
+
+void Forwarder::Admit(ncclwatch::v1::NodeBatch batch) {
+  const int reports = batch.reports_size();
+  if (options_.spool != nullptr) {
+    auto name = options_.spool->Add(batch);
+    if (name.ok()) {
+      outbox_.push_back({*name, std::nullopt, reports});
+      outbox_depth_->Set(static_cast<double>(outbox_.size()));
+      return;
+    }
+    LogWarning("%s; batch %d stays in memory only", name.status().message(), batch.batch_seq());
+  }
+  outbox_.push_back({"", std::move(batch), reports});
+  outbox_reports_ += reports;
+  // Without the spool's disk, memory is the bound: the oldest batches in memory go first.
+  while (outbox_reports_ > options_.max_queued_reports) {
+    auto oldest = std::find_if(outbox_.begin(), outbox_.end(),
+                               [](const Outgoing& o) { return o.batch.has_value(); });
+    if (oldest == outbox_.end()) break;
+    reports_dropped_->Increment(static_cast<uint64_t>(oldest->reports));
+    outbox_reports_ -= oldest->reports;
+    outbox_.erase(oldest);
+  }
+  outbox_depth_->Set(static_cast<double>(outbox_.size()));
 }
 
 void Forwarder::Run() {
   std::minstd_rand rng(std::random_device{}());
   int backoff_ms = 100;
+  absl::Time retry_at = absl::InfinitePast();
   for (;;) {
-    if (!pending_) {
+    std::vector<ncclwatch::v1::NodeBatch> cut;
+    bool stopping = false;
+    {
       absl::MutexLock lock(&mu_);
-      // A batch is cut when it is full, when its oldest report has waited the batch interval,
-      // when a flush is requested, or at stop.
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || flush_requested_ ||
-               static_cast<int64_t>(queue_.size()) >= options_.max_batch_reports;
-      };
-      if (queue_.empty()) {
+      if (queue_.empty() && outbox_.empty()) {
         idle_ = true;
         auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stop_ || !queue_.empty();
         };
         mu_.Await(absl::Condition(&wake));
       }
-      if (!queue_.empty()) {
-        mu_.AwaitWithDeadline(absl::Condition(&ready),
-                              oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms));
-      }
-      if (queue_.empty()) {
-        if (stop_) return;
-        continue;
-      }
-      ncclwatch::v1::NodeBatch batch;
-      batch.set_agent_id(options_.agent_id);
-      batch.set_batch_seq(next_seq_++);
-      batch.set_node(options_.node);
-      while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports) {
-        *batch.add_reports() = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      if (!queue_.empty()) oldest_enqueued_ = absl::Now();
-      queue_depth_->Set(static_cast<double>(queue_.size()));
-      pending_ = std::move(batch);
+      // Sleep until a batch is due (full, flushed, stopping, or its oldest report waited the
+      // interval) or the next push attempt, whichever comes first.
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || (flush_requested_ && !queue_.empty()) ||
+               static_cast<int64_t>(queue_.size()) >= options_.max_batch_reports;
+      };
+      absl::Time wake_at = absl::InfiniteFuture();
+      if (!queue_.empty()) wake_at = oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms);
+      if (!outbox_.empty()) wake_at = std::min(wake_at, retry_at);
+      mu_.AwaitWithDeadline(absl::Condition(&ready), wake_at);
+      stopping = stop_;
+      const bool due =
+          !queue_.empty() &&
+          (ready() || absl::Now() >= oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms));
+      while (due && !queue_.empty()) cut.push_back(CutBatch());
     }
-    if (PushPending()) {
-      pending_.reset();
-      backoff_ms = 100;
+    for (auto& batch : cut) Admit(std::move(batch));
+    if (outbox_.empty()) {
+      if (stopping) return;
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    if (stop_) return;  // unsent data is lost here until the durable spool exists (issue 6)
-    int wait = backoff_ms / 2 + static_cast<int>(rng() % (backoff_ms / 2 + 1));
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(wait));
+    if (!stopping && absl::Now() < retry_at) continue;  // backing off; batches keep being cut
+
+    Outgoing& next = outbox_.front();
+    if (!next.batch) {
+      auto read = options_.spool->Read(next.spool_name);
+      if (!read.ok()) {  // dropped to make room, or unreadable: nothing left to send
+        LogWarning("%s", read.status().message());
+        outbox_.pop_front();
+        continue;
+      }
+      next.batch = *std::move(read);
+    }
+    if (Push(*next.batch)) {
+      if (!next.spool_name.empty()) {
+        options_.spool->Remove(next.spool_name);
+      } else {
+        outbox_reports_ -= next.reports;
+      }
+      outbox_.pop_front();
+      outbox_depth_->Set(static_cast<double>(outbox_.size()));
+      backoff_ms = 100;
+      retry_at = absl::InfinitePast();
+      continue;
+    }
+    if (!next.spool_name.empty()) next.batch.reset();  // on disk already: free the memory
+    if (stopping) {
+      if (options_.spool != nullptr) {
+        LogInfo("stopping with the aggregator unreachable: %d batches (%d bytes) wait in the "
+                "spool for the next start",
+                options_.spool->batches(), options_.spool->bytes());
+      } else {
+        LogWarning("stopping with the aggregator unreachable: %d batches are lost (no spool)",
+                   outbox_.size());
+      }
+      return;
+    }
+    const int wait = backoff_ms / 2 + static_cast<int>(rng() % (backoff_ms / 2 + 1));
+    retry_at = absl::Now() + absl::Milliseconds(wait);
     backoff_ms = std::min(backoff_ms * 2, 5000);
   }
 }

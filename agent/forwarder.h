@@ -1,12 +1,19 @@
 // Forwards reports from this node to the aggregator in acknowledged batches.
 //
-// Reports are queued in memory (bounded: the oldest is dropped and counted when full), cut into a
-// NodeBatch when the batch interval has passed or the batch is full, and pushed with a deadline.
-// A batch keeps its (agent_id, batch_seq) until the aggregator acknowledges it, so a retry after a
-// timeout is deduplicated by the aggregator and never stored twice. Failed pushes back off
-// exponentially with jitter (100 ms .. 5 s).
+// Reports are queued in memory (bounded: the oldest is dropped and counted when full) and cut into
+// a NodeBatch when the batch interval has passed or the batch is full. Cut batches wait in an
+// outbox and are pushed in order, one at a time, each with a deadline; a batch keeps its
+// (agent_id, batch_seq) until the aggregator acknowledges it, so a retry after a timeout is
+// deduplicated by the aggregator and never stored twice. Failed pushes back off exponentially
+// with jitter (100 ms .. 5 s), while new batches keep being cut.
 //
-// Thread safety: Enqueue() may be called from any thread; one internal thread pushes.
+// With a spool (spool.h) every batch is written there as it is cut, and deleted once acknowledged;
+// the outbox then holds only the spool names, so an outage costs disk, not memory. The batches an
+// earlier run left in the spool go first, in order. At stop, the reports still in memory are cut
+// and spooled rather than lost. Without a spool the outbox is memory, bounded by
+// max_queued_reports together with the queue (the oldest batches are dropped and counted).
+//
+// Thread safety: Enqueue() may be called from any thread; one internal thread cuts and pushes.
 #ifndef NCCLWATCH_AGENT_FORWARDER_H_
 #define NCCLWATCH_AGENT_FORWARDER_H_
 
@@ -20,6 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/spool.h"
 #include "common/metrics.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 
@@ -33,6 +41,7 @@ struct ForwarderOptions {
   int64_t max_batch_reports = 512;
   int64_t max_queued_reports = 100000;
   int64_t push_timeout_ms = 5000;
+  Spool* spool = nullptr;  // optional; outlives the Forwarder
 };
 
 class Forwarder {
@@ -47,8 +56,19 @@ class Forwarder {
   void Stop();
 
  private:
+  // A cut batch waiting for its acknowledgement: in the spool (by name) or in memory.
+  struct Outgoing {
+    std::string spool_name;
+    std::optional<ncclwatch::v1::NodeBatch> batch;
+    int reports = 0;
+  };
+
   void Run();
-  bool PushPending();  // pushes pending_; true when acknowledged
+  bool Push(ncclwatch::v1::NodeBatch& batch);  // true when acknowledged
+  // Cuts up to max_batch_reports queued reports into a new batch.
+  ncclwatch::v1::NodeBatch CutBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a cut batch in the outbox (through the spool when there is one).
+  void Admit(ncclwatch::v1::NodeBatch batch);
 
   const ForwarderOptions options_;
   std::unique_ptr<ncclwatch::v1::Ingest::Stub> stub_;
@@ -58,9 +78,10 @@ class Forwarder {
   absl::Time oldest_enqueued_ ABSL_GUARDED_BY(mu_);
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool idle_ ABSL_GUARDED_BY(mu_) = true;  // no pending batch and nothing queued
-  std::optional<ncclwatch::v1::NodeBatch> pending_;  // sender thread only
-  uint64_t next_seq_ = 1;                             // sender thread only
+  bool idle_ ABSL_GUARDED_BY(mu_) = true;  // nothing queued and nothing waiting in the outbox
+  std::deque<Outgoing> outbox_;  // sender thread only
+  int64_t outbox_reports_ = 0;   // sender thread only: reports in memory in the outbox
+  uint64_t next_seq_ = 1;        // under mu_ (CutBatch)
   std::thread thread_;
 
   Counter* reports_forwarded_;
@@ -68,7 +89,9 @@ class Forwarder {
   Counter* batches_acked_;
   Counter* batches_duplicate_;
   Counter* push_failures_;
+  Counter* batches_replayed_;
   Gauge* queue_depth_;
+  Gauge* outbox_depth_;
   Gauge* last_push_seconds_;
 };
 

@@ -33,6 +33,8 @@ struct AgentConfig {
   int64_t max_queued_reports = 100000;
   int64_t push_timeout_ms = 5000;
   int64_t shutdown_timeout_ms = 5000;
+  std::string spool_dir;
+  int64_t spool_max_bytes = 1ll << 30;
   int64_t ready_fd = -1;
 };
 
@@ -53,6 +55,11 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddInt("push-timeout-ms", "", &c.push_timeout_ms, "Deadline of one batch push.");
   t.AddInt("shutdown-timeout-ms", "", &c.shutdown_timeout_ms,
            "On SIGTERM, how long to keep forwarding what is queued before exiting.");
+  t.AddString("spool-dir", "NCCLWATCH_AGENT_SPOOL_DIR", &c.spool_dir,
+              "Directory of the durable spool: every batch is kept there until the aggregator "
+              "acknowledges it, and replayed after a restart (empty: memory only).");
+  t.AddInt("spool-max-bytes", "", &c.spool_max_bytes,
+           "Most bytes in the spool; beyond, the oldest batches are dropped and counted.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc=... http_port=N' to this file descriptor once serving (-1: off).");
 }
@@ -111,6 +118,22 @@ int Main(int argc, char** argv) {
                          config.max_batch_reports, config.max_queued_reports,
                          config.push_timeout_ms};
   LogInfo("agent id %s", fopts.agent_id);
+  std::unique_ptr<Spool> spool;
+  if (!config.spool_dir.empty()) {
+    if (config.spool_max_bytes < (1 << 20)) {
+      LogError("--spool-max-bytes must be at least 1 MiB");
+      return 2;
+    }
+    auto opened = Spool::Open(config.spool_dir, config.spool_max_bytes, metrics);
+    if (!opened.ok()) {
+      LogError("%s", opened.status().message());
+      return 1;
+    }
+    spool = *std::move(opened);
+    LogInfo("spool %s: %d batches (%d bytes) from an earlier run", config.spool_dir,
+            spool->batches(), spool->bytes());
+    fopts.spool = spool.get();
+  }
   Forwarder forwarder(fopts, metrics);
   ReportHandler handler(config.node_name, forwarder, metrics);
   AgentService service(handler);

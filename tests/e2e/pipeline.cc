@@ -17,26 +17,53 @@ std::string Binaries::Cli() { return NCCLWATCH_CLI_BIN; }
 std::string Binaries::Simjob() { return NCCLWATCH_SIMJOB_BIN; }
 std::string Binaries::Plugin() { return NCCLWATCH_PLUGIN_SO; }
 
-Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags)
-    : extra_aggregator_flags_(std::move(extra_aggregator_flags)) {
+Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags,
+                   std::vector<std::string> extra_agent_flags)
+    : extra_aggregator_flags_(std::move(extra_aggregator_flags)),
+      extra_agent_flags_(std::move(extra_agent_flags)),
+      agent_starts_(nodes, 0) {
   char tmpl[] = "/tmp/ncclwatch-e2e-XXXXXX";
   dir_ = mkdtemp(tmpl);
   if (!StartAggregator()) return;
   for (int n = 0; n < nodes; ++n) {
-    std::string name = "sim-node-" + std::to_string(n);
-    auto agent = std::make_unique<Process>(
-        std::vector<std::string>{Binaries::Agent(),
-                                 "--listen=unix://" + dir_ + "/agent-" + std::to_string(n) + ".sock",
-                                 "--aggregator=" + AggregatorAddr(), "--http-port=0",
-                                 "--node-name=" + name, "--batch-interval-ms=100"},
-        std::map<std::string, std::string>{}, dir_ + "/" + name + ".log", "--ready-fd");
-    if (agent->ReadyValue("http_port") <= 0) {
-      error_ = name + " did not become ready:\n" + agent->Log();
-      return;
-    }
+    auto agent = StartAgent(n);
+    if (agent == nullptr) return;
     agents_.push_back(std::move(agent));
   }
   ok_ = true;
+}
+
+std::unique_ptr<Process> Pipeline::StartAgent(int n) {
+  const std::string name = "sim-node-" + std::to_string(n);
+  std::vector<std::string> argv = {
+      Binaries::Agent(), "--listen=unix://" + dir_ + "/agent-" + std::to_string(n) + ".sock",
+      "--aggregator=" + AggregatorAddr(), "--http-port=0", "--node-name=" + name,
+      "--batch-interval-ms=100"};
+  for (const std::string& flag : extra_agent_flags_) {
+    std::string f = flag;
+    for (size_t at = f.find("{node}"); at != std::string::npos; at = f.find("{node}")) {
+      f.replace(at, 6, std::to_string(n));
+    }
+    argv.push_back(f);
+  }
+  const std::string log =
+      dir_ + "/" + name + (agent_starts_[n]++ == 0 ? "" : "-restarted") + ".log";
+  auto agent = std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log,
+                                         "--ready-fd");
+  if (agent->ReadyValue("http_port") <= 0) {
+    error_ = name + " did not become ready:\n" + agent->Log();
+    return nullptr;
+  }
+  return agent;
+}
+
+bool Pipeline::RestartAgent(int node, int signal) {
+  agents_[node]->Signal(signal);
+  agents_[node]->Wait();
+  auto agent = StartAgent(node);
+  if (agent == nullptr) return false;
+  agents_[node] = std::move(agent);
+  return true;
 }
 
 bool Pipeline::StartAggregator() {

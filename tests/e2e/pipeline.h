@@ -30,7 +30,9 @@ struct Binaries {
 class Pipeline {
  public:
   // Starts the aggregator and `nodes` agents (node names sim-node-<i>). Check ok() afterwards.
-  explicit Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags = {});
+  // In `extra_agent_flags`, "{node}" becomes the agent's index.
+  explicit Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags = {},
+                    std::vector<std::string> extra_agent_flags = {});
   ~Pipeline();
 
   bool ok() const { return ok_; }
@@ -48,6 +50,10 @@ class Pipeline {
   bool RestartAggregator(int signal = SIGTERM);
   // Stops the aggregator for good (SIGTERM, exit 0 expected), e.g. to open its store directly.
   bool StopAggregator();
+  // Starts the aggregator again after StopAggregator (same ports and data).
+  bool StartAggregatorAgain() { return StartAggregator(); }
+  // Sends `signal` to agent `node`, waits for it, and starts it again with the same flags.
+  bool RestartAgent(int node, int signal);
   // HTTP GET on the aggregator; returns (status, body).
   std::pair<int, std::string> Get(const std::string& path_and_query) const;
   // Everything the daemons logged, for failure messages.
@@ -56,9 +62,13 @@ class Pipeline {
  private:
   // Starts the aggregator on grpc_port_/http_port_ (0: any free port).
   bool StartAggregator();
+  // Starts agent `node` (appending to its log).
+  std::unique_ptr<Process> StartAgent(int node);
 
   std::string dir_;
   std::vector<std::string> extra_aggregator_flags_;
+  std::vector<std::string> extra_agent_flags_;
+  std::vector<int> agent_starts_;
   int aggregator_starts_ = 0;
   bool ok_ = false;
   std::string error_;

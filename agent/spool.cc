@@ -1,0 +1,196 @@
+#include "agent/spool.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+
+namespace ncclwatch::agent {
+namespace {
+
+constexpr char kSuffix[] = ".batch";
+
+absl::Status Errno(const std::string& what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Writes `data` to `path` durably: temporary file, fsync, rename, fsync of the directory.
+absl::Status WriteDurably(const std::string& dir, const std::string& name, const std::string& data) {
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("cannot create " + tmp);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      absl::Status s = Errno("cannot write " + tmp);
+      close(fd);
+      unlink(tmp.c_str());
+      return s;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    absl::Status s = Errno("cannot sync " + tmp);
+    unlink(tmp.c_str());
+    return s;
+  }
+  const std::string path = absl::StrCat(dir, "/", name);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status s = Errno("cannot rename " + tmp);
+    unlink(tmp.c_str());
+    return s;
+  }
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Spool::Spool(std::string dir, int64_t max_bytes, MetricRegistry& m)
+    : dir_(std::move(dir)),
+      max_bytes_(max_bytes),
+      dropped_batches_(m.GetCounter("ncclwatch_agent_spool_dropped_batches_total",
+                                    "Spooled batches deleted unsent because the spool was full.")),
+      dropped_reports_(m.GetCounter("ncclwatch_agent_spool_dropped_reports_total",
+                                    "Reports in the spooled batches deleted because it was full.")),
+      corrupt_(m.GetCounter("ncclwatch_agent_spool_corrupt_files_total",
+                            "Spool files that could not be read (moved aside, not replayed).")),
+      write_errors_(m.GetCounter("ncclwatch_agent_spool_write_errors_total",
+                                 "Batches that could not be written to the spool.")),
+      bytes_gauge_(m.GetGauge("ncclwatch_agent_spool_bytes", "Bytes of batches in the spool.")),
+      batches_gauge_(m.GetGauge("ncclwatch_agent_spool_batches", "Batches in the spool.")) {}
+
+absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64_t max_bytes,
+                                                   MetricRegistry& metrics) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create spool ", dir, ": ", ec.message()));
+  std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, metrics));
+  absl::MutexLock lock(&spool->mu_);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind('.', 0) == 0) {  // a temporary file of a write that never finished
+      std::filesystem::remove(entry.path(), ec);
+      continue;
+    }
+    if (name.size() > sizeof(kSuffix) - 1 &&
+        name.compare(name.size() - (sizeof(kSuffix) - 1), sizeof(kSuffix) - 1, kSuffix) == 0) {
+      names.push_back(name);
+    }
+  }
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot list spool ", dir, ": ", ec.message()));
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream data;
+    data << in.rdbuf();
+    ncclwatch::v1::NodeBatch batch;
+    if (!in || !batch.ParseFromString(data.str()) || batch.agent_id().empty()) {
+      spool->corrupt_->Increment();
+      LogWarning("spool: %s is unreadable; moved aside as %s.corrupt", path, path);
+      std::filesystem::rename(path, path + ".corrupt", ec);
+      continue;
+    }
+    const auto size = static_cast<int64_t>(data.str().size());
+    spool->files_[name] = {size, batch.reports_size()};
+    spool->bytes_ += size;
+    spool->recovered_.push_back({name, batch.reports_size()});
+  }
+  spool->UpdateGauges();
+  return spool;
+}
+
+std::vector<Spool::Entry> Spool::TakeRecovered() {
+  absl::MutexLock lock(&mu_);
+  return std::move(recovered_);
+}
+
+absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatch& batch) {
+  std::string data;
+  if (!batch.SerializeToString(&data)) return absl::InternalError("cannot serialise a batch");
+  const auto size = static_cast<int64_t>(data.size());
+  absl::MutexLock lock(&mu_);
+  // Make room: the oldest batches go first, each counted.
+  while (!files_.empty() && bytes_ + size > max_bytes_) {
+    auto oldest = files_.begin();
+    std::error_code ec;
+    std::filesystem::remove(absl::StrCat(dir_, "/", oldest->first), ec);
+    bytes_ -= oldest->second.bytes;
+    dropped_batches_->Increment();
+    dropped_reports_->Increment(static_cast<uint64_t>(oldest->second.reports));
+    files_.erase(oldest);
+  }
+  const std::string name =
+      absl::StrFormat("%020d-%020d%s", absl::GetCurrentTimeNanos(), sequence_++, kSuffix);
+  if (absl::Status s = WriteDurably(dir_, name, data); !s.ok()) {
+    write_errors_->Increment();
+    UpdateGauges();
+    return s;
+  }
+  files_[name] = {size, batch.reports_size()};
+  bytes_ += size;
+  UpdateGauges();
+  return name;
+}
+
+absl::StatusOr<ncclwatch::v1::NodeBatch> Spool::Read(const std::string& name) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!files_.count(name)) return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
+  }
+  std::ifstream in(absl::StrCat(dir_, "/", name), std::ios::binary);
+  std::stringstream data;
+  data << in.rdbuf();
+  ncclwatch::v1::NodeBatch batch;
+  if (!in || !batch.ParseFromString(data.str())) {
+    return absl::DataLossError(absl::StrCat("spool: cannot read ", dir_, "/", name));
+  }
+  return batch;
+}
+
+void Spool::Remove(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = files_.find(name);
+  if (it == files_.end()) return;
+  std::error_code ec;
+  std::filesystem::remove(absl::StrCat(dir_, "/", name), ec);
+  if (ec) LogWarning("spool: cannot delete %s/%s: %s", dir_, name, ec.message());
+  bytes_ -= it->second.bytes;
+  files_.erase(it);
+  UpdateGauges();
+}
+
+int64_t Spool::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+size_t Spool::batches() const {
+  absl::MutexLock lock(&mu_);
+  return files_.size();
+}
+
+void Spool::UpdateGauges() {
+  bytes_gauge_->Set(static_cast<double>(bytes_));
+  batches_gauge_->Set(static_cast<double>(files_.size()));
+}
+
+}  // namespace ncclwatch::agent

@@ -1,0 +1,79 @@
+// The agent's durable spool: every batch cut for the aggregator is written here before it is
+// pushed and deleted once acknowledged, so a batch survives an aggregator outage, an agent crash
+// or restart, and is replayed in order.
+//
+// One file per batch, `<dir>/<created_unix_ns>-<sequence>.batch` (both zero-padded, so names sort
+// in creation order), holding the serialized NodeBatch with its own (agent_id, batch_seq): a
+// replay is deduplicated by the aggregator like any retry. A file is written under a temporary
+// name, fsync'ed and renamed, so it is either whole or absent. The spool holds at most
+// `max_bytes`; adding past that deletes the oldest batches first and counts them
+// (ncclwatch_agent_spool_dropped_{batches,reports}_total).
+//
+// Thread safety: all methods may be called from any thread.
+#ifndef NCCLWATCH_AGENT_SPOOL_H_
+#define NCCLWATCH_AGENT_SPOOL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "ncclwatch/v1/ingest.pb.h"
+
+namespace ncclwatch::agent {
+
+class Spool {
+ public:
+  struct Entry {
+    std::string name;  // the file name, the entry's handle
+    int reports = 0;
+  };
+
+  // Opens (creating) `dir` and reads what an earlier run left there; unreadable files are moved
+  // aside as `*.corrupt` and counted, never replayed.
+  static absl::StatusOr<std::unique_ptr<Spool>> Open(const std::string& dir, int64_t max_bytes,
+                                                     MetricRegistry& metrics);
+
+  // The batches found at Open, oldest first: push these before anything new.
+  std::vector<Entry> TakeRecovered();
+  // Durably adds `batch`; returns its name. Makes room by dropping the oldest batches.
+  absl::StatusOr<std::string> Add(const ncclwatch::v1::NodeBatch& batch);
+  // Reads a spooled batch back. NotFound if it was dropped to make room meanwhile.
+  absl::StatusOr<ncclwatch::v1::NodeBatch> Read(const std::string& name) const;
+  // Deletes an acknowledged batch (a name already dropped is ignored).
+  void Remove(const std::string& name);
+
+  int64_t bytes() const;
+  size_t batches() const;
+
+ private:
+  struct File {
+    int64_t bytes = 0;
+    int reports = 0;
+  };
+  Spool(std::string dir, int64_t max_bytes, MetricRegistry& metrics);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  const int64_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, File> files_ ABSL_GUARDED_BY(mu_);  // by name = creation order
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Entry> recovered_ ABSL_GUARDED_BY(mu_);
+  Counter* dropped_batches_;
+  Counter* dropped_reports_;
+  Counter* corrupt_;
+  Counter* write_errors_;
+  Gauge* bytes_gauge_;
+  Gauge* batches_gauge_;
+};
+
+}  // namespace ncclwatch::agent
+
+#endif  // NCCLWATCH_AGENT_SPOOL_H_
