@@ -120,8 +120,8 @@ int Main(int argc, char** argv) {
   LogInfo("agent id %s", fopts.agent_id);
   std::unique_ptr<Spool> spool;
   if (!config.spool_dir.empty()) {
-    if (config.spool_max_bytes < (1 << 20)) {
-      LogError("--spool-max-bytes must be at least 1 MiB");
+    if (config.spool_max_bytes < (64 << 10)) {
+      LogError("--spool-max-bytes must be at least 64 KiB");
       return 2;
     }
     auto opened = Spool::Open(config.spool_dir, config.spool_max_bytes, metrics);

@@ -127,6 +127,13 @@ bool Pipeline::StopAgents() {
   return ok;
 }
 
+std::pair<int, std::string> Pipeline::AgentGet(int node, const std::string& path) const {
+  httplib::Client client("127.0.0.1", agents_[node]->ReadyValue("http_port"));
+  auto res = client.Get(path.c_str());
+  if (!res) return {-1, "request failed"};
+  return {res->status, res->body};
+}
+
 std::pair<int, std::string> Pipeline::Get(const std::string& path) const {
   httplib::Client client("127.0.0.1", http_port_);
   auto res = client.Get(path.c_str());

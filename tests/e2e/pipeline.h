@@ -56,6 +56,8 @@ class Pipeline {
   bool RestartAgent(int node, int signal);
   // HTTP GET on the aggregator; returns (status, body).
   std::pair<int, std::string> Get(const std::string& path_and_query) const;
+  // HTTP GET on agent `node`'s /metrics or /healthz port.
+  std::pair<int, std::string> AgentGet(int node, const std::string& path) const;
   // Everything the daemons logged, for failure messages.
   std::string Logs() const;
 

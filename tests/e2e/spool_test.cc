@@ -109,3 +109,78 @@ TEST(SpoolEndToEndTest, AKilledAgentReplaysItsSpoolExactlyOnceAndPluginsReconnec
 
 }  // namespace
 }  // namespace ncclwatch::testing
+
+namespace ncclwatch::testing {
+namespace {
+
+// Value of an unlabelled sample in Prometheus text, -1 if absent.
+double MetricValue(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST(SpoolEndToEndTest, AFullSpoolDropsTheOldestCountsThemAndTheAgentKeepsRunning) {
+  char tmpl[] = "/tmp/ncclwatch-spool-full-XXXXXX";
+  const std::string spool = mkdtemp(tmpl);
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() { std::filesystem::remove_all(dir); }
+  } remove_later{spool};
+  constexpr int64_t kMaxBytes = 200 << 10;
+  Pipeline p(1, {}, {"--spool-dir=" + spool, "--spool-max-bytes=" + std::to_string(kMaxBytes)});
+  ASSERT_TRUE(p.ok()) << p.error();
+  ASSERT_TRUE(p.StopAggregator()) << p.error();
+  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1",
+               "--ranks-per-node=8", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=full",
+               "--duration-s=14", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=100"},
+              {}, p.dir() + "/simjob.log");
+  // Polls the agent's counters until the spool has dropped something.
+  std::string metrics;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    metrics = p.AgentGet(0, "/metrics").second;
+  } while (MetricValue(metrics, "ncclwatch_agent_spool_dropped_batches_total") <= 0 &&
+           std::chrono::steady_clock::now() < deadline);
+  ASSERT_GT(MetricValue(metrics, "ncclwatch_agent_spool_dropped_batches_total"), 0) << metrics;
+  EXPECT_LE(MetricValue(metrics, "ncclwatch_agent_spool_bytes"), kMaxBytes);
+  EXPECT_EQ(p.AgentGet(0, "/healthz").first, 200);  // still running
+
+  ASSERT_TRUE(p.StartAggregatorAgain()) << p.error();
+  ASSERT_EQ(job.Wait(), 0) << job.Log();
+  metrics = p.AgentGet(0, "/metrics").second;
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+  ASSERT_TRUE(p.StopAggregator()) << p.error();
+  const double dropped = MetricValue(metrics, "ncclwatch_agent_spool_dropped_reports_total");
+
+  // Reports stored + reports the spool dropped = reports the plugins sent (the highest counter of
+  // each process); what was dropped is the oldest, so each process's stored counters are a tail.
+  auto store = aggregator::Store::Open(p.dir() + "/db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::map<uint64_t, std::set<uint32_t>> by_process;
+  ASSERT_TRUE((*store)
+                  ->ReplayBatches(0,
+                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                                    for (const auto& r : batch.reports()) {
+                                      by_process[r.report_id() >> 32].insert(
+                                          static_cast<uint32_t>(r.report_id()));
+                                    }
+                                  })
+                  .ok());
+  ASSERT_EQ(by_process.size(), 8u);
+  double sent = 0;
+  double stored = 0;
+  for (const auto& [prefix, counters] : by_process) {
+    sent += *counters.rbegin();
+    stored += static_cast<double>(counters.size());
+    EXPECT_EQ(*counters.rbegin() - *counters.begin() + 1, counters.size())
+        << "only the oldest may be missing";
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_EQ(stored + dropped, sent) << metrics;
+  std::printf("full spool: %.0f reports sent, %.0f dropped oldest-first and counted, %.0f stored\n",
+              sent, dropped, stored);
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing
