@@ -23,6 +23,7 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   bool started() const { return pid_ > 0; }
+  int pid() const { return static_cast<int>(pid_); }
   // Integer value of "key=N" in the ready line, or -1.
   int ReadyValue(const std::string& key) const;
   void Signal(int sig);

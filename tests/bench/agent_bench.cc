@@ -1,0 +1,182 @@
+// Throughput and memory of one real node agent (the ncclwatch-agent binary).
+//
+// N client threads stand in for N training processes: each opens the agent's StreamReports
+// stream on its unix socket, as the plugin does, and writes reports as fast as the stream accepts
+// them (each with 4 Inspector statistics and 64 sampled collectives, about 1 KiB). The agent
+// validates, batches and forwards them to a stand-in aggregator in this process that acknowledges
+// every batch and counts the reports. Printed: reports per second that reached the aggregator
+// during the measured window, and the agent's resident memory (VmRSS) at the end.
+//
+// Usage: agent_bench [--ranks=64] [--seconds=5] [--spool]
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "ncclwatch/v1/report.grpc.pb.h"
+#include "proto/samples.h"
+#include "tests/e2e/process.h"
+
+namespace ncclwatch::bench {
+namespace {
+
+// Acknowledges every batch and counts its reports.
+class CountingAggregator final : public ncclwatch::v1::Ingest::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const ncclwatch::v1::NodeBatch* batch,
+                                 ncclwatch::v1::BatchAck* ack) override {
+    reports.fetch_add(static_cast<uint64_t>(batch->reports_size()), std::memory_order_relaxed);
+    ack->set_batch_seq(batch->batch_seq());
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  std::atomic<uint64_t> reports{0};
+};
+
+ncclwatch::v1::RankReport MakeReport(int rank, int nranks) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("bench-job");
+  id->set_comm_hash(0xbe7c4);
+  id->set_comm_name("world");
+  id->set_rank(rank);
+  id->set_nranks(nranks);
+  id->set_n_nodes(1);
+  id->set_cuda_device(rank % 8);
+  r.set_interval_start_unix_ns(1'700'000'000'000'000'000);
+  r.set_interval_end_unix_ns(1'700'000'001'000'000'000);
+  for (const char* op : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast"}) {
+    auto* st = r.add_stats();
+    st->set_op(op);
+    st->set_algo_proto("RING_SIMPLE");
+    st->set_message_size("32-33MB");
+    st->set_peer(-1);
+    st->set_count(100);
+    st->set_bytes(100ull << 25);
+    st->set_exec_time_us_sum(100 * 900.0);
+    st->set_exec_time_us_min(800);
+    st->set_exec_time_us_max(1000);
+  }
+  SampleColumnWriter writer(&r);
+  for (uint64_t seq = 0; seq < 64; ++seq) {
+    writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 8,
+               Sample{seq, 1'700'000'000'000'000'000 + seq * 1'000'000, 900'000});
+  }
+  r.set_sample_stride(1);
+  return r;
+}
+
+int64_t ResidentKiB(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+int Main(int argc, char** argv) {
+  int ranks = 64;
+  double seconds = 5;
+  bool spool = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
+      ranks = std::atoi(argv[i] + 8);
+    } else if (std::strncmp(argv[i], "--seconds=", 10) == 0) {
+      seconds = std::atof(argv[i] + 10);
+    } else if (std::strcmp(argv[i], "--spool") == 0) {
+      spool = true;
+    } else {
+      std::fprintf(stderr, "usage: agent_bench [--ranks=64] [--seconds=5] [--spool]\n");
+      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
+  }
+  if (ranks < 1 || ranks > 4096 || !(seconds > 0)) {
+    std::fprintf(stderr, "agent_bench: --ranks must be 1..4096 and --seconds positive\n");
+    return 2;
+  }
+  char tmpl[] = "/tmp/ncclwatch-agent-bench-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+
+  CountingAggregator aggregator;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&aggregator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "agent_bench: cannot start the stand-in aggregator\n");
+    return 1;
+  }
+  const std::string socket = "unix://" + dir + "/agent.sock";
+  std::vector<std::string> args = {NCCLWATCH_AGENT_BIN, "--listen=" + socket,
+                                   "--aggregator=127.0.0.1:" + std::to_string(port),
+                                   "--http-port=0", "--node-name=bench-node"};
+  if (spool) args.push_back("--spool-dir=" + dir + "/spool");
+  testing::Process agent(args, {}, dir + "/agent.log", "--ready-fd");
+  if (agent.ReadyValue("http_port") <= 0) {
+    std::fprintf(stderr, "agent_bench: the agent did not start:\n%s\n", agent.Log().c_str());
+    return 1;
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> written{0};
+  std::vector<std::thread> clients;
+  for (int r = 0; r < ranks; ++r) {
+    clients.emplace_back([&, r] {
+      auto stub = ncclwatch::v1::Agent::NewStub(
+          grpc::CreateChannel(socket, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      ncclwatch::v1::StreamSummary summary;
+      auto writer = stub->StreamReports(&ctx, &summary);
+      ncclwatch::v1::RankReport report = MakeReport(r, ranks);
+      uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        report.set_report_id((static_cast<uint64_t>(r + 1) << 32) | ++n);
+        if (!writer->Write(report)) break;
+        written.fetch_add(1, std::memory_order_relaxed);
+      }
+      writer->WritesDone();
+      writer->Finish();
+    });
+  }
+  // Warm up for a second, then measure what reaches the aggregator.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const uint64_t before = aggregator.reports.load();
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const uint64_t after = aggregator.reports.load();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t rss_kib = ResidentKiB(agent.pid());
+  stop = true;
+  for (auto& c : clients) c.join();
+  agent.Signal(SIGTERM);
+  agent.Wait();
+  server->Shutdown();
+  std::filesystem::remove_all(dir);
+
+  std::printf("%-8s %-6s %20s %22s %18s\n", "ranks", "spool", "reports/s forwarded",
+              "reports written (all)", "agent RSS (MiB)");
+  std::printf("%-8d %-6s %20.0f %22llu %18.1f\n", ranks, spool ? "yes" : "no",
+              (after - before) / elapsed, static_cast<unsigned long long>(written.load()),
+              rss_kib / 1024.0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ncclwatch::bench
+
+int main(int argc, char** argv) { return ncclwatch::bench::Main(argc, argv); }
