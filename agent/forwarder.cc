@@ -47,14 +47,25 @@ void Forwarder::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
+// A cheap upper estimate of a report's serialized size (ByteSizeLong walks every field).
+int64_t EstimatedBytes(const ncclwatch::v1::RankReport& r) {
+  int64_t bytes = 256 + 96 * r.stats_size() + 48 * r.in_flight_size();
+  for (const auto& col : r.sample_columns()) bytes += 64 + 24 * col.seq_delta_size();
+  return bytes;
+}
+
 void Forwarder::Enqueue(ncclwatch::v1::RankReport report) {
+  const int64_t bytes = EstimatedBytes(report);
   absl::MutexLock lock(&mu_);
   if (queue_.empty()) oldest_enqueued_ = absl::Now();
-  if (static_cast<int64_t>(queue_.size()) >= options_.max_queued_reports) {
+  while (!queue_.empty() && (static_cast<int64_t>(queue_.size()) >= options_.max_queued_reports ||
+                             queue_bytes_ + bytes > options_.max_queued_bytes)) {
+    queue_bytes_ -= queue_.front().bytes;
     queue_.pop_front();
     reports_dropped_->Increment();
   }
-  queue_.push_back(std::move(report));
+  queue_bytes_ += bytes;
+  queue_.push_back({std::move(report), bytes});
   idle_ = false;
   queue_depth_->Set(static_cast<double>(queue_.size()));
 }
@@ -103,7 +114,8 @@ ncclwatch::v1::NodeBatch Forwarder::CutBatch() {
   batch.set_batch_seq(next_seq_++);
   batch.set_node(options_.node);
   while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports) {
-    *batch.add_reports() = std::move(queue_.front());
+    queue_bytes_ -= queue_.front().bytes;
+    *batch.add_reports() = std::move(queue_.front().report);
     queue_.pop_front();
   }
   if (!queue_.empty()) oldest_enqueued_ = absl::Now();
@@ -122,15 +134,21 @@ void Forwarder::Admit(ncclwatch::v1::NodeBatch batch) {
     }
     LogWarning("%s; batch %d stays in memory only", name.status().message(), batch.batch_seq());
   }
-  outbox_.push_back({"", std::move(batch), reports});
+  int64_t bytes = 0;
+  for (const auto& r : batch.reports()) bytes += EstimatedBytes(r);
+  outbox_.push_back({"", std::move(batch), reports, bytes});
   outbox_reports_ += reports;
-  // Without the spool's disk, memory is the bound: the oldest batches in memory go first.
-  while (outbox_reports_ > options_.max_queued_reports) {
-    auto oldest = std::find_if(outbox_.begin(), outbox_.end(),
-                               [](const Outgoing& o) { return o.batch.has_value(); });
+  outbox_bytes_ += bytes;
+  // Without the spool's disk, memory is the bound: the oldest batches in memory go first (never
+  // the one being pushed, at the front).
+  while (outbox_.size() > 1 && (outbox_reports_ > options_.max_queued_reports ||
+                                outbox_bytes_ > options_.max_queued_bytes)) {
+    auto oldest = std::find_if(outbox_.begin() + 1, outbox_.end(),
+                               [](const Outgoing& o) { return o.bytes > 0; });
     if (oldest == outbox_.end()) break;
     reports_dropped_->Increment(static_cast<uint64_t>(oldest->reports));
     outbox_reports_ -= oldest->reports;
+    outbox_bytes_ -= oldest->bytes;
     outbox_.erase(oldest);
   }
   outbox_depth_->Set(static_cast<double>(outbox_.size()));
@@ -190,6 +208,7 @@ void Forwarder::Run() {
         options_.spool->Remove(next.spool_name);
       } else {
         outbox_reports_ -= next.reports;
+        outbox_bytes_ -= next.bytes;
       }
       outbox_.pop_front();
       outbox_depth_->Set(static_cast<double>(outbox_.size()));

@@ -10,8 +10,9 @@
 // With a spool (spool.h) every batch is written there as it is cut, and deleted once acknowledged;
 // the outbox then holds only the spool names, so an outage costs disk, not memory. The batches an
 // earlier run left in the spool go first, in order. At stop, the reports still in memory are cut
-// and spooled rather than lost. Without a spool the outbox is memory, bounded by
-// max_queued_reports together with the queue (the oldest batches are dropped and counted).
+// and spooled rather than lost. Memory is bounded twice, in reports and in (serialized) bytes: the
+// queue by max_queued_reports and max_queued_bytes, and, without a spool, the batches waiting in
+// memory by the same two limits; beyond them the oldest are dropped and counted.
 //
 // Thread safety: Enqueue() may be called from any thread; one internal thread cuts and pushes.
 #ifndef NCCLWATCH_AGENT_FORWARDER_H_
@@ -40,6 +41,7 @@ struct ForwarderOptions {
   int64_t batch_interval_ms = 200;
   int64_t max_batch_reports = 512;
   int64_t max_queued_reports = 100000;
+  int64_t max_queued_bytes = 16 << 20;
   int64_t push_timeout_ms = 5000;
   Spool* spool = nullptr;  // optional; outlives the Forwarder
 };
@@ -61,6 +63,11 @@ class Forwarder {
     std::string spool_name;
     std::optional<ncclwatch::v1::NodeBatch> batch;
     int reports = 0;
+    int64_t bytes = 0;  // of the in-memory batch, 0 when it lives in the spool
+  };
+  struct Queued {
+    ncclwatch::v1::RankReport report;
+    int64_t bytes = 0;
   };
 
   void Run();
@@ -74,13 +81,15 @@ class Forwarder {
   std::unique_ptr<ncclwatch::v1::Ingest::Stub> stub_;
 
   absl::Mutex mu_;
-  std::deque<ncclwatch::v1::RankReport> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time oldest_enqueued_ ABSL_GUARDED_BY(mu_);
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool idle_ ABSL_GUARDED_BY(mu_) = true;  // nothing queued and nothing waiting in the outbox
   std::deque<Outgoing> outbox_;  // sender thread only
   int64_t outbox_reports_ = 0;   // sender thread only: reports in memory in the outbox
+  int64_t outbox_bytes_ = 0;     // sender thread only: their serialized bytes
   uint64_t next_seq_ = 1;        // under mu_ (CutBatch)
   std::thread thread_;
 

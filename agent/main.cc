@@ -31,10 +31,12 @@ struct AgentConfig {
   int64_t batch_interval_ms = 200;
   int64_t max_batch_reports = 512;
   int64_t max_queued_reports = 100000;
+  int64_t max_queued_bytes = 16 << 20;
   int64_t push_timeout_ms = 5000;
   int64_t shutdown_timeout_ms = 5000;
   std::string spool_dir;
   int64_t spool_max_bytes = 1ll << 30;
+  bool spool_fsync = false;
   int64_t ready_fd = -1;
 };
 
@@ -52,6 +54,9 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddInt("max-batch-reports", "", &c.max_batch_reports, "Most reports in one batch.");
   t.AddInt("max-queued-reports", "", &c.max_queued_reports,
            "Reports held in memory while the aggregator is away; the oldest are dropped beyond.");
+  t.AddInt("max-queued-bytes", "", &c.max_queued_bytes,
+           "Serialized bytes of reports held in memory (queue, and unsent batches without a "
+           "spool, each); the oldest are dropped beyond.");
   t.AddInt("push-timeout-ms", "", &c.push_timeout_ms, "Deadline of one batch push.");
   t.AddInt("shutdown-timeout-ms", "", &c.shutdown_timeout_ms,
            "On SIGTERM, how long to keep forwarding what is queued before exiting.");
@@ -60,6 +65,9 @@ void Register(ConfigTable& t, AgentConfig& c) {
               "acknowledges it, and replayed after a restart (empty: memory only).");
   t.AddInt("spool-max-bytes", "", &c.spool_max_bytes,
            "Most bytes in the spool; beyond, the oldest batches are dropped and counted.");
+  t.AddBool("spool-fsync", "", &c.spool_fsync,
+            "Sync every spooled batch to disk, so that it survives a power loss too (slower); "
+            "without it a batch survives any crash or restart of the agent.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc=... http_port=N' to this file descriptor once serving (-1: off).");
 }
@@ -117,6 +125,11 @@ int Main(int argc, char** argv) {
                          config.node_name,       config.batch_interval_ms,
                          config.max_batch_reports, config.max_queued_reports,
                          config.push_timeout_ms};
+  fopts.max_queued_bytes = config.max_queued_bytes;
+  if (config.max_queued_bytes < (1 << 20)) {
+    LogError("--max-queued-bytes must be at least 1 MiB");
+    return 2;
+  }
   LogInfo("agent id %s", fopts.agent_id);
   std::unique_ptr<Spool> spool;
   if (!config.spool_dir.empty()) {
@@ -124,7 +137,8 @@ int Main(int argc, char** argv) {
       LogError("--spool-max-bytes must be at least 64 KiB");
       return 2;
     }
-    auto opened = Spool::Open(config.spool_dir, config.spool_max_bytes, metrics);
+    auto opened =
+        Spool::Open(config.spool_dir, config.spool_max_bytes, metrics, config.spool_fsync);
     if (!opened.ok()) {
       LogError("%s", opened.status().message());
       return 1;

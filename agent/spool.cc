@@ -24,8 +24,10 @@ absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-// Writes `data` to `path` durably: temporary file, fsync, rename, fsync of the directory.
-absl::Status WriteDurably(const std::string& dir, const std::string& name, const std::string& data) {
+// Writes `data` to `dir`/`name` atomically: temporary file, rename; with `sync`, the file and then
+// the directory are synced to disk too.
+absl::Status WriteAtomically(const std::string& dir, const std::string& name,
+                             const std::string& data, bool sync) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("cannot create " + tmp);
@@ -41,7 +43,7 @@ absl::Status WriteDurably(const std::string& dir, const std::string& name, const
     }
     done += static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
+  if ((sync && fsync(fd) != 0) || close(fd) != 0) {
     absl::Status s = Errno("cannot sync " + tmp);
     unlink(tmp.c_str());
     return s;
@@ -52,7 +54,7 @@ absl::Status WriteDurably(const std::string& dir, const std::string& name, const
     unlink(tmp.c_str());
     return s;
   }
-  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = sync ? open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
   if (dfd >= 0) {
     fsync(dfd);
     close(dfd);
@@ -62,9 +64,10 @@ absl::Status WriteDurably(const std::string& dir, const std::string& name, const
 
 }  // namespace
 
-Spool::Spool(std::string dir, int64_t max_bytes, MetricRegistry& m)
+Spool::Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& m)
     : dir_(std::move(dir)),
       max_bytes_(max_bytes),
+      fsync_(fsync),
       dropped_batches_(m.GetCounter("ncclwatch_agent_spool_dropped_batches_total",
                                     "Spooled batches deleted unsent because the spool was full.")),
       dropped_reports_(m.GetCounter("ncclwatch_agent_spool_dropped_reports_total",
@@ -77,11 +80,11 @@ Spool::Spool(std::string dir, int64_t max_bytes, MetricRegistry& m)
       batches_gauge_(m.GetGauge("ncclwatch_agent_spool_batches", "Batches in the spool.")) {}
 
 absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64_t max_bytes,
-                                                   MetricRegistry& metrics) {
+                                                   MetricRegistry& metrics, bool fsync) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create spool ", dir, ": ", ec.message()));
-  std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, metrics));
+  std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, fsync, metrics));
   absl::MutexLock lock(&spool->mu_);
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -140,7 +143,7 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatch& batch) {
   }
   const std::string name =
       absl::StrFormat("%020d-%020d%s", absl::GetCurrentTimeNanos(), sequence_++, kSuffix);
-  if (absl::Status s = WriteDurably(dir_, name, data); !s.ok()) {
+  if (absl::Status s = WriteAtomically(dir_, name, data, fsync_); !s.ok()) {
     write_errors_->Increment();
     UpdateGauges();
     return s;

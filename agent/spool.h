@@ -5,7 +5,9 @@
 // One file per batch, `<dir>/<created_unix_ns>-<sequence>.batch` (both zero-padded, so names sort
 // in creation order), holding the serialized NodeBatch with its own (agent_id, batch_seq): a
 // replay is deduplicated by the aggregator like any retry. A file is written under a temporary
-// name, fsync'ed and renamed, so it is either whole or absent. The spool holds at most
+// name and renamed, so it is either whole or absent after a crash of the agent (the kernel keeps
+// what was written); with `fsync` it is also synced to disk first, which survives a power loss
+// at a large cost per batch. The spool holds at most
 // `max_bytes`; adding past that deletes the oldest batches first and counts them
 // (ncclwatch_agent_spool_dropped_{batches,reports}_total).
 //
@@ -37,7 +39,7 @@ class Spool {
   // Opens (creating) `dir` and reads what an earlier run left there; unreadable files are moved
   // aside as `*.corrupt` and counted, never replayed.
   static absl::StatusOr<std::unique_ptr<Spool>> Open(const std::string& dir, int64_t max_bytes,
-                                                     MetricRegistry& metrics);
+                                                     MetricRegistry& metrics, bool fsync = false);
 
   // The batches found at Open, oldest first: push these before anything new.
   std::vector<Entry> TakeRecovered();
@@ -56,11 +58,12 @@ class Spool {
     int64_t bytes = 0;
     int reports = 0;
   };
-  Spool(std::string dir, int64_t max_bytes, MetricRegistry& metrics);
+  Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& metrics);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
   const int64_t max_bytes_;
+  const bool fsync_;
   mutable absl::Mutex mu_;
   std::map<std::string, File> files_ ABSL_GUARDED_BY(mu_);  // by name = creation order
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

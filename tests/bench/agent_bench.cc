@@ -7,8 +7,12 @@
 // every batch and counts the reports. Printed: reports per second that reached the aggregator
 // during the measured window, and the agent's resident memory (VmRSS) at the end.
 //
-// Usage: agent_bench [--ranks=64] [--seconds=5] [--spool]
+// With --rate=R each rank writes R reports per second instead (a realistic load, for the memory
+// figure). The agent's CPU use over the window is printed too: the clients share the 2 cores.
+//
+// Usage: agent_bench [--ranks=64] [--seconds=5] [--rate=0] [--spool]
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +21,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +84,22 @@ ncclwatch::v1::RankReport MakeReport(int rank, int nranks) {
   return r;
 }
 
+// User + system CPU seconds the process has used so far.
+double CpuSeconds(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');  // the command name may contain spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 int64_t ResidentKiB(int pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -91,15 +113,18 @@ int Main(int argc, char** argv) {
   int ranks = 64;
   double seconds = 5;
   bool spool = false;
+  double rate = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
       ranks = std::atoi(argv[i] + 8);
     } else if (std::strncmp(argv[i], "--seconds=", 10) == 0) {
       seconds = std::atof(argv[i] + 10);
+    } else if (std::strncmp(argv[i], "--rate=", 7) == 0) {
+      rate = std::atof(argv[i] + 7);
     } else if (std::strcmp(argv[i], "--spool") == 0) {
       spool = true;
     } else {
-      std::fprintf(stderr, "usage: agent_bench [--ranks=64] [--seconds=5] [--spool]\n");
+      std::fprintf(stderr, "usage: agent_bench [--ranks=64] [--seconds=5] [--rate=0] [--spool]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
@@ -143,7 +168,11 @@ int Main(int argc, char** argv) {
       auto writer = stub->StreamReports(&ctx, &summary);
       ncclwatch::v1::RankReport report = MakeReport(r, ranks);
       uint64_t n = 0;
+      const auto t0 = std::chrono::steady_clock::now();
       while (!stop.load(std::memory_order_relaxed)) {
+        if (rate > 0) {  // paced: report n goes out at t0 + n / rate
+          std::this_thread::sleep_until(t0 + std::chrono::duration<double>(n / rate));
+        }
         report.set_report_id((static_cast<uint64_t>(r + 1) << 32) | ++n);
         if (!writer->Write(report)) break;
         written.fetch_add(1, std::memory_order_relaxed);
@@ -155,11 +184,13 @@ int Main(int argc, char** argv) {
   // Warm up for a second, then measure what reaches the aggregator.
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const uint64_t before = aggregator.reports.load();
+  const double cpu_before = CpuSeconds(agent.pid());
   const auto start = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const uint64_t after = aggregator.reports.load();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double agent_cores = (CpuSeconds(agent.pid()) - cpu_before) / elapsed;
   const int64_t rss_kib = ResidentKiB(agent.pid());
   stop = true;
   for (auto& c : clients) c.join();
@@ -168,11 +199,13 @@ int Main(int argc, char** argv) {
   server->Shutdown();
   std::filesystem::remove_all(dir);
 
-  std::printf("%-8s %-6s %20s %22s %18s\n", "ranks", "spool", "reports/s forwarded",
-              "reports written (all)", "agent RSS (MiB)");
-  std::printf("%-8d %-6s %20.0f %22llu %18.1f\n", ranks, spool ? "yes" : "no",
-              (after - before) / elapsed, static_cast<unsigned long long>(written.load()),
-              rss_kib / 1024.0);
+  const double per_s = (after - before) / elapsed;
+  std::printf("%-6s %-10s %-6s %20s %12s %22s %16s\n", "ranks", "load", "spool",
+              "reports/s forwarded", "agent cores", "reports/s per core", "agent RSS (MiB)");
+  std::printf("%-6d %-10s %-6s %20.0f %12.2f %22.0f %16.1f\n", ranks,
+              rate > 0 ? (std::to_string(static_cast<int>(rate)) + "/s/rank").c_str() : "max",
+              spool ? "yes" : "no", per_s, agent_cores,
+              agent_cores > 0 ? per_s / agent_cores : 0.0, rss_kib / 1024.0);
   return 0;
 }
 
