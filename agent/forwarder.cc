@@ -113,7 +113,10 @@ ncclwatch::v1::NodeBatch Forwarder::CutBatch() {
   batch.set_agent_id(options_.agent_id);
   batch.set_batch_seq(next_seq_++);
   batch.set_node(options_.node);
-  while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports) {
+  int64_t bytes = 0;
+  while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports &&
+         (batch.reports_size() == 0 || bytes + queue_.front().bytes <= options_.max_batch_bytes)) {
+    bytes += queue_.front().bytes;
     queue_bytes_ -= queue_.front().bytes;
     *batch.add_reports() = std::move(queue_.front().report);
     queue_.pop_front();

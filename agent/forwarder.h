@@ -42,6 +42,7 @@ struct ForwarderOptions {
   int64_t max_batch_reports = 512;
   int64_t max_queued_reports = 100000;
   int64_t max_queued_bytes = 16 << 20;
+  int64_t max_batch_bytes = 4 << 20;  // estimated; the agent keeps it under 1/8 of the spool
   int64_t push_timeout_ms = 5000;
   Spool* spool = nullptr;  // optional; outlives the Forwarder
 };

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -121,11 +122,15 @@ int Main(int argc, char** argv) {
   LogInfo("starting: %s", table.Describe());
 
   MetricRegistry metrics;
-  ForwarderOptions fopts{config.aggregator,      config.node_name + "-" + RandomHex(8),
-                         config.node_name,       config.batch_interval_ms,
-                         config.max_batch_reports, config.max_queued_reports,
-                         config.push_timeout_ms};
+  ForwarderOptions fopts;
+  fopts.aggregator = config.aggregator;
+  fopts.agent_id = config.node_name + "-" + RandomHex(8);
+  fopts.node = config.node_name;
+  fopts.batch_interval_ms = config.batch_interval_ms;
+  fopts.max_batch_reports = config.max_batch_reports;
+  fopts.max_queued_reports = config.max_queued_reports;
   fopts.max_queued_bytes = config.max_queued_bytes;
+  fopts.push_timeout_ms = config.push_timeout_ms;
   if (config.max_queued_bytes < (1 << 20)) {
     LogError("--max-queued-bytes must be at least 1 MiB");
     return 2;
@@ -147,6 +152,8 @@ int Main(int argc, char** argv) {
     LogInfo("spool %s: %d batches (%d bytes) from an earlier run", config.spool_dir,
             spool->batches(), spool->bytes());
     fopts.spool = spool.get();
+    // Small batches next to a small spool, so that dropping the oldest frees room gradually.
+    fopts.max_batch_bytes = std::min<int64_t>(fopts.max_batch_bytes, config.spool_max_bytes / 8);
   }
   Forwarder forwarder(fopts, metrics);
   ReportHandler handler(config.node_name, forwarder, metrics);

@@ -131,6 +131,11 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatch& batch) {
   if (!batch.SerializeToString(&data)) return absl::InternalError("cannot serialise a batch");
   const auto size = static_cast<int64_t>(data.size());
   absl::MutexLock lock(&mu_);
+  if (size > max_bytes_) {
+    write_errors_->Increment();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "spool: a batch of %d bytes does not fit in --spool-max-bytes=%d", size, max_bytes_));
+  }
   // Make room: the oldest batches go first, each counted.
   while (!files_.empty() && bytes_ + size > max_bytes_) {
     auto oldest = files_.begin();

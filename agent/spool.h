@@ -43,7 +43,8 @@ class Spool {
 
   // The batches found at Open, oldest first: push these before anything new.
   std::vector<Entry> TakeRecovered();
-  // Durably adds `batch`; returns its name. Makes room by dropping the oldest batches.
+  // Durably adds `batch`; returns its name. Makes room by dropping the oldest batches; a batch
+  // larger than the whole spool is refused (ResourceExhausted).
   absl::StatusOr<std::string> Add(const ncclwatch::v1::NodeBatch& batch);
   // Reads a spooled batch back. NotFound if it was dropped to make room meanwhile.
   absl::StatusOr<ncclwatch::v1::NodeBatch> Read(const std::string& name) const;

@@ -79,6 +79,17 @@ TEST_F(SpoolTest, AFullSpoolDropsTheOldestBatchesAndCountsThem) {
   EXPECT_EQ((*reopened)->Read(recovered[0].name)->batch_seq(), 3u);  // 1 and 2 were the oldest
 }
 
+TEST_F(SpoolTest, ABatchLargerThanTheWholeSpoolIsRefusedAndNothingIsDropped) {
+  MetricRegistry metrics;
+  auto spool = Spool::Open(dir_, 64 << 10, metrics);
+  ASSERT_TRUE(spool.ok());
+  ASSERT_TRUE((*spool)->Add(Batch(1, 1)).ok());
+  auto big = (*spool)->Add(Batch(2, 100, 1000));  // ~100 KB
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*spool)->batches(), 1u);
+  EXPECT_LE((*spool)->bytes(), 64 << 10);
+}
+
 TEST_F(SpoolTest, UnreadableAndHalfWrittenFilesAreNeverReplayed) {
   {
     MetricRegistry metrics;
