@@ -5,13 +5,13 @@
 
 #include "common/log.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/channel.h"
 
 namespace ncclwatch::agent {
 
 Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
     : options_(std::move(options)),
-      stub_(ncclwatch::v1::Ingest::NewStub(
-          grpc::CreateChannel(options_.aggregator, grpc::InsecureChannelCredentials()))),
+      stub_(ncclwatch::v1::Ingest::NewStub(ReconnectingChannel(options_.aggregator, 1000))),
       reports_forwarded_(m.GetCounter("ncclwatch_agent_reports_forwarded_total",
                                       "Reports acknowledged by the aggregator.")),
       reports_dropped_(m.GetCounter("ncclwatch_agent_reports_dropped_total",

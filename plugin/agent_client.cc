@@ -4,6 +4,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
+#include "proto/channel.h"
 
 namespace ncclwatch::plugin {
 
@@ -15,11 +16,7 @@ struct AgentClient::Stream {
 
 AgentClient::AgentClient(std::string address, size_t max_queued)
     : address_(std::move(address)), max_queued_(max_queued) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  channel_ = ReconnectingChannel(address_, 1000);
   thread_ = std::thread([this] { Run(); });
 }
 
