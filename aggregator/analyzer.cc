@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "proto/samples.h"
@@ -576,36 +575,41 @@ ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id,
   return out;
 }
 
+ncclwatch::v1::CommInfo Analyzer::MakeCommInfo(const CommKey& key, const CommMeta& meta,
+                                               CommHealth* health) const {
+  ncclwatch::v1::CommInfo c;
+  c.set_job_id(key.job_id);
+  c.set_comm_hash(key.comm_hash);
+  c.set_comm_name(meta.comm_name);
+  c.set_nranks(meta.nranks);
+  c.set_n_nodes(meta.n_nodes);
+  c.set_comm_class(meta.n_nodes > 1 ? "hybrid" : "nvlink");
+  int64_t last = 0;
+  for (int r = 0; r < static_cast<int>(meta.ranks.size()); ++r) {
+    FillRank(key, r, c.add_ranks());
+    last = std::max(last, meta.ranks[r].last_seen_ns);
+    health->silent_ranks += hangs_.IsSilent(key, r) ? 1 : 0;
+  }
+  c.set_last_report_unix_ns(static_cast<uint64_t>(last));
+  for (const RankScore& s : stragglers_.Scores(key)) health->stragglers += s.flagged ? 1 : 0;
+  health->hung = hangs_.Hung(key);
+  health->degraded = degraded_.IsDegraded(key);
+  std::vector<std::string> findings;
+  if (health->stragglers > 0) findings.push_back("straggler");
+  if (health->hung) findings.push_back("hung");
+  if (health->silent_ranks > 0) findings.push_back("silent");
+  if (health->degraded) findings.push_back("degraded");
+  c.set_health(findings.empty() ? "ok" : absl::StrJoin(findings, "+"));
+  return c;
+}
+
 std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   std::vector<ncclwatch::v1::CommInfo> out;
   for (const auto& [key, meta] : comms_) {
     if (!job_id.empty() && key.job_id != job_id) continue;
-    ncclwatch::v1::CommInfo c;
-    c.set_job_id(key.job_id);
-    c.set_comm_hash(key.comm_hash);
-    c.set_comm_name(meta.comm_name);
-    c.set_nranks(meta.nranks);
-    c.set_n_nodes(meta.n_nodes);
-    c.set_comm_class(meta.n_nodes > 1 ? "hybrid" : "nvlink");
-    int64_t last = 0;
-    bool silent = false;
-    for (int r = 0; r < static_cast<int>(meta.ranks.size()); ++r) {
-      FillRank(key, r, c.add_ranks());
-      last = std::max(last, meta.ranks[r].last_seen_ns);
-      silent |= hangs_.IsSilent(key, r);
-    }
-    c.set_last_report_unix_ns(static_cast<uint64_t>(last));
-    std::vector<std::string> findings;
-    const auto scores = stragglers_.Scores(key);
-    if (std::any_of(scores.begin(), scores.end(), [](const RankScore& s) { return s.flagged; })) {
-      findings.push_back("straggler");
-    }
-    if (hangs_.Hung(key)) findings.push_back("hung");
-    if (silent) findings.push_back("silent");
-    if (degraded_.IsDegraded(key)) findings.push_back("degraded");
-    c.set_health(findings.empty() ? "ok" : absl::StrJoin(findings, "+"));
-    out.push_back(std::move(c));
+    CommHealth health;
+    out.push_back(MakeCommInfo(key, meta, &health));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return std::make_tuple(a.job_id(), a.comm_name(), a.comm_hash()) <
@@ -615,33 +619,23 @@ std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) 
 }
 
 std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
-  std::map<std::string, ncclwatch::v1::JobInfo> jobs;
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, ncclwatch::v1::JobInfo> jobs;  // by id: the answer is sorted
   std::map<std::string, std::set<std::string>> nodes;
-  for (const ncclwatch::v1::CommInfo& c : Comms("")) {
-    ncclwatch::v1::JobInfo& j = jobs[c.job_id()];
-    j.set_job_id(c.job_id());
+  for (const auto& [key, meta] : comms_) {
+    CommHealth health;
+    const ncclwatch::v1::CommInfo c = MakeCommInfo(key, meta, &health);
+    ncclwatch::v1::JobInfo& j = jobs[key.job_id];
+    j.set_job_id(key.job_id);
     j.set_communicators(j.communicators() + 1);
     j.set_ranks(std::max<uint32_t>(j.ranks(), static_cast<uint32_t>(c.nranks())));
     j.set_last_report_unix_ns(std::max(j.last_report_unix_ns(), c.last_report_unix_ns()));
+    j.set_stragglers(j.stragglers() + health.stragglers);
+    j.set_silent_ranks(j.silent_ranks() + health.silent_ranks);
+    j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
+    j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
     for (const auto& r : c.ranks()) {
-      if (!r.node().empty()) nodes[c.job_id()].insert(r.node());
-    }
-    if (absl::StrContains(c.health(), "hung")) {
-      j.set_hung_communicators(j.hung_communicators() + 1);
-    }
-    if (absl::StrContains(c.health(), "degraded")) {
-      j.set_degraded_communicators(j.degraded_communicators() + 1);
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  for (const auto& [key, meta] : comms_) {
-    auto it = jobs.find(key.job_id);
-    if (it == jobs.end()) continue;
-    for (const RankScore& s : stragglers_.Scores(key)) {
-      if (s.flagged) it->second.set_stragglers(it->second.stragglers() + 1);
-    }
-    for (int r = 0; r < meta.nranks; ++r) {
-      if (hangs_.IsSilent(key, r)) it->second.set_silent_ranks(it->second.silent_ranks() + 1);
+      if (!r.node().empty()) nodes[key.job_id].insert(r.node());
     }
   }
   std::vector<ncclwatch::v1::JobInfo> out;

@@ -131,6 +131,16 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillRank(const CommKey& key, int rank, ncclwatch::v1::RankRef* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A communicator's findings now, counted (for jobs) and named (CommInfo.health).
+  struct CommHealth {
+    uint32_t stragglers = 0;
+    uint32_t silent_ranks = 0;
+    bool hung = false;
+    bool degraded = false;
+  };
+  ncclwatch::v1::CommInfo MakeCommInfo(const CommKey& key, const CommMeta& meta,
+                                       CommHealth* health) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AnalyzerOptions options_;
   mutable absl::Mutex mu_;

@@ -94,20 +94,17 @@ absl::StatusOr<ncclwatch::v1::BatchAck> AggregatorCore::Push(
     return ack;
   }
   batches_stored_->Increment();
-  Analyse(clean, now, 0);
+  Analyse(clean, now, /*events_after_ns=*/0);  // live: every event is new
   return ack;
 }
 
 void AggregatorCore::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-                             int64_t replay_events_after_ns) {
+                             int64_t events_after_ns) {
   std::vector<SeriesPoint> points;
   for (const auto& report : batch.reports()) {
     reports_ingested_->Increment();
     for (const auto& event : analyzer_.Ingest(report, received_ns, &points)) {
-      if (replay_events_after_ns == 0 ||
-          static_cast<int64_t>(event.time_unix_ns()) > replay_events_after_ns) {
-        Handle(event);
-      }
+      if (static_cast<int64_t>(event.time_unix_ns()) > events_after_ns) Handle(event);
     }
   }
   // The batch is durable already; a lost point is re-derived from it at the next start-up.
@@ -125,7 +122,7 @@ absl::StatusOr<uint64_t> AggregatorCore::Replay(int64_t since_ns) {
       since_ns, [&](const ncclwatch::v1::NodeBatch& batch, int64_t received_ns) {
         ++batches;
         // Events up to the newest stored one were stored before the restart.
-        Analyse(batch, received_ns, std::max<int64_t>(*last_event, 1));
+        Analyse(batch, received_ns, *last_event);
       });
   if (!s.ok()) return s;
   return batches;
@@ -507,15 +504,21 @@ grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// Ends a unary call with `answer`: its value as the response, or its error as the status.
+template <typename Response>
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                 absl::StatusOr<Response> answer, Response* response) {
+  if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
+  *response = *std::move(answer);
+  return Finished(context);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
                                               const ncclwatch::v1::NodeBatch* request,
                                               ncclwatch::v1::BatchAck* response) {
-  absl::StatusOr<ncclwatch::v1::BatchAck> ack = core_.Push(*request);
-  if (!ack.ok()) return Finished(context, ToGrpc(ack.status()));
-  *response = *std::move(ack);
-  return Finished(context);
+  return Answer(context, core_.Push(*request), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListStragglers(
@@ -544,10 +547,7 @@ grpc::ServerUnaryReactor* QueryService::ListDegraded(
 grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::ListEventsRequest* request,
                                                    ncclwatch::v1::ListEventsResponse* response) {
-  auto events = core_.ListEvents(*request);
-  if (!events.ok()) return Finished(context, ToGrpc(events.status()));
-  *response = *std::move(events);
-  return Finished(context);
+  return Answer(context, core_.ListEvents(*request), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
@@ -560,19 +560,13 @@ grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::QueryRangeRequest* request,
                                                    ncclwatch::v1::QueryRangeResponse* response) {
-  auto answer = core_.QueryRange(*request, absl::GetCurrentTimeNanos());
-  if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
-  *response = *std::move(answer);
-  return Finished(context);
+  return Answer(context, core_.QueryRange(*request, absl::GetCurrentTimeNanos()), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetTraceRequest* request,
                                                  ncclwatch::v1::GetTraceResponse* response) {
-  auto answer = core_.GetTrace(*request, absl::GetCurrentTimeNanos());
-  if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
-  *response = *std::move(answer);
-  return Finished(context);
+  return Answer(context, core_.GetTrace(*request, absl::GetCurrentTimeNanos()), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* context,

@@ -63,9 +63,11 @@ class AggregatorCore {
   void Publish(const ncclwatch::v1::Event& event) ABSL_LOCKS_EXCLUDED(watchers_mu_);
   // Logs, stores, counts and publishes one detection event.
   void Handle(const ncclwatch::v1::Event& event);
-  // Analyses the reports of a stored batch received at `received_ns` and stores their points.
+  // Analyses the reports of a stored batch received at `received_ns` and stores their points;
+  // handles the events it causes that are newer than `events_after_ns` (older ones were handled
+  // before a restart).
   void Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-               int64_t replay_events_after_ns);
+               int64_t events_after_ns);
   void StoreDetectionSeries(int64_t now_ns);
 
   Store& store_;
