@@ -183,6 +183,24 @@ bool EventRecorder::WaitFor(const std::function<bool(const ncclwatch::v1::Event&
   return mu_.AwaitWithTimeout(absl::Condition(&seen), absl::Seconds(timeout_s));
 }
 
+ScopedTempDir::ScopedTempDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  path_ = mkdtemp(tmpl.data());
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  if (!getenv("NCCLWATCH_KEEP_TEST_DIRS")) std::filesystem::remove_all(path_);
+}
+
+bool PollUntil(const std::function<bool()>& condition, double timeout_s, int interval_ms) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(interval_ms));
+  }
+  return true;
+}
+
 std::pair<int, std::string> RunToCompletion(const std::vector<std::string>& argv,
                                             const std::string& log_path) {
   Process p(argv, {}, log_path);

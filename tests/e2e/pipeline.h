@@ -104,6 +104,25 @@ class EventRecorder {
   std::vector<Received> events_ ABSL_GUARDED_BY(mu_);
 };
 
+// A temporary directory under /tmp, removed with its contents when the object goes away (kept
+// with NCCLWATCH_KEEP_TEST_DIRS set).
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& prefix);
+  ~ScopedTempDir();
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Checks `condition` every `interval_ms` until it holds or `timeout_s` passed; returns whether it
+// held. Only for state another process exposes without a way to wait on it (a directory it
+// writes, its HTTP counters, its output, a server that has no readiness pipe).
+bool PollUntil(const std::function<bool()>& condition, double timeout_s, int interval_ms = 100);
+
 // Runs a program to completion; returns (exit code, stdout+stderr).
 std::pair<int, std::string> RunToCompletion(const std::vector<std::string>& argv,
                                             const std::string& log_path);

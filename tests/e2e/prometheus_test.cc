@@ -3,21 +3,18 @@
 //     the straggler, bandwidth and hang series with the right labels;
 //   - the aggregator remote-writes into Prometheus's remote-write receiver, and the same API must
 //     return the series it sent.
-// Prometheus has no readiness pipe, so the test waits for its /-/ready endpoint and for query
-// results by polling them against a deadline.
+// Prometheus has no readiness pipe, so the test polls its /-/ready endpoint and its query results
+// against a deadline.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "google/protobuf/struct.pb.h"
@@ -43,17 +40,6 @@ int FreePort() {
   }
   close(fd);
   return ntohs(addr.sin_port);
-}
-
-// Polls `condition` until it holds or `timeout_s` passed; returns whether it held.
-bool PollUntil(const std::function<bool()>& condition, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return true;
 }
 
 // One series of an instant query's answer.
@@ -87,7 +73,7 @@ class Prometheus {
           auto res = c.Get("/-/ready");
           return res && res->status == 200;
         },
-        30);
+        30, 200);
   }
 
   // Instant query through the HTTP API; empty on any error.
@@ -121,7 +107,7 @@ class Prometheus {
           last = Query(expr);
           return last.size() == n;
         },
-        timeout_s);
+        timeout_s, 200);
     return last.size() == n ? last : std::vector<Series>{};
   }
 
@@ -184,13 +170,8 @@ TEST(PrometheusEndToEndTest, ARealPrometheusFederatesTheFindingsWithTheirLabels)
 }
 
 TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {
-  char tmpl[] = "/tmp/ncclwatch-prom-XXXXXX";
-  const std::string prom_dir = mkdtemp(tmpl);
-  struct RemoveDir {
-    std::string dir;
-    ~RemoveDir() { std::filesystem::remove_all(dir); }
-  } remove_later{prom_dir};
-  Prometheus prom(prom_dir, "");
+  ScopedTempDir prom_dir("ncclwatch-prom");
+  Prometheus prom(prom_dir.path(), "");
   ASSERT_TRUE(prom.WaitReady()) << prom.Log();
   Pipeline p(2, {"--hang-threshold-s=2",
                  "--remote-write-url=http://127.0.0.1:" + std::to_string(prom.port()) +

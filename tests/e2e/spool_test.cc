@@ -4,14 +4,12 @@
 // their own, and the training job never blocked.
 #include <signal.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 
 #include "absl/time/clock.h"
@@ -37,12 +35,8 @@ size_t SpooledBatches(const std::string& dir) {
 }
 
 TEST(SpoolEndToEndTest, AKilledAgentReplaysItsSpoolExactlyOnceAndPluginsReconnect) {
-  char tmpl[] = "/tmp/ncclwatch-spool-e2e-XXXXXX";
-  const std::string spool = mkdtemp(tmpl);
-  struct RemoveDir {
-    std::string dir;
-    ~RemoveDir() { std::filesystem::remove_all(dir); }
-  } remove_later{spool};
+  ScopedTempDir spool_dir("ncclwatch-spool-e2e");
+  const std::string& spool = spool_dir.path();
   Pipeline p(1, {}, {"--spool-dir=" + spool});
   ASSERT_TRUE(p.ok()) << p.error();
   ASSERT_TRUE(p.StopAggregator()) << p.error();  // away: batches pile up in the spool
@@ -51,12 +45,8 @@ TEST(SpoolEndToEndTest, AKilledAgentReplaysItsSpoolExactlyOnceAndPluginsReconnec
                "--ranks-per-node=4", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=spool",
                "--duration-s=6", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
               {}, p.dir() + "/simjob.log");
-  // Polls the spool directory (the agent writes it) until a few batches are there.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (SpooledBatches(spool) < 5 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GE(SpooledBatches(spool), 5u) << p.Logs();
+  // The agent writes the spool directory: wait until a few batches are there.
+  ASSERT_TRUE(PollUntil([&] { return SpooledBatches(spool) >= 5; }, 20, 50)) << p.Logs();
 
   const int64_t killed_at = absl::GetCurrentTimeNanos();
   ASSERT_TRUE(p.RestartAgent(0, SIGKILL)) << p.error();
@@ -120,29 +110,25 @@ double MetricValue(const std::string& text, const std::string& name) {
 }
 
 TEST(SpoolEndToEndTest, AFullSpoolDropsTheOldestCountsThemAndTheAgentKeepsRunning) {
-  char tmpl[] = "/tmp/ncclwatch-spool-full-XXXXXX";
-  const std::string spool = mkdtemp(tmpl);
-  struct RemoveDir {
-    std::string dir;
-    ~RemoveDir() { std::filesystem::remove_all(dir); }
-  } remove_later{spool};
+  ScopedTempDir spool("ncclwatch-spool-full");
   constexpr int64_t kMaxBytes = 200 << 10;
-  Pipeline p(1, {}, {"--spool-dir=" + spool, "--spool-max-bytes=" + std::to_string(kMaxBytes)});
+  Pipeline p(1, {},
+             {"--spool-dir=" + spool.path(), "--spool-max-bytes=" + std::to_string(kMaxBytes)});
   ASSERT_TRUE(p.ok()) << p.error();
   ASSERT_TRUE(p.StopAggregator()) << p.error();
   Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1",
                "--ranks-per-node=8", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=full",
                "--duration-s=14", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=100"},
               {}, p.dir() + "/simjob.log");
-  // Polls the agent's counters until the spool has dropped something.
+  // Wait, on the agent's counters, until the spool has dropped something.
   std::string metrics;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  do {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    metrics = p.AgentGet(0, "/metrics").second;
-  } while (MetricValue(metrics, "ncclwatch_agent_spool_dropped_batches_total") <= 0 &&
-           std::chrono::steady_clock::now() < deadline);
-  ASSERT_GT(MetricValue(metrics, "ncclwatch_agent_spool_dropped_batches_total"), 0) << metrics;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        metrics = p.AgentGet(0, "/metrics").second;
+        return MetricValue(metrics, "ncclwatch_agent_spool_dropped_batches_total") > 0;
+      },
+      30, 200))
+      << metrics;
   EXPECT_LE(MetricValue(metrics, "ncclwatch_agent_spool_bytes"), kMaxBytes);
   EXPECT_EQ(p.AgentGet(0, "/healthz").first, 200);  // still running
 

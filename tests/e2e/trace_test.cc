@@ -2,10 +2,8 @@
 // `ncclwatch trace` writes a Chrome/Perfetto trace of one communicator's sampled
 // collectives that parses as JSON, with one named track per rank, the GPU clocks of the two nodes
 // (50 ms apart) aligned, and the slow rank visibly late.
-#include <chrono>
 #include <fstream>
 #include <regex>
-#include <thread>
 #include <map>
 #include <set>
 #include <sstream>
@@ -27,12 +25,10 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   Process follow({Binaries::Cli(), "events", "--follow", "--job=traced", "--wait-s=8",
                   "--aggregator=" + p.AggregatorAddr()},
                  {}, p.dir() + "/cli-follow.log");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (follow.Log().find("Waiting for new ones") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls for the CLI's line
-  }
-  ASSERT_NE(follow.Log().find("Waiting for new ones"), std::string::npos) << follow.Log();
+  // Its watch is live once it says it waits.
+  ASSERT_TRUE(PollUntil(
+      [&] { return follow.Log().find("Waiting for new ones") != std::string::npos; }, 10, 20))
+      << follow.Log();
   auto [code, log] = RunToCompletion(
       {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2", "--ranks-per-node=4",
        "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=traced", "--duration-s=3",
