@@ -1,9 +1,17 @@
 #include "agent/agent_service.h"
 
+#include <memory>
+#include <vector>
+
 #include "common/log.h"
+#include "google/protobuf/arena.h"
 #include "proto/validate.h"
 
 namespace ncclwatch::agent {
+
+namespace {
+constexpr const char* kRejectedHelp = "Reports rejected by validation, by reason.";
+}  // namespace
 
 ReportHandler::ReportHandler(std::string node, Forwarder& forwarder, MetricRegistry& metrics)
     : node_(std::move(node)),
@@ -15,25 +23,45 @@ ReportHandler::ReportHandler(std::string node, Forwarder& forwarder, MetricRegis
                                    "Reports that passed validation and were queued.")),
       streams_(metrics.GetGauge("ncclwatch_agent_plugin_streams",
                                 "Plugin streams currently connected.")) {
+  ncclwatch::v1::RankReport stamp;
+  stamp.mutable_identity()->set_node(node_);
+  node_stamp_ = stamp.SerializeAsString();
   // Pre-create the common rejection reasons so dashboards see zeros, not gaps.
-  for (const char* reason : {"bad_rank", "bad_nranks", "too_large"}) {
-    metrics.GetCounter("ncclwatch_agent_reports_rejected_total",
-                       "Reports rejected by validation, by reason.", {{"reason", reason}});
+  for (const char* reason : {"malformed", "bad_rank", "bad_nranks", "too_large"}) {
+    metrics.GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp,
+                       {{"reason", reason}});
   }
 }
 
-bool ReportHandler::Handle(ncclwatch::v1::RankReport report) {
+void ReportHandler::Reject(const std::string& reason) {
+  metrics_.GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp,
+                      {{"reason", reason}})
+      ->Increment();
+}
+
+bool ReportHandler::Handle(std::string report) {
   received_->Increment();
-  ReportVerdict verdict = ValidateReport(report);
-  if (!verdict.ok) {
-    metrics_
-        .GetCounter("ncclwatch_agent_reports_rejected_total",
-                    "Reports rejected by validation, by reason.", {{"reason", verdict.reason}})
-        ->Increment();
-    LogDebug("rejected report from pid %d: %s", report.identity().pid(), verdict.detail);
+  // Decode into this thread's scratch block: a typical report fits, so the decoded copy costs no
+  // allocation and is discarded whole when the arena goes.
+  constexpr size_t kScratchBytes = 64 << 10;
+  alignas(16) thread_local char scratch[kScratchBytes];
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.initial_block = scratch;
+  arena_options.initial_block_size = kScratchBytes;
+  google::protobuf::Arena arena(arena_options);
+  auto* decoded = google::protobuf::Arena::CreateMessage<ncclwatch::v1::RankReport>(&arena);
+  if (!decoded->ParseFromString(report)) {
+    Reject("malformed");
+    LogDebug("rejected a report of %d bytes that is not a RankReport", report.size());
     return false;
   }
-  report.mutable_identity()->set_node(node_);
+  ReportVerdict verdict = ValidateReport(*decoded);
+  if (!verdict.ok) {
+    Reject(verdict.reason);
+    LogDebug("rejected report from pid %d: %s", decoded->identity().pid(), verdict.detail);
+    return false;
+  }
+  report.append(node_stamp_);
   forwarder_.Enqueue(std::move(report));
   accepted_->Increment();
   return true;
@@ -45,26 +73,37 @@ void ReportHandler::StreamClosed() { streams_->Add(-1); }
 namespace {
 
 // One per plugin stream: read, hand over, read again; deletes itself when gRPC is done with it.
-class ReportReader final : public grpc::ServerReadReactor<ncclwatch::v1::RankReport> {
+class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  ReportReader(ReportHandler& handler, ncclwatch::v1::StreamSummary* summary)
-      : handler_(handler), summary_(summary) {
+  ReportReader(ReportHandler& handler, grpc::ByteBuffer* response)
+      : handler_(handler), response_(response) {
     handler_.StreamOpened();
-    StartRead(&report_);
+    StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the plugin closed its side (or the stream broke)
-      Finish(grpc::Status::OK);
+      bool own_buffer = false;
+      grpc::Status status = grpc::SerializationTraits<ncclwatch::v1::StreamSummary>::Serialize(
+          summary_, response_, &own_buffer);
+      Finish(status);
       return;
     }
-    if (handler_.Handle(std::move(report_))) {
-      summary_->set_accepted(summary_->accepted() + 1);
-    } else {
-      summary_->set_rejected(summary_->rejected() + 1);
+    std::string report;
+    if (message_.Dump(&slices_).ok()) {
+      report.reserve(message_.Length() + 512);  // room for the identity stamp
+      for (const grpc::Slice& s : slices_) {
+        report.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
     }
-    report_.Clear();
-    StartRead(&report_);
+    slices_.clear();
+    message_.Clear();
+    if (handler_.Handle(std::move(report))) {
+      summary_.set_accepted(summary_.accepted() + 1);
+    } else {
+      summary_.set_rejected(summary_.rejected() + 1);
+    }
+    StartRead(&message_);
   }
 
   void OnDone() override {
@@ -74,14 +113,16 @@ class ReportReader final : public grpc::ServerReadReactor<ncclwatch::v1::RankRep
 
  private:
   ReportHandler& handler_;
-  ncclwatch::v1::StreamSummary* summary_;
-  ncclwatch::v1::RankReport report_;
+  grpc::ByteBuffer* response_;
+  ncclwatch::v1::StreamSummary summary_;
+  grpc::ByteBuffer message_;
+  std::vector<grpc::Slice> slices_;
 };
 
 }  // namespace
 
-grpc::ServerReadReactor<ncclwatch::v1::RankReport>* AgentService::StreamReports(
-    grpc::CallbackServerContext*, ncclwatch::v1::StreamSummary* summary) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* AgentService::StreamReports(
+    grpc::CallbackServerContext*, grpc::ByteBuffer* summary) {
   return new ReportReader(handler_, summary);
 }
 

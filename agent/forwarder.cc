@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/synchronization/notification.h"
 #include "common/log.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/channel.h"
@@ -11,7 +12,8 @@ namespace ncclwatch::agent {
 
 Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
     : options_(std::move(options)),
-      stub_(ncclwatch::v1::Ingest::NewStub(ReconnectingChannel(options_.aggregator, 1000))),
+      channel_(ReconnectingChannel(options_.aggregator, 1000)),
+      stub_(channel_),
       reports_forwarded_(m.GetCounter("ncclwatch_agent_reports_forwarded_total",
                                       "Reports acknowledged by the aggregator.")),
       reports_dropped_(m.GetCounter("ncclwatch_agent_reports_dropped_total",
@@ -47,25 +49,18 @@ void Forwarder::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-// A cheap upper estimate of a report's serialized size (ByteSizeLong walks every field).
-int64_t EstimatedBytes(const ncclwatch::v1::RankReport& r) {
-  int64_t bytes = 256 + 96 * r.stats_size() + 48 * r.in_flight_size();
-  for (const auto& col : r.sample_columns()) bytes += 64 + 24 * col.seq_delta_size();
-  return bytes;
-}
-
-void Forwarder::Enqueue(ncclwatch::v1::RankReport report) {
-  const int64_t bytes = EstimatedBytes(report);
+void Forwarder::Enqueue(std::string report) {
+  const auto bytes = static_cast<int64_t>(report.size());
   absl::MutexLock lock(&mu_);
   if (queue_.empty()) oldest_enqueued_ = absl::Now();
   while (!queue_.empty() && (static_cast<int64_t>(queue_.size()) >= options_.max_queued_reports ||
                              queue_bytes_ + bytes > options_.max_queued_bytes)) {
-    queue_bytes_ -= queue_.front().bytes;
+    queue_bytes_ -= static_cast<int64_t>(queue_.front().size());
     queue_.pop_front();
     reports_dropped_->Increment();
   }
   queue_bytes_ += bytes;
-  queue_.push_back({std::move(report), bytes});
+  queue_.push_back(std::move(report));
   idle_ = false;
   queue_depth_->Set(static_cast<double>(queue_.size()));
 }
@@ -86,14 +81,21 @@ void Forwarder::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Forwarder::Push(ncclwatch::v1::NodeBatch& batch) {
+bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.push_timeout_ms));
   batch.set_sent_unix_ns(absl::ToUnixNanos(absl::Now()));
   ncclwatch::v1::BatchAck ack;
   absl::Time start = absl::Now();
-  grpc::Status status = stub_->Push(&context, batch, &ack);
+  grpc::Status status;
+  absl::Notification done;
+  stub_.UnaryCall(&context, "/ncclwatch.v1.Ingest/Push", grpc::StubOptions(), &batch, &ack,
+                  [&](grpc::Status s) {
+                    status = std::move(s);
+                    done.Notify();
+                  });
+  done.WaitForNotification();
   if (!status.ok()) {
     push_failures_->Increment();
     LogWarning("push of batch %d (%d reports) to %s failed: %s; will retry", batch.batch_seq(),
@@ -108,17 +110,18 @@ bool Forwarder::Push(ncclwatch::v1::NodeBatch& batch) {
   return true;
 }
 
-ncclwatch::v1::NodeBatch Forwarder::CutBatch() {
-  ncclwatch::v1::NodeBatch batch;
+ncclwatch::v1::NodeBatchBytes Forwarder::CutBatch() {
+  ncclwatch::v1::NodeBatchBytes batch;
   batch.set_agent_id(options_.agent_id);
   batch.set_batch_seq(next_seq_++);
   batch.set_node(options_.node);
   int64_t bytes = 0;
   while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports &&
-         (batch.reports_size() == 0 || bytes + queue_.front().bytes <= options_.max_batch_bytes)) {
-    bytes += queue_.front().bytes;
-    queue_bytes_ -= queue_.front().bytes;
-    *batch.add_reports() = std::move(queue_.front().report);
+         (batch.reports_size() == 0 ||
+          bytes + static_cast<int64_t>(queue_.front().size()) <= options_.max_batch_bytes)) {
+    bytes += static_cast<int64_t>(queue_.front().size());
+    queue_bytes_ -= static_cast<int64_t>(queue_.front().size());
+    *batch.add_reports() = std::move(queue_.front());
     queue_.pop_front();
   }
   if (!queue_.empty()) oldest_enqueued_ = absl::Now();
@@ -126,7 +129,7 @@ ncclwatch::v1::NodeBatch Forwarder::CutBatch() {
   return batch;
 }
 
-void Forwarder::Admit(ncclwatch::v1::NodeBatch batch) {
+void Forwarder::Admit(ncclwatch::v1::NodeBatchBytes batch) {
   const int reports = batch.reports_size();
   if (options_.spool != nullptr) {
     auto name = options_.spool->Add(batch);
@@ -138,7 +141,7 @@ void Forwarder::Admit(ncclwatch::v1::NodeBatch batch) {
     LogWarning("%s; batch %d stays in memory only", name.status().message(), batch.batch_seq());
   }
   int64_t bytes = 0;
-  for (const auto& r : batch.reports()) bytes += EstimatedBytes(r);
+  for (const std::string& r : batch.reports()) bytes += static_cast<int64_t>(r.size());
   outbox_.push_back({"", std::move(batch), reports, bytes});
   outbox_reports_ += reports;
   outbox_bytes_ += bytes;
@@ -162,7 +165,7 @@ void Forwarder::Run() {
   int backoff_ms = 100;
   absl::Time retry_at = absl::InfinitePast();
   for (;;) {
-    std::vector<ncclwatch::v1::NodeBatch> cut;
+    std::vector<ncclwatch::v1::NodeBatchBytes> cut;
     bool stopping = false;
     {
       absl::MutexLock lock(&mu_);

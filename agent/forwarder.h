@@ -1,5 +1,8 @@
 // Forwards reports from this node to the aggregator in acknowledged batches.
 //
+// Reports travel as the bytes their plugin serialized (with the agent's identity stamp appended):
+// a batch is a NodeBatchBytes, which the aggregator decodes as a NodeBatch (ingest.proto).
+//
 // Reports are queued in memory (bounded: the oldest is dropped and counted when full) and cut into
 // a NodeBatch when the batch interval has passed or the batch is full. Cut batches wait in an
 // outbox and are pushed in order, one at a time, each with a deadline; a batch keeps its
@@ -30,6 +33,7 @@
 #include "absl/time/time.h"
 #include "agent/spool.h"
 #include "common/metrics.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 
 namespace ncclwatch::agent {
@@ -42,7 +46,7 @@ struct ForwarderOptions {
   int64_t max_batch_reports = 512;
   int64_t max_queued_reports = 100000;
   int64_t max_queued_bytes = 16 << 20;
-  int64_t max_batch_bytes = 4 << 20;  // estimated; the agent keeps it under 1/8 of the spool
+  int64_t max_batch_bytes = 4 << 20;  // the agent keeps it under 1/8 of the spool
   int64_t push_timeout_ms = 5000;
   Spool* spool = nullptr;  // optional; outlives the Forwarder
 };
@@ -53,7 +57,8 @@ class Forwarder {
   ~Forwarder();
 
   void Start();
-  void Enqueue(ncclwatch::v1::RankReport report);
+  // Queues one serialized RankReport.
+  void Enqueue(std::string report);
   // Pushes everything queued now, waiting at most `timeout`. Returns true if all was acknowledged.
   bool Flush(absl::Duration timeout);
   void Stop();
@@ -62,27 +67,25 @@ class Forwarder {
   // A cut batch waiting for its acknowledgement: in the spool (by name) or in memory.
   struct Outgoing {
     std::string spool_name;
-    std::optional<ncclwatch::v1::NodeBatch> batch;
+    std::optional<ncclwatch::v1::NodeBatchBytes> batch;
     int reports = 0;
     int64_t bytes = 0;  // of the in-memory batch, 0 when it lives in the spool
   };
-  struct Queued {
-    ncclwatch::v1::RankReport report;
-    int64_t bytes = 0;
-  };
 
   void Run();
-  bool Push(ncclwatch::v1::NodeBatch& batch);  // true when acknowledged
+  bool Push(ncclwatch::v1::NodeBatchBytes& batch);  // true when acknowledged
   // Cuts up to max_batch_reports queued reports into a new batch.
-  ncclwatch::v1::NodeBatch CutBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ncclwatch::v1::NodeBatchBytes CutBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a cut batch in the outbox (through the spool when there is one).
-  void Admit(ncclwatch::v1::NodeBatch batch);
+  void Admit(ncclwatch::v1::NodeBatchBytes batch);
 
   const ForwarderOptions options_;
-  std::unique_ptr<ncclwatch::v1::Ingest::Stub> stub_;
+  // Ingest/Push, called with the NodeBatchBytes encoding of a NodeBatch.
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::TemplatedGenericStub<ncclwatch::v1::NodeBatchBytes, ncclwatch::v1::BatchAck> stub_;
 
   absl::Mutex mu_;
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time oldest_enqueued_ ABSL_GUARDED_BY(mu_);
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;

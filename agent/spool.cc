@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
     std::ifstream in(path, std::ios::binary);
     std::stringstream data;
     data << in.rdbuf();
-    ncclwatch::v1::NodeBatch batch;
+    ncclwatch::v1::NodeBatchBytes batch;
     if (!in || !batch.ParseFromString(data.str()) || batch.agent_id().empty()) {
       spool->corrupt_->Increment();
       LogWarning("spool: %s is unreadable; moved aside as %s.corrupt", path, path);
@@ -126,7 +126,7 @@ std::vector<Spool::Entry> Spool::TakeRecovered() {
   return std::move(recovered_);
 }
 
-absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatch& batch) {
+absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batch) {
   std::string data;
   if (!batch.SerializeToString(&data)) return absl::InternalError("cannot serialise a batch");
   const auto size = static_cast<int64_t>(data.size());
@@ -159,7 +159,7 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatch& batch) {
   return name;
 }
 
-absl::StatusOr<ncclwatch::v1::NodeBatch> Spool::Read(const std::string& name) const {
+absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& name) const {
   {
     absl::MutexLock lock(&mu_);
     if (!files_.count(name)) return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
@@ -167,7 +167,7 @@ absl::StatusOr<ncclwatch::v1::NodeBatch> Spool::Read(const std::string& name) co
   std::ifstream in(absl::StrCat(dir_, "/", name), std::ios::binary);
   std::stringstream data;
   data << in.rdbuf();
-  ncclwatch::v1::NodeBatch batch;
+  ncclwatch::v1::NodeBatchBytes batch;
   if (!in || !batch.ParseFromString(data.str())) {
     return absl::DataLossError(absl::StrCat("spool: cannot read ", dir_, "/", name));
   }

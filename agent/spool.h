@@ -45,9 +45,9 @@ class Spool {
   std::vector<Entry> TakeRecovered();
   // Durably adds `batch`; returns its name. Makes room by dropping the oldest batches; a batch
   // larger than the whole spool is refused (ResourceExhausted).
-  absl::StatusOr<std::string> Add(const ncclwatch::v1::NodeBatch& batch);
+  absl::StatusOr<std::string> Add(const ncclwatch::v1::NodeBatchBytes& batch);
   // Reads a spooled batch back. NotFound if it was dropped to make room meanwhile.
-  absl::StatusOr<ncclwatch::v1::NodeBatch> Read(const std::string& name) const;
+  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Read(const std::string& name) const;
   // Deletes an acknowledged batch (a name already dropped is ignored).
   void Remove(const std::string& name);
 

@@ -17,14 +17,15 @@ class SpoolTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  static ncclwatch::v1::NodeBatch Batch(uint64_t seq, int reports, size_t payload = 100) {
-    ncclwatch::v1::NodeBatch b;
+  static ncclwatch::v1::NodeBatchBytes Batch(uint64_t seq, int reports, size_t payload = 100) {
+    ncclwatch::v1::NodeBatchBytes b;
     b.set_agent_id("node-a-1234");
     b.set_batch_seq(seq);
     for (int i = 0; i < reports; ++i) {
-      auto* r = b.add_reports();
-      r->set_report_id(seq * 1000 + i);
-      r->mutable_identity()->set_job_id(std::string(payload, 'j'));
+      ncclwatch::v1::RankReport r;
+      r.set_report_id(seq * 1000 + i);
+      r.mutable_identity()->set_job_id(std::string(payload, 'j'));
+      r.SerializeToString(b.add_reports());
     }
     return b;
   }
@@ -52,7 +53,9 @@ TEST_F(SpoolTest, WhatIsNotAcknowledgedComesBackInOrderAfterARestart) {
   auto third = (*reopened)->Read(recovered[1].name);
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_EQ(third->batch_seq(), 3u);
-  EXPECT_EQ(third->reports(1).report_id(), 3001u);
+  ncclwatch::v1::NodeBatch decoded;  // what the aggregator will read
+  ASSERT_TRUE(decoded.ParseFromString(third->SerializeAsString()));
+  EXPECT_EQ(decoded.reports(1).report_id(), 3001u);
   EXPECT_EQ(recovered[1].reports, 2);
   EXPECT_TRUE((*reopened)->TakeRecovered().empty());  // handed out once
   (*reopened)->Remove(recovered[0].name);

@@ -36,16 +36,27 @@
 namespace ncclwatch::bench {
 namespace {
 
-// Acknowledges every batch and counts its reports.
-class CountingAggregator final : public ncclwatch::v1::Ingest::CallbackService {
+// Acknowledges every batch and counts its reports. It decodes a batch only down to its reports'
+// bytes (NodeBatchBytes): the stand-in must leave the shared cores to the agent.
+class CountingAggregator final
+    : public ncclwatch::v1::Ingest::WithRawCallbackMethod_Push<ncclwatch::v1::Ingest::Service> {
  public:
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const ncclwatch::v1::NodeBatch* batch,
-                                 ncclwatch::v1::BatchAck* ack) override {
-    reports.fetch_add(static_cast<uint64_t>(batch->reports_size()), std::memory_order_relaxed);
-    ack->set_batch_seq(batch->batch_seq());
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    ncclwatch::v1::NodeBatchBytes batch;
+    grpc::ByteBuffer copy(*request);
+    grpc::Status status =
+        grpc::SerializationTraits<ncclwatch::v1::NodeBatchBytes>::Deserialize(&copy, &batch);
+    if (status.ok()) {
+      reports.fetch_add(static_cast<uint64_t>(batch.reports_size()), std::memory_order_relaxed);
+      ncclwatch::v1::BatchAck ack;
+      ack.set_batch_seq(batch.batch_seq());
+      bool own = false;
+      status = grpc::SerializationTraits<ncclwatch::v1::BatchAck>::Serialize(ack, response, &own);
+    }
     auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
+    reactor->Finish(status);
     return reactor;
   }
   std::atomic<uint64_t> reports{0};
