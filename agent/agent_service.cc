@@ -13,14 +13,26 @@ namespace {
 constexpr const char* kRejectedHelp = "Reports rejected by validation, by reason.";
 }  // namespace
 
-ReportHandler::ReportHandler(std::string node, Forwarder& forwarder, MetricRegistry& metrics)
+size_t ShardOf(std::string_view job_id, size_t shards) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : job_id) hash = (hash ^ c) * 0x100000001b3ull;
+  return static_cast<size_t>(hash % shards);
+}
+
+ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
+                             MetricRegistry& metrics, const PodResolver* pods,
+                             NodeInspectorSeries* inspector)
     : node_(std::move(node)),
-      forwarder_(forwarder),
+      shards_(std::move(shards)),
+      pods_(pods),
+      inspector_(inspector),
       metrics_(metrics),
       received_(metrics.GetCounter("ncclwatch_agent_reports_received_total",
                                    "Reports received from plugins.")),
       accepted_(metrics.GetCounter("ncclwatch_agent_reports_accepted_total",
                                    "Reports that passed validation and were queued.")),
+      attributed_(metrics.GetCounter("ncclwatch_agent_reports_attributed_total",
+                                     "Accepted reports whose GPU the kubelet assigns to a pod.")),
       streams_(metrics.GetGauge("ncclwatch_agent_plugin_streams",
                                 "Plugin streams currently connected.")) {
   ncclwatch::v1::RankReport stamp;
@@ -31,6 +43,20 @@ ReportHandler::ReportHandler(std::string node, Forwarder& forwarder, MetricRegis
     metrics.GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp,
                        {{"reason", reason}});
   }
+}
+
+std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity) const {
+  if (pods_ == nullptr || identity.gpu_uuid().empty()) return node_stamp_;
+  std::optional<PodRef> pod = pods_->Lookup(identity.gpu_uuid());
+  if (!pod) return node_stamp_;
+  attributed_->Increment();
+  ncclwatch::v1::RankReport stamp;
+  auto* id = stamp.mutable_identity();
+  id->set_node(node_);
+  id->set_pod(pod->pod);
+  id->set_pod_namespace(pod->pod_namespace);
+  id->set_container(pod->container);
+  return stamp.SerializeAsString();
 }
 
 void ReportHandler::Reject(const std::string& reason) {
@@ -61,8 +87,11 @@ bool ReportHandler::Handle(std::string report) {
     LogDebug("rejected report from pid %d: %s", decoded->identity().pid(), verdict.detail);
     return false;
   }
-  report.append(node_stamp_);
-  forwarder_.Enqueue(std::move(report));
+  if (inspector_ != nullptr) inspector_->Update(*decoded, report);
+  Forwarder* forwarder =
+      shards_.size() == 1 ? shards_[0] : shards_[ShardOf(decoded->identity().job_id(), shards_.size())];
+  report.append(Stamp(decoded->identity()));
+  forwarder->Enqueue(std::move(report));
   accepted_->Increment();
   return true;
 }

@@ -5,22 +5,37 @@
 // Reports stay in the bytes their plugin serialized: the stream is read raw, a report is decoded
 // (on a per-thread arena) only to be validated, and the agent's identity fields are appended as a
 // second, partial `identity` field, which protobuf merges into the first when the aggregator
-// decodes it. Nothing is re-encoded, which halves the agent's CPU per report.
+// decodes it. Nothing is re-encoded, which halves the agent's CPU per report. The stamp is the
+// node's name and, where the kubelet knows the report's GPU, the pod, namespace and container.
 #ifndef NCCLWATCH_AGENT_AGENT_SERVICE_H_
 #define NCCLWATCH_AGENT_AGENT_SERVICE_H_
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "agent/forwarder.h"
+#include "agent/inspector_series.h"
+#include "agent/pod_resources.h"
 #include "common/metrics.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
 
 namespace ncclwatch::agent {
 
+// Which of `shards` aggregator endpoints serves `job_id`: FNV-1a of the job id modulo their
+// number. Every agent of a cluster computes the same answer (given the same endpoint list in the
+// same order), so all the ranks of a job meet in one aggregator.
+size_t ShardOf(std::string_view job_id, size_t shards);
+
 // Plain handler, callable without gRPC (tests); the service below adapts streams onto it.
 class ReportHandler {
  public:
-  ReportHandler(std::string node, Forwarder& forwarder, MetricRegistry& metrics);
+  // `shards`: one forwarder per aggregator endpoint (at least one); a report goes to the one
+  // ShardOf its job id names.
+  // `pods` (optional, outlives the handler) attributes a report's GPU to its Kubernetes pod.
+  // `inspector` (optional, outlives the handler) keeps the node-local Inspector series.
+  ReportHandler(std::string node, std::vector<Forwarder*> shards, MetricRegistry& metrics,
+                const PodResolver* pods = nullptr, NodeInspectorSeries* inspector = nullptr);
   // Takes one serialized RankReport; returns true if it was accepted.
   bool Handle(std::string report);
   void StreamOpened();
@@ -28,13 +43,18 @@ class ReportHandler {
 
  private:
   void Reject(const std::string& reason);
+  // The identity fields this agent adds to a report, serialized as a partial RankReport.
+  std::string Stamp(const ncclwatch::v1::RankIdentity& identity) const;
 
   const std::string node_;
   std::string node_stamp_;  // a serialized RankReport holding only identity.node
-  Forwarder& forwarder_;
+  const std::vector<Forwarder*> shards_;
+  const PodResolver* pods_;
+  NodeInspectorSeries* inspector_;
   MetricRegistry& metrics_;
   Counter* received_;
   Counter* accepted_;
+  Counter* attributed_;
   Gauge* streams_;
 };
 

@@ -12,26 +12,44 @@ namespace ncclwatch::agent {
 
 Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
     : options_(std::move(options)),
-      channel_(ReconnectingChannel(options_.aggregator, 1000)),
+      channel_(ReconnectingChannel(options_.aggregator, 1000, options_.credentials,
+                                   options_.tls_server_name)),
       stub_(channel_),
       reports_forwarded_(m.GetCounter("ncclwatch_agent_reports_forwarded_total",
-                                      "Reports acknowledged by the aggregator.")),
+                                      "Reports acknowledged by the aggregator.",
+                                      options_.metric_labels)),
       reports_dropped_(m.GetCounter("ncclwatch_agent_reports_dropped_total",
-                                    "Reports dropped because the in-memory queue was full.")),
+                                    "Reports dropped because the in-memory queue was full.",
+                                    options_.metric_labels)),
       batches_acked_(m.GetCounter("ncclwatch_agent_batches_acked_total",
-                                  "Batches acknowledged by the aggregator.")),
+                                  "Batches acknowledged by the aggregator.",
+                                  options_.metric_labels)),
       batches_duplicate_(m.GetCounter("ncclwatch_agent_batches_duplicate_total",
-                                      "Acknowledged batches the aggregator had already stored.")),
+                                      "Acknowledged batches the aggregator had already stored.",
+                                      options_.metric_labels)),
       push_failures_(m.GetCounter("ncclwatch_agent_push_failures_total",
-                                  "Batch pushes that failed and will be retried.")),
+                                  "Batch pushes that failed and will be retried.",
+                                  options_.metric_labels)),
       batches_replayed_(m.GetCounter("ncclwatch_agent_batches_replayed_total",
-                                     "Batches an earlier run left in the spool, acknowledged now.")),
+                                     "Batches an earlier run left in the spool, acknowledged now.",
+                                     options_.metric_labels)),
       queue_depth_(m.GetGauge("ncclwatch_agent_queue_reports",
-                              "Reports waiting to be cut into a batch.")),
+                              "Reports waiting to be cut into a batch.", options_.metric_labels)),
       outbox_depth_(m.GetGauge("ncclwatch_agent_outbox_batches",
-                               "Batches cut and waiting for the aggregator's acknowledgement.")),
+                               "Batches cut and waiting for the aggregator's acknowledgement.",
+                               options_.metric_labels)),
       last_push_seconds_(m.GetGauge("ncclwatch_agent_last_push_seconds",
-                                    "Duration of the last successful batch push.")) {}
+                                    "Duration of the last successful batch push.",
+                                    options_.metric_labels)),
+      push_seconds_(m.GetHistogram("ncclwatch_agent_push_duration_seconds",
+                                   "Round trip of successful batch pushes to the aggregator.",
+                                   {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                    2.5, 5},
+                                   options_.metric_labels)),
+      delay_seconds_(m.GetHistogram(
+          "ncclwatch_agent_batch_delay_seconds",
+          "From the receipt of a batch's oldest report to the aggregator's acknowledgement.",
+          {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}, options_.metric_labels)) {}
 
 Forwarder::~Forwarder() { Stop(); }
 
@@ -87,6 +105,9 @@ bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
                        std::chrono::milliseconds(options_.push_timeout_ms));
   batch.set_sent_unix_ns(absl::ToUnixNanos(absl::Now()));
   ncclwatch::v1::BatchAck ack;
+  if (options_.token != nullptr) {
+    context.AddMetadata("authorization", "Bearer " + options_.token->Get());
+  }
   absl::Time start = absl::Now();
   grpc::Status status;
   absl::Notification done;
@@ -102,7 +123,9 @@ bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
                batch.reports_size(), options_.aggregator, status.error_message());
     return false;
   }
-  last_push_seconds_->Set(absl::ToDoubleSeconds(absl::Now() - start));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  last_push_seconds_->Set(seconds);
+  push_seconds_->Observe(seconds);
   batches_acked_->Increment();
   if (ack.duplicate()) batches_duplicate_->Increment();
   if (batch.agent_id() != options_.agent_id) batches_replayed_->Increment();
@@ -124,17 +147,18 @@ ncclwatch::v1::NodeBatchBytes Forwarder::CutBatch() {
     *batch.add_reports() = std::move(queue_.front());
     queue_.pop_front();
   }
+  batch_oldest_ = oldest_enqueued_;
   if (!queue_.empty()) oldest_enqueued_ = absl::Now();
   queue_depth_->Set(static_cast<double>(queue_.size()));
   return batch;
 }
 
-void Forwarder::Admit(ncclwatch::v1::NodeBatchBytes batch) {
+void Forwarder::Admit(ncclwatch::v1::NodeBatchBytes batch, absl::Time oldest_report) {
   const int reports = batch.reports_size();
   if (options_.spool != nullptr) {
     auto name = options_.spool->Add(batch);
     if (name.ok()) {
-      outbox_.push_back({*name, std::nullopt, reports});
+      outbox_.push_back({*name, std::nullopt, reports, 0, oldest_report});
       outbox_depth_->Set(static_cast<double>(outbox_.size()));
       return;
     }
@@ -142,7 +166,7 @@ void Forwarder::Admit(ncclwatch::v1::NodeBatchBytes batch) {
   }
   int64_t bytes = 0;
   for (const std::string& r : batch.reports()) bytes += static_cast<int64_t>(r.size());
-  outbox_.push_back({"", std::move(batch), reports, bytes});
+  outbox_.push_back({"", std::move(batch), reports, bytes, oldest_report});
   outbox_reports_ += reports;
   outbox_bytes_ += bytes;
   // Without the spool's disk, memory is the bound: the oldest batches in memory go first (never
@@ -165,7 +189,7 @@ void Forwarder::Run() {
   int backoff_ms = 100;
   absl::Time retry_at = absl::InfinitePast();
   for (;;) {
-    std::vector<ncclwatch::v1::NodeBatchBytes> cut;
+    std::vector<std::pair<ncclwatch::v1::NodeBatchBytes, absl::Time>> cut;
     bool stopping = false;
     {
       absl::MutexLock lock(&mu_);
@@ -190,9 +214,12 @@ void Forwarder::Run() {
       const bool due =
           !queue_.empty() &&
           (ready() || absl::Now() >= oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms));
-      while (due && !queue_.empty()) cut.push_back(CutBatch());
+      while (due && !queue_.empty()) {
+        ncclwatch::v1::NodeBatchBytes batch = CutBatch();
+        cut.emplace_back(std::move(batch), batch_oldest_);
+      }
     }
-    for (auto& batch : cut) Admit(std::move(batch));
+    for (auto& [batch, oldest] : cut) Admit(std::move(batch), oldest);
     if (outbox_.empty()) {
       if (stopping) return;
       continue;
@@ -210,6 +237,9 @@ void Forwarder::Run() {
       next.batch = *std::move(read);
     }
     if (Push(*next.batch)) {
+      if (next.oldest_report != absl::InfinitePast()) {
+        delay_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - next.oldest_report));
+      }
       if (!next.spool_name.empty()) {
         options_.spool->Remove(next.spool_name);
       } else {

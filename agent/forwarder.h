@@ -35,6 +35,7 @@
 #include "common/metrics.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "proto/security.h"
 
 namespace ncclwatch::agent {
 
@@ -49,6 +50,11 @@ struct ForwarderOptions {
   int64_t max_batch_bytes = 4 << 20;  // the agent keeps it under 1/8 of the spool
   int64_t push_timeout_ms = 5000;
   Spool* spool = nullptr;  // optional; outlives the Forwarder
+  // TLS towards the aggregator (plaintext when null) and the name to verify in its certificate.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string tls_server_name;
+  TokenFile* token = nullptr;  // optional bearer token on every push; outlives the Forwarder
+  LabelPairs metric_labels;    // on every metric of this forwarder, e.g. {aggregator="..."}
 };
 
 class Forwarder {
@@ -70,6 +76,7 @@ class Forwarder {
     std::optional<ncclwatch::v1::NodeBatchBytes> batch;
     int reports = 0;
     int64_t bytes = 0;  // of the in-memory batch, 0 when it lives in the spool
+    absl::Time oldest_report = absl::InfinitePast();  // unknown for batches of an earlier run
   };
 
   void Run();
@@ -77,7 +84,7 @@ class Forwarder {
   // Cuts up to max_batch_reports queued reports into a new batch.
   ncclwatch::v1::NodeBatchBytes CutBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a cut batch in the outbox (through the spool when there is one).
-  void Admit(ncclwatch::v1::NodeBatchBytes batch);
+  void Admit(ncclwatch::v1::NodeBatchBytes batch, absl::Time oldest_report);
 
   const ForwarderOptions options_;
   // Ingest/Push, called with the NodeBatchBytes encoding of a NodeBatch.
@@ -94,6 +101,7 @@ class Forwarder {
   std::deque<Outgoing> outbox_;  // sender thread only
   int64_t outbox_reports_ = 0;   // sender thread only: reports in memory in the outbox
   int64_t outbox_bytes_ = 0;     // sender thread only: their serialized bytes
+  absl::Time batch_oldest_ ABSL_GUARDED_BY(mu_);  // receipt of the oldest report cut last
   uint64_t next_seq_ = 1;        // under mu_ (CutBatch)
   std::thread thread_;
 
@@ -106,6 +114,8 @@ class Forwarder {
   Gauge* queue_depth_;
   Gauge* outbox_depth_;
   Gauge* last_push_seconds_;
+  Histogram* push_seconds_;
+  Histogram* delay_seconds_;
 };
 
 }  // namespace ncclwatch::agent

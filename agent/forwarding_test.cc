@@ -1,5 +1,6 @@
 // The agent's byte-level path: reports arrive as the plugin's bytes, are stamped by appending,
 // and must decode at a typed Ingest server (as the aggregator's) as the same reports.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/agent_service.h"
 #include "agent/forwarder.h"
+#include "agent/inspector_series.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -68,7 +70,7 @@ TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted)
   options.agent_id = "node-7-test";
   options.node = "node-7";
   Forwarder forwarder(options, metrics);
-  ReportHandler handler("node-7", forwarder, metrics);
+  ReportHandler handler("node-7", {&forwarder}, metrics);
   forwarder.Start();
 
   std::vector<ncclwatch::v1::RankReport> sent;
@@ -109,6 +111,69 @@ TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted)
   EXPECT_NE(text.find("ncclwatch_agent_reports_forwarded_total 5"), std::string::npos) << text;
   forwarder.Stop();
   server->Shutdown();
+}
+
+TEST(NodeInspectorSeriesTest, LatestStatsOfEachLiveRankWithTheAggregatorsLabels) {
+  NodeInspectorSeries series("node-7");
+  ncclwatch::v1::RankReport r = Report(1, 2);
+  r.mutable_identity()->set_cuda_device(3);
+  auto* st = r.mutable_stats(0);
+  st->set_message_size("1-2MB");
+  st->set_algo_proto("RING_SIMPLE");
+  st->set_bw_samples(2);
+  st->set_bus_bw_gbs_log_sum(2 * std::log(40.0));
+  auto* p2p = r.add_stats();  // two peers of one p2p bucket merge into one series
+  p2p->set_op("Send");
+  p2p->set_p2p(true);
+  p2p->set_message_size("1-2MB");
+  p2p->set_peer(1);
+  p2p->set_count(1);
+  p2p->set_exec_time_us_sum(10);
+  *r.add_stats() = *p2p;
+  r.mutable_stats(2)->set_peer(5);
+  r.mutable_stats(2)->set_exec_time_us_sum(30);
+  series.Update(r, r.SerializeAsString());
+  ncclwatch::v1::RankReport idle = Report(2, 2);  // no stats: the last activity stays shown
+  idle.clear_stats();
+  series.Update(idle, idle.SerializeAsString());
+
+  PromTextWriter w;
+  series.Collect(w);
+  const std::string whose =
+      "job_id=\"job-1\",comm_hash=\"0x0000000000000abc\",comm_name=\"unknown\",rank=\"2\","
+      "node=\"node-7\",gpu=\"GPU3\",n_nodes=\"2\",nranks=\"8\"";
+  EXPECT_NE(w.text().find("nccl_bus_bandwidth_gbs{" + whose +
+                          ",collective=\"AllReduce\",message_size=\"1-2MB\","
+                          "algo_proto=\"RING_SIMPLE\"} 40\n"),
+            std::string::npos)
+      << w.text();
+  EXPECT_NE(w.text().find("nccl_collective_exec_time_microseconds{" + whose +
+                          ",collective=\"AllReduce\",message_size=\"1-2MB\","
+                          "algo_proto=\"RING_SIMPLE\"} 4.166666666666667\n"),
+            std::string::npos)
+      << w.text();
+  EXPECT_NE(w.text().find("nccl_p2p_exec_time_microseconds{" + whose +
+                          ",p2p_operation=\"Send\",message_size=\"1-2MB\"} 20\n"),
+            std::string::npos)
+      << w.text();
+  EXPECT_EQ(series.ranks(), 1u);
+
+  ncclwatch::v1::RankReport last = Report(3, 2);
+  last.set_final(true);
+  series.Update(last, last.SerializeAsString());
+  EXPECT_EQ(series.ranks(), 0u);
+  PromTextWriter after;
+  series.Collect(after);
+  EXPECT_EQ(after.text(), "");
+}
+
+TEST(ShardOfTest, IsStableAcrossProcessesAndSpreadsJobs) {
+  // Fixed values: every agent of a cluster must route a job to the same endpoint.
+  EXPECT_EQ(ShardOf("", 3), 0xcbf29ce484222325ull % 3);
+  EXPECT_EQ(ShardOf("a", 1000), 0xaf63dc4c8601ec8cull % 1000);
+  std::vector<int> per_shard(4);
+  for (int j = 0; j < 400; ++j) ++per_shard[ShardOf("job-" + std::to_string(j), 4)];
+  for (int n : per_shard) EXPECT_GT(n, 60);  // roughly even: none starved
 }
 
 }  // namespace

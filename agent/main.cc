@@ -1,32 +1,53 @@
 // ncclwatch-agent: the node agent (one per GPU node, a Kubernetes DaemonSet).
 // Receives RankReports from the plugins of this node's training processes on a unix socket,
 // stamps them with the node name and forwards them to the aggregator in acknowledged batches.
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "agent/agent_service.h"
 #include "agent/forwarder.h"
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "agent/pod_resources.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
+#include "proto/security.h"
 
 namespace ncclwatch::agent {
 namespace {
 
 struct AgentConfig {
   std::string listen = "unix:///run/ncclwatch/agent.sock";
+  std::string listen_tcp;
+  std::string socket_mode = "0666";
+  std::string socket_dir_mode = "0755";
+  std::string socket_group;
   std::string aggregator = "localhost:9470";
+  bool aggregator_tls = false;
+  std::string aggregator_ca_file;
+  std::string aggregator_cert_file;
+  std::string aggregator_key_file;
+  std::string aggregator_server_name;
+  std::string aggregator_token_file;
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  int64_t pod_resources_refresh_s = 10;
   int64_t http_port = 9472;
   std::string node_name;
   int64_t batch_interval_ms = 200;
@@ -44,10 +65,38 @@ struct AgentConfig {
 void Register(ConfigTable& t, AgentConfig& c) {
   t.AddString("listen", "NCCLWATCH_AGENT_LISTEN", &c.listen,
               "Where plugins connect: unix:///path for a unix socket, or host:port for TCP.");
+  t.AddString("listen-tcp", "NCCLWATCH_AGENT_LISTEN_TCP", &c.listen_tcp,
+              "Also accept plugins on this host:port (e.g. 127.0.0.1:9471); empty: only --listen.");
+  t.AddString("socket-mode", "", &c.socket_mode,
+              "Permissions of the unix socket, octal. 0666 lets training processes of any user "
+              "connect; with --socket-group, 0660 limits it to that group.");
+  t.AddString("socket-dir-mode", "", &c.socket_dir_mode,
+              "Permissions of the socket's directory when the agent creates it, octal.");
+  t.AddString("socket-group", "", &c.socket_group,
+              "Group (name or gid) to own the unix socket; empty: the agent's own.");
   t.AddString("aggregator", "NCCLWATCH_AGGREGATOR", &c.aggregator,
-              "Aggregator gRPC address, host:port.");
+              "Aggregator gRPC address, host:port; several, comma-separated, shard jobs between "
+              "aggregators by job id (list them in the same order on every node).");
+  t.AddBool("aggregator-tls", "NCCLWATCH_AGGREGATOR_TLS", &c.aggregator_tls,
+            "Talk TLS to the aggregator (implied by any --aggregator-*-file below).");
+  t.AddString("aggregator-ca-file", "NCCLWATCH_AGGREGATOR_CA_FILE", &c.aggregator_ca_file,
+              "PEM roots that sign the aggregator's certificate; empty: the system's roots.");
+  t.AddString("aggregator-cert-file", "NCCLWATCH_AGGREGATOR_CERT_FILE", &c.aggregator_cert_file,
+              "PEM client certificate for mutual TLS.");
+  t.AddString("aggregator-key-file", "NCCLWATCH_AGGREGATOR_KEY_FILE", &c.aggregator_key_file,
+              "PEM private key of --aggregator-cert-file.");
+  t.AddString("aggregator-server-name", "", &c.aggregator_server_name,
+              "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
+  t.AddString("aggregator-token-file", "NCCLWATCH_AGGREGATOR_TOKEN_FILE",
+              &c.aggregator_token_file,
+              "File holding a bearer token sent with every batch (re-read every 30 s).");
+  t.AddString("pod-resources-socket", "NCCLWATCH_POD_RESOURCES_SOCKET", &c.pod_resources_socket,
+              "The kubelet's pod-resources socket, to name the pod of each GPU; empty: off. "
+              "Absent sockets are retried quietly (outside Kubernetes there is none).");
+  t.AddInt("pod-resources-refresh-s", "", &c.pod_resources_refresh_s,
+           "How often to ask the kubelet which pod holds which GPU.");
   t.AddInt("http-port", "NCCLWATCH_AGENT_HTTP_PORT", &c.http_port,
-           "Port of /metrics and /healthz (0 = any free port).");
+           "Port of /metrics, /healthz and /readyz (0 = any free port).");
   t.AddString("node-name", "NODE_NAME", &c.node_name,
               "Name of this node in every report; empty means the hostname.");
   t.AddInt("batch-interval-ms", "", &c.batch_interval_ms,
@@ -63,9 +112,11 @@ void Register(ConfigTable& t, AgentConfig& c) {
            "On SIGTERM, how long to keep forwarding what is queued before exiting.");
   t.AddString("spool-dir", "NCCLWATCH_AGENT_SPOOL_DIR", &c.spool_dir,
               "Directory of the durable spool: every batch is kept there until the aggregator "
-              "acknowledges it, and replayed after a restart (empty: memory only).");
-  t.AddInt("spool-max-bytes", "", &c.spool_max_bytes,
-           "Most bytes in the spool; beyond, the oldest batches are dropped and counted.");
+              "acknowledges it, and replayed after a restart (empty: memory only). With several "
+              "aggregators, one subdirectory each.");
+  t.AddInt("spool-max-bytes", "NCCLWATCH_AGENT_SPOOL_MAX_BYTES", &c.spool_max_bytes,
+           "Most bytes in the spool (shared evenly by several aggregators); beyond, the oldest "
+           "batches are dropped and counted.");
   t.AddBool("spool-fsync", "", &c.spool_fsync,
             "Sync every spooled batch to disk, so that it survives a power loss too (slower); "
             "without it a batch survives any crash or restart of the agent.");
@@ -86,17 +137,34 @@ std::string RandomHex(int digits) {
   return out;
 }
 
+absl::StatusOr<mode_t> ParseMode(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const long mode = std::strtol(text.c_str(), &end, 8);
+  if (text.empty() || *end != '\0' || mode < 0 || mode > 07777) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s=%s is not an octal file mode such as 0660", flag, text));
+  }
+  return static_cast<mode_t>(mode);
+}
+
+std::string UnixSocketPath(const std::string& listen) {
+  return listen.substr(absl::StartsWith(listen, "unix://") ? 7 : 5);
+}
+
 // gRPC refuses to bind over an existing socket file: remove a stale one, create the directory.
-absl::Status PrepareUnixSocket(const std::string& listen) {
-  if (!absl::StartsWith(listen, "unix:")) return absl::OkStatus();
-  std::string path = listen.substr(listen.rfind("unix://") == 0 ? 7 : 5);
-  std::error_code ec;
+absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode) {
   std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrFormat("cannot create socket directory %s: %s", p.parent_path().string(),
-                        ec.message()));
+  if (p.has_parent_path() && !std::filesystem::exists(p.parent_path())) {
+    std::error_code ec;
+    std::filesystem::create_directories(p.parent_path(), ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrFormat("cannot create socket directory %s: %s",
+                                                    p.parent_path().string(), ec.message()));
+    }
+    if (chmod(p.parent_path().c_str(), dir_mode) != 0) {
+      return absl::UnavailableError(absl::StrFormat("cannot chmod %s: %s",
+                                                    p.parent_path().string(), strerror(errno)));
+    }
   }
   struct stat st;
   if (lstat(path.c_str(), &st) == 0) {
@@ -107,6 +175,38 @@ absl::Status PrepareUnixSocket(const std::string& listen) {
     unlink(path.c_str());
   }
   return absl::OkStatus();
+}
+
+// Gives the socket gRPC created its configured mode and group.
+absl::Status SecureUnixSocket(const std::string& path, mode_t mode, const std::string& group) {
+  if (!group.empty()) {
+    gid_t gid = 0;
+    if (!absl::SimpleAtoi(group, &gid)) {
+      const struct group* g = getgrnam(group.c_str());
+      if (g == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--socket-group=%s: no such group", group));
+      }
+      gid = g->gr_gid;
+    }
+    if (chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+      return absl::UnavailableError(
+          absl::StrFormat("cannot give %s to group %s: %s", path, group, strerror(errno)));
+    }
+  }
+  if (chmod(path.c_str(), mode) != 0) {
+    return absl::UnavailableError(absl::StrFormat("cannot chmod %s: %s", path, strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// A name for an aggregator endpoint usable as a directory name and a metric label.
+std::string EndpointDirName(const std::string& endpoint) {
+  std::string out;
+  for (char c : endpoint) {
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  }
+  return out;
 }
 
 int Main(int argc, char** argv) {
@@ -121,57 +221,138 @@ int Main(int argc, char** argv) {
   if (config.node_name.empty()) config.node_name = Hostname();
   LogInfo("starting: %s", table.Describe());
 
-  MetricRegistry metrics;
-  ForwarderOptions fopts;
-  fopts.aggregator = config.aggregator;
-  fopts.agent_id = config.node_name + "-" + RandomHex(8);
-  fopts.node = config.node_name;
-  fopts.batch_interval_ms = config.batch_interval_ms;
-  fopts.max_batch_reports = config.max_batch_reports;
-  fopts.max_queued_reports = config.max_queued_reports;
-  fopts.max_queued_bytes = config.max_queued_bytes;
-  fopts.push_timeout_ms = config.push_timeout_ms;
+  // Check every setting before starting anything.
+  auto socket_mode = ParseMode("socket-mode", config.socket_mode);
+  auto dir_mode = ParseMode("socket-dir-mode", config.socket_dir_mode);
+  for (const absl::Status& s : {socket_mode.status(), dir_mode.status()}) {
+    if (!s.ok()) {
+      LogError("%s", s.message());
+      return 2;
+    }
+  }
+  std::vector<std::string> endpoints;
+  for (absl::string_view e : absl::StrSplit(config.aggregator, ',', absl::SkipWhitespace())) {
+    endpoints.emplace_back(absl::StripAsciiWhitespace(e));
+  }
+  if (endpoints.empty()) {
+    LogError("--aggregator needs at least one host:port");
+    return 2;
+  }
   if (config.max_queued_bytes < (1 << 20)) {
     LogError("--max-queued-bytes must be at least 1 MiB");
     return 2;
   }
-  LogInfo("agent id %s", fopts.agent_id);
-  std::unique_ptr<Spool> spool;
-  if (!config.spool_dir.empty()) {
-    if (config.spool_max_bytes < (64 << 10)) {
-      LogError("--spool-max-bytes must be at least 64 KiB");
-      return 2;
-    }
-    auto opened =
-        Spool::Open(config.spool_dir, config.spool_max_bytes, metrics, config.spool_fsync);
+  const int64_t spool_share = config.spool_max_bytes / static_cast<int64_t>(endpoints.size());
+  if (!config.spool_dir.empty() && spool_share < (64 << 10)) {
+    LogError("--spool-max-bytes must be at least 64 KiB per aggregator");
+    return 2;
+  }
+  ClientTls tls;
+  tls.enabled = config.aggregator_tls || !config.aggregator_ca_file.empty() ||
+                !config.aggregator_cert_file.empty() || !config.aggregator_key_file.empty();
+  tls.ca_file = config.aggregator_ca_file;
+  tls.cert_file = config.aggregator_cert_file;
+  tls.key_file = config.aggregator_key_file;
+  auto credentials = MakeChannelCredentials(tls);
+  if (!credentials.ok()) {
+    LogError("%s", credentials.status().message());
+    return 2;
+  }
+  std::unique_ptr<TokenFile> token;
+  if (!config.aggregator_token_file.empty()) {
+    auto opened = TokenFile::Open(config.aggregator_token_file);
     if (!opened.ok()) {
       LogError("%s", opened.status().message());
-      return 1;
+      return 2;
     }
-    spool = *std::move(opened);
-    LogInfo("spool %s: %d batches (%d bytes) from an earlier run", config.spool_dir,
-            spool->batches(), spool->bytes());
-    fopts.spool = spool.get();
-    // Small batches next to a small spool, so that dropping the oldest frees room gradually.
-    fopts.max_batch_bytes = std::min<int64_t>(fopts.max_batch_bytes, config.spool_max_bytes / 8);
+    token = *std::move(opened);
+    if (!tls.enabled) {
+      LogWarning("--aggregator-token-file without TLS: the token crosses the network in clear");
+    }
   }
-  Forwarder forwarder(fopts, metrics);
-  ReportHandler handler(config.node_name, forwarder, metrics);
+
+  MetricRegistry metrics;
+  const std::string agent_id = config.node_name + "-" + RandomHex(8);
+  LogInfo("agent id %s", agent_id);
+  std::vector<std::unique_ptr<Spool>> spools;
+  std::vector<std::unique_ptr<Forwarder>> forwarders;
+  for (const std::string& endpoint : endpoints) {
+    ForwarderOptions fopts;
+    fopts.aggregator = endpoint;
+    fopts.agent_id = agent_id;
+    fopts.node = config.node_name;
+    fopts.batch_interval_ms = config.batch_interval_ms;
+    fopts.max_batch_reports = config.max_batch_reports;
+    fopts.max_queued_reports = config.max_queued_reports;
+    fopts.max_queued_bytes = config.max_queued_bytes;
+    fopts.push_timeout_ms = config.push_timeout_ms;
+    fopts.credentials = *credentials;
+    fopts.tls_server_name = config.aggregator_server_name;
+    fopts.token = token.get();
+    fopts.metric_labels = {{"aggregator", endpoint}};
+    if (!config.spool_dir.empty()) {
+      // One aggregator: the directory itself. Several: a subdirectory each, named after the
+      // endpoint, so what is spooled for one is never replayed to another.
+      const std::string dir = endpoints.size() == 1
+                                  ? config.spool_dir
+                                  : config.spool_dir + "/" + EndpointDirName(endpoint);
+      auto opened = Spool::Open(dir, spool_share, metrics, config.spool_fsync, fopts.metric_labels);
+      if (!opened.ok()) {
+        LogError("%s", opened.status().message());
+        return 1;
+      }
+      LogInfo("spool %s: %d batches (%d bytes) from an earlier run", dir, (*opened)->batches(),
+              (*opened)->bytes());
+      fopts.spool = opened->get();
+      // Small batches next to a small spool, so that dropping the oldest frees room gradually.
+      fopts.max_batch_bytes = std::min<int64_t>(fopts.max_batch_bytes, spool_share / 8);
+      spools.push_back(*std::move(opened));
+    }
+    forwarders.push_back(std::make_unique<Forwarder>(fopts, metrics));
+  }
+  std::unique_ptr<PodResolver> pods;
+  if (!config.pod_resources_socket.empty()) {
+    PodResolverOptions popts;
+    popts.socket_path = config.pod_resources_socket;
+    popts.refresh_interval = absl::Seconds(std::max<int64_t>(1, config.pod_resources_refresh_s));
+    pods = std::make_unique<PodResolver>(popts, metrics);
+  }
+  std::vector<Forwarder*> shards;
+  for (auto& f : forwarders) shards.push_back(f.get());
+  NodeInspectorSeries inspector(config.node_name);
+  metrics.AddCollector([&inspector](PromTextWriter& w) { inspector.Collect(w); });
+  ReportHandler handler(config.node_name, shards, metrics, pods.get(), &inspector);
   AgentService service(handler);
 
-  if (absl::Status s = PrepareUnixSocket(config.listen); !s.ok()) {
-    LogError("%s", s.message());
-    return 1;
+  const bool unix_socket = absl::StartsWith(config.listen, "unix:");
+  if (unix_socket) {
+    if (absl::Status s = PrepareUnixSocket(UnixSocketPath(config.listen), *dir_mode); !s.ok()) {
+      LogError("%s", s.message());
+      return 1;
+    }
   }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials());
+  if (!config.listen_tcp.empty()) {
+    builder.AddListeningPort(config.listen_tcp, grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
-    LogError("cannot listen on %s", config.listen);
+    LogError("cannot listen on %s%s", config.listen,
+             config.listen_tcp.empty() ? "" : " and " + config.listen_tcp);
     return 1;
   }
-  forwarder.Start();
+  if (unix_socket) {
+    if (absl::Status s =
+            SecureUnixSocket(UnixSocketPath(config.listen), *socket_mode, config.socket_group);
+        !s.ok()) {
+      LogError("%s", s.message());
+      return 1;
+    }
+  }
+  for (auto& f : forwarders) f->Start();
+  if (pods) pods->Start();
 
   HttpServer http;
   http.server().Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
@@ -180,21 +361,36 @@ int Main(int argc, char** argv) {
   http.server().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  // Ready: plugins can connect, and what they send can be kept. A spool that cannot be written
+  // (disk full or read-only) is the one state in which accepted reports are at risk.
+  http.server().Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
+    std::string problems;
+    for (const auto& spool : spools) {
+      if (!spool->writable()) problems += "spool " + spool->dir() + " cannot be written\n";
+    }
+    res.status = problems.empty() ? 200 : 503;
+    res.set_content(problems.empty() ? "ready\n" : problems, "text/plain");
+  });
   auto http_port = http.Start("0.0.0.0", static_cast<int>(config.http_port));
   if (!http_port.ok()) {
     LogError("%s", http_port.status().message());
     return 1;
   }
-  LogInfo("serving plugins on %s, metrics on :%d, forwarding to %s", config.listen, *http_port,
-          config.aggregator);
+  LogInfo("serving plugins on %s%s, metrics on :%d, forwarding to %s%s", config.listen,
+          config.listen_tcp.empty() ? "" : " and " + config.listen_tcp, *http_port,
+          config.aggregator, tls.enabled ? " over TLS" : "");
   NotifyReady(static_cast<int>(config.ready_fd),
               absl::StrFormat("ready grpc=%s http_port=%d", config.listen, *http_port));
 
   int sig = WaitForTerminationSignal();
   LogInfo("signal %d: closing plugin streams, forwarding what is queued", sig);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  bool flushed = forwarder.Flush(absl::Milliseconds(config.shutdown_timeout_ms));
-  forwarder.Stop();
+  if (pods) pods->Stop();
+  // Flush every shard within one shared deadline; what is left goes to the spool at Stop().
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(config.shutdown_timeout_ms);
+  bool flushed = true;
+  for (auto& f : forwarders) flushed = f->Flush(deadline - absl::Now()) && flushed;
+  for (auto& f : forwarders) f->Stop();
   http.Stop();
   LogInfo(flushed ? "all reports forwarded; exiting" : "exiting with unforwarded reports");
   return 0;

@@ -64,27 +64,35 @@ absl::Status WriteAtomically(const std::string& dir, const std::string& name,
 
 }  // namespace
 
-Spool::Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& m)
+Spool::Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& m,
+             const LabelPairs& l)
     : dir_(std::move(dir)),
       max_bytes_(max_bytes),
       fsync_(fsync),
       dropped_batches_(m.GetCounter("ncclwatch_agent_spool_dropped_batches_total",
-                                    "Spooled batches deleted unsent because the spool was full.")),
+                                    "Spooled batches deleted unsent because the spool was full.",
+                                    l)),
       dropped_reports_(m.GetCounter("ncclwatch_agent_spool_dropped_reports_total",
-                                    "Reports in the spooled batches deleted because it was full.")),
+                                    "Reports in the spooled batches deleted because it was full.",
+                                    l)),
       corrupt_(m.GetCounter("ncclwatch_agent_spool_corrupt_files_total",
-                            "Spool files that could not be read (moved aside, not replayed).")),
+                            "Spool files that could not be read (moved aside, not replayed).", l)),
       write_errors_(m.GetCounter("ncclwatch_agent_spool_write_errors_total",
-                                 "Batches that could not be written to the spool.")),
-      bytes_gauge_(m.GetGauge("ncclwatch_agent_spool_bytes", "Bytes of batches in the spool.")),
-      batches_gauge_(m.GetGauge("ncclwatch_agent_spool_batches", "Batches in the spool.")) {}
+                                 "Batches that could not be written to the spool.", l)),
+      bytes_gauge_(m.GetGauge("ncclwatch_agent_spool_bytes", "Bytes of batches in the spool.", l)),
+      batches_gauge_(m.GetGauge("ncclwatch_agent_spool_batches", "Batches in the spool.", l)),
+      max_bytes_gauge_(m.GetGauge("ncclwatch_agent_spool_max_bytes",
+                                  "The spool's size limit (--spool-max-bytes).", l)) {
+  max_bytes_gauge_->Set(static_cast<double>(max_bytes_));
+}
 
 absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64_t max_bytes,
-                                                   MetricRegistry& metrics, bool fsync) {
+                                                   MetricRegistry& metrics, bool fsync,
+                                                   const LabelPairs& labels) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create spool ", dir, ": ", ec.message()));
-  std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, fsync, metrics));
+  std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, fsync, metrics, labels));
   absl::MutexLock lock(&spool->mu_);
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -150,11 +158,13 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batc
       absl::StrFormat("%020d-%020d%s", absl::GetCurrentTimeNanos(), sequence_++, kSuffix);
   if (absl::Status s = WriteAtomically(dir_, name, data, fsync_); !s.ok()) {
     write_errors_->Increment();
+    writable_ = false;
     UpdateGauges();
     return s;
   }
   files_[name] = {size, batch.reports_size()};
   bytes_ += size;
+  writable_ = true;
   UpdateGauges();
   return name;
 }
@@ -184,6 +194,11 @@ void Spool::Remove(const std::string& name) {
   bytes_ -= it->second.bytes;
   files_.erase(it);
   UpdateGauges();
+}
+
+bool Spool::writable() const {
+  absl::MutexLock lock(&mu_);
+  return writable_;
 }
 
 int64_t Spool::bytes() const {

@@ -38,8 +38,10 @@ class Spool {
 
   // Opens (creating) `dir` and reads what an earlier run left there; unreadable files are moved
   // aside as `*.corrupt` and counted, never replayed.
+  // `labels` go on every metric of this spool (an agent has one spool per aggregator endpoint).
   static absl::StatusOr<std::unique_ptr<Spool>> Open(const std::string& dir, int64_t max_bytes,
-                                                     MetricRegistry& metrics, bool fsync = false);
+                                                     MetricRegistry& metrics, bool fsync = false,
+                                                     const LabelPairs& labels = {});
 
   // The batches found at Open, oldest first: push these before anything new.
   std::vector<Entry> TakeRecovered();
@@ -51,15 +53,19 @@ class Spool {
   // Deletes an acknowledged batch (a name already dropped is ignored).
   void Remove(const std::string& name);
 
+  const std::string& dir() const { return dir_; }
   int64_t bytes() const;
   size_t batches() const;
+  // False after a write failed (disk full, read-only, ...), until one succeeds again.
+  bool writable() const;
 
  private:
   struct File {
     int64_t bytes = 0;
     int reports = 0;
   };
-  Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& metrics);
+  Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& metrics,
+        const LabelPairs& labels);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
@@ -70,12 +76,14 @@ class Spool {
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Entry> recovered_ ABSL_GUARDED_BY(mu_);
+  bool writable_ ABSL_GUARDED_BY(mu_) = true;
   Counter* dropped_batches_;
   Counter* dropped_reports_;
   Counter* corrupt_;
   Counter* write_errors_;
   Gauge* bytes_gauge_;
   Gauge* batches_gauge_;
+  Gauge* max_bytes_gauge_;
 };
 
 }  // namespace ncclwatch::agent

@@ -11,11 +11,6 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-const std::string& OrUnknown(const std::string& s) {
-  static const std::string kUnknown = "unknown";
-  return s.empty() ? kUnknown : s;
-}
-
 // A detection event's header: kind, phase, time.
 ncclwatch::v1::Event NewEvent(ncclwatch::v1::Event::Kind kind, bool start, int64_t now_ns) {
   ncclwatch::v1::Event event;
@@ -105,12 +100,6 @@ std::string HangOpText(const ncclwatch::v1::HangInfo& h) {
   return absl::StrFormat("%s #%d", h.op(), h.seq());
 }
 
-std::string CommHashText(uint64_t hash) { return absl::StrFormat("0x%016x", hash); }
-
-std::string GpuLabel(int cuda_device) {
-  return cuda_device < 0 ? "unknown" : absl::StrCat("GPU", cuda_device);
-}
-
 Analyzer::Analyzer(AnalyzerOptions options)
     : options_(options),
       correlator_(options.correlator),
@@ -145,39 +134,11 @@ void Analyzer::UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
   // reports delivered together -- e.g. after an outage -- stay distinct points.
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   const int64_t sample_ns = end_ns > 0 ? end_ns : now_ns;
-  // P2P stats arrive per peer; Inspector's series are per (operation, size): merge the peers.
-  struct Merged {
-    uint64_t count = 0;
-    double sum_us = 0;
-    double bus_log_sum = 0;
-    uint64_t bw_samples = 0;
-    std::string algo_proto;
-  };
-  std::map<std::tuple<bool, std::string, std::string, std::string>, Merged> merged;
-  for (const auto& s : report.stats()) {
-    Merged& m = merged[{s.p2p(), s.op(), s.message_size(), s.p2p() ? "" : s.algo_proto()}];
-    m.count += s.count();
-    m.sum_us += s.exec_time_us_sum();
-    m.bus_log_sum += s.bus_bw_gbs_log_sum();
-    m.bw_samples += s.bw_samples();
-  }
-  for (const auto& [k, m] : merged) {
-    const auto& [p2p, op, size, algo_proto] = k;
-    if (m.count == 0) continue;
+  for (InspectorSample& sample : InspectorSamples(report)) {
     LabelPairs labels = RankLabels(key, meta, rank);
-    labels.emplace_back("n_nodes", absl::StrCat(meta.n_nodes));
-    labels.emplace_back("nranks", absl::StrCat(meta.nranks));
-    labels.emplace_back(p2p ? "p2p_operation" : "collective", op);
-    labels.emplace_back("message_size", size);
-    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
-    SetSeries(key,
-              p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds",
-              labels, m.sum_us / static_cast<double>(m.count), sample_ns, now_ns);
-    if (m.bw_samples > 0) {
-      SetSeries(key, p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs",
-                std::move(labels), std::exp(m.bus_log_sum / static_cast<double>(m.bw_samples)),
-                sample_ns, now_ns);
-    }
+    labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
+                  std::make_move_iterator(sample.labels.end()));
+    SetSeries(key, sample.name, std::move(labels), sample.value, sample_ns, now_ns);
   }
 }
 
@@ -297,6 +258,10 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   RankMeta& rm = meta.ranks[id.rank()];
   rm.node = id.node();
   rm.cuda_device = id.cuda_device();
+  rm.gpu_uuid = id.gpu_uuid();
+  rm.pod = id.pod();
+  rm.pod_namespace = id.pod_namespace();
+  rm.container = id.container();
   rm.last_seen_ns = now_ns;
 
   UpdateStatsSeries(key, meta, report, now_ns);
@@ -325,8 +290,13 @@ void Analyzer::FillRank(const CommKey& key, int rank, ncclwatch::v1::RankRef* ou
   out->set_cuda_device(-1);
   auto it = comms_.find(key);
   if (it == comms_.end() || rank < 0 || rank >= static_cast<int>(it->second.ranks.size())) return;
-  out->set_node(it->second.ranks[rank].node);
-  out->set_cuda_device(it->second.ranks[rank].cuda_device);
+  const RankMeta& rm = it->second.ranks[rank];
+  out->set_node(rm.node);
+  out->set_cuda_device(rm.cuda_device);
+  out->set_gpu_uuid(rm.gpu_uuid);
+  out->set_pod(rm.pod);
+  out->set_pod_namespace(rm.pod_namespace);
+  out->set_container(rm.container);
 }
 
 ncclwatch::v1::HangInfo Analyzer::MakeHangInfo(const HangView& hang, int64_t now_ns) const {

@@ -23,6 +23,7 @@
 #include "common/prom_text.h"
 #include "ncclwatch/v1/query.pb.h"
 #include "ncclwatch/v1/report.pb.h"
+#include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
 
@@ -88,6 +89,11 @@ class Analyzer {
   struct RankMeta {
     std::string node;
     int cuda_device = -1;
+    std::string gpu_uuid;
+    // Where the agent found the GPU allocated (kubelet pod-resources); empty outside Kubernetes.
+    std::string pod;
+    std::string pod_namespace;
+    std::string container;
     int64_t last_seen_ns = 0;
   };
   struct CommMeta {
@@ -163,10 +169,9 @@ const std::string& EventJobId(const ncclwatch::v1::Event& event);
 // "AllReduce #12", or "Send/Recv" for a point-to-point hang (no seqNumber).
 std::string HangOpText(const ncclwatch::v1::HangInfo& hang);
 
-// "0x" + 16 hex digits, the form comm hashes take in labels and output.
-std::string CommHashText(uint64_t hash);
-// Inspector's GPU label: "GPU<ordinal>", or "unknown".
-std::string GpuLabel(int cuda_device);
+// Label values shared with every exporter (proto/inspector.h).
+using ::ncclwatch::CommHashText;
+using ::ncclwatch::GpuLabel;
 
 }  // namespace ncclwatch::aggregator
 

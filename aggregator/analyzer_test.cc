@@ -117,6 +117,38 @@ TEST(AnalyzerTest, FlagsTheSlowRankWithNodeAndGpuAndExportsSeries) {
   EXPECT_EQ(analyzer.counters().groups_completed, 30u);
 }
 
+TEST(AnalyzerTest, CommRanksCarryTheGpuUuidAndPodAsLastReported) {
+  Analyzer analyzer;
+  ncclwatch::v1::RankReport r0 = Report(0, 2, 0, 0, -1);
+  auto* id = r0.mutable_identity();
+  id->set_gpu_uuid("GPU-11111111-2222-3333-4444-555555555555");
+  id->set_pod("trainer-0");
+  id->set_pod_namespace("ml");
+  id->set_container("pytorch");
+  analyzer.Ingest(r0, 1'000'000'000);
+  analyzer.Ingest(Report(1, 2, 0, 0, -1), 1'000'000'000);  // outside Kubernetes: none of them
+
+  auto comms = analyzer.Comms("job-7");
+  ASSERT_EQ(comms.size(), 1u);
+  ASSERT_EQ(comms[0].ranks_size(), 2);
+  const auto& a = comms[0].ranks(0);
+  EXPECT_EQ(a.node(), "node-a");
+  EXPECT_EQ(a.gpu_uuid(), "GPU-11111111-2222-3333-4444-555555555555");
+  EXPECT_EQ(a.pod(), "trainer-0");
+  EXPECT_EQ(a.pod_namespace(), "ml");
+  EXPECT_EQ(a.container(), "pytorch");
+  const auto& b = comms[0].ranks(1);
+  EXPECT_EQ(b.cuda_device(), 1);
+  EXPECT_EQ(b.gpu_uuid(), "");
+  EXPECT_EQ(b.pod(), "");
+  EXPECT_EQ(b.pod_namespace(), "");
+
+  // The pod moves with the rank's latest report (a restarted job lands in a new pod).
+  id->set_pod("trainer-0-retry");
+  analyzer.Ingest(r0, 2'000'000'000);
+  EXPECT_EQ(analyzer.Comms("job-7")[0].ranks(0).pod(), "trainer-0-retry");
+}
+
 TEST(AnalyzerTest, SilentSeriesExpire) {
   AnalyzerOptions opts;
   opts.series_ttl_ns = 1000;

@@ -190,10 +190,18 @@ bool Call(ncclwatch::v1::Query::Stub& stub, const CliConfig& config,
   return status->ok();
 }
 
+// "rank 3 (node node-a, GPU1)", plus ", pod ns/name, container c" when the agent found the rank's
+// GPU in the kubelet's pod-resources answer (never outside Kubernetes).
 std::string RankText(const ncclwatch::v1::RankRef& r) {
-  return absl::StrFormat("rank %d (node %s, %s)", r.rank(),
-                         r.node().empty() ? "unknown" : r.node(),
-                         aggregator::GpuLabel(r.cuda_device()));
+  std::string text =
+      absl::StrFormat("rank %d (node %s, %s", r.rank(), r.node().empty() ? "unknown" : r.node(),
+                      aggregator::GpuLabel(r.cuda_device()));
+  if (!r.pod().empty()) {
+    absl::StrAppend(&text, ", pod ", r.pod_namespace().empty() ? "-" : r.pod_namespace(), "/",
+                    r.pod());
+    if (!r.container().empty()) absl::StrAppend(&text, ", container ", r.container());
+  }
+  return text + ")";
 }
 
 void PrintHangs(const ncclwatch::v1::ListHangsResponse& response) {

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/security.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "httplib.h"
 
@@ -45,6 +46,10 @@ struct AggregatorConfig {
   std::string remote_write_url;
   double remote_write_interval_s = 10;
   double replay_s = 600;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::string ingest_token_file;
   int64_t ready_fd = -1;
 };
 
@@ -79,6 +84,16 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddInt("http-port", "NCCLWATCH_HTTP_PORT", &c.http_port,
            "HTTP port of /metrics, /federate and /healthz; 0 = any free port.");
   t.AddString("data-dir", "NCCLWATCH_DATA_DIR", &c.data_dir, "RocksDB directory.");
+  t.AddString("tls-cert-file", "NCCLWATCH_TLS_CERT_FILE", &c.tls_cert_file,
+              "PEM certificate of the gRPC port; empty: plaintext.");
+  t.AddString("tls-key-file", "NCCLWATCH_TLS_KEY_FILE", &c.tls_key_file,
+              "PEM private key of --tls-cert-file.");
+  t.AddString("tls-client-ca-file", "NCCLWATCH_TLS_CLIENT_CA_FILE", &c.tls_client_ca_file,
+              "PEM CA that signs agents' (and the CLI's) certificates: with it, the gRPC port "
+              "requires a valid client certificate (mutual TLS).");
+  t.AddString("ingest-token-file", "NCCLWATCH_INGEST_TOKEN_FILE", &c.ingest_token_file,
+              "File holding the bearer token an agent must send to push batches (re-read every "
+              "30 s); empty: none required.");
   t.AddDouble("straggler-threshold-ms", "", &c.straggler_threshold_ms,
               "Median lateness at which a rank is flagged slow (cleared below half of it).");
   t.AddInt("straggler-window", "", &c.straggler_window,
@@ -189,16 +204,31 @@ int Main(int argc, char** argv) {
     LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s",
             *replayed, config.replay_s, (absl::GetCurrentTimeNanos() - started) / 1e9);
   }
-  IngestService ingest(core);
+  std::unique_ptr<TokenFile> ingest_token;
+  if (!config.ingest_token_file.empty()) {
+    auto opened = TokenFile::Open(config.ingest_token_file);
+    if (!opened.ok()) {
+      LogError("%s", opened.status().message());
+      return 2;
+    }
+    ingest_token = *std::move(opened);
+  }
+  IngestService ingest(core, ingest_token.get());
   QueryService query(core);
 
   // The standard grpc.health.v1.Health service (Kubernetes gRPC probes, grpc_health_probe):
   // SERVING from the moment the server starts, NOT_SERVING once it shuts down.
   grpc::EnableDefaultHealthCheckService(true);
+  auto server_credentials = MakeServerCredentials(
+      {config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file});
+  if (!server_credentials.ok()) {
+    LogError("%s", server_credentials.status().message());
+    return 2;
+  }
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrFormat("%s:%d", config.listen_host, config.grpc_port),
-                           grpc::InsecureServerCredentials(), &grpc_port);
+                           *server_credentials, &grpc_port);
   builder.RegisterService(&ingest);
   builder.RegisterService(&query);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -515,9 +515,23 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+IngestService::IngestService(AggregatorCore& core, TokenFile* token)
+    : core_(core),
+      token_(token),
+      unauthenticated_(core.metrics().GetCounter(
+          "ncclwatch_aggregator_pushes_unauthenticated_total",
+          "Batch pushes refused for a missing or wrong bearer token.")) {}
+
 grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
                                               const ncclwatch::v1::NodeBatch* request,
                                               ncclwatch::v1::BatchAck* response) {
+  if (token_ != nullptr && !BearerTokenMatches(*context, token_->Get())) {
+    unauthenticated_->Increment();
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                 "a valid bearer token is required to push batches"));
+    return reactor;
+  }
   return Answer(context, core_.Push(*request), response);
 }
 

@@ -18,6 +18,7 @@
 #include "common/metrics.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
+#include "proto/security.h"
 
 namespace ncclwatch::aggregator {
 
@@ -32,6 +33,7 @@ class EventWatcher {
 class AggregatorCore {
  public:
   AggregatorCore(Store& store, Analyzer& analyzer, MetricRegistry& metrics);
+  MetricRegistry& metrics() { return metrics_; }
 
   // Validates, stores (durably) and analyses a batch. Errors: InvalidArgument for a malformed
   // batch (not retried by agents), Unavailable when the store failed (retried).
@@ -89,13 +91,17 @@ class AggregatorCore {
 
 class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
  public:
-  explicit IngestService(AggregatorCore& core) : core_(core) {}
+  // With `token` (optional, outlives the service), a push without `authorization: Bearer
+  // <token>` is refused (UNAUTHENTICATED) and counted.
+  explicit IngestService(AggregatorCore& core, TokenFile* token = nullptr);
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const ncclwatch::v1::NodeBatch* request,
                                  ncclwatch::v1::BatchAck* response) override;
 
  private:
   AggregatorCore& core_;
+  TokenFile* token_;
+  Counter* unauthenticated_;
 };
 
 class QueryService final : public ncclwatch::v1::Query::CallbackService {

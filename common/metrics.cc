@@ -1,7 +1,10 @@
 #include "common/metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ncclwatch {
 
@@ -40,6 +43,51 @@ void MetricRegistry::AddCollector(std::function<void(PromTextWriter&)> collector
   collectors_.push_back(std::move(collector));
 }
 
+namespace {
+
+// _bucket{le=...} (cumulative), _sum and _count, as Prometheus expects of a histogram.
+void RenderHistogram(PromTextWriter& writer, const std::string& name, const LabelPairs& labels,
+                     const Histogram& h) {
+  const std::vector<uint64_t> counts = h.counts();
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    cumulative += counts[i];
+    LabelPairs with_le = labels;
+    with_le.emplace_back("le", i < h.bounds().size() ? absl::StrCat(h.bounds()[i]) : "+Inf");
+    writer.Sample(name + "_bucket", with_le, static_cast<double>(cumulative));
+  }
+  writer.Sample(name + "_sum", labels, h.sum());
+  writer.Sample(name + "_count", labels, static_cast<double>(cumulative));
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
+}
+
+void Histogram::Observe(double v) {
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_.Add(v);
+}
+
+std::vector<uint64_t> Histogram::counts() const {
+  std::vector<uint64_t> out(bounds_.size() + 1);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = counts_[i].load(std::memory_order_relaxed);
+  return out;
+}
+
+Histogram* MetricRegistry::GetHistogram(std::string_view name, std::string_view help,
+                                        std::vector<double> bounds, const LabelPairs& labels) {
+  absl::MutexLock lock(&mu_);
+  Series* s = FindOrAdd(name, help, "histogram", labels);
+  if (!s->histogram) s->histogram = std::make_unique<Histogram>(std::move(bounds));
+  return s->histogram.get();
+}
+
 std::string MetricRegistry::Render() const {
   PromTextWriter writer;
   absl::MutexLock lock(&mu_);
@@ -55,6 +103,10 @@ std::string MetricRegistry::Render() const {
     const auto& members = families[name];
     writer.Family(name, members.front()->help, members.front()->type);
     for (const Series* s : members) {
+      if (s->histogram) {
+        RenderHistogram(writer, name, s->labels, *s->histogram);
+        continue;
+      }
       double v = s->counter ? static_cast<double>(s->counter->value()) : s->gauge->value();
       writer.Sample(name, s->labels, v);
     }

@@ -1,4 +1,5 @@
-// A small registry for a daemon's own health metrics (counters and gauges, optionally labelled),
+// A small registry for a daemon's own health metrics (counters, gauges and histograms, optionally
+// labelled),
 // rendered in Prometheus text format on /metrics. Increments are lock-free; registration takes a
 // mutex and may happen at any time (e.g. the first time a rejection reason is seen).
 #ifndef NCCLWATCH_COMMON_METRICS_H_
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -41,12 +43,31 @@ class Gauge {
   std::atomic<double> value_{0};
 };
 
+// Cumulative histogram over fixed upper bounds (seconds, bytes, ...), Prometheus style.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  // Counts per bucket (not cumulative), the last one for +Inf; and the sum of observations.
+  std::vector<uint64_t> counts() const;
+  double sum() const { return sum_.value(); }
+  const std::vector<double>& bounds() const { return bounds_; }
+
+ private:
+  const std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1
+  Gauge sum_;
+};
+
 class MetricRegistry {
  public:
   // Returns the counter for (name, labels), creating it on first use. Same name => same help.
   // The pointer stays valid for the registry's lifetime.
   Counter* GetCounter(std::string_view name, std::string_view help, const LabelPairs& labels = {});
   Gauge* GetGauge(std::string_view name, std::string_view help, const LabelPairs& labels = {});
+  // `bounds` are the buckets' upper bounds, ascending; they count on first registration only.
+  Histogram* GetHistogram(std::string_view name, std::string_view help, std::vector<double> bounds,
+                          const LabelPairs& labels = {});
   // Adds text produced at render time (e.g. gauges read from another component's state).
   void AddCollector(std::function<void(PromTextWriter&)> collector);
 
@@ -60,6 +81,7 @@ class MetricRegistry {
     LabelPairs labels;
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
+    std::unique_ptr<Histogram> histogram;
   };
   Series* FindOrAdd(std::string_view name, std::string_view help, std::string_view type,
                     const LabelPairs& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

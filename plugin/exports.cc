@@ -16,11 +16,13 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "common/config.h"
 #include "plugin/abi.h"
 #include "plugin/agent_client.h"
 #include "plugin/flusher.h"
+#include "plugin/gpu_uuid.h"
 #include "plugin/offline_dump.h"
 #include "plugin/plugin_config.h"
 #include "plugin/recorder.h"
@@ -48,8 +50,10 @@ class Plugin {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_) Start(comm_hash, logfn);
     if (!config_.enable || recorder_ == nullptr) return abi::kSuccess;
+    const int device = CudaDevice();
     CommIdentity identity{comm_hash, comm_name != nullptr ? comm_name : "", rank, nranks, n_nodes,
-                          CudaDevice()};
+                          device};
+    identity.gpu_uuid = GpuUuidOf(gpu_uuids_, device);
     *context = recorder_->InitComm(std::move(identity));
     if (mask != nullptr) *mask = wanted_mask;
     ++active_comms_;
@@ -109,6 +113,10 @@ class Plugin {
     owner_pid_ = getpid();
     identity.pid = static_cast<uint32_t>(owner_pid_);
     identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
+    // Read once: the device lists do not change during a process's life, and each communicator
+    // init then only indexes this table with its CUDA device.
+    gpu_uuids_ =
+        VisibleGpuUuids(std::getenv("CUDA_VISIBLE_DEVICES"), std::getenv("NVIDIA_VISIBLE_DEVICES"));
 
     if (!config_.dump_dir.empty()) {
       const char* slurm = std::getenv("SLURM_JOB_ID");
@@ -159,6 +167,7 @@ class Plugin {
   int active_comms_ = 0;
   pid_t owner_pid_ = 0;  // the process whose threads these are
   PluginConfig config_;
+  std::vector<std::string> gpu_uuids_;  // by CUDA ordinal, from the environment at Start
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<AgentClient> sink_;
   std::unique_ptr<OfflineDump> dump_;

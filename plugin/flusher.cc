@@ -199,6 +199,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   id->set_host(identity_.host);
   id->set_pid(identity_.pid);
   id->set_cuda_device(ci.cuda_device);
+  id->set_gpu_uuid(ci.gpu_uuid);
   id->set_comm_hash(ci.comm_hash);
   id->set_comm_name(ci.comm_name);
   id->set_rank(ci.rank);

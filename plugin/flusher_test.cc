@@ -22,7 +22,8 @@ class FlusherTest : public ::testing::Test {
   FlusherTest()
       : recorder_(256, 1024),
         flusher_(Config(), recorder_, ProcessIdentity{"job-1", "host-a", 42, 7ull << 32}, sink_) {
-    comm_ = recorder_.InitComm(CommIdentity{0x1234, "world", 3, 4, 2, 1});
+    comm_ = recorder_.InitComm(
+        CommIdentity{0x1234, "world", 3, 4, 2, 1, "GPU-12345678-0000-0000-0000-000000000001"});
   }
   static PluginConfig Config() {
     PluginConfig c;
@@ -60,6 +61,8 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(r.identity().rank(), 3);
   EXPECT_EQ(r.identity().nranks(), 4);
   EXPECT_EQ(r.identity().cuda_device(), 1);
+  EXPECT_EQ(r.identity().gpu_uuid(), "GPU-12345678-0000-0000-0000-000000000001");
+  EXPECT_EQ(r.identity().pod(), "");  // the agent's to set
   EXPECT_EQ(r.report_id() >> 32, 7u);
   ASSERT_EQ(r.stats_size(), 2);
   auto find = [&](const std::string& op) -> const ncclwatch::v1::OpStats& {

@@ -11,6 +11,7 @@
 
 #include "common/op_math.h"
 #include "common/prom_text.h"
+#include "proto/inspector.h"
 
 namespace ncclwatch::plugin {
 namespace {
@@ -41,10 +42,6 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
-std::string OrUnknown(const std::string& s) { return s.empty() ? "unknown" : s; }
-
-std::string GpuName(int device) { return device < 0 ? "unknown" : Format("GPU%d", device); }
-
 }  // namespace
 
 std::unique_ptr<OfflineDump> OfflineDump::Open(const std::string& dir, Identity identity,
@@ -58,7 +55,7 @@ std::unique_ptr<OfflineDump> OfflineDump::Open(const std::string& dir, Identity 
   std::string log_path = Format("%s/%s-pid%u.log", dir.c_str(), identity.host.c_str(),
                                 identity.pid);
   std::string prom_path = Format("%s/nccl_inspector_metrics_%s-pid%u.prom", dir.c_str(),
-                                 GpuName(identity.cuda_device).c_str(), identity.pid);
+                                 GpuLabel(identity.cuda_device).c_str(), identity.pid);
   FILE* log = std::fopen(log_path.c_str(), "a");
   if (log == nullptr) {
     *error = "cannot open " + log_path + ": " + std::strerror(errno);
@@ -106,47 +103,19 @@ void OfflineDump::AppendOperation(const CommIdentity& comm, const Completion& c,
 
 void OfflineDump::UpdateMetrics(const ncclwatch::v1::RankReport& report) {
   const auto& id = report.identity();
-  // Inspector's buckets: (collective or p2p op, size bucket[, algo_proto]) -- p2p without peers.
-  struct Bucket {
-    uint64_t count = 0;
-    double sum_us = 0;
-    double bus_log_sum = 0;
-    uint64_t bw_samples = 0;
-  };
-  std::map<std::tuple<bool, std::string, std::string, std::string>, Bucket> buckets;
-  for (const auto& s : report.stats()) {
-    Bucket& b = buckets[{s.p2p(), s.op(), s.message_size(), s.algo_proto()}];
-    b.count += s.count();
-    b.sum_us += s.exec_time_us_sum();
-    b.bus_log_sum += s.bus_bw_gbs_log_sum();
-    b.bw_samples += s.bw_samples();
-  }
   std::vector<Sample>& out = latest_[{id.comm_hash(), id.rank()}];
   out.clear();
-  for (const auto& [key, b] : buckets) {
-    const auto& [p2p, op, size, algo_proto] = key;
-    if (b.count == 0) continue;
+  for (InspectorSample& sample : InspectorSamples(report)) {
     LabelPairs labels = {{"version", "v5.1"},
                          {"slurm_job_id", OrUnknown(identity_.slurm_job_id)},
                          {"node", OrUnknown(identity_.host)},
-                         {"gpu", GpuName(identity_.cuda_device)},
-                         {"comm_name", OrUnknown(id.comm_name())},
-                         {"n_nodes", std::to_string(id.n_nodes())},
-                         {"nranks", std::to_string(id.nranks())},
-                         {p2p ? "p2p_operation" : "collective", op},
-                         {"message_size", size}};
-    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
+                         {"gpu", GpuLabel(identity_.cuda_device)},
+                         {"comm_name", OrUnknown(id.comm_name())}};
+    labels.insert(labels.end(), sample.labels.begin(), sample.labels.end());
     // Render the label block once through the exposition writer: "name{...} value\n".
     PromTextWriter w;
     w.Sample("x", labels, 0);
-    std::string block = w.text().substr(1, w.text().rfind(' ') - 1);
-    if (b.bw_samples > 0) {
-      out.push_back({p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs", block,
-                     std::exp(b.bus_log_sum / static_cast<double>(b.bw_samples))});
-    }
-    out.push_back({p2p ? "nccl_p2p_exec_time_microseconds"
-                       : "nccl_collective_exec_time_microseconds",
-                   block, b.sum_us / static_cast<double>(b.count)});
+    out.push_back({sample.name, w.text().substr(1, w.text().rfind(' ') - 1), sample.value});
   }
 }
 
@@ -156,17 +125,8 @@ void OfflineDump::ForgetCommunicator(uint64_t comm_hash, int rank) {
 
 void OfflineDump::Flush() {
   std::fflush(log_);
-  static constexpr struct {
-    const char* name;
-    const char* help;
-  } kFamilies[] = {
-      {"nccl_bus_bandwidth_gbs", "Collective bus bandwidth in GB/s (geometric mean)."},
-      {"nccl_collective_exec_time_microseconds", "Mean collective execution time."},
-      {"nccl_p2p_bus_bandwidth_gbs", "Point-to-point bus bandwidth in GB/s (geometric mean)."},
-      {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time."},
-  };
   std::string text;
-  for (const auto& family : kFamilies) {
+  for (const InspectorFamily& family : kInspectorFamilies) {
     bool header = false;
     for (const auto& [key, samples] : latest_) {
       for (const Sample& s : samples) {

@@ -23,6 +23,7 @@ struct CommIdentity {
   int nranks = 0;
   int n_nodes = 0;
   int cuda_device = -1;
+  std::string gpu_uuid = "";  // unknown unless the environment names it (gpu_uuid.h)
 };
 
 // Per-communicator context handed to NCCL as the profiler context.

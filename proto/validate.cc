@@ -21,10 +21,13 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
   if (id.job_id().empty() || id.job_id().size() > kMaxLabelLength) {
     return Reject("bad_job_id", "job_id must be 1.." + std::to_string(kMaxLabelLength) + " bytes");
   }
-  if (id.comm_name().size() > kMaxLabelLength || id.host().size() > kMaxLabelLength ||
-      id.node().size() > kMaxLabelLength) {
-    return Reject("bad_label", "comm_name, host or node longer than " +
-                                   std::to_string(kMaxLabelLength) + " bytes");
+  for (const std::string* label : {&id.comm_name(), &id.host(), &id.node(), &id.gpu_uuid(),
+                                    &id.pod(), &id.pod_namespace(), &id.container()}) {
+    if (label->size() > kMaxLabelLength) {
+      return Reject("bad_label", "comm_name, host, node, gpu_uuid, pod, pod_namespace or "
+                                 "container longer than " +
+                                     std::to_string(kMaxLabelLength) + " bytes");
+    }
   }
   if (id.nranks() < 1 || id.nranks() > kMaxRanks) {
     return Reject("bad_nranks", "nranks " + std::to_string(id.nranks()) + " out of range");

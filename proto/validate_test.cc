@@ -33,6 +33,8 @@ TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
       {"missing_identity", [](auto& r) { r.clear_identity(); }},
       {"bad_job_id", [](auto& r) { r.mutable_identity()->clear_job_id(); }},
       {"bad_label", [](auto& r) { r.mutable_identity()->set_comm_name(std::string(300, 'x')); }},
+      {"bad_label", [](auto& r) { r.mutable_identity()->set_gpu_uuid(std::string(300, 'x')); }},
+      {"bad_label", [](auto& r) { r.mutable_identity()->set_pod(std::string(300, 'x')); }},
       {"bad_nranks", [](auto& r) { r.mutable_identity()->set_nranks(0); }},
       {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(8); }},
       {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(-1); }},

@@ -104,9 +104,16 @@ namespace ncclwatch::testing {
 namespace {
 
 // Value of an unlabelled sample in Prometheus text, -1 if absent.
+// The value of the first sample of `name` (whatever its labels), -1 if there is none.
 double MetricValue(const std::string& text, const std::string& name) {
-  const size_t at = text.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+  for (size_t at = text.find("\n" + name); at != std::string::npos;
+       at = text.find("\n" + name, at + 1)) {
+    const char next = text[at + 1 + name.size()];
+    if (next != ' ' && next != '{') continue;  // a longer name
+    const size_t value = text.find(' ', text.find_first_of(" }", at + 1));
+    return std::stod(text.substr(value + 1));
+  }
+  return -1;
 }
 
 TEST(SpoolEndToEndTest, AFullSpoolDropsTheOldestCountsThemAndTheAgentKeepsRunning) {

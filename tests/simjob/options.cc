@@ -117,6 +117,9 @@ const Flag kFlags[] = {
      }},
     {"node-comm", nullptr, "off", "add a per-node communicator with an AllReduce 16 MiB step",
      [](Options* o, const char*) { return Enable(&o->node_comm); }},
+    {"gpu-uuids", nullptr, "off",
+     "NVIDIA_VISIBLE_DEVICES per rank: its node's fake GPU UUIDs, as the device plugin sets it",
+     [](Options* o, const char*) { return Enable(&o->gpu_uuids); }},
     {"layout", "world|3d", "world",
      "world: every step on one world communicator; 3d: TP within nodes, PP and DP across them",
      [](Options* o, const char* v) {
@@ -236,6 +239,10 @@ void Validate(const Options& o) {
 }
 
 std::string JobId(const Options& o) { return o.job_id.empty() ? "simjob" : o.job_id; }
+
+std::string FakeGpuUuid(int node, int rank) {
+  return StrFormat("GPU-00000000-0000-0000-0000-%06d%06d", node, rank);
+}
 
 std::string DescribeFaults(const Options& o) {
   std::string s;

@@ -40,6 +40,7 @@ struct Options {
   std::string job_id;  // empty: not given
   std::vector<std::string> env;
   bool node_comm = false;
+  bool gpu_uuids = false;  // --gpu-uuids
   bool layout_3d = false;  // --layout 3d
   int pp_stages = 2;
   double split_after_s = -1;  // < 0: no split
@@ -57,6 +58,10 @@ Options ParseArgs(int argc, char** argv);
 void Validate(const Options& o);
 // Prints the usage line and the flag table to stdout.
 void PrintHelp();
+
+// The fake UUID of the GPU that `rank` (on `node`) uses with --gpu-uuids:
+// "GPU-00000000-0000-0000-0000-<node, 6 digits><rank, 6 digits>".
+std::string FakeGpuUuid(int node, int rank);
 
 // The job id the communicator hashes are derived from: --job-id, or "simjob".
 std::string JobId(const Options& o);

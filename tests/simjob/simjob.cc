@@ -551,6 +551,18 @@ void SetRankEnvironment(const Options& o, int rank) {
   setenv("GROUP_RANK", std::to_string(node).c_str(), 1);  // torchrun's name for the node index
   if (o.has_agent_addr) setenv("NCCLWATCH_AGENT_ADDR", expand(o.agent_addr).c_str(), 1);
   if (!o.job_id.empty()) setenv("NCCLWATCH_JOB_ID", o.job_id.c_str(), 1);
+  if (o.gpu_uuids) {
+    // Like NVIDIA's device plugin giving one pod the node's GPUs: every rank of the node sees the
+    // whole list, and its CUDA device (the plugin falls back to LOCAL_RANK without CUDA) picks its
+    // own entry. --env can still override it.
+    std::string devices;
+    for (int l = 0; l < o.ranks_per_node; ++l) {
+      if (l > 0) devices += ',';
+      devices += FakeGpuUuid(node, node * o.ranks_per_node + l);
+    }
+    setenv("NVIDIA_VISIBLE_DEVICES", devices.c_str(), 1);
+    unsetenv("CUDA_VISIBLE_DEVICES");  // the host's value would reorder or hide the list
+  }
   for (const std::string& kv : o.env) {
     const size_t eq = kv.find('=');
     setenv(kv.substr(0, eq).c_str(), expand(kv.substr(eq + 1)).c_str(), 1);

@@ -1,0 +1,338 @@
+#include "agent/pod_resources.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "k8s/podresources_v1.grpc.pb.h"
+
+namespace ncclwatch::agent {
+
+void PrintTo(const PodRef& ref, std::ostream* os) {
+  *os << ref.pod_namespace << "/" << ref.pod << " container " << ref.container << " ("
+      << ref.resource_name << ")";
+}
+
+namespace {
+
+constexpr char kGpuA[] = "GPU-aaaaaaaa-1111-2222-3333-444444444444";
+constexpr char kGpuB[] = "GPU-bbbbbbbb-1111-2222-3333-444444444444";
+constexpr char kMigC[] = "MIG-cccccccc-1111-2222-3333-444444444444";
+constexpr char kFailures[] = "ncclwatch_agent_pod_resources_refresh_failures_total";
+
+// The kubelet's side of the API, answering what the test last told it to. Fault switches:
+// FailNext (answer the next call with an error) and Hang (hold every call until released).
+class FakeKubelet final : public ::v1::PodResourcesLister::Service {
+ public:
+  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
+                    ::v1::ListPodResourcesResponse* response) override {
+    if (hang_) {
+      arrived_.Notify();
+      release_.WaitForNotificationWithTimeout(absl::Seconds(60));
+    }
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    if (fail_next_ != grpc::StatusCode::OK) {
+      grpc::Status status(fail_next_, "injected");
+      fail_next_ = grpc::StatusCode::OK;
+      return status;
+    }
+    *response = answer_;
+    return grpc::Status::OK;
+  }
+
+  void SetAnswer(::v1::ListPodResourcesResponse answer) {
+    absl::MutexLock lock(&mu_);
+    answer_ = std::move(answer);
+  }
+  void FailNext(grpc::StatusCode code) {
+    absl::MutexLock lock(&mu_);
+    fail_next_ = code;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  // Before the server starts.
+  void Hang() { hang_ = true; }
+  absl::Notification& arrived() { return arrived_; }
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
+ private:
+  bool hang_ = false;
+  absl::Notification arrived_;  // a call is being held
+  absl::Notification release_;
+  absl::Mutex mu_;
+  ::v1::ListPodResourcesResponse answer_ ABSL_GUARDED_BY(mu_);
+  grpc::StatusCode fail_next_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The pod `uuid` is attributed to, "<none>" when none: readable failures, no empty optional deref.
+std::string PodOf(const PodResolver& resolver, std::string_view uuid) {
+  std::optional<PodRef> ref = resolver.Lookup(uuid);
+  return ref ? ref->pod : "<none>";
+}
+
+// Adds a pod with one container and returns the container, for adding devices to.
+::v1::ContainerResources* AddPod(::v1::ListPodResourcesResponse* answer, const std::string& ns,
+                                 const std::string& pod, const std::string& container) {
+  ::v1::PodResources* p = answer->add_pod_resources();
+  p->set_namespace_(ns);
+  p->set_name(pod);
+  ::v1::ContainerResources* c = p->add_containers();
+  c->set_name(container);
+  return c;
+}
+
+void AddDevices(::v1::ContainerResources* container, const std::string& resource,
+                std::initializer_list<const char*> ids) {
+  ::v1::ContainerDevices* d = container->add_devices();
+  d->set_resource_name(resource);
+  for (const char* id : ids) d->add_device_ids(id);
+}
+
+// Two pods with GPUs; the second container also holds a NIC, whose id is made to look like a GPU
+// UUID so that a lookup would find it if the resource name were not checked.
+::v1::ListPodResourcesResponse TwoPods() {
+  ::v1::ListPodResourcesResponse answer;
+  AddDevices(AddPod(&answer, "ml", "trainer-0", "pytorch"), "nvidia.com/gpu", {kGpuA, kGpuB});
+  ::v1::ContainerResources* server = AddPod(&answer, "serving", "infer-1", "server");
+  AddDevices(server, "nvidia.com/mig-1g.10gb", {kMigC});
+  AddDevices(server, "example.com/rdma-nic", {"GPU-not-a-gpu-0000"});
+  AddPod(&answer, "kube-system", "coredns-1", "coredns");  // no devices at all
+  return answer;
+}
+
+class PodResolverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ncclwatch-podres-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ + "/kubelet.sock";
+  }
+  void TearDown() override {
+    kubelet_.Release();
+    if (server_) server_->Shutdown();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Serve() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials());
+    builder.RegisterService(&kubelet_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+  }
+
+  PodResolverOptions Options() const {
+    PodResolverOptions o;
+    o.socket_path = socket_;
+    return o;
+  }
+  uint64_t Failures(const char* reason) {
+    return metrics_.GetCounter(kFailures, "", {{"reason", reason}})->value();
+  }
+  double GaugeValue(const char* name) { return metrics_.GetGauge(name, "")->value(); }
+
+  std::string dir_;
+  std::string socket_;
+  MetricRegistry metrics_;
+  FakeKubelet kubelet_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(PodResolverTest, AttributesGpusOfEveryPodAndIgnoresOtherDevices) {
+  kubelet_.SetAnswer(TwoPods());
+  Serve();
+  PodResolver resolver(Options(), metrics_);
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+
+  EXPECT_EQ(resolver.Lookup(kGpuA), (PodRef{"ml", "trainer-0", "pytorch", "nvidia.com/gpu"}));
+  EXPECT_EQ(resolver.Lookup(kGpuB), (PodRef{"ml", "trainer-0", "pytorch", "nvidia.com/gpu"}));
+  EXPECT_EQ(resolver.Lookup(kMigC),
+            (PodRef{"serving", "infer-1", "server", "nvidia.com/mig-1g.10gb"}));
+  EXPECT_FALSE(resolver.Lookup("GPU-not-a-gpu-0000").has_value());  // example.com/rdma-nic
+  EXPECT_FALSE(resolver.Lookup("GPU-00000000-0000-0000-0000-000000000000").has_value());
+  EXPECT_FALSE(resolver.Lookup("").has_value());
+  EXPECT_EQ(resolver.gpus(), 3u);
+  EXPECT_EQ(resolver.refreshes(), 1u);
+  EXPECT_EQ(kubelet_.calls(), 1);
+
+  EXPECT_EQ(GaugeValue("ncclwatch_agent_pod_resources_gpus"), 3);
+  EXPECT_GT(GaugeValue("ncclwatch_agent_pod_resources_last_success_timestamp_seconds"), 1.6e9);
+  EXPECT_EQ(metrics_.GetCounter("ncclwatch_agent_pod_resources_refreshes_total", "")->value(), 1u);
+  for (const char* reason : {"socket_missing", "unavailable", "deadline_exceeded", "other"}) {
+    EXPECT_EQ(Failures(reason), 0u) << reason;
+  }
+  // Failure series exist from the start, at zero.
+  EXPECT_NE(metrics_.Render().find(std::string(kFailures) + "{reason=\"socket_missing\"} 0"),
+            std::string::npos)
+      << metrics_.Render();
+}
+
+TEST_F(PodResolverTest, RefreshNowShowsTheKubeletsNewAnswer) {
+  kubelet_.SetAnswer(TwoPods());
+  Serve();
+  PodResolver resolver(Options(), metrics_);
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_EQ(PodOf(resolver, kGpuA), "trainer-0");
+
+  // trainer-0 ended; GPU A went to a new pod, GPU B is free, the MIG slice is unchanged.
+  ::v1::ListPodResourcesResponse next;
+  AddDevices(AddPod(&next, "ml", "trainer-1", "pytorch"), "nvidia.com/gpu", {kGpuA});
+  AddDevices(AddPod(&next, "serving", "infer-1", "server"), "nvidia.com/mig-1g.10gb", {kMigC});
+  kubelet_.SetAnswer(next);
+  EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");  // nothing changes before the refresh
+
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+  EXPECT_EQ(resolver.Lookup(kGpuA), (PodRef{"ml", "trainer-1", "pytorch", "nvidia.com/gpu"}));
+  EXPECT_FALSE(resolver.Lookup(kGpuB).has_value());
+  EXPECT_EQ(PodOf(resolver, kMigC), "infer-1");
+  EXPECT_EQ(resolver.gpus(), 2u);
+  EXPECT_EQ(GaugeValue("ncclwatch_agent_pod_resources_gpus"), 2);
+}
+
+TEST_F(PodResolverTest, MissingSocketIsCountedAndRetriedUntilTheKubeletAppears) {
+  PodResolver resolver(Options(), metrics_);  // nothing listens at socket_ yet
+  absl::Status status = resolver.RefreshNow();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_FALSE(resolver.Lookup(kGpuA).has_value());
+  EXPECT_EQ(resolver.gpus(), 0u);
+  EXPECT_EQ(Failures("socket_missing"), 1u);
+  EXPECT_EQ(resolver.RefreshNow().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Failures("socket_missing"), 2u);
+  EXPECT_EQ(resolver.refreshes(), 2u);
+  EXPECT_EQ(GaugeValue("ncclwatch_agent_pod_resources_last_success_timestamp_seconds"), 0);
+
+  // The kubelet comes up: the same resolver (and channel) recovers.
+  kubelet_.SetAnswer(TwoPods());
+  Serve();
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+  EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");
+  EXPECT_EQ(Failures("socket_missing"), 2u);
+}
+
+TEST_F(PodResolverTest, AFailedCallKeepsTheLastAnswer) {
+  kubelet_.SetAnswer(TwoPods());
+  Serve();
+  PodResolver resolver(Options(), metrics_);
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+
+  kubelet_.SetAnswer(::v1::ListPodResourcesResponse());
+  kubelet_.FailNext(grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(resolver.RefreshNow().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Failures("unavailable"), 1u);
+  EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");  // stale beats nothing
+  EXPECT_EQ(resolver.gpus(), 3u);
+
+  kubelet_.FailNext(grpc::StatusCode::UNIMPLEMENTED);  // e.g. a kubelet without this version
+  EXPECT_EQ(resolver.RefreshNow().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Failures("unimplemented"), 1u);
+
+  // The next good answer (now: no pods) replaces it.
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+  EXPECT_FALSE(resolver.Lookup(kGpuA).has_value());
+  EXPECT_EQ(resolver.gpus(), 0u);
+}
+
+TEST_F(PodResolverTest, TimeSlicedReplicasNameTheirGpuAndAGpuSharedByPodsIsLeftOut) {
+  ::v1::ListPodResourcesResponse answer;
+  // GPU A: two replicas, both in one container -> still one owner.
+  AddDevices(AddPod(&answer, "ml", "solo", "main"), "nvidia.com/gpu",
+             {"GPU-aaaaaaaa-1111-2222-3333-444444444444::0",
+              "GPU-aaaaaaaa-1111-2222-3333-444444444444::3"});
+  // GPU B: replicas in two pods -> no single owner.
+  AddDevices(AddPod(&answer, "ml", "left", "main"), "nvidia.com/gpu",
+             {"GPU-bbbbbbbb-1111-2222-3333-444444444444::1"});
+  AddDevices(AddPod(&answer, "ml", "right", "main"), "nvidia.com/gpu",
+             {"GPU-bbbbbbbb-1111-2222-3333-444444444444::2"});
+  kubelet_.SetAnswer(answer);
+  Serve();
+  PodResolver resolver(Options(), metrics_);
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+  EXPECT_EQ(PodOf(resolver, kGpuA), "solo");
+  EXPECT_FALSE(resolver.Lookup(kGpuB).has_value());
+  EXPECT_EQ(resolver.gpus(), 1u);
+  EXPECT_EQ(GaugeValue("ncclwatch_agent_pod_resources_shared_gpus"), 1);
+}
+
+TEST_F(PodResolverTest, GpuResourceNamesAreConfigurable) {
+  kubelet_.SetAnswer(TwoPods());
+  Serve();
+  PodResolverOptions options = Options();
+  options.gpu_resources = {"example.com/rdma-nic"};
+  PodResolver resolver(options, metrics_);
+  ASSERT_TRUE(resolver.RefreshNow().ok());
+  EXPECT_EQ(resolver.Lookup("GPU-not-a-gpu-0000").value_or(PodRef{}).resource_name,
+            "example.com/rdma-nic");
+  EXPECT_FALSE(resolver.Lookup(kGpuA).has_value());
+}
+
+TEST_F(PodResolverTest, BackgroundThreadRefreshesEveryIntervalUntilStopped) {
+  kubelet_.SetAnswer(TwoPods());
+  Serve();
+  PodResolverOptions options = Options();
+  options.refresh_interval = absl::Milliseconds(5);
+  PodResolver resolver(options, metrics_);
+  resolver.Start();
+  ASSERT_TRUE(resolver.AwaitRefreshes(3, absl::Seconds(30)));
+  EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");
+  resolver.Stop();
+  const uint64_t done = resolver.refreshes();
+  EXPECT_GE(done, 3u);
+  EXPECT_EQ(kubelet_.calls(), static_cast<int>(done));
+  // Stopped for good: no call reaches the kubelet any more.
+  EXPECT_EQ(resolver.RefreshNow().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(kubelet_.calls(), static_cast<int>(done));
+  EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");  // lookups still answer
+}
+
+TEST_F(PodResolverTest, StopCancelsACallInFlight) {
+  kubelet_.Hang();  // a kubelet that accepts the call and never answers
+  Serve();
+  PodResolverOptions options = Options();
+  options.call_timeout = absl::Seconds(60);
+  PodResolver resolver(options, metrics_);
+  resolver.Start();
+  ASSERT_TRUE(kubelet_.arrived().WaitForNotificationWithTimeout(absl::Seconds(30)));
+  const absl::Time start = absl::Now();
+  resolver.Stop();  // would take the 60 s deadline without the cancellation
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_EQ(resolver.refreshes(), 1u);
+  EXPECT_EQ(resolver.gpus(), 0u);
+  // Shutting down is not a kubelet failure.
+  EXPECT_EQ(metrics_.GetCounter("ncclwatch_agent_pod_resources_refreshes_total", "")->value(), 0u);
+  for (const char* reason : {"unavailable", "deadline_exceeded", "other"}) {
+    EXPECT_EQ(Failures(reason), 0u) << reason;
+  }
+}
+
+TEST(IsGpuResourceTest, ExactNamesAndStarPrefixes) {
+  const std::vector<std::string> patterns = {"nvidia.com/gpu", "nvidia.com/mig-*"};
+  EXPECT_TRUE(IsGpuResource("nvidia.com/gpu", patterns));
+  EXPECT_TRUE(IsGpuResource("nvidia.com/mig-1g.10gb", patterns));
+  EXPECT_TRUE(IsGpuResource("nvidia.com/mig-", patterns));
+  EXPECT_FALSE(IsGpuResource("nvidia.com/gpu.shared", patterns));
+  EXPECT_FALSE(IsGpuResource("nvidia.com/mig", patterns));
+  EXPECT_FALSE(IsGpuResource("amd.com/gpu", patterns));
+  EXPECT_FALSE(IsGpuResource("", patterns));
+  EXPECT_FALSE(IsGpuResource("nvidia.com/gpu", {}));
+}
+
+}  // namespace
+}  // namespace ncclwatch::agent

@@ -1,0 +1,49 @@
+// NCCL Inspector's Prometheus series computed from one RankReport, shared by everything that
+// exports them (the aggregator's /federate, the agent's node-local /metrics, the plugin's offline
+// textfile): the same names, labels and arithmetic everywhere.
+//
+// Per (operation, message-size bucket[, algo_proto]) of the report's interval, point-to-point
+// peers merged: mean execution time, and the geometric mean of bus bandwidth where any operation
+// had a bandwidth.
+#ifndef NCCLWATCH_PROTO_INSPECTOR_H_
+#define NCCLWATCH_PROTO_INSPECTOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/prom_text.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch {
+
+struct InspectorSample {
+  const char* name;  // nccl_bus_bandwidth_gbs, nccl_collective_exec_time_microseconds, ...
+  // n_nodes, nranks, collective | p2p_operation, message_size[, algo_proto]: the caller puts
+  // the labels that say whose rank it is (job, communicator, node, GPU) in front.
+  LabelPairs labels;
+  double value;
+};
+
+std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report);
+
+// The four families, with their help texts, in a fixed order.
+struct InspectorFamily {
+  const char* name;
+  const char* help;
+};
+inline constexpr InspectorFamily kInspectorFamilies[] = {
+    {"nccl_bus_bandwidth_gbs", "Collective bus bandwidth in GB/s (geometric mean)."},
+    {"nccl_collective_exec_time_microseconds", "Mean collective execution time."},
+    {"nccl_p2p_bus_bandwidth_gbs", "Point-to-point bus bandwidth in GB/s (geometric mean)."},
+    {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time."},
+};
+
+// Label values as every exporter writes them.
+std::string CommHashText(uint64_t comm_hash);  // "0x" + 16 hex digits
+std::string GpuLabel(int cuda_device);          // "GPU<n>", "unknown" when negative
+const std::string& OrUnknown(const std::string& value);
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_PROTO_INSPECTOR_H_

@@ -1,0 +1,71 @@
+// Transport security between ncclwatch's daemons: TLS or mutual TLS on the agent -> aggregator
+// channel, and an optional bearer token on top (for clusters whose identity is a Kubernetes
+// service-account token rather than a client certificate).
+//
+// Certificates, keys and tokens are read from files (Kubernetes Secrets mounted as volumes). A
+// token file is re-read at most every `kTokenRefresh`, so a rotated token is picked up without a
+// restart. Nothing read here is ever logged.
+#ifndef NCCLWATCH_PROTO_SECURITY_H_
+#define NCCLWATCH_PROTO_SECURITY_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ncclwatch {
+
+// The client side of a channel. With `enabled` false the channel is plaintext.
+struct ClientTls {
+  bool enabled = false;
+  std::string ca_file;      // roots that sign the server's certificate; empty: the system's
+  std::string cert_file;    // client certificate (mutual TLS); empty: none
+  std::string key_file;     // its private key
+};
+
+// The server side. With `cert_file` empty the port is plaintext; with `client_ca_file` set, a
+// client must present a certificate signed by it (mutual TLS) or the handshake fails.
+struct ServerTls {
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+};
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientTls& tls);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTls& tls);
+
+// A bearer token kept in a file.
+class TokenFile {
+ public:
+  static constexpr absl::Duration kTokenRefresh = absl::Seconds(30);
+
+  // Reads `path` once; fails if it cannot be read or holds no token.
+  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(std::string path);
+
+  // The current token (surrounding whitespace removed). If a re-read fails, the last good token
+  // stays in use.
+  std::string Get();
+
+ private:
+  explicit TokenFile(std::string path) : path_(std::move(path)) {}
+  absl::StatusOr<std::string> Read() const;
+
+  const std::string path_;
+  absl::Mutex mu_;
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  absl::Time read_at_ ABSL_GUARDED_BY(mu_);
+};
+
+// Checks the `authorization: Bearer <token>` metadata of a call against `token` (constant time).
+bool BearerTokenMatches(const grpc::ServerContextBase& context, std::string_view token);
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_PROTO_SECURITY_H_

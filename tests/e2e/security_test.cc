@@ -1,0 +1,163 @@
+// Who may write to the aggregator: over mutual TLS, only an agent whose certificate the cluster's
+// CA signed, and, with an ingest token, only one that also sends it. Real daemons, real TLS
+// handshakes over real sockets; certificates made by openssl for the test.
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "ncclwatch/v1/report.grpc.pb.h"
+#include "tests/e2e/pipeline.h"
+#include "tests/e2e/process.h"
+
+namespace ncclwatch::testing {
+namespace {
+
+// The value of the sample `name` (exact name and labels as rendered), -1 if absent.
+double Sample(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+double AgentSample(const Process& agent, const std::string& name) {
+  httplib::Client client("127.0.0.1", agent.ReadyValue("http_port"));
+  auto res = client.Get("/metrics");
+  return res ? Sample(res->body, name) : -1;
+}
+
+// Writes `n` valid reports of job `job` into the agent listening on `socket`, as a plugin does.
+void WriteReports(const std::string& socket, const std::string& job, int n) {
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel(socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ncclwatch::v1::StreamSummary summary;
+  auto writer = stub->StreamReports(&context, &summary);
+  for (int i = 0; i < n; ++i) {
+    ncclwatch::v1::RankReport r;
+    r.set_report_id((std::hash<std::string>()(job) << 16) + static_cast<uint64_t>(i));
+    auto* id = r.mutable_identity();
+    id->set_job_id(job);
+    id->set_comm_hash(0x5ec);
+    id->set_rank(i % 4);
+    id->set_nranks(4);
+    id->set_n_nodes(1);
+    r.set_interval_start_unix_ns(1'700'000'000'000'000'000 + i);
+    r.set_interval_end_unix_ns(1'700'000'001'000'000'000 + i);
+    ASSERT_TRUE(writer->Write(r));
+  }
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto [code, out] =
+        RunToCompletion({"bash", NCCLWATCH_SOURCE_DIR "/tests/e2e/make-test-certs.sh", certs_.path()},
+                        certs_.path() + "/openssl.log");
+    ASSERT_EQ(code, 0) << out;
+    std::ofstream(certs_.path() + "/token") << "s3cret-ingest-token\n";
+    std::ofstream(certs_.path() + "/wrong-token") << "guess\n";
+  }
+
+  std::string Cert(const std::string& name) const { return certs_.path() + "/" + name; }
+
+  // An agent on its own socket, forwarding to `aggregator` with `flags`.
+  std::unique_ptr<Process> Agent(const std::string& name, const std::string& aggregator,
+                                 std::vector<std::string> flags) {
+    std::vector<std::string> argv = {Binaries::Agent(),
+                                     "--listen=unix://" + certs_.path() + "/" + name + ".sock",
+                                     "--aggregator=" + aggregator, "--http-port=0",
+                                     "--node-name=" + name, "--batch-interval-ms=50",
+                                     "--pod-resources-socket="};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto agent = std::make_unique<Process>(argv, std::map<std::string, std::string>{},
+                                           certs_.path() + "/" + name + ".log", "--ready-fd");
+    EXPECT_GT(agent->ReadyValue("http_port"), 0) << agent->Log();
+    return agent;
+  }
+  std::string Socket(const std::string& name) const {
+    return "unix://" + certs_.path() + "/" + name + ".sock";
+  }
+
+  ScopedTempDir certs_{"ncclwatch-certs"};
+};
+
+TEST_F(SecurityTest, OnlyAnAgentWithACertificateFromTheClusterCaAndTheTokenCanWrite) {
+  Pipeline p(0, {"--tls-cert-file=" + Cert("server.pem"), "--tls-key-file=" + Cert("server.key"),
+                 "--tls-client-ca-file=" + Cert("ca.pem"), "--ingest-token-file=" + Cert("token")});
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::string agg = p.AggregatorAddr();
+  const std::vector<std::string> trust = {"--aggregator-ca-file=" + Cert("ca.pem")};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), trust.begin(), trust.end());
+    return more;
+  };
+  const std::string failures = "ncclwatch_agent_push_failures_total{aggregator=\"" + agg + "\"}";
+  const std::string forwarded =
+      "ncclwatch_agent_reports_forwarded_total{aggregator=\"" + agg + "\"}";
+
+  // Three intruders, each refused at a different layer.
+  auto plaintext = Agent("plaintext", agg, {});
+  auto no_cert = Agent("no-cert", agg, with({"--aggregator-token-file=" + Cert("token")}));
+  auto rogue = Agent("rogue", agg,
+                     with({"--aggregator-cert-file=" + Cert("rogue.pem"),
+                           "--aggregator-key-file=" + Cert("rogue.key"),
+                           "--aggregator-token-file=" + Cert("token")}));
+  auto bad_token = Agent("bad-token", agg,
+                         with({"--aggregator-cert-file=" + Cert("client.pem"),
+                               "--aggregator-key-file=" + Cert("client.key"),
+                               "--aggregator-token-file=" + Cert("wrong-token")}));
+  for (const char* name : {"plaintext", "no-cert", "rogue", "bad-token"}) {
+    WriteReports(Socket(name), std::string("job-") + name, 20);
+  }
+  for (const Process* intruder : {plaintext.get(), no_cert.get(), rogue.get(), bad_token.get()}) {
+    EXPECT_TRUE(PollUntil([&] { return AgentSample(*intruder, failures) >= 2; }, 20))
+        << intruder->Log();
+    EXPECT_EQ(AgentSample(*intruder, forwarded), 0) << intruder->Log();
+  }
+  auto metrics = p.Get("/metrics").second;
+  EXPECT_EQ(Sample(metrics, "ncclwatch_aggregator_reports_ingested_total"), 0) << metrics;
+  EXPECT_GE(Sample(metrics, "ncclwatch_aggregator_pushes_unauthenticated_total"), 2) << metrics;
+
+  // The genuine agent: the cluster CA's certificate and the token.
+  auto genuine = Agent("genuine", agg,
+                       with({"--aggregator-cert-file=" + Cert("client.pem"),
+                             "--aggregator-key-file=" + Cert("client.key"),
+                             "--aggregator-token-file=" + Cert("token")}));
+  WriteReports(Socket("genuine"), "job-genuine", 20);
+  EXPECT_TRUE(PollUntil([&] { return AgentSample(*genuine, forwarded) == 20; }, 20))
+      << genuine->Log();
+  EXPECT_EQ(AgentSample(*genuine, failures), 0);
+  metrics = p.Get("/metrics").second;
+  EXPECT_EQ(Sample(metrics, "ncclwatch_aggregator_reports_ingested_total"), 20) << metrics;
+  // Nothing secret in any log.
+  for (const Process* agent : {no_cert.get(), rogue.get(), bad_token.get(), genuine.get()}) {
+    EXPECT_EQ(agent->Log().find("s3cret"), std::string::npos);
+  }
+  EXPECT_EQ(p.Logs().find("s3cret"), std::string::npos);
+}
+
+TEST_F(SecurityTest, MisconfiguredTlsFailsAtStartWithAClearError) {
+  auto [code, out] = RunToCompletion(
+      {Binaries::Agent(), "--aggregator-cert-file=" + Cert("client.pem"),
+       "--listen=" + Socket("x")},
+      certs_.path() + "/bad-agent.log");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("needs its key"), std::string::npos) << out;
+  std::tie(code, out) = RunToCompletion(
+      {Binaries::Aggregator(), "--tls-cert-file=" + Cert("server.pem"),
+       "--tls-key-file=" + Cert("missing.key"), "--data-dir=" + certs_.path() + "/db"},
+      certs_.path() + "/bad-aggregator.log");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("cannot read the server key file"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing
