@@ -66,7 +66,7 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddString("listen", "NCCLWATCH_AGENT_LISTEN", &c.listen,
               "Where plugins connect: unix:///path for a unix socket, or host:port for TCP.");
   t.AddString("listen-tcp", "NCCLWATCH_AGENT_LISTEN_TCP", &c.listen_tcp,
-              "Also accept plugins on this host:port (e.g. 127.0.0.1:9471); empty: only --listen.");
+              "Also accept plugins on this host:port (e.g. 127.0.0.1:9473); empty: only --listen.");
   t.AddString("socket-mode", "", &c.socket_mode,
               "Permissions of the unix socket, octal. 0666 lets training processes of any user "
               "connect; with --socket-group, 0660 limits it to that group.");
@@ -121,7 +121,8 @@ void Register(ConfigTable& t, AgentConfig& c) {
             "Sync every spooled batch to disk, so that it survives a power loss too (slower); "
             "without it a batch survives any crash or restart of the agent.");
   t.AddInt("ready-fd", "", &c.ready_fd,
-           "Write 'ready grpc=... http_port=N' to this file descriptor once serving (-1: off).");
+           "Write 'ready grpc=... http_port=N tcp_port=M' to this file descriptor once serving "
+           "(-1: off; tcp_port 0 without --listen-tcp).");
 }
 
 std::string Hostname() {
@@ -333,12 +334,13 @@ int Main(int argc, char** argv) {
   }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
   if (!config.listen_tcp.empty()) {
-    builder.AddListeningPort(config.listen_tcp, grpc::InsecureServerCredentials());
+    builder.AddListeningPort(config.listen_tcp, grpc::InsecureServerCredentials(), &tcp_port);
   }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
+  if (!server || (!config.listen_tcp.empty() && tcp_port == 0)) {
     LogError("cannot listen on %s%s", config.listen,
              config.listen_tcp.empty() ? "" : " and " + config.listen_tcp);
     return 1;
@@ -380,7 +382,8 @@ int Main(int argc, char** argv) {
           config.listen_tcp.empty() ? "" : " and " + config.listen_tcp, *http_port,
           config.aggregator, tls.enabled ? " over TLS" : "");
   NotifyReady(static_cast<int>(config.ready_fd),
-              absl::StrFormat("ready grpc=%s http_port=%d", config.listen, *http_port));
+              absl::StrFormat("ready grpc=%s http_port=%d tcp_port=%d", config.listen, *http_port,
+                              tcp_port));
 
   int sig = WaitForTerminationSignal();
   LogInfo("signal %d: closing plugin streams, forwarding what is queued", sig);

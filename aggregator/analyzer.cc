@@ -71,6 +71,10 @@ std::string_view ExportedSeriesHelp(std::string_view name) {
        "1 while every rank the communicator has on the node is flagged slow, else 0."},
       {"ncclwatch_rank_silent",
        "1 while the rank's reports have stopped and the rest of its communicator carries on."},
+      {"ncclwatch_plugin_drops_total",
+       "What the rank's plugin could not record since its process started, by kind (events, "
+       "records, reports, samples_capped, channel_events_orphaned): a pool, ring or queue was "
+       "full."},
   };
   auto it = kHelp.find(name);
   return it == kHelp.end() ? std::string_view() : it->second;
@@ -139,6 +143,23 @@ void Analyzer::UpdateStatsSeries(const CommKey& key, const CommMeta& meta,
     labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
                   std::make_move_iterator(sample.labels.end()));
     SetSeries(key, sample.name, std::move(labels), sample.value, sample_ns, now_ns);
+  }
+  // What the plugin could not record (cumulative since the training process started): a pool,
+  // ring or queue was full. Anything above zero means findings may miss operations.
+  if (report.has_drops()) {
+    const auto& d = report.drops();
+    const std::pair<const char*, uint64_t> kinds[] = {
+        {"events", d.events_dropped()},
+        {"records", d.records_dropped()},
+        {"reports", d.reports_dropped()},
+        {"samples_capped", d.samples_capped()},
+        {"channel_events_orphaned", d.channel_events_orphaned()}};
+    for (const auto& [kind, value] : kinds) {
+      LabelPairs labels = RankLabels(key, meta, rank);
+      labels.emplace_back("kind", kind);
+      SetSeries(key, "ncclwatch_plugin_drops_total", std::move(labels),
+                static_cast<double>(value), sample_ns, now_ns);
+    }
   }
 }
 
@@ -239,6 +260,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
                                                    int64_t now_ns,
                                                    std::vector<SeriesPoint>* points) {
   absl::MutexLock lock(&mu_);
+  clock_ns_ = std::max(clock_ns_, now_ns);
   points_out_ = points;
   ++reports_;
   const auto& id = report.identity();
@@ -424,6 +446,7 @@ ncclwatch::v1::Event Analyzer::DegradedEvent(const DegradedChange& change, int64
 
 std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   absl::MutexLock lock(&mu_);
+  clock_ns_ = std::max(clock_ns_, now_ns);
   std::vector<ncclwatch::v1::Event> events;
   for (const HangChange& change : hangs_.Evaluate(now_ns)) {
     events.push_back(HangEvent(change, now_ns));
@@ -453,20 +476,21 @@ std::vector<ExportedSample> Analyzer::Series(bool detection_only) const {
     out.reserve(series_.size());
     for (const auto& [k, e] : series_) out.push_back(e.sample);
   }
-  const int64_t now_ns = absl::GetCurrentTimeNanos();
+  // Every detection series is stamped with the analyzer's clock (the latest Ingest or Tick): its
+  // value can only change at one of those, so a new value always comes with a new timestamp. (A
+  // rank's last report time would repeat while a Tick finds a hang or another rank's report
+  // moves its lateness, and Prometheus drops a changed value under a repeated timestamp.)
+  const int64_t now_ns = clock_ns_;
+  const int64_t now_ms = now_ns / 1'000'000;
   std::map<CommKey, const HangView*> hung;
   std::vector<HangView> hangs = hangs_.Hangs();
   for (const HangView& h : hangs) hung[h.comm] = &h;
   for (const auto& [key, meta] : comms_) {
-    int64_t comm_seen_ms = 0;
-    for (const RankMeta& rm : meta.ranks) {
-      comm_seen_ms = std::max(comm_seen_ms, rm.last_seen_ns / 1'000'000);
-    }
     LabelPairs comm_labels = {{"job_id", key.job_id},
                               {"comm_hash", CommHashText(key.comm_hash)},
                               {"comm_name", OrUnknown(meta.comm_name)}};
     auto h = hung.find(key);
-    out.push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, comm_seen_ms});
+    out.push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, now_ms});
     std::set<std::string> nodes;
     for (const RankMeta& rm : meta.ranks) {
       if (!rm.node.empty()) nodes.insert(rm.node);
@@ -475,34 +499,33 @@ std::vector<ExportedSample> Analyzer::Series(bool detection_only) const {
       LabelPairs node_labels = comm_labels;
       node_labels.emplace_back("node", node);
       out.push_back({"ncclwatch_node_straggler", std::move(node_labels),
-                     meta.slow_nodes.count(node) ? 1.0 : 0.0, comm_seen_ms});
+                     meta.slow_nodes.count(node) ? 1.0 : 0.0, now_ms});
     }
     LabelPairs class_labels = comm_labels;
     class_labels.emplace_back("class", degraded_.IsHybrid(key) ? "hybrid" : "nvlink");
     out.push_back({"ncclwatch_comm_degraded", std::move(class_labels),
-                   degraded_.IsDegraded(key) ? 1.0 : 0.0, comm_seen_ms});
+                   degraded_.IsDegraded(key) ? 1.0 : 0.0, now_ms});
     out.push_back({"ncclwatch_hang_age_seconds", std::move(comm_labels),
                    h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0,
-                   comm_seen_ms});
+                   now_ms});
     for (int r = 0; r < static_cast<int>(meta.ranks.size()); ++r) {
       LabelPairs labels = RankLabels(key, meta, r);
       out.push_back({"ncclwatch_rank_missing", labels, hangs_.Missing(key, r) ? 1.0 : 0.0,
-                     comm_seen_ms});
+                     now_ms});
       out.push_back({"ncclwatch_rank_silent", std::move(labels),
-                     hangs_.IsSilent(key, r) ? 1.0 : 0.0, comm_seen_ms});
+                     hangs_.IsSilent(key, r) ? 1.0 : 0.0, now_ms});
     }
     for (const RankScore& score : stragglers_.Scores(key)) {
       if (score.rank >= static_cast<int>(meta.ranks.size())) continue;
-      int64_t ts_ms = meta.ranks[score.rank].last_seen_ns / 1'000'000;
       LabelPairs labels = RankLabels(key, meta, score.rank);
-      out.push_back({"ncclwatch_straggler", labels, score.flagged ? 1.0 : 0.0, ts_ms});
+      out.push_back({"ncclwatch_straggler", labels, score.flagged ? 1.0 : 0.0, now_ms});
       out.push_back({"ncclwatch_rank_lateness_seconds", std::move(labels),
-                     score.lateness_ns * 1e-9, ts_ms});
+                     score.lateness_ns * 1e-9, now_ms});
     }
   }
   for (const SuspectView& s : degraded_.Suspects()) {
     out.push_back({"ncclwatch_node_network_suspect", {{"job_id", s.job_id}, {"node", s.node}},
-                   1.0, now_ns / 1'000'000});
+                   1.0, now_ms});
   }
   return out;
 }

@@ -158,6 +158,7 @@ class Analyzer {
   std::map<std::string, SeriesEntry> series_ ABSL_GUARDED_BY(mu_);
   std::vector<SeriesPoint>* points_out_ ABSL_GUARDED_BY(mu_) = nullptr;  // during Ingest
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
 };
 
 // HELP text of every exported family ("" for an unknown name).

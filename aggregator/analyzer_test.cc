@@ -1,6 +1,7 @@
 #include "aggregator/analyzer.h"
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -147,6 +148,54 @@ TEST(AnalyzerTest, CommRanksCarryTheGpuUuidAndPodAsLastReported) {
   id->set_pod("trainer-0-retry");
   analyzer.Ingest(r0, 2'000'000'000);
   EXPECT_EQ(analyzer.Comms("job-7")[0].ranks(0).pod(), "trainer-0-retry");
+}
+
+TEST(AnalyzerTest, PluginDropsAreExportedPerRankAndKind) {
+  Analyzer analyzer;
+  ncclwatch::v1::RankReport r = Report(3, 8, 0, 0, -1);
+  r.mutable_drops()->set_events_dropped(17);
+  r.mutable_drops()->set_reports_dropped(2);
+  analyzer.Ingest(r, 1'000'000'000);
+  std::map<std::string, double> by_kind;
+  for (const ExportedSample& s : analyzer.Series()) {
+    if (s.name != "ncclwatch_plugin_drops_total") continue;
+    EXPECT_EQ(*Label(s, "rank"), "3");
+    EXPECT_EQ(*Label(s, "job_id"), "job-7");
+    by_kind[*Label(s, "kind")] = s.value;
+  }
+  EXPECT_EQ(by_kind, (std::map<std::string, double>{{"channel_events_orphaned", 0},
+                                                    {"events", 17},
+                                                    {"records", 0},
+                                                    {"reports", 2},
+                                                    {"samples_capped", 0}}));
+}
+
+// Prometheus keeps the first value it sees under a timestamp: a detection series whose value
+// changes must carry a new timestamp, even when the change comes from a Tick with no new report.
+TEST(AnalyzerTest, DetectionSeriesChangeValueOnlyWithANewTimestamp) {
+  Analyzer analyzer;
+  auto lateness = [&]() -> std::pair<double, int64_t> {
+    for (const ExportedSample& s : analyzer.Series(/*detection_only=*/true)) {
+      if (s.name == "ncclwatch_rank_lateness_seconds" && *Label(s, "rank") == "5") {
+        return {s.value, s.timestamp_ms};
+      }
+    }
+    return {-1, -1};
+  };
+  // Round 1 at 1 s: rank 5 is late in every collective.
+  for (int rank = 0; rank < 8; ++rank) analyzer.Ingest(Report(rank, 8, 0, 32, 5), 1'000'000'000);
+  const auto first = lateness();
+  ASSERT_GT(first.first, 0);
+  // Round 2: rank 5 reports first (1.5 s), on time this time; the others complete its
+  // collectives at 2 s. Rank 5's lateness changes at 2 s, with no report of its own then.
+  analyzer.Ingest(Report(5, 8, 32, 32, -1), 1'500'000'000);
+  EXPECT_EQ(lateness(), (std::pair<double, int64_t>{first.first, 1500}));
+  for (int rank = 0; rank < 8; ++rank) {
+    if (rank != 5) analyzer.Ingest(Report(rank, 8, 32, 32, -1), 2'000'000'000);
+  }
+  const auto second = lateness();
+  EXPECT_NE(second.first, first.first);
+  EXPECT_EQ(second.second, 2000);  // a new value under a new timestamp
 }
 
 TEST(AnalyzerTest, SilentSeriesExpire) {

@@ -1,6 +1,8 @@
 // Who may write to the aggregator: over mutual TLS, only an agent whose certificate the cluster's
 // CA signed, and, with an ingest token, only one that also sends it. Real daemons, real TLS
 // handshakes over real sockets; certificates made by openssl for the test.
+#include <sys/stat.h>
+
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -142,6 +144,34 @@ TEST_F(SecurityTest, OnlyAnAgentWithACertificateFromTheClusterCaAndTheTokenCanWr
     EXPECT_EQ(agent->Log().find("s3cret"), std::string::npos);
   }
   EXPECT_EQ(p.Logs().find("s3cret"), std::string::npos);
+}
+
+TEST_F(SecurityTest, ThePluginSocketHasTheConfiguredModeAndTcpIsOptional) {
+  const std::string dir = certs_.path() + "/sockets";  // created by the agent
+  Process agent({Binaries::Agent(), "--listen=unix://" + dir + "/agent.sock",
+                 "--socket-mode=0660", "--socket-dir-mode=0750", "--listen-tcp=127.0.0.1:0",
+                 "--aggregator=127.0.0.1:1", "--http-port=0", "--pod-resources-socket="},
+                {}, certs_.path() + "/agent.log", "--ready-fd");
+  ASSERT_GT(agent.ReadyValue("http_port"), 0) << agent.Log();
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/agent.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  // Both listeners take plugin streams.
+  const int tcp_port = agent.ReadyValue("tcp_port");
+  ASSERT_GT(tcp_port, 0) << agent.Log();
+  WriteReports("unix://" + dir + "/agent.sock", "over-unix", 3);
+  WriteReports("127.0.0.1:" + std::to_string(tcp_port), "over-tcp", 3);
+  EXPECT_EQ(AgentSample(agent, "ncclwatch_agent_reports_accepted_total"), 6);
+
+  auto [code, out] = RunToCompletion(
+      {Binaries::Agent(), "--listen=" + Socket("y"), "--socket-mode=rw-rw----"},
+      certs_.path() + "/bad-mode.log");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("--socket-mode=rw-rw---- is not an octal file mode"), std::string::npos)
+      << out;
 }
 
 TEST_F(SecurityTest, MisconfiguredTlsFailsAtStartWithAClearError) {
