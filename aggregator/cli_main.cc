@@ -28,6 +28,7 @@
 #include "common/config.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/security.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
 
 namespace ncclwatch::cli {
@@ -47,6 +48,11 @@ struct CliConfig {
   std::string output;
   bool follow = false;
   int64_t limit = 1000;
+  bool tls = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
 };
 
 constexpr char kUsage[] = "<command> [flags]";
@@ -600,6 +606,16 @@ int Main(int argc, char** argv) {
   table.AddDouble("step-s", "", &config.step_s,
                   "query: one value per step (the latest within 5 min); 0 = every stored point.");
   table.AddInt("limit", "", &config.limit, "events: at most this many, oldest first.");
+  table.AddBool("tls", "NCCLWATCH_TLS", &config.tls,
+                "Talk TLS to the aggregator (implied by any of the files below).");
+  table.AddString("ca-file", "NCCLWATCH_CA_FILE", &config.ca_file,
+                  "PEM roots that sign the aggregator's certificate; empty: the system's.");
+  table.AddString("cert-file", "NCCLWATCH_CERT_FILE", &config.cert_file,
+                  "PEM client certificate, for an aggregator that requires one (mutual TLS).");
+  table.AddString("key-file", "NCCLWATCH_KEY_FILE", &config.key_file,
+                  "PEM private key of --cert-file.");
+  table.AddString("server-name", "", &config.server_name,
+                  "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
   auto positional = table.Parse(argc, argv);
   if (!positional.ok()) return Fail(std::string(positional.status().message()));
   if (table.help_requested() || positional->empty()) {
@@ -607,8 +623,18 @@ int Main(int argc, char** argv) {
     return table.help_requested() ? 0 : 2;
   }
   const std::string& command = (*positional)[0];
+  ClientTls tls;
+  tls.enabled = config.tls || !config.ca_file.empty() || !config.cert_file.empty() ||
+                !config.key_file.empty();
+  tls.ca_file = config.ca_file;
+  tls.cert_file = config.cert_file;
+  tls.key_file = config.key_file;
+  auto credentials = MakeChannelCredentials(tls);
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  grpc::ChannelArguments args;
+  if (!config.server_name.empty()) args.SetSslTargetNameOverride(config.server_name);
   auto stub = ncclwatch::v1::Query::NewStub(
-      grpc::CreateChannel(config.aggregator, grpc::InsecureChannelCredentials()));
+      grpc::CreateCustomChannel(config.aggregator, *credentials, args));
   if (command == "stragglers") return Stragglers(*stub, config);
   if (command == "hangs") return Hangs(*stub, config);
   if (command == "degraded") return Degraded(*stub, config);

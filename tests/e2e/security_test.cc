@@ -139,6 +139,18 @@ TEST_F(SecurityTest, OnlyAnAgentWithACertificateFromTheClusterCaAndTheTokenCanWr
   EXPECT_EQ(AgentSample(*genuine, failures), 0);
   metrics = p.Get("/metrics").second;
   EXPECT_EQ(Sample(metrics, "ncclwatch_aggregator_reports_ingested_total"), 20) << metrics;
+  // The CLI, too, needs the cluster CA's certificate to query.
+  auto [cli_code, cli_out] = RunToCompletion(
+      {Binaries::Cli(), "--aggregator=" + agg, "--ca-file=" + Cert("ca.pem"),
+       "--cert-file=" + Cert("client.pem"), "--key-file=" + Cert("client.key"), "jobs"},
+      certs_.path() + "/cli.log");
+  EXPECT_EQ(cli_code, 0) << cli_out;
+  EXPECT_NE(cli_out.find("job-genuine"), std::string::npos) << cli_out;
+  std::tie(cli_code, cli_out) = RunToCompletion(
+      {Binaries::Cli(), "--aggregator=" + agg, "--ca-file=" + Cert("ca.pem"), "jobs"},
+      certs_.path() + "/cli-no-cert.log");
+  EXPECT_EQ(cli_code, 1) << cli_out;
+  EXPECT_EQ(cli_out.find("job-genuine"), std::string::npos) << cli_out;
   // Nothing secret in any log.
   for (const Process* agent : {no_cert.get(), rogue.get(), bad_token.get(), genuine.get()}) {
     EXPECT_EQ(agent->Log().find("s3cret"), std::string::npos);
