@@ -248,12 +248,9 @@ int Main(int argc, char** argv) {
     LogError("--spool-max-bytes must be at least 64 KiB per aggregator");
     return 2;
   }
-  ClientTls tls;
-  tls.enabled = config.aggregator_tls || !config.aggregator_ca_file.empty() ||
-                !config.aggregator_cert_file.empty() || !config.aggregator_key_file.empty();
-  tls.ca_file = config.aggregator_ca_file;
-  tls.cert_file = config.aggregator_cert_file;
-  tls.key_file = config.aggregator_key_file;
+  const ClientTls tls =
+      ClientTls::FromFlags(config.aggregator_tls, config.aggregator_ca_file,
+                           config.aggregator_cert_file, config.aggregator_key_file);
   auto credentials = MakeChannelCredentials(tls);
   if (!credentials.ok()) {
     LogError("%s", credentials.status().message());

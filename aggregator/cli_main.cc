@@ -623,13 +623,8 @@ int Main(int argc, char** argv) {
     return table.help_requested() ? 0 : 2;
   }
   const std::string& command = (*positional)[0];
-  ClientTls tls;
-  tls.enabled = config.tls || !config.ca_file.empty() || !config.cert_file.empty() ||
-                !config.key_file.empty();
-  tls.ca_file = config.ca_file;
-  tls.cert_file = config.cert_file;
-  tls.key_file = config.key_file;
-  auto credentials = MakeChannelCredentials(tls);
+  auto credentials = MakeChannelCredentials(
+      ClientTls::FromFlags(config.tls, config.ca_file, config.cert_file, config.key_file));
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   grpc::ChannelArguments args;
   if (!config.server_name.empty()) args.SetSslTargetNameOverride(config.server_name);

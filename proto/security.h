@@ -26,6 +26,13 @@ struct ClientTls {
   std::string ca_file;      // roots that sign the server's certificate; empty: the system's
   std::string cert_file;    // client certificate (mutual TLS); empty: none
   std::string key_file;     // its private key
+
+  // As the daemons' and the CLI's flags give it: TLS when asked for, or when any file is named.
+  static ClientTls FromFlags(bool tls, std::string ca_file, std::string cert_file,
+                             std::string key_file) {
+    const bool any = !ca_file.empty() || !cert_file.empty() || !key_file.empty();
+    return {tls || any, std::move(ca_file), std::move(cert_file), std::move(key_file)};
+  }
 };
 
 // The server side. With `cert_file` empty the port is plaintext; with `client_ca_file` set, a
