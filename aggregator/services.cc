@@ -1,5 +1,6 @@
 #include "aggregator/services.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 
@@ -118,9 +119,23 @@ absl::StatusOr<uint64_t> AggregatorCore::Replay(int64_t since_ns) {
   absl::StatusOr<int64_t> last_event = store_.LastEventTime();
   if (!last_event.ok()) return last_event.status();
   uint64_t batches = 0;
+  // The live aggregator ticked its detectors every 250 ms between batches (expiring incomplete
+  // collectives, judging hangs); replay ticks them on the batches' own clock, so that it ends in
+  // the state the live run had, rather than catching up all at once at the first real Tick and
+  // re-announcing findings that had already come and gone.
+  constexpr int64_t kTickNs = 250'000'000;
+  int64_t next_tick_ns = 0;
   absl::Status s = store_.ReplayBatches(
       since_ns, [&](const ncclwatch::v1::NodeBatch& batch, int64_t received_ns) {
         ++batches;
+        if (next_tick_ns == 0) next_tick_ns = received_ns + kTickNs;
+        // Across a long gap without batches, the last 10 s of ticks say all the earlier would.
+        next_tick_ns = std::max(next_tick_ns, received_ns - 40 * kTickNs);
+        for (; next_tick_ns <= received_ns; next_tick_ns += kTickNs) {
+          for (const auto& event : analyzer_.Tick(next_tick_ns)) {
+            if (static_cast<int64_t>(event.time_unix_ns()) > *last_event) Handle(event);
+          }
+        }
         // Events up to the newest stored one were stored before the restart.
         Analyse(batch, received_ns, *last_event);
       });
