@@ -53,7 +53,14 @@ struct CliConfig {
   std::string cert_file;
   std::string key_file;
   std::string server_name;
+  std::string token_file;
+  std::string token;  // read from token_file
 };
+
+// Every Query call carries the bearer token, when there is one.
+void Authorize(const CliConfig& config, grpc::ClientContext* context) {
+  if (!config.token.empty()) context->AddMetadata("authorization", "Bearer " + config.token);
+}
 
 constexpr char kUsage[] = "<command> [flags]";
 constexpr char kSummary[] =
@@ -141,6 +148,7 @@ template <typename List, typename Empty, typename Wanted>
 bool ListOrWait(ncclwatch::v1::Query::Stub& stub, const CliConfig& config, List list,
                 Empty empty, Wanted wanted) {
   grpc::ClientContext watch_context;
+  Authorize(config, &watch_context);
   std::unique_ptr<grpc::ClientReader<ncclwatch::v1::Event>> watch;
   if (config.wait_s > 0) {
     watch_context.set_deadline(std::chrono::system_clock::now() +
@@ -191,6 +199,7 @@ bool Call(ncclwatch::v1::Query::Stub& stub, const CliConfig& config,
           const Request& request, Response* response, grpc::Status* status) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(config));
+  Authorize(config, &context);
   response->Clear();
   *status = (stub.*rpc)(&context, request, response);
   return status->ok();
@@ -364,6 +373,7 @@ int Events(ncclwatch::v1::Query::Stub& stub, const CliConfig& config) {
   // With --follow the watch opens before the stored events are read, so nothing falls in between;
   // an event seen both ways is printed once.
   grpc::ClientContext watch_context;
+  Authorize(config, &watch_context);
   std::unique_ptr<grpc::ClientReader<ncclwatch::v1::Event>> watch;
   if (config.follow) {
     if (config.wait_s > 0) {
@@ -614,6 +624,8 @@ int Main(int argc, char** argv) {
                   "PEM client certificate, for an aggregator that requires one (mutual TLS).");
   table.AddString("key-file", "NCCLWATCH_KEY_FILE", &config.key_file,
                   "PEM private key of --cert-file.");
+  table.AddString("token-file", "NCCLWATCH_TOKEN_FILE", &config.token_file,
+                  "File holding the bearer token of an aggregator run with --query-token-file.");
   table.AddString("server-name", "", &config.server_name,
                   "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
   auto positional = table.Parse(argc, argv);
@@ -625,6 +637,11 @@ int Main(int argc, char** argv) {
   const std::string& command = (*positional)[0];
   auto credentials = MakeChannelCredentials(
       ClientTls::FromFlags(config.tls, config.ca_file, config.cert_file, config.key_file));
+  if (!config.token_file.empty()) {
+    auto token = TokenFile::Open(config.token_file);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    config.token = (*token)->Get();
+  }
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   grpc::ChannelArguments args;
   if (!config.server_name.empty()) args.SetSslTargetNameOverride(config.server_name);

@@ -200,7 +200,8 @@ std::string RenderFederate(const std::vector<ExportedSample>& samples,
   return writer.Take();
 }
 
-void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer) {
+void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer,
+                       TokenFile* federate_token) {
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -209,7 +210,19 @@ void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer&
   });
   Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
                                               "/federate requests refused with HTTP 400.");
-  http.Get("/federate", [&, bad_selectors](const httplib::Request& req, httplib::Response& res) {
+  Counter* unauthenticated =
+      metrics.GetCounter("ncclwatch_aggregator_federate_unauthenticated_total",
+                         "/federate requests refused with HTTP 401 for a missing or wrong token.");
+  http.Get("/federate", [&, bad_selectors, unauthenticated, federate_token](
+                            const httplib::Request& req, httplib::Response& res) {
+    if (federate_token != nullptr &&
+        !BearerHeaderMatches(req.get_header_value("Authorization"), federate_token->Get())) {
+      unauthenticated->Increment();
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content("a valid bearer token is required\n", "text/plain");
+      return;
+    }
     size_t n = req.get_param_value_count("match[]");
     std::vector<Selector> selectors;
     std::string error = n == 0 ? "missing match[] parameter" : "";

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "aggregator/analyzer.h"
 #include "common/metrics.h"
+#include "proto/security.h"
 
 namespace httplib {
 class Server;
@@ -46,7 +47,10 @@ std::string RenderFederate(const std::vector<ExportedSample>& samples,
 
 // The aggregator's HTTP endpoints: /federate (HTTP 400 with the parse error for a bad or missing
 // selector, counted), /metrics (`metrics`) and /healthz.
-void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer);
+// `federate_token` (optional, outlives the server): /federate then answers 401 without
+// `Authorization: Bearer <token>`. /metrics and /healthz stay open (health, probes).
+void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer& analyzer,
+                       TokenFile* federate_token = nullptr);
 
 }  // namespace ncclwatch::aggregator
 

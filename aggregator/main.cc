@@ -50,6 +50,7 @@ struct AggregatorConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;
   std::string ingest_token_file;
+  std::string query_token_file;
   int64_t ready_fd = -1;
 };
 
@@ -94,6 +95,9 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddString("ingest-token-file", "NCCLWATCH_INGEST_TOKEN_FILE", &c.ingest_token_file,
               "File holding the bearer token an agent must send to push batches (re-read every "
               "30 s); empty: none required.");
+  t.AddString("query-token-file", "NCCLWATCH_QUERY_TOKEN_FILE", &c.query_token_file,
+              "File holding the bearer token the Query API and /federate require (re-read every "
+              "30 s); empty: none required. /metrics and /healthz stay open.");
   t.AddDouble("straggler-threshold-ms", "", &c.straggler_threshold_ms,
               "Median lateness at which a rank is flagged slow (cleared below half of it).");
   t.AddInt("straggler-window", "", &c.straggler_window,
@@ -204,17 +208,19 @@ int Main(int argc, char** argv) {
     LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s",
             *replayed, config.replay_s, (absl::GetCurrentTimeNanos() - started) / 1e9);
   }
-  std::unique_ptr<TokenFile> ingest_token;
-  if (!config.ingest_token_file.empty()) {
-    auto opened = TokenFile::Open(config.ingest_token_file);
+  std::unique_ptr<TokenFile> ingest_token, query_token;
+  for (auto [path, token] : {std::pair{&config.ingest_token_file, &ingest_token},
+                             std::pair{&config.query_token_file, &query_token}}) {
+    if (path->empty()) continue;
+    auto opened = TokenFile::Open(*path);
     if (!opened.ok()) {
       LogError("%s", opened.status().message());
       return 2;
     }
-    ingest_token = *std::move(opened);
+    *token = *std::move(opened);
   }
   IngestService ingest(core, ingest_token.get());
-  QueryService query(core);
+  QueryService query(core, query_token.get());
 
   // The standard grpc.health.v1.Health service (Kubernetes gRPC probes, grpc_health_probe):
   // SERVING from the moment the server starts, NOT_SERVING once it shuts down.
@@ -238,7 +244,7 @@ int Main(int argc, char** argv) {
   }
 
   HttpServer http;
-  InstallHttpRoutes(http.server(), metrics, analyzer);
+  InstallHttpRoutes(http.server(), metrics, analyzer, query_token.get());
   auto http_port = http.Start(config.listen_host, static_cast<int>(config.http_port));
   if (!http_port.ok()) {
     LogError("%s", http_port.status().message());

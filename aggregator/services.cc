@@ -435,6 +435,16 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 // Streams events to one Watch client. Events are queued (bounded: a slow client loses the oldest,
 // it never stalls ingest) and written one at a time.
+const grpc::Status kQueryUnauthenticated(grpc::StatusCode::UNAUTHENTICATED,
+                                         "a valid bearer token is required to query");
+
+// A Watch refused at the door: finishes at once.
+class RefusedWatch final : public grpc::ServerWriteReactor<ncclwatch::v1::Event> {
+ public:
+  RefusedWatch() { Finish(kQueryUnauthenticated); }
+  void OnDone() override { delete this; }
+};
+
 class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
                           public EventWatcher {
  public:
@@ -553,6 +563,7 @@ grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* QueryService::ListStragglers(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListStragglersRequest* request,
     ncclwatch::v1::ListStragglersResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   for (auto& s : core_.analyzer().Stragglers(request->job_id())) {
     *response->add_stragglers() = std::move(s);
   }
@@ -562,6 +573,7 @@ grpc::ServerUnaryReactor* QueryService::ListStragglers(
 grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListHangsRequest* request,
                                                   ncclwatch::v1::ListHangsResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   *response = core_.analyzer().Hangs(request->job_id(), absl::GetCurrentTimeNanos());
   return Finished(context);
 }
@@ -569,6 +581,7 @@ grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* QueryService::ListDegraded(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListDegradedRequest* request,
     ncclwatch::v1::ListDegradedResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   *response = core_.analyzer().Degraded(request->job_id());
   return Finished(context);
 }
@@ -576,12 +589,14 @@ grpc::ServerUnaryReactor* QueryService::ListDegraded(
 grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::ListEventsRequest* request,
                                                    ncclwatch::v1::ListEventsResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   return Answer(context, core_.ListEvents(*request), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetStatsRequest*,
                                                  ncclwatch::v1::Stats* response) {
+  if (!Authorized(context)) return Refused(context);
   *response = core_.GetStats();
   return Finished(context);
 }
@@ -589,18 +604,21 @@ grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::QueryRangeRequest* request,
                                                    ncclwatch::v1::QueryRangeResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   return Answer(context, core_.QueryRange(*request, absl::GetCurrentTimeNanos()), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetTraceRequest* request,
                                                  ncclwatch::v1::GetTraceResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   return Answer(context, core_.GetTrace(*request, absl::GetCurrentTimeNanos()), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::ListJobsRequest*,
                                                  ncclwatch::v1::ListJobsResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   for (auto& j : core_.analyzer().Jobs()) *response->add_jobs() = std::move(j);
   return Finished(context);
 }
@@ -608,13 +626,34 @@ grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* QueryService::ListComms(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListCommsRequest* request,
                                                   ncclwatch::v1::ListCommsResponse* response) {
+  if (!Authorized(context)) return Refused(context);
   for (auto& c : core_.analyzer().Comms(request->job_id())) *response->add_comms() = std::move(c);
   return Finished(context);
 }
 
 grpc::ServerWriteReactor<ncclwatch::v1::Event>* QueryService::Watch(
-    grpc::CallbackServerContext*, const ncclwatch::v1::WatchRequest*) {
+    grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest*) {
+  if (!Authorized(context)) return new RefusedWatch();
   return new WatchWriter(core_);
+}
+
+QueryService::QueryService(AggregatorCore& core, TokenFile* token)
+    : core_(core),
+      token_(token),
+      unauthenticated_(core.metrics().GetCounter(
+          "ncclwatch_aggregator_queries_unauthenticated_total",
+          "Query API calls refused for a missing or wrong bearer token.")) {}
+
+bool QueryService::Authorized(grpc::CallbackServerContext* context) {
+  if (token_ == nullptr || BearerTokenMatches(*context, token_->Get())) return true;
+  unauthenticated_->Increment();
+  return false;
+}
+
+grpc::ServerUnaryReactor* QueryService::Refused(grpc::CallbackServerContext* context) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(kQueryUnauthenticated);
+  return reactor;
 }
 
 }  // namespace ncclwatch::aggregator

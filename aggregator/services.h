@@ -106,7 +106,9 @@ class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
 
 class QueryService final : public ncclwatch::v1::Query::CallbackService {
  public:
-  explicit QueryService(AggregatorCore& core) : core_(core) {}
+  // With `token` (optional, outlives the service), every call needs `authorization: Bearer
+  // <token>` (UNAUTHENTICATED otherwise, counted).
+  explicit QueryService(AggregatorCore& core, TokenFile* token = nullptr);
   grpc::ServerUnaryReactor* ListStragglers(grpc::CallbackServerContext* context,
                                            const ncclwatch::v1::ListStragglersRequest* request,
                                            ncclwatch::v1::ListStragglersResponse* response) override;
@@ -138,7 +140,12 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
       grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest* request) override;
 
  private:
+  bool Authorized(grpc::CallbackServerContext* context);
+  static grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context);
+
   AggregatorCore& core_;
+  TokenFile* token_;
+  Counter* unauthenticated_;
 };
 
 }  // namespace ncclwatch::aggregator

@@ -96,21 +96,25 @@ std::string TokenFile::Get() {
   return token_;
 }
 
-bool BearerTokenMatches(const grpc::ServerContextBase& context, std::string_view token) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) return false;
-  const std::string_view value(it->second.data(), it->second.size());
+bool BearerHeaderMatches(std::string_view authorization, std::string_view token) {
   constexpr std::string_view kPrefix = "Bearer ";
-  if (value.size() != kPrefix.size() + token.size() || value.substr(0, kPrefix.size()) != kPrefix) {
+  if (authorization.size() != kPrefix.size() + token.size() ||
+      authorization.substr(0, kPrefix.size()) != kPrefix) {
     return false;
   }
   // Compare every byte, whatever the first difference: no timing hint at the token.
   unsigned char diff = 0;
   for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(value[kPrefix.size() + i] ^ token[i]);
+    diff |= static_cast<unsigned char>(authorization[kPrefix.size() + i] ^ token[i]);
   }
   return diff == 0;
+}
+
+bool BearerTokenMatches(const grpc::ServerContextBase& context, std::string_view token) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return false;
+  return BearerHeaderMatches(std::string_view(it->second.data(), it->second.size()), token);
 }
 
 }  // namespace ncclwatch

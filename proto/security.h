@@ -70,7 +70,9 @@ class TokenFile {
   absl::Time read_at_ ABSL_GUARDED_BY(mu_);
 };
 
-// Checks the `authorization: Bearer <token>` metadata of a call against `token` (constant time).
+// Checks an `authorization` value, "Bearer <token>", against `token` (constant time).
+bool BearerHeaderMatches(std::string_view authorization, std::string_view token);
+// The same for the `authorization` metadata of a gRPC call.
 bool BearerTokenMatches(const grpc::ServerContextBase& context, std::string_view token);
 
 }  // namespace ncclwatch

@@ -186,6 +186,48 @@ TEST_F(SecurityTest, ThePluginSocketHasTheConfiguredModeAndTcpIsOptional) {
       << out;
 }
 
+TEST_F(SecurityTest, AQueryTokenGuardsTheQueryApiAndFederateButNotHealth) {
+  Pipeline p(0, {"--query-token-file=" + Cert("token")});
+  ASSERT_TRUE(p.ok()) << p.error();
+  // gRPC: refused without the token, the Watch stream included.
+  {
+    grpc::ClientContext context;
+    ncclwatch::v1::ListJobsResponse jobs;
+    EXPECT_EQ(p.query().ListJobs(&context, {}, &jobs).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    auto watch = p.query().Watch(&context, {});
+    ncclwatch::v1::Event event;
+    EXPECT_FALSE(watch->Read(&event));
+    EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  auto [code, out] = RunToCompletion({Binaries::Cli(), "--aggregator=" + p.AggregatorAddr(), "jobs"},
+                                     certs_.path() + "/cli-no-token.log");
+  EXPECT_EQ(code, 1) << out;
+  std::tie(code, out) = RunToCompletion({Binaries::Cli(), "--aggregator=" + p.AggregatorAddr(),
+                                         "--token-file=" + Cert("token"), "jobs"},
+                                        certs_.path() + "/cli-token.log");
+  EXPECT_EQ(code, 0) << out;
+  // HTTP: /federate needs it, /metrics and /healthz do not.
+  httplib::Client http("127.0.0.1", p.http_port());
+  const std::string federate = "/federate?match[]=%7B__name__%3D~%22.%2B%22%7D";
+  auto refused = http.Get(federate);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  auto wrong = http.Get(federate, {{"Authorization", "Bearer guess"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto allowed = http.Get(federate, {{"Authorization", "Bearer s3cret-ingest-token"}});
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->status, 200) << allowed->body;
+  EXPECT_EQ(p.Get("/healthz").first, 200);
+  const std::string metrics = p.Get("/metrics").second;
+  EXPECT_EQ(Sample(metrics, "ncclwatch_aggregator_federate_unauthenticated_total"), 2) << metrics;
+  EXPECT_EQ(Sample(metrics, "ncclwatch_aggregator_queries_unauthenticated_total"), 3) << metrics;
+}
+
 TEST_F(SecurityTest, MisconfiguredTlsFailsAtStartWithAClearError) {
   auto [code, out] = RunToCompletion(
       {Binaries::Agent(), "--aggregator-cert-file=" + Cert("client.pem"),
