@@ -123,9 +123,17 @@ LabelPairs Analyzer::RankLabels(const CommKey& key, const CommMeta& meta, int ra
 
 void Analyzer::SetSeries(const CommKey& comm, std::string name, LabelPairs labels, double value,
                          int64_t sample_ns, int64_t now_ns) {
-  if (points_out_ != nullptr) points_out_->push_back({name, labels, sample_ns / 1'000'000, value});
   std::string key = SeriesKey(name, labels);
-  SeriesEntry& e = series_[key];
+  auto it = series_.find(key);
+  if (it == series_.end()) {
+    if (series_.size() >= options_.max_series) {  // neither exported nor stored
+      ++capped_series_;
+      return;
+    }
+    it = series_.try_emplace(std::move(key)).first;
+  }
+  if (points_out_ != nullptr) points_out_->push_back({name, labels, sample_ns / 1'000'000, value});
+  SeriesEntry& e = it->second;
   e.sample = ExportedSample{std::move(name), std::move(labels), value, sample_ns / 1'000'000};
   e.comm = comm;
   e.updated_ns = now_ns;
@@ -265,7 +273,21 @@ std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankRepo
   ++reports_;
   const auto& id = report.identity();
   CommKey key{id.job_id(), id.comm_hash()};
-  CommMeta& meta = comms_[key];
+  auto found = comms_.find(key);
+  if (found == comms_.end()) {
+    auto job = comms_per_job_.find(id.job_id());
+    if (job == comms_per_job_.end() && comms_per_job_.size() >= options_.max_jobs) {
+      ++capped_jobs_;
+      return {};
+    }
+    if (job != comms_per_job_.end() && job->second >= options_.max_comms_per_job) {
+      ++capped_comms_;
+      return {};
+    }
+    ++comms_per_job_[id.job_id()];
+    found = comms_.try_emplace(key).first;
+  }
+  CommMeta& meta = found->second;
   if (meta.nranks != id.nranks()) {
     // New communicator, or one re-created with another size under the same hash: start over.
     meta.nranks = id.nranks();
@@ -464,6 +486,10 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
     stragglers_.Forget(kv.first);
     hangs_.Forget(kv.first);
     degraded_.Forget(kv.first);
+    if (auto job = comms_per_job_.find(kv.first.job_id);
+        job != comms_per_job_.end() && --job->second == 0) {
+      comms_per_job_.erase(job);
+    }
     return true;
   });
   return events;
@@ -641,8 +667,9 @@ std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
 
 Analyzer::Counters Analyzer::counters() const {
   absl::MutexLock lock(&mu_);
-  return Counters{reports_, correlator_.completed(), correlator_.expired(),
-                  correlator_.open_groups()};
+  return Counters{reports_,           correlator_.completed(), correlator_.expired(),
+                  correlator_.open_groups(), capped_jobs_,          capped_comms_,
+                  capped_series_};
 }
 
 }  // namespace ncclwatch::aggregator

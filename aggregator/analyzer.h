@@ -33,6 +33,11 @@ struct AnalyzerOptions {
   HangOptions hang;
   DegradedOptions degraded;
   int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
+  // Cardinality caps: a report of a job (or communicator) beyond them is not analysed, and a
+  // series beyond them is not exported; each is counted. They bound memory whatever the input.
+  size_t max_jobs = 4096;
+  size_t max_comms_per_job = 16384;
+  size_t max_series = 2'000'000;
 };
 
 // One exported sample; `timestamp_ms` is when the aggregator last updated it.
@@ -82,6 +87,9 @@ class Analyzer {
     uint64_t groups_completed = 0;
     uint64_t groups_expired = 0;
     uint64_t open_groups = 0;
+    uint64_t capped_jobs = 0;    // reports not analysed: their job is beyond max_jobs
+    uint64_t capped_comms = 0;   // ... their communicator is beyond max_comms_per_job
+    uint64_t capped_series = 0;  // series updates refused: beyond max_series
   };
   Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -159,6 +167,10 @@ class Analyzer {
   std::vector<SeriesPoint>* points_out_ ABSL_GUARDED_BY(mu_) = nullptr;  // during Ingest
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
+  std::map<std::string, size_t> comms_per_job_ ABSL_GUARDED_BY(mu_);
+  uint64_t capped_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t capped_comms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t capped_series_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // HELP text of every exported family ("" for an unknown name).

@@ -198,6 +198,43 @@ TEST(AnalyzerTest, DetectionSeriesChangeValueOnlyWithANewTimestamp) {
   EXPECT_EQ(second.second, 2000);  // a new value under a new timestamp
 }
 
+TEST(AnalyzerTest, JobsCommunicatorsAndSeriesBeyondTheirCapsAreCountedNotKept) {
+  AnalyzerOptions opts;
+  opts.max_jobs = 2;
+  opts.max_comms_per_job = 2;
+  Analyzer analyzer(opts);
+  auto report = [](const std::string& job, uint64_t comm) {
+    ncclwatch::v1::RankReport r = Report(0, 2, 0, 0, -1);
+    r.mutable_identity()->set_job_id(job);
+    r.mutable_identity()->set_comm_hash(comm);
+    return r;
+  };
+  analyzer.Ingest(report("a", 1), 1'000'000'000);
+  analyzer.Ingest(report("a", 2), 1'000'000'000);
+  analyzer.Ingest(report("a", 3), 1'000'000'000);  // a third communicator of job a
+  analyzer.Ingest(report("b", 1), 1'000'000'000);
+  analyzer.Ingest(report("c", 1), 1'000'000'000);  // a third job
+  analyzer.Ingest(report("a", 1), 2'000'000'000);  // known ones keep being analysed
+  EXPECT_EQ(analyzer.Comms("a").size(), 2u);
+  EXPECT_EQ(analyzer.Comms("b").size(), 1u);
+  EXPECT_TRUE(analyzer.Comms("c").empty());
+  EXPECT_EQ(analyzer.counters().capped_comms, 1u);
+  EXPECT_EQ(analyzer.counters().capped_jobs, 1u);
+  // Once job b is forgotten (silent past the TTL), job c has room.
+  analyzer.Tick(2'000'000'000 + opts.series_ttl_ns);
+  analyzer.Ingest(report("c", 1), 2'000'000'000 + opts.series_ttl_ns);
+  EXPECT_EQ(analyzer.Comms("c").size(), 1u);
+
+  AnalyzerOptions few;
+  few.max_series = 3;
+  Analyzer capped(few);
+  capped.Ingest(Report(0, 2, 0, 0, -1), 1'000'000'000);  // carries more than 3 stats series
+  size_t stats_series = 0;
+  for (const ExportedSample& s : capped.Series()) stats_series += s.name.rfind("nccl_", 0) == 0;
+  EXPECT_EQ(stats_series, 3u);
+  EXPECT_GT(capped.counters().capped_series, 0u);
+}
+
 TEST(AnalyzerTest, SilentSeriesExpire) {
   AnalyzerOptions opts;
   opts.series_ttl_ns = 1000;

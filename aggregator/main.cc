@@ -51,6 +51,9 @@ struct AggregatorConfig {
   std::string tls_client_ca_file;
   std::string ingest_token_file;
   std::string query_token_file;
+  int64_t max_jobs = 4096;
+  int64_t max_comms_per_job = 16384;
+  int64_t max_series = 2'000'000;
   int64_t ready_fd = -1;
 };
 
@@ -95,6 +98,14 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddString("ingest-token-file", "NCCLWATCH_INGEST_TOKEN_FILE", &c.ingest_token_file,
               "File holding the bearer token an agent must send to push batches (re-read every "
               "30 s); empty: none required.");
+  t.AddInt("max-jobs", "", &c.max_jobs,
+           "Most jobs analysed at once; reports of further jobs are stored but not analysed "
+           "(counted in ncclwatch_aggregator_reports_capped_total).");
+  t.AddInt("max-comms-per-job", "", &c.max_comms_per_job,
+           "Most communicators analysed per job; beyond, as --max-jobs.");
+  t.AddInt("max-series", "", &c.max_series,
+           "Most exported series; further ones are neither exported nor stored "
+           "(ncclwatch_aggregator_series_capped_total).");
   t.AddString("query-token-file", "NCCLWATCH_QUERY_TOKEN_FILE", &c.query_token_file,
               "File holding the bearer token the Query API and /federate require (re-read every "
               "30 s); empty: none required. /metrics and /healthz stay open.");
@@ -195,6 +206,13 @@ int Main(int argc, char** argv) {
   }
   aopts.degraded.fraction = config.degraded_fraction;
   aopts.degraded.intervals = static_cast<int>(config.degraded_intervals);
+  if (config.max_jobs < 1 || config.max_comms_per_job < 1 || config.max_series < 1) {
+    LogError("--max-jobs, --max-comms-per-job and --max-series must be positive");
+    return 2;
+  }
+  aopts.max_jobs = static_cast<size_t>(config.max_jobs);
+  aopts.max_comms_per_job = static_cast<size_t>(config.max_comms_per_job);
+  aopts.max_series = static_cast<size_t>(config.max_series);
   Analyzer analyzer(aopts);
   MetricRegistry metrics;
   AggregatorCore core(**store, analyzer, metrics);

@@ -46,6 +46,17 @@ AggregatorCore::AggregatorCore(Store& store, Analyzer& analyzer, MetricRegistry&
     w.Sample("ncclwatch_aggregator_groups_expired_total", {}, c.groups_expired);
     w.Family("ncclwatch_aggregator_open_groups", "Collectives waiting for more ranks.", "gauge");
     w.Sample("ncclwatch_aggregator_open_groups", {}, c.open_groups);
+    w.Family("ncclwatch_aggregator_reports_capped_total",
+             "Reports stored but not analysed: their job or communicator is beyond a cap "
+             "(--max-jobs, --max-comms-per-job).",
+             "counter");
+    w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_jobs"}},
+             c.capped_jobs);
+    w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_comms"}},
+             c.capped_comms);
+    w.Family("ncclwatch_aggregator_series_capped_total",
+             "Series updates refused because --max-series series exist.", "counter");
+    w.Sample("ncclwatch_aggregator_series_capped_total", {}, c.capped_series);
   });
 }
 
