@@ -46,7 +46,7 @@ ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
 }
 
 std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity) const {
-  if (pods_ == nullptr || identity.gpu_uuid().empty()) return node_stamp_;
+  if (pods_ == nullptr) return node_stamp_;
   std::optional<PodRef> pod = pods_->Lookup(identity.gpu_uuid());
   if (!pod) return node_stamp_;
   attributed_->Increment();
@@ -88,10 +88,8 @@ bool ReportHandler::Handle(std::string report) {
     return false;
   }
   if (inspector_ != nullptr) inspector_->Update(*decoded, report);
-  Forwarder* forwarder =
-      shards_.size() == 1 ? shards_[0] : shards_[ShardOf(decoded->identity().job_id(), shards_.size())];
   report.append(Stamp(decoded->identity()));
-  forwarder->Enqueue(std::move(report));
+  shards_[ShardOf(decoded->identity().job_id(), shards_.size())]->Enqueue(std::move(report));
   accepted_->Increment();
   return true;
 }

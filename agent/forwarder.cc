@@ -133,7 +133,7 @@ bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   return true;
 }
 
-ncclwatch::v1::NodeBatchBytes Forwarder::CutBatch() {
+Forwarder::Cut Forwarder::CutBatch() {
   ncclwatch::v1::NodeBatchBytes batch;
   batch.set_agent_id(options_.agent_id);
   batch.set_batch_seq(next_seq_++);
@@ -147,18 +147,19 @@ ncclwatch::v1::NodeBatchBytes Forwarder::CutBatch() {
     *batch.add_reports() = std::move(queue_.front());
     queue_.pop_front();
   }
-  batch_oldest_ = oldest_enqueued_;
+  Cut cut{std::move(batch), oldest_enqueued_};
   if (!queue_.empty()) oldest_enqueued_ = absl::Now();
   queue_depth_->Set(static_cast<double>(queue_.size()));
-  return batch;
+  return cut;
 }
 
-void Forwarder::Admit(ncclwatch::v1::NodeBatchBytes batch, absl::Time oldest_report) {
+void Forwarder::Admit(Cut cut) {
+  ncclwatch::v1::NodeBatchBytes& batch = cut.batch;
   const int reports = batch.reports_size();
   if (options_.spool != nullptr) {
     auto name = options_.spool->Add(batch);
     if (name.ok()) {
-      outbox_.push_back({*name, std::nullopt, reports, 0, oldest_report});
+      outbox_.push_back({*name, std::nullopt, reports, 0, cut.oldest_report});
       outbox_depth_->Set(static_cast<double>(outbox_.size()));
       return;
     }
@@ -166,7 +167,7 @@ void Forwarder::Admit(ncclwatch::v1::NodeBatchBytes batch, absl::Time oldest_rep
   }
   int64_t bytes = 0;
   for (const std::string& r : batch.reports()) bytes += static_cast<int64_t>(r.size());
-  outbox_.push_back({"", std::move(batch), reports, bytes, oldest_report});
+  outbox_.push_back({"", std::move(batch), reports, bytes, cut.oldest_report});
   outbox_reports_ += reports;
   outbox_bytes_ += bytes;
   // Without the spool's disk, memory is the bound: the oldest batches in memory go first (never
@@ -189,7 +190,7 @@ void Forwarder::Run() {
   int backoff_ms = 100;
   absl::Time retry_at = absl::InfinitePast();
   for (;;) {
-    std::vector<std::pair<ncclwatch::v1::NodeBatchBytes, absl::Time>> cut;
+    std::vector<Cut> cut;
     bool stopping = false;
     {
       absl::MutexLock lock(&mu_);
@@ -214,12 +215,9 @@ void Forwarder::Run() {
       const bool due =
           !queue_.empty() &&
           (ready() || absl::Now() >= oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms));
-      while (due && !queue_.empty()) {
-        ncclwatch::v1::NodeBatchBytes batch = CutBatch();
-        cut.emplace_back(std::move(batch), batch_oldest_);
-      }
+      while (due && !queue_.empty()) cut.push_back(CutBatch());
     }
-    for (auto& [batch, oldest] : cut) Admit(std::move(batch), oldest);
+    for (Cut& c : cut) Admit(std::move(c));
     if (outbox_.empty()) {
       if (stopping) return;
       continue;

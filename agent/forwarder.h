@@ -81,10 +81,15 @@ class Forwarder {
 
   void Run();
   bool Push(ncclwatch::v1::NodeBatchBytes& batch);  // true when acknowledged
+  // A batch just cut from the queue, and when its oldest report arrived.
+  struct Cut {
+    ncclwatch::v1::NodeBatchBytes batch;
+    absl::Time oldest_report;
+  };
   // Cuts up to max_batch_reports queued reports into a new batch.
-  ncclwatch::v1::NodeBatchBytes CutBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Cut CutBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a cut batch in the outbox (through the spool when there is one).
-  void Admit(ncclwatch::v1::NodeBatchBytes batch, absl::Time oldest_report);
+  void Admit(Cut cut);
 
   const ForwarderOptions options_;
   // Ingest/Push, called with the NodeBatchBytes encoding of a NodeBatch.
@@ -101,7 +106,6 @@ class Forwarder {
   std::deque<Outgoing> outbox_;  // sender thread only
   int64_t outbox_reports_ = 0;   // sender thread only: reports in memory in the outbox
   int64_t outbox_bytes_ = 0;     // sender thread only: their serialized bytes
-  absl::Time batch_oldest_ ABSL_GUARDED_BY(mu_);  // receipt of the oldest report cut last
   uint64_t next_seq_ = 1;        // under mu_ (CutBatch)
   std::thread thread_;
 

@@ -201,7 +201,7 @@ absl::Status SecureUnixSocket(const std::string& path, mode_t mode, const std::s
   return absl::OkStatus();
 }
 
-// A name for an aggregator endpoint usable as a directory name and a metric label.
+// An aggregator endpoint as a directory name (its spool's).
 std::string EndpointDirName(const std::string& endpoint) {
   std::string out;
   for (char c : endpoint) {
@@ -256,17 +256,13 @@ int Main(int argc, char** argv) {
     LogError("%s", credentials.status().message());
     return 2;
   }
-  std::unique_ptr<TokenFile> token;
-  if (!config.aggregator_token_file.empty()) {
-    auto opened = TokenFile::Open(config.aggregator_token_file);
-    if (!opened.ok()) {
-      LogError("%s", opened.status().message());
-      return 2;
-    }
-    token = *std::move(opened);
-    if (!tls.enabled) {
-      LogWarning("--aggregator-token-file without TLS: the token crosses the network in clear");
-    }
+  auto token = TokenFile::Open(config.aggregator_token_file);
+  if (!token.ok()) {
+    LogError("%s", token.status().message());
+    return 2;
+  }
+  if (*token != nullptr && !tls.enabled) {
+    LogWarning("--aggregator-token-file without TLS: the token crosses the network in clear");
   }
 
   MetricRegistry metrics;
@@ -286,7 +282,7 @@ int Main(int argc, char** argv) {
     fopts.push_timeout_ms = config.push_timeout_ms;
     fopts.credentials = *credentials;
     fopts.tls_server_name = config.aggregator_server_name;
-    fopts.token = token.get();
+    fopts.token = token->get();
     fopts.metric_labels = {{"aggregator", endpoint}};
     if (!config.spool_dir.empty()) {
       // One aggregator: the directory itself. Several: a subdirectory each, named after the

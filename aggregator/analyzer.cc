@@ -667,8 +667,12 @@ std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
 
 Analyzer::Counters Analyzer::counters() const {
   absl::MutexLock lock(&mu_);
-  return Counters{reports_,           correlator_.completed(), correlator_.expired(),
-                  correlator_.open_groups(), capped_jobs_,          capped_comms_,
+  return Counters{reports_,
+                  correlator_.completed(),
+                  correlator_.expired(),
+                  correlator_.open_groups(),
+                  capped_jobs_,
+                  capped_comms_,
                   capped_series_};
 }
 

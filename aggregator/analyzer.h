@@ -167,6 +167,7 @@ class Analyzer {
   std::vector<SeriesPoint>* points_out_ ABSL_GUARDED_BY(mu_) = nullptr;  // during Ingest
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
+  // comms_ counted by job: the caps' checks stay O(log n) when a flood of new job ids arrives.
   std::map<std::string, size_t> comms_per_job_ ABSL_GUARDED_BY(mu_);
   uint64_t capped_jobs_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t capped_comms_ ABSL_GUARDED_BY(mu_) = 0;

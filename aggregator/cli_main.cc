@@ -637,11 +637,9 @@ int Main(int argc, char** argv) {
   const std::string& command = (*positional)[0];
   auto credentials = MakeChannelCredentials(
       ClientTls::FromFlags(config.tls, config.ca_file, config.cert_file, config.key_file));
-  if (!config.token_file.empty()) {
-    auto token = TokenFile::Open(config.token_file);
-    if (!token.ok()) return Fail(std::string(token.status().message()));
-    config.token = (*token)->Get();
-  }
+  auto token = TokenFile::Open(config.token_file);
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+  if (*token != nullptr) config.token = (*token)->Get();
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   grpc::ChannelArguments args;
   if (!config.server_name.empty()) args.SetSslTargetNameOverride(config.server_name);

@@ -210,14 +210,13 @@ void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, Analyzer&
   });
   Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
                                               "/federate requests refused with HTTP 400.");
-  Counter* unauthenticated =
+  const BearerGate gate(
+      federate_token,
       metrics.GetCounter("ncclwatch_aggregator_federate_unauthenticated_total",
-                         "/federate requests refused with HTTP 401 for a missing or wrong token.");
-  http.Get("/federate", [&, bad_selectors, unauthenticated, federate_token](
-                            const httplib::Request& req, httplib::Response& res) {
-    if (federate_token != nullptr &&
-        !BearerHeaderMatches(req.get_header_value("Authorization"), federate_token->Get())) {
-      unauthenticated->Increment();
+                         "/federate requests refused with HTTP 401 for a missing or wrong token."));
+  http.Get("/federate", [&, bad_selectors, gate](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    if (!gate.Admits(req.get_header_value("Authorization"))) {
       res.status = 401;
       res.set_header("WWW-Authenticate", "Bearer");
       res.set_content("a valid bearer token is required\n", "text/plain");

@@ -226,19 +226,16 @@ int Main(int argc, char** argv) {
     LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s",
             *replayed, config.replay_s, (absl::GetCurrentTimeNanos() - started) / 1e9);
   }
-  std::unique_ptr<TokenFile> ingest_token, query_token;
-  for (auto [path, token] : {std::pair{&config.ingest_token_file, &ingest_token},
-                             std::pair{&config.query_token_file, &query_token}}) {
-    if (path->empty()) continue;
-    auto opened = TokenFile::Open(*path);
-    if (!opened.ok()) {
-      LogError("%s", opened.status().message());
+  auto ingest_token = TokenFile::Open(config.ingest_token_file);
+  auto query_token = TokenFile::Open(config.query_token_file);
+  for (const auto* token : {&ingest_token, &query_token}) {
+    if (!token->ok()) {
+      LogError("%s", token->status().message());
       return 2;
     }
-    *token = *std::move(opened);
   }
-  IngestService ingest(core, ingest_token.get());
-  QueryService query(core, query_token.get());
+  IngestService ingest(core, ingest_token->get());
+  QueryService query(core, query_token->get());
 
   // The standard grpc.health.v1.Health service (Kubernetes gRPC probes, grpc_health_probe):
   // SERVING from the moment the server starts, NOT_SERVING once it shuts down.
@@ -262,7 +259,7 @@ int Main(int argc, char** argv) {
   }
 
   HttpServer http;
-  InstallHttpRoutes(http.server(), metrics, analyzer, query_token.get());
+  InstallHttpRoutes(http.server(), metrics, analyzer, query_token->get());
   auto http_port = http.Start(config.listen_host, static_cast<int>(config.http_port));
   if (!http_port.ok()) {
     LogError("%s", http_port.status().message());

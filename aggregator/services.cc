@@ -553,20 +553,16 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 
 IngestService::IngestService(AggregatorCore& core, TokenFile* token)
     : core_(core),
-      token_(token),
-      unauthenticated_(core.metrics().GetCounter(
-          "ncclwatch_aggregator_pushes_unauthenticated_total",
-          "Batch pushes refused for a missing or wrong bearer token.")) {}
+      gate_(token, core.metrics().GetCounter(
+                       "ncclwatch_aggregator_pushes_unauthenticated_total",
+                       "Batch pushes refused for a missing or wrong bearer token.")) {}
 
 grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
                                               const ncclwatch::v1::NodeBatch* request,
                                               ncclwatch::v1::BatchAck* response) {
-  if (token_ != nullptr && !BearerTokenMatches(*context, token_->Get())) {
-    unauthenticated_->Increment();
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                 "a valid bearer token is required to push batches"));
-    return reactor;
+  if (!gate_.Admits(*context)) {
+    return Finished(context, grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                          "a valid bearer token is required to push batches"));
   }
   return Answer(context, core_.Push(*request), response);
 }
@@ -574,7 +570,7 @@ grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* QueryService::ListStragglers(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListStragglersRequest* request,
     ncclwatch::v1::ListStragglersResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   for (auto& s : core_.analyzer().Stragglers(request->job_id())) {
     *response->add_stragglers() = std::move(s);
   }
@@ -584,7 +580,7 @@ grpc::ServerUnaryReactor* QueryService::ListStragglers(
 grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListHangsRequest* request,
                                                   ncclwatch::v1::ListHangsResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   *response = core_.analyzer().Hangs(request->job_id(), absl::GetCurrentTimeNanos());
   return Finished(context);
 }
@@ -592,7 +588,7 @@ grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* QueryService::ListDegraded(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListDegradedRequest* request,
     ncclwatch::v1::ListDegradedResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   *response = core_.analyzer().Degraded(request->job_id());
   return Finished(context);
 }
@@ -600,14 +596,14 @@ grpc::ServerUnaryReactor* QueryService::ListDegraded(
 grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::ListEventsRequest* request,
                                                    ncclwatch::v1::ListEventsResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   return Answer(context, core_.ListEvents(*request), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetStatsRequest*,
                                                  ncclwatch::v1::Stats* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   *response = core_.GetStats();
   return Finished(context);
 }
@@ -615,21 +611,21 @@ grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::QueryRangeRequest* request,
                                                    ncclwatch::v1::QueryRangeResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   return Answer(context, core_.QueryRange(*request, absl::GetCurrentTimeNanos()), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetTraceRequest* request,
                                                  ncclwatch::v1::GetTraceResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   return Answer(context, core_.GetTrace(*request, absl::GetCurrentTimeNanos()), response);
 }
 
 grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::ListJobsRequest*,
                                                  ncclwatch::v1::ListJobsResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   for (auto& j : core_.analyzer().Jobs()) *response->add_jobs() = std::move(j);
   return Finished(context);
 }
@@ -637,34 +633,21 @@ grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* QueryService::ListComms(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListCommsRequest* request,
                                                   ncclwatch::v1::ListCommsResponse* response) {
-  if (!Authorized(context)) return Refused(context);
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   for (auto& c : core_.analyzer().Comms(request->job_id())) *response->add_comms() = std::move(c);
   return Finished(context);
 }
 
 grpc::ServerWriteReactor<ncclwatch::v1::Event>* QueryService::Watch(
     grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest*) {
-  if (!Authorized(context)) return new RefusedWatch();
+  if (!gate_.Admits(*context)) return new RefusedWatch();
   return new WatchWriter(core_);
 }
 
 QueryService::QueryService(AggregatorCore& core, TokenFile* token)
     : core_(core),
-      token_(token),
-      unauthenticated_(core.metrics().GetCounter(
-          "ncclwatch_aggregator_queries_unauthenticated_total",
-          "Query API calls refused for a missing or wrong bearer token.")) {}
-
-bool QueryService::Authorized(grpc::CallbackServerContext* context) {
-  if (token_ == nullptr || BearerTokenMatches(*context, token_->Get())) return true;
-  unauthenticated_->Increment();
-  return false;
-}
-
-grpc::ServerUnaryReactor* QueryService::Refused(grpc::CallbackServerContext* context) {
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(kQueryUnauthenticated);
-  return reactor;
-}
+      gate_(token, core.metrics().GetCounter(
+                       "ncclwatch_aggregator_queries_unauthenticated_total",
+                       "Query API calls refused for a missing or wrong bearer token.")) {}
 
 }  // namespace ncclwatch::aggregator

@@ -100,8 +100,7 @@ class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
 
  private:
   AggregatorCore& core_;
-  TokenFile* token_;
-  Counter* unauthenticated_;
+  BearerGate gate_;
 };
 
 class QueryService final : public ncclwatch::v1::Query::CallbackService {
@@ -140,12 +139,8 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
       grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest* request) override;
 
  private:
-  bool Authorized(grpc::CallbackServerContext* context);
-  static grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context);
-
   AggregatorCore& core_;
-  TokenFile* token_;
-  Counter* unauthenticated_;
+  BearerGate gate_;
 };
 
 }  // namespace ncclwatch::aggregator

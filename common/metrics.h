@@ -1,7 +1,7 @@
 // A small registry for a daemon's own health metrics (counters, gauges and histograms, optionally
-// labelled),
-// rendered in Prometheus text format on /metrics. Increments are lock-free; registration takes a
-// mutex and may happen at any time (e.g. the first time a rejection reason is seen).
+// labelled), rendered in Prometheus text format on /metrics. Increments are lock-free;
+// registration takes a mutex and may happen at any time (e.g. the first time a rejection reason is
+// seen).
 #ifndef NCCLWATCH_COMMON_METRICS_H_
 #define NCCLWATCH_COMMON_METRICS_H_
 

@@ -70,6 +70,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 }
 
 absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(std::string path) {
+  if (path.empty()) return nullptr;
   std::unique_ptr<TokenFile> file(new TokenFile(std::move(path)));
   auto token = file->Read();
   if (!token.ok()) return token.status();
@@ -96,25 +97,29 @@ std::string TokenFile::Get() {
   return token_;
 }
 
-bool BearerHeaderMatches(std::string_view authorization, std::string_view token) {
+bool BearerGate::Admits(std::string_view authorization) const {
+  if (token_ == nullptr) return true;
+  const std::string token = token_->Get();
   constexpr std::string_view kPrefix = "Bearer ";
-  if (authorization.size() != kPrefix.size() + token.size() ||
-      authorization.substr(0, kPrefix.size()) != kPrefix) {
-    return false;
+  bool match = authorization.size() == kPrefix.size() + token.size() &&
+               authorization.substr(0, kPrefix.size()) == kPrefix;
+  if (match) {
+    // Compare every byte, whatever the first difference: no timing hint at the token.
+    unsigned char diff = 0;
+    for (size_t i = 0; i < token.size(); ++i) {
+      diff |= static_cast<unsigned char>(authorization[kPrefix.size() + i] ^ token[i]);
+    }
+    match = diff == 0;
   }
-  // Compare every byte, whatever the first difference: no timing hint at the token.
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(authorization[kPrefix.size() + i] ^ token[i]);
-  }
-  return diff == 0;
+  if (!match && refused_ != nullptr) refused_->Increment();
+  return match;
 }
 
-bool BearerTokenMatches(const grpc::ServerContextBase& context, std::string_view token) {
+bool BearerGate::Admits(const grpc::ServerContextBase& context) const {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) return false;
-  return BearerHeaderMatches(std::string_view(it->second.data(), it->second.size()), token);
+  return Admits(it == metadata.end() ? std::string_view()
+                                     : std::string_view(it->second.data(), it->second.size()));
 }
 
 }  // namespace ncclwatch

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
 
 namespace ncclwatch {
@@ -53,7 +54,8 @@ class TokenFile {
  public:
   static constexpr absl::Duration kTokenRefresh = absl::Seconds(30);
 
-  // Reads `path` once; fails if it cannot be read or holds no token.
+  // Reads `path` once; fails if it cannot be read or holds no token. An empty `path` means no
+  // token is configured: nullptr.
   static absl::StatusOr<std::unique_ptr<TokenFile>> Open(std::string path);
 
   // The current token (surrounding whitespace removed). If a re-read fails, the last good token
@@ -70,10 +72,21 @@ class TokenFile {
   absl::Time read_at_ ABSL_GUARDED_BY(mu_);
 };
 
-// Checks an `authorization` value, "Bearer <token>", against `token` (constant time).
-bool BearerHeaderMatches(std::string_view authorization, std::string_view token);
-// The same for the `authorization` metadata of a gRPC call.
-bool BearerTokenMatches(const grpc::ServerContextBase& context, std::string_view token);
+// Lets in what carries `authorization: Bearer <token>` (compared in constant time) and counts what
+// it turns away. Without a token file it lets everything in.
+class BearerGate {
+ public:
+  // `token` and `refused` may be null; both outlive the gate.
+  BearerGate(TokenFile* token, Counter* refused) : token_(token), refused_(refused) {}
+  // An HTTP request's `Authorization` header value.
+  bool Admits(std::string_view authorization) const;
+  // A gRPC call's `authorization` metadata.
+  bool Admits(const grpc::ServerContextBase& context) const;
+
+ private:
+  TokenFile* token_;
+  Counter* refused_;
+};
 
 }  // namespace ncclwatch
 
