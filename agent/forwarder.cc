@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "common/log.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/channel.h"
@@ -30,6 +30,10 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
       push_failures_(m.GetCounter("ncclwatch_agent_push_failures_total",
                                   "Batch pushes that failed and will be retried.",
                                   options_.metric_labels)),
+      batches_refused_(m.GetCounter(
+          "ncclwatch_agent_batches_refused_total",
+          "Batches the aggregator refused for good (malformed or too large) and that were dropped.",
+          options_.metric_labels)),
       batches_replayed_(m.GetCounter("ncclwatch_agent_batches_replayed_total",
                                      "Batches an earlier run left in the spool, acknowledged now.",
                                      options_.metric_labels)),
@@ -60,7 +64,7 @@ void Forwarder::Start() {
     }
     if (!outbox_.empty()) {
       LogInfo("spool: %d batches left by an earlier run go first", outbox_.size());
-      absl::MutexLock lock(&mu_);
+      ncclwatch::MutexLock lock(&mu_);
       idle_ = false;
     }
   }
@@ -69,7 +73,7 @@ void Forwarder::Start() {
 
 void Forwarder::Enqueue(std::string report) {
   const auto bytes = static_cast<int64_t>(report.size());
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   if (queue_.empty()) oldest_enqueued_ = absl::Now();
   while (!queue_.empty() && (static_cast<int64_t>(queue_.size()) >= options_.max_queued_reports ||
                              queue_bytes_ + bytes > options_.max_queued_bytes)) {
@@ -84,7 +88,7 @@ void Forwarder::Enqueue(std::string report) {
 }
 
 bool Forwarder::Flush(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   flush_requested_ = true;
   bool ok = mu_.AwaitWithTimeout(absl::Condition(&idle_), timeout);
   flush_requested_ = false;
@@ -93,13 +97,13 @@ bool Forwarder::Flush(absl::Duration timeout) {
 
 void Forwarder::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     stop_ = true;
   }
   if (thread_.joinable()) thread_.join();
 }
 
-bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
+Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.push_timeout_ms));
@@ -110,18 +114,28 @@ bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   }
   absl::Time start = absl::Now();
   grpc::Status status;
-  absl::Notification done;
+  ncclwatch::Notification done;
   stub_.UnaryCall(&context, "/ncclwatch.v1.Ingest/Push", grpc::StubOptions(), &batch, &ack,
                   [&](grpc::Status s) {
                     status = std::move(s);
                     done.Notify();
                   });
   done.WaitForNotification();
+  // A batch the aggregator can never take would otherwise be retried forever, holding back
+  // every batch behind it.
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+      status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    batches_refused_->Increment();
+    LogError("the aggregator %s refused batch %d (%d reports, %d bytes) for good: %s; dropped",
+             options_.aggregator, batch.batch_seq(), batch.reports_size(), batch.ByteSizeLong(),
+             status.error_message());
+    return PushResult::kRefused;
+  }
   if (!status.ok()) {
     push_failures_->Increment();
     LogWarning("push of batch %d (%d reports) to %s failed: %s; will retry", batch.batch_seq(),
                batch.reports_size(), options_.aggregator, status.error_message());
-    return false;
+    return PushResult::kRetry;
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   last_push_seconds_->Set(seconds);
@@ -130,7 +144,7 @@ bool Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   if (ack.duplicate()) batches_duplicate_->Increment();
   if (batch.agent_id() != options_.agent_id) batches_replayed_->Increment();
   reports_forwarded_->Increment(batch.reports_size());
-  return true;
+  return PushResult::kAcked;
 }
 
 Forwarder::Cut Forwarder::CutBatch() {
@@ -193,7 +207,7 @@ void Forwarder::Run() {
     std::vector<Cut> cut;
     bool stopping = false;
     {
-      absl::MutexLock lock(&mu_);
+      ncclwatch::MutexLock lock(&mu_);
       if (queue_.empty() && outbox_.empty()) {
         idle_ = true;
         auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -234,8 +248,9 @@ void Forwarder::Run() {
       }
       next.batch = *std::move(read);
     }
-    if (Push(*next.batch)) {
-      if (next.oldest_report != absl::InfinitePast()) {
+    const PushResult pushed = Push(*next.batch);
+    if (pushed != PushResult::kRetry) {
+      if (pushed == PushResult::kAcked && next.oldest_report != absl::InfinitePast()) {
         delay_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - next.oldest_report));
       }
       if (!next.spool_name.empty()) {

@@ -29,7 +29,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/time.h"
 #include "agent/spool.h"
 #include "common/metrics.h"
@@ -80,7 +80,12 @@ class Forwarder {
   };
 
   void Run();
-  bool Push(ncclwatch::v1::NodeBatchBytes& batch);  // true when acknowledged
+  enum class PushResult {
+    kAcked,
+    kRetry,    // the aggregator was unreachable or failed: try the same batch again later
+    kRefused,  // the aggregator will never take this batch (malformed, too large): drop it
+  };
+  PushResult Push(ncclwatch::v1::NodeBatchBytes& batch);
   // A batch just cut from the queue, and when its oldest report arrived.
   struct Cut {
     ncclwatch::v1::NodeBatchBytes batch;
@@ -96,7 +101,7 @@ class Forwarder {
   std::shared_ptr<grpc::Channel> channel_;
   grpc::TemplatedGenericStub<ncclwatch::v1::NodeBatchBytes, ncclwatch::v1::BatchAck> stub_;
 
-  absl::Mutex mu_;
+  ncclwatch::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time oldest_enqueued_ ABSL_GUARDED_BY(mu_);
@@ -114,6 +119,7 @@ class Forwarder {
   Counter* batches_acked_;
   Counter* batches_duplicate_;
   Counter* push_failures_;
+  Counter* batches_refused_;
   Counter* batches_replayed_;
   Gauge* queue_depth_;
   Gauge* outbox_depth_;

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "agent/agent_service.h"
 #include "agent/forwarder.h"
 #include "agent/inspector_series.h"
+#include "common/sync.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -23,17 +23,23 @@ class TypedIngest final : public ncclwatch::v1::Ingest::CallbackService {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const ncclwatch::v1::NodeBatch* batch,
                                  ncclwatch::v1::BatchAck* ack) override {
+    auto* reactor = context->DefaultReactor();
     {
-      absl::MutexLock lock(&mu);
+      ncclwatch::MutexLock lock(&mu);
+      if (refuse_next > 0) {
+        --refuse_next;
+        reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "refused by the test"));
+        return reactor;
+      }
       batches.push_back(*batch);
     }
     ack->set_batch_seq(batch->batch_seq());
-    auto* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
-  absl::Mutex mu;
+  ncclwatch::Mutex mu;
   std::vector<ncclwatch::v1::NodeBatch> batches ABSL_GUARDED_BY(mu);
+  int refuse_next ABSL_GUARDED_BY(mu) = 0;  // answer INVALID_ARGUMENT this many times
 };
 
 ncclwatch::v1::RankReport Report(uint64_t id, int rank) {
@@ -85,7 +91,7 @@ TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted)
 
   std::vector<ncclwatch::v1::RankReport> received;
   {
-    absl::MutexLock lock(&ingest.mu);
+    ncclwatch::MutexLock lock(&ingest.mu);
     for (const auto& batch : ingest.batches) {
       EXPECT_EQ(batch.agent_id(), "node-7-test");
       EXPECT_EQ(batch.node(), "node-7");
@@ -109,6 +115,46 @@ TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted)
             std::string::npos)
       << text;
   EXPECT_NE(text.find("ncclwatch_agent_reports_forwarded_total 5"), std::string::npos) << text;
+  forwarder.Stop();
+  server->Shutdown();
+}
+
+// A batch the aggregator refuses for good (INVALID_ARGUMENT, or RESOURCE_EXHAUSTED for one over
+// its size limit) must not be retried forever ahead of every later batch.
+TEST(ForwardingTest, ABatchTheAggregatorRefusesIsDroppedCountedAndDoesNotHoldBackTheNext) {
+  TypedIngest ingest;
+  {
+    ncclwatch::MutexLock lock(&ingest.mu);
+    ingest.refuse_next = 1;
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&ingest);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+
+  MetricRegistry metrics;
+  ForwarderOptions options;
+  options.aggregator = "127.0.0.1:" + std::to_string(port);
+  options.agent_id = "node-7-test";
+  Forwarder forwarder(options, metrics);
+  ReportHandler handler("node-7", {&forwarder}, metrics);
+  forwarder.Start();
+  ASSERT_TRUE(handler.Handle(Report(1, 0).SerializeAsString()));
+  ASSERT_TRUE(forwarder.Flush(absl::Seconds(10))) << "the refused batch must leave the outbox";
+  ASSERT_TRUE(handler.Handle(Report(2, 1).SerializeAsString()));
+  ASSERT_TRUE(forwarder.Flush(absl::Seconds(10)));
+  {
+    ncclwatch::MutexLock lock(&ingest.mu);
+    ASSERT_EQ(ingest.batches.size(), 1u);
+    EXPECT_EQ(ingest.batches[0].batch_seq(), 2u);
+    ASSERT_EQ(ingest.batches[0].reports_size(), 1);
+    EXPECT_EQ(ingest.batches[0].reports(0).report_id(), 2u);
+  }
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("ncclwatch_agent_batches_refused_total 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("ncclwatch_agent_push_failures_total 0"), std::string::npos) << text;
   forwarder.Stop();
   server->Shutdown();
 }

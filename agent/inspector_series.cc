@@ -14,7 +14,7 @@ NodeInspectorSeries::NodeInspectorSeries(std::string node, absl::Duration stale_
 void NodeInspectorSeries::Update(const ncclwatch::v1::RankReport& report, std::string_view bytes) {
   const auto& id = report.identity();
   Key key{id.job_id(), id.comm_hash(), id.rank()};
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   if (report.final()) {
     latest_.erase(key);
     return;
@@ -31,7 +31,7 @@ void NodeInspectorSeries::Update(const ncclwatch::v1::RankReport& report, std::s
 void NodeInspectorSeries::Collect(PromTextWriter& writer) {
   std::vector<std::string> reports;
   {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     const absl::Time cutoff = absl::Now() - stale_after_;
     absl::erase_if(latest_, [&](const auto& entry) { return entry.second.updated < cutoff; });
     reports.reserve(latest_.size());
@@ -64,7 +64,7 @@ void NodeInspectorSeries::Collect(PromTextWriter& writer) {
 }
 
 size_t NodeInspectorSeries::ranks() const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return latest_.size();
 }
 

@@ -18,7 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/time.h"
 #include "common/prom_text.h"
 #include "ncclwatch/v1/report.pb.h"
@@ -44,7 +44,7 @@ class NodeInspectorSeries {
 
   const std::string node_;
   const absl::Duration stale_after_;
-  mutable absl::Mutex mu_;
+  mutable ncclwatch::Mutex mu_;
   absl::flat_hash_map<Key, Latest> latest_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -29,6 +29,7 @@
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
 #include "proto/security.h"
+#include "proto/validate.h"
 
 namespace ncclwatch::agent {
 namespace {
@@ -332,6 +333,7 @@ int Main(int argc, char** argv) {
     builder.AddListeningPort(config.listen_tcp, grpc::InsecureServerCredentials(), &tcp_port);
   }
   builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(kMaxReportBytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || (!config.listen_tcp.empty() && tcp_port == 0)) {
     LogError("cannot listen on %s%s", config.listen,

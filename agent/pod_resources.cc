@@ -35,13 +35,13 @@ struct PodResolver::Kubelet {
     // deadline instead of failing at once while the channel backs off.
     context.set_wait_for_ready(true);
     {
-      absl::MutexLock lock(&mu);
+      ncclwatch::MutexLock lock(&mu);
       if (stopped) return absl::CancelledError("pod resolver stopped");
       in_flight = &context;
     }
     grpc::Status status = stub->List(&context, ::v1::ListPodResourcesRequest(), response);
     {
-      absl::MutexLock lock(&mu);
+      ncclwatch::MutexLock lock(&mu);
       in_flight = nullptr;
     }
     if (status.ok()) return absl::OkStatus();
@@ -50,14 +50,14 @@ struct PodResolver::Kubelet {
   }
 
   void Stop() {
-    absl::MutexLock lock(&mu);
+    ncclwatch::MutexLock lock(&mu);
     stopped = true;
     if (in_flight != nullptr) in_flight->TryCancel();
   }
 
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<::v1::PodResourcesLister::Stub> stub;
-  absl::Mutex mu;
+  ncclwatch::Mutex mu;
   grpc::ClientContext* in_flight ABSL_GUARDED_BY(mu) = nullptr;
   bool stopped ABSL_GUARDED_BY(mu) = false;
 };
@@ -162,7 +162,7 @@ void PodResolver::Start() {
 
 void PodResolver::Stop() {
   {
-    absl::MutexLock lock(&loop_mu_);
+    ncclwatch::MutexLock lock(&loop_mu_);
     stop_ = true;
   }
   kubelet_->Stop();
@@ -172,13 +172,13 @@ void PodResolver::Stop() {
 void PodResolver::Run() {
   for (;;) {
     RefreshNow().IgnoreError();  // counted and logged by Account
-    absl::MutexLock lock(&loop_mu_);
+    ncclwatch::MutexLock lock(&loop_mu_);
     if (loop_mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.refresh_interval)) return;
   }
 }
 
 absl::Status PodResolver::RefreshNow() {
-  absl::MutexLock refresh_lock(&refresh_mu_);
+  ncclwatch::MutexLock refresh_lock(&refresh_mu_);
   ::v1::ListPodResourcesResponse response;
   absl::Status status = CheckSocket(options_.socket_path);
   if (status.ok()) status = kubelet_->List(options_.call_timeout, &response);
@@ -207,7 +207,7 @@ absl::Status PodResolver::RefreshNow() {
 
   size_t gpus;
   {
-    absl::MutexLock map_lock(&map_mu_);
+    ncclwatch::MutexLock map_lock(&map_mu_);
     if (status.ok()) map_.swap(fresh);  // the old snapshot is freed below, outside the lock
     gpus = map_.size();
   }
@@ -216,7 +216,7 @@ absl::Status PodResolver::RefreshNow() {
     Account(status, response.pod_resources_size(), gpus, shared.size());
   }
   {
-    absl::MutexLock lock(&loop_mu_);
+    ncclwatch::MutexLock lock(&loop_mu_);
     ++refreshes_;
   }
   return status;
@@ -251,24 +251,24 @@ void PodResolver::Account(const absl::Status& status, int pods, size_t gpus, siz
 
 std::optional<PodRef> PodResolver::Lookup(std::string_view gpu_uuid) const {
   if (gpu_uuid.empty()) return std::nullopt;
-  absl::ReaderMutexLock lock(&map_mu_);
+  ncclwatch::ReaderMutexLock lock(&map_mu_);
   auto it = map_.find(Av(gpu_uuid));
   if (it == map_.end()) return std::nullopt;
   return it->second;
 }
 
 size_t PodResolver::gpus() const {
-  absl::ReaderMutexLock lock(&map_mu_);
+  ncclwatch::ReaderMutexLock lock(&map_mu_);
   return map_.size();
 }
 
 uint64_t PodResolver::refreshes() const {
-  absl::MutexLock lock(&loop_mu_);
+  ncclwatch::MutexLock lock(&loop_mu_);
   return refreshes_;
 }
 
 bool PodResolver::AwaitRefreshes(uint64_t n, absl::Duration timeout) const {
-  absl::MutexLock lock(&loop_mu_);
+  ncclwatch::MutexLock lock(&loop_mu_);
   auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_) { return refreshes_ >= n; };
   return loop_mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }

@@ -42,7 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 
@@ -114,13 +114,13 @@ class PodResolver {
   Gauge* last_success_;
 
   // Serialises refreshes (the background thread and RefreshNow), acquired before map_mu_.
-  absl::Mutex refresh_mu_;
+  ncclwatch::Mutex refresh_mu_;
   std::string last_state_ ABSL_GUARDED_BY(refresh_mu_);  // "ok" or the last failure reason
 
-  mutable absl::Mutex map_mu_;
+  mutable ncclwatch::Mutex map_mu_;
   DeviceMap map_ ABSL_GUARDED_BY(map_mu_);
 
-  mutable absl::Mutex loop_mu_;
+  mutable ncclwatch::Mutex loop_mu_;
   uint64_t refreshes_ ABSL_GUARDED_BY(loop_mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(loop_mu_) = false;
   std::thread thread_;

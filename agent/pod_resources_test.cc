@@ -11,8 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "k8s/podresources_v1.grpc.pb.h"
@@ -41,7 +40,7 @@ class FakeKubelet final : public ::v1::PodResourcesLister::Service {
       arrived_.Notify();
       release_.WaitForNotificationWithTimeout(absl::Seconds(60));
     }
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     ++calls_;
     if (fail_next_ != grpc::StatusCode::OK) {
       grpc::Status status(fail_next_, "injected");
@@ -53,29 +52,29 @@ class FakeKubelet final : public ::v1::PodResourcesLister::Service {
   }
 
   void SetAnswer(::v1::ListPodResourcesResponse answer) {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     answer_ = std::move(answer);
   }
   void FailNext(grpc::StatusCode code) {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     fail_next_ = code;
   }
   int calls() {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     return calls_;
   }
   // Before the server starts.
   void Hang() { hang_ = true; }
-  absl::Notification& arrived() { return arrived_; }
+  ncclwatch::Notification& arrived() { return arrived_; }
   void Release() {
     if (!release_.HasBeenNotified()) release_.Notify();
   }
 
  private:
   bool hang_ = false;
-  absl::Notification arrived_;  // a call is being held
-  absl::Notification release_;
-  absl::Mutex mu_;
+  ncclwatch::Notification arrived_;  // a call is being held
+  ncclwatch::Notification release_;
+  ncclwatch::Mutex mu_;
   ::v1::ListPodResourcesResponse answer_ ABSL_GUARDED_BY(mu_);
   grpc::StatusCode fail_next_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create spool ", dir, ": ", ec.message()));
   std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, fsync, metrics, labels));
-  absl::MutexLock lock(&spool->mu_);
+  ncclwatch::MutexLock lock(&spool->mu_);
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
 }
 
 std::vector<Spool::Entry> Spool::TakeRecovered() {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return std::move(recovered_);
 }
 
@@ -138,7 +138,7 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batc
   std::string data;
   if (!batch.SerializeToString(&data)) return absl::InternalError("cannot serialise a batch");
   const auto size = static_cast<int64_t>(data.size());
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   if (size > max_bytes_) {
     write_errors_->Increment();
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -171,7 +171,7 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batc
 
 absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& name) const {
   {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     if (!files_.count(name)) return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
   }
   std::ifstream in(absl::StrCat(dir_, "/", name), std::ios::binary);
@@ -185,7 +185,7 @@ absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& nam
 }
 
 void Spool::Remove(const std::string& name) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   auto it = files_.find(name);
   if (it == files_.end()) return;
   std::error_code ec;
@@ -197,17 +197,17 @@ void Spool::Remove(const std::string& name) {
 }
 
 bool Spool::writable() const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return writable_;
 }
 
 int64_t Spool::bytes() const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return bytes_;
 }
 
 size_t Spool::batches() const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return files_.size();
 }
 

@@ -23,7 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "common/metrics.h"
 #include "ncclwatch/v1/ingest.pb.h"
 
@@ -71,7 +71,7 @@ class Spool {
   const std::string dir_;
   const int64_t max_bytes_;
   const bool fsync_;
-  mutable absl::Mutex mu_;
+  mutable ncclwatch::Mutex mu_;
   std::map<std::string, File> files_ ABSL_GUARDED_BY(mu_);  // by name = creation order
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;

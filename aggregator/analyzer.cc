@@ -267,7 +267,7 @@ void Analyzer::UpdateSlowNodes(const CommKey& key, CommMeta& meta, int64_t now_n
 std::vector<ncclwatch::v1::Event> Analyzer::Ingest(const ncclwatch::v1::RankReport& report,
                                                    int64_t now_ns,
                                                    std::vector<SeriesPoint>* points) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   clock_ns_ = std::max(clock_ns_, now_ns);
   points_out_ = points;
   ++reports_;
@@ -467,7 +467,7 @@ ncclwatch::v1::Event Analyzer::DegradedEvent(const DegradedChange& change, int64
 }
 
 std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   clock_ns_ = std::max(clock_ns_, now_ns);
   std::vector<ncclwatch::v1::Event> events;
   for (const HangChange& change : hangs_.Evaluate(now_ns)) {
@@ -496,7 +496,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
 }
 
 std::vector<ExportedSample> Analyzer::Series(bool detection_only) const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   std::vector<ExportedSample> out;
   if (!detection_only) {
     out.reserve(series_.size());
@@ -557,7 +557,7 @@ std::vector<ExportedSample> Analyzer::Series(bool detection_only) const {
 }
 
 std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   std::vector<ncclwatch::v1::StragglerInfo> out;
   for (const auto& [key, meta] : comms_) {
     if (!job_id.empty() && key.job_id != job_id) continue;
@@ -569,7 +569,7 @@ std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string
 }
 
 ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   ncclwatch::v1::ListDegradedResponse out;
   for (const DegradedView& v : degraded_.Degraded()) {
     if (job_id.empty() || v.comm.job_id == job_id) *out.add_comms() = MakeDegradedInfo(v);
@@ -583,7 +583,7 @@ ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id
 
 ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id,
                                                 int64_t now_ns) const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   ncclwatch::v1::ListHangsResponse out;
   for (const HangView& h : hangs_.Hangs()) {
     if (job_id.empty() || h.comm.job_id == job_id) *out.add_hangs() = MakeHangInfo(h, now_ns);
@@ -623,7 +623,7 @@ ncclwatch::v1::CommInfo Analyzer::MakeCommInfo(const CommKey& key, const CommMet
 }
 
 std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   std::vector<ncclwatch::v1::CommInfo> out;
   for (const auto& [key, meta] : comms_) {
     if (!job_id.empty() && key.job_id != job_id) continue;
@@ -638,7 +638,7 @@ std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) 
 }
 
 std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   std::map<std::string, ncclwatch::v1::JobInfo> jobs;  // by id: the answer is sorted
   std::map<std::string, std::set<std::string>> nodes;
   for (const auto& [key, meta] : comms_) {
@@ -666,7 +666,7 @@ std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
 }
 
 Analyzer::Counters Analyzer::counters() const {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return Counters{reports_,
                   correlator_.completed(),
                   correlator_.expired(),

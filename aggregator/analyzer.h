@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "aggregator/correlator.h"
 #include "aggregator/degraded.h"
 #include "aggregator/hang.h"
@@ -157,7 +157,7 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AnalyzerOptions options_;
-  mutable absl::Mutex mu_;
+  mutable ncclwatch::Mutex mu_;
   Correlator correlator_ ABSL_GUARDED_BY(mu_);
   StragglerDetector stragglers_ ABSL_GUARDED_BY(mu_);
   HangDetector hangs_ ABSL_GUARDED_BY(mu_);

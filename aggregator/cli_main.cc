@@ -643,6 +643,8 @@ int Main(int argc, char** argv) {
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   grpc::ChannelArguments args;
   if (!config.server_name.empty()) args.SetSslTargetNameOverride(config.server_name);
+  // A range query may answer with up to 5,000,000 points, well over gRPC's default 4 MiB.
+  args.SetMaxReceiveMessageSize(256 << 20);
   auto stub = ncclwatch::v1::Query::NewStub(
       grpc::CreateCustomChannel(config.aggregator, *credentials, args));
   if (command == "stragglers") return Stragglers(*stub, config);

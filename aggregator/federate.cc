@@ -131,11 +131,17 @@ class Parser {
     if (!value.ok()) return value.status();
     m.value = *std::move(value);
     if (m.op == LabelMatcher::Op::kRe || m.op == LabelMatcher::Op::kNre) {
-      try {
-        m.regex = std::make_shared<const std::regex>(m.value, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        return Error(absl::StrFormat("invalid regular expression \"%s\" (%s)", m.value, e.what()));
+      // RE2, as PromQL: linear-time matching and bounded memory whatever the pattern, so a
+      // hostile selector cannot stall or exhaust the aggregator. FullMatch anchors it.
+      RE2::Options options;
+      options.set_log_errors(false);
+      options.set_max_mem(1 << 20);
+      auto re = std::make_shared<const RE2>(m.value, options);
+      if (!re->ok()) {
+        return Error(absl::StrFormat("invalid regular expression \"%s\" (%s)", m.value,
+                                     re->error()));
       }
+      m.regex = std::move(re);
     }
     return m;
   }
@@ -159,8 +165,8 @@ bool LabelMatcher::Matches(const std::string& v) const {
   switch (op) {
     case Op::kEq: return v == value;
     case Op::kNe: return v != value;
-    case Op::kRe: return std::regex_match(v, *regex);
-    case Op::kNre: return !std::regex_match(v, *regex);
+    case Op::kRe: return RE2::FullMatch(v, *regex);
+    case Op::kNre: return !RE2::FullMatch(v, *regex);
   }
   return false;
 }

@@ -1,12 +1,11 @@
 // Prometheus federation: series selectors (`name{label="v", other=~"re.*"}`) and rendering of the
 // matching series in text format 0.0.4 with timestamps, every family untyped -- the same shape
-// Prometheus's own /federate produces. Regular expressions are fully anchored, as in PromQL
-// (ECMAScript syntax here rather than RE2; the common subset behaves the same).
+// Prometheus's own /federate produces. Regular expressions are RE2 and fully anchored, as in
+// PromQL.
 #ifndef NCCLWATCH_AGGREGATOR_FEDERATE_H_
 #define NCCLWATCH_AGGREGATOR_FEDERATE_H_
 
 #include <memory>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "aggregator/analyzer.h"
 #include "common/metrics.h"
 #include "proto/security.h"
+#include "re2/re2.h"
 
 namespace httplib {
 class Server;
@@ -27,7 +27,7 @@ struct LabelMatcher {
   std::string name;  // "__name__" for the metric name
   Op op = Op::kEq;
   std::string value;
-  std::shared_ptr<const std::regex> regex;  // for kRe / kNre
+  std::shared_ptr<const RE2> regex;  // for kRe / kNre
 
   bool Matches(const std::string& label_value) const;
 };

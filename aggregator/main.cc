@@ -19,8 +19,10 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/security.h"
+#include "proto/validate.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "httplib.h"
 
@@ -252,6 +254,7 @@ int Main(int argc, char** argv) {
                            *server_credentials, &grpc_port);
   builder.RegisterService(&ingest);
   builder.RegisterService(&query);
+  builder.SetMaxReceiveMessageSize(kMaxBatchBytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) {
     LogError("cannot listen for gRPC on %s:%d", config.listen_host, config.grpc_port);
@@ -267,10 +270,10 @@ int Main(int argc, char** argv) {
   }
 
   // Time-driven detection (hangs, silent ranks) and housekeeping, four times a second.
-  absl::Mutex tick_mu;
+  ncclwatch::Mutex tick_mu;
   bool stopping = false;
   std::thread ticker([&] {
-    absl::MutexLock lock(&tick_mu);
+    ncclwatch::MutexLock lock(&tick_mu);
     while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(250))) {
       core.Tick(absl::GetCurrentTimeNanos());
     }
@@ -278,7 +281,7 @@ int Main(int argc, char** argv) {
   // Retention, off the detection path: moves the cutoff along every minute; hourly, downsamples
   // old points and compacts so that expired data leaves the disk.
   std::thread housekeeper([&] {
-    absl::MutexLock lock(&tick_mu);
+    ncclwatch::MutexLock lock(&tick_mu);
     int minutes = 0;
     while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), absl::Minutes(1))) {
       (*store)->SetRetentionCutoff(absl::GetCurrentTimeNanos() - *retention_ns);
@@ -299,7 +302,7 @@ int Main(int argc, char** argv) {
   if (remote_write) {
     remote_writer = std::thread([&] {
       RemoteWriter writer(*remote_write, metrics);
-      absl::MutexLock lock(&tick_mu);
+      ncclwatch::MutexLock lock(&tick_mu);
       const absl::Duration every = absl::Seconds(config.remote_write_interval_s);
       bool failing = false;
       while (!tick_mu.AwaitWithTimeout(absl::Condition(&stopping), every)) {
@@ -322,7 +325,7 @@ int Main(int argc, char** argv) {
   LogInfo("signal %d: shutting down", sig);
   server->GetHealthCheckService()->Shutdown();
   {
-    absl::MutexLock lock(&tick_mu);
+    ncclwatch::MutexLock lock(&tick_mu);
     stopping = true;
   }
   ticker.join();

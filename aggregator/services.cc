@@ -164,7 +164,7 @@ void AggregatorCore::StoreDetectionSeries(int64_t now_ns) {
   constexpr int64_t kHeartbeatNs = 60'000'000'000;
   std::vector<SeriesPoint> points;
   {
-    absl::MutexLock lock(&snapshot_mu_);
+    ncclwatch::MutexLock lock(&snapshot_mu_);
     if (now_ns - last_snapshot_ns_ < kEveryNs) return;  // once a second is enough history
     last_snapshot_ns_ = now_ns;
     for (ExportedSample& s : analyzer_.Series(/*detection_only=*/true)) {
@@ -406,17 +406,17 @@ absl::StatusOr<ncclwatch::v1::ListEventsResponse> AggregatorCore::ListEvents(
 }
 
 void AggregatorCore::AddWatcher(EventWatcher* watcher) {
-  absl::MutexLock lock(&watchers_mu_);
+  ncclwatch::MutexLock lock(&watchers_mu_);
   watchers_.insert(watcher);
 }
 
 void AggregatorCore::RemoveWatcher(EventWatcher* watcher) {
-  absl::MutexLock lock(&watchers_mu_);
+  ncclwatch::MutexLock lock(&watchers_mu_);
   watchers_.erase(watcher);
 }
 
 void AggregatorCore::Publish(const ncclwatch::v1::Event& event) {
-  absl::MutexLock lock(&watchers_mu_);
+  ncclwatch::MutexLock lock(&watchers_mu_);
   for (EventWatcher* w : watchers_) w->Deliver(event);
 }
 
@@ -459,7 +459,12 @@ class RefusedWatch final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>
 class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
                           public EventWatcher {
  public:
-  explicit WatchWriter(AggregatorCore& core) : core_(core) {
+  explicit WatchWriter(AggregatorCore& core)
+      : core_(core),
+        dropped_(core.metrics().GetCounter(
+            "ncclwatch_aggregator_watch_events_dropped_total",
+            "Detection events dropped from a Watch stream whose client fell behind (oldest first; "
+            "ingest never waits for a Watch client).")) {
     core_.AddWatcher(this);
     // Tells the client the subscription is live (it can wait for this before acting).
     StartSendInitialMetadata();
@@ -468,10 +473,12 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
   void Deliver(const ncclwatch::v1::Event& event) override {
     const ncclwatch::v1::Event* to_write = nullptr;
     {
-      absl::MutexLock lock(&mu_);
+      ncclwatch::MutexLock lock(&mu_);
       if (finished_) return;
-      // Never drop the front while it is being written.
-      if (queue_.size() >= kMaxQueued && queue_.size() > 1) queue_.erase(queue_.begin() + 1);
+      if (queue_.size() >= kMaxQueued) {
+        queue_.pop_front();
+        dropped_->Increment();
+      }
       queue_.push_back(event);
       to_write = NextWriteLocked();
     }
@@ -483,9 +490,8 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
     const ncclwatch::v1::Event* to_write = nullptr;
     bool finish = false;
     {
-      absl::MutexLock lock(&mu_);
+      ncclwatch::MutexLock lock(&mu_);
       writing_ = false;
-      queue_.pop_front();
       if (!ok) {
         finish = !finished_;
         finished_ = true;
@@ -500,7 +506,7 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
   void OnCancel() override {
     bool finish = false;
     {
-      absl::MutexLock lock(&mu_);
+      ncclwatch::MutexLock lock(&mu_);
       finish = !finished_;
       finished_ = true;
     }
@@ -514,16 +520,23 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
 
  private:
   static constexpr size_t kMaxQueued = 4096;
-  // Returns the event to write next (and marks a write in flight), or nullptr.
+  // Moves the next event out of the queue into the write slot and returns it (marking a write in
+  // flight), or returns nullptr. gRPC may serialize the message any time until OnWriteDone, so it
+  // lives apart from the queue, which drops its oldest entries when the client falls behind.
   const ncclwatch::v1::Event* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || writing_ || queue_.empty()) return nullptr;
     writing_ = true;
-    return &queue_.front();  // deque references survive push_back
+    writing_event_ = std::move(queue_.front());
+    queue_.pop_front();
+    return &writing_event_;
   }
 
   AggregatorCore& core_;
-  absl::Mutex mu_;
-  std::deque<ncclwatch::v1::Event> queue_ ABSL_GUARDED_BY(mu_);  // front is being written
+  Counter* const dropped_;
+  ncclwatch::Mutex mu_;
+  std::deque<ncclwatch::v1::Event> queue_ ABSL_GUARDED_BY(mu_);  // waiting to be written
+  // The event being written; untouched from StartWrite until OnWriteDone.
+  ncclwatch::v1::Event writing_event_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

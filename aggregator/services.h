@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "aggregator/analyzer.h"
 #include "aggregator/store.h"
 #include "common/metrics.h"
@@ -54,6 +54,9 @@ class AggregatorCore {
       const ncclwatch::v1::QueryRangeRequest& request, int64_t now_ns) const;
 
   void AddWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
+  // Hands `event` to every watcher; never waits for one (a Watch stream queues and, when its
+  // client is too slow, drops the oldest). Handle calls it for each new detection event.
+  void Publish(const ncclwatch::v1::Event& event) ABSL_LOCKS_EXCLUDED(watchers_mu_);
   void RemoveWatcher(EventWatcher* watcher) ABSL_LOCKS_EXCLUDED(watchers_mu_);
 
   Analyzer& analyzer() { return analyzer_; }
@@ -62,7 +65,6 @@ class AggregatorCore {
   ncclwatch::v1::Stats GetStats() const;
 
  private:
-  void Publish(const ncclwatch::v1::Event& event) ABSL_LOCKS_EXCLUDED(watchers_mu_);
   // Logs, stores, counts and publishes one detection event.
   void Handle(const ncclwatch::v1::Event& event);
   // Analyses the reports of a stored batch received at `received_ns` and stores their points;
@@ -82,10 +84,10 @@ class AggregatorCore {
   Counter* reports_rejected_;
   Counter* store_errors_;
   // The last stored value and time of each detection series (by identity), for change detection.
-  absl::Mutex snapshot_mu_;
+  ncclwatch::Mutex snapshot_mu_;
   std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
   int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
-  absl::Mutex watchers_mu_;
+  ncclwatch::Mutex watchers_mu_;
   std::set<EventWatcher*> watchers_ ABSL_GUARDED_BY(watchers_mu_);
 };
 

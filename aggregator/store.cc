@@ -18,39 +18,12 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 }
 
 std::string BatchKey(const std::string& agent_id, uint64_t seq) {
-  std::string key = "B";
-  key += agent_id;
-  key += '\0';
-  key += EncodeBe64(seq);
-  return key;
-}
-
-void PutBe64(char* out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
+  return EncodeStoreKey({.kind = StoreKey::Kind::kBatchIndex, .counter = seq, .text = agent_id});
 }
 
 std::string PointKey(uint64_t id, int64_t time_ms) {
-  return absl::StrCat("P", EncodeBe64(id), EncodeBe64(static_cast<uint64_t>(time_ms)));
-}
-
-// Splits an identity back into name and labels; false if it is malformed.
-bool ParseIdentity(std::string_view identity, std::string* name, LabelPairs* labels) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t i = 0; i <= identity.size(); ++i) {
-    if (i == identity.size() || identity[i] == '\0') {
-      parts.emplace_back(identity.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  if (parts.empty() || parts.size() % 2 != 1) return false;
-  *name = parts[0];
-  labels->clear();
-  for (size_t i = 1; i + 1 < parts.size(); i += 2) labels->emplace_back(parts[i], parts[i + 1]);
-  return true;
+  return EncodeStoreKey(
+      {.kind = StoreKey::Kind::kPoint, .time = static_cast<uint64_t>(time_ms), .id = id});
 }
 
 }  // namespace
@@ -63,17 +36,16 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
               std::string* /*new_value*/, bool* /*value_changed*/) const override {
     const int64_t cutoff = cutoff_ns_.load(std::memory_order_relaxed);
     if (cutoff <= 0 || key.empty()) return false;
-    const auto before = [cutoff](const char* be64, int64_t scale) {
-      return static_cast<int64_t>(DecodeBe64(be64)) * scale < cutoff;
-    };
-    switch (key[0]) {
-      case 'L':
-      case 'E':
-        return key.size() >= 9 && before(key.data() + 1, 1);
-      case 'B':  // the value is the batch's 'L' key
-        return value.size() >= 9 && before(value.data() + 1, 1);
-      case 'P':
-        return key.size() == 17 && before(key.data() + 9, 1'000'000);
+    // Batch index entries carry no time: their value is the batch's 'L' key.
+    absl::StatusOr<StoreKey> decoded =
+        DecodeStoreKey(key[0] == 'B' ? value.ToStringView() : key.ToStringView());
+    if (!decoded.ok()) return false;  // keep what we cannot read
+    switch (decoded->kind) {
+      case StoreKey::Kind::kBatchLog:
+      case StoreKey::Kind::kEvent:
+        return static_cast<int64_t>(decoded->time) < cutoff;
+      case StoreKey::Kind::kPoint:
+        return static_cast<int64_t>(decoded->time) < cutoff / 1'000'000;
       default:
         return false;
     }
@@ -84,29 +56,6 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
  private:
   std::atomic<int64_t> cutoff_ns_{0};
 };
-
-std::string EncodeBe64(uint64_t v) {
-  std::string out(8, '\0');
-  PutBe64(out.data(), v);
-  return out;
-}
-
-uint64_t DecodeBe64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-
-std::string SeriesIdentity(const std::string& name, const LabelPairs& labels) {
-  std::string out = name;
-  for (const auto& [k, v] : labels) {
-    out += '\0';
-    out += k;
-    out += '\0';
-    out += v;
-  }
-  return out;
-}
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env) {
   auto filter = std::make_unique<RetentionFilter>();
@@ -132,14 +81,16 @@ Store::~Store() = default;
 void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
 
 absl::Status Store::LoadSeriesIndex() {
-  absl::MutexLock lock(&series_mu_);
+  ncclwatch::MutexLock lock(&series_mu_);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
-    if (it->key().size() != 9) return absl::DataLossError("malformed series index key");
-    const uint64_t id = DecodeBe64(it->key().data() + 1);
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) return absl::DataLossError(absl::StrCat("series index: ", key.status().message()));
+    const uint64_t id = key->id;
     StoredSeries s;
     s.id = id;
-    if (id != series_.size() + 1 || !ParseIdentity(it->value().ToStringView(), &s.name, &s.labels)) {
+    if (id != series_.size() + 1 ||
+        !ParseSeriesIdentity(it->value().ToStringView(), &s.name, &s.labels)) {
       return absl::DataLossError(absl::StrCat("series index entry ", id, " is malformed"));
     }
     series_ids_[it->value().ToString()] = id;
@@ -151,15 +102,16 @@ absl::Status Store::LoadSeriesIndex() {
 absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
                                           int64_t received_ns) {
   std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
-  absl::MutexLock lock(&put_mu_);
+  ncclwatch::MutexLock lock(&put_mu_);
   std::string existing;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
   if (s.ok()) return false;
   if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
   std::string value;
   if (!batch.SerializeToString(&value)) return absl::InternalError("cannot serialise batch");
-  const std::string log_key = absl::StrCat("L", EncodeBe64(static_cast<uint64_t>(received_ns)),
-                                           EncodeBe64(counter_.fetch_add(1)));
+  const std::string log_key = EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
+                                              .time = static_cast<uint64_t>(received_ns),
+                                              .counter = counter_.fetch_add(1)});
   rocksdb::WriteBatch write;
   write.Put(log_key, value);
   write.Put(key, log_key);
@@ -175,16 +127,14 @@ absl::Status Store::ReplayBatches(
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("L" + EncodeBe64(static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))));
        it->Valid() && it->key().starts_with("L"); it->Next()) {
-    if (it->key().size() == 17 &&
-        static_cast<int64_t>(DecodeBe64(it->key().data() + 1)) > until_ns) {
-      break;
-    }
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) return absl::DataLossError(absl::StrCat("batch log: ", key.status().message()));
+    if (static_cast<int64_t>(key->time) > until_ns) break;
     ncclwatch::v1::NodeBatch batch;
-    if (it->key().size() != 17 ||
-        !batch.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+    if (!batch.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
       return absl::DataLossError("malformed batch in the log");
     }
-    fn(batch, static_cast<int64_t>(DecodeBe64(it->key().data() + 1)));
+    fn(batch, static_cast<int64_t>(key->time));
   }
   return FromRocks(it->status(), "batch log scan");
 }
@@ -199,9 +149,9 @@ absl::StatusOr<uint64_t> Store::CountBatches() const {
 }
 
 absl::Status Store::PutEvent(const ncclwatch::v1::Event& event) {
-  std::string key = "E";
-  key += EncodeBe64(event.time_unix_ns());
-  key += EncodeBe64(counter_.fetch_add(1));
+  const std::string key = EncodeStoreKey({.kind = StoreKey::Kind::kEvent,
+                                          .time = event.time_unix_ns(),
+                                          .counter = counter_.fetch_add(1)});
   return FromRocks(db_->Put(rocksdb::WriteOptions(), key, event.SerializeAsString()),
                    "event write");
 }
@@ -225,8 +175,10 @@ absl::StatusOr<std::vector<ncclwatch::v1::Event>> Store::ListEvents(int64_t sinc
 absl::StatusOr<int64_t> Store::LastEventTime() const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   it->SeekForPrev("F");  // the last key before the next tag
-  if (it->Valid() && it->key().starts_with("E") && it->key().size() >= 9) {
-    return static_cast<int64_t>(DecodeBe64(it->key().data() + 1));
+  if (it->Valid() && it->key().starts_with("E")) {
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) return absl::DataLossError(absl::StrCat("event log: ", key.status().message()));
+    return static_cast<int64_t>(key->time);
   }
   rocksdb::Status s = it->status();
   if (!s.ok()) return FromRocks(s, "event scan");
@@ -238,7 +190,7 @@ absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
   std::string identity;  // reused: no allocation per point once grown
   char key[17] = {'P'};
   {
-    absl::MutexLock lock(&series_mu_);
+    ncclwatch::MutexLock lock(&series_mu_);
     for (const SeriesPoint& p : points) {
       identity.clear();
       identity += p.name;
@@ -266,7 +218,7 @@ absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
 }
 
 std::vector<StoredSeries> Store::Series() const {
-  absl::MutexLock lock(&series_mu_);
+  ncclwatch::MutexLock lock(&series_mu_);
   return series_;
 }
 
@@ -276,9 +228,10 @@ absl::StatusOr<std::vector<Point>> Store::ReadPoints(uint64_t id, int64_t start_
   const std::string prefix = absl::StrCat("P", EncodeBe64(id));
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(PointKey(id, std::max<int64_t>(start_ms, 0))); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    if (key.size() != 17 || !key.starts_with(prefix)) break;
-    const auto t = static_cast<int64_t>(DecodeBe64(key.data() + 9));
+    if (!it->key().starts_with(prefix)) break;
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) break;
+    const auto t = static_cast<int64_t>(key->time);
     if (t > end_ms) break;
     Point p{t, 0};
     if (it->value().size() == sizeof(double)) std::memcpy(&p.value, it->value().data(), 8);

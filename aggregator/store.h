@@ -24,7 +24,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
+#include "aggregator/store_keys.h"
 #include "common/prom_text.h"
 #include "ncclwatch/v1/ingest.pb.h"
 #include "ncclwatch/v1/query.pb.h"
@@ -108,19 +109,13 @@ class Store {
   };
   std::unique_ptr<RetentionFilter> filter_;  // outlives db_ (declared first, destroyed last)
   std::unique_ptr<rocksdb::DB, DbDeleter> db_;
-  absl::Mutex put_mu_;  // makes the duplicate check and the write one step
+  ncclwatch::Mutex put_mu_;  // makes the duplicate check and the write one step
   std::atomic<uint64_t> counter_{0};
 
-  mutable absl::Mutex series_mu_;
+  mutable ncclwatch::Mutex series_mu_;
   absl::flat_hash_map<std::string, uint64_t> series_ids_ ABSL_GUARDED_BY(series_mu_);
   std::vector<StoredSeries> series_ ABSL_GUARDED_BY(series_mu_);  // index id - 1
 };
-
-// Big-endian encoding so that byte order equals numeric order.
-std::string EncodeBe64(uint64_t v);
-uint64_t DecodeBe64(const char* p);
-// The identity of a series in the index: name, then label names and values, '\0'-separated.
-std::string SeriesIdentity(const std::string& name, const LabelPairs& labels);
 
 }  // namespace ncclwatch::aggregator
 

@@ -158,6 +158,49 @@ TEST(Be64Test, RoundTripsAndSortsNumerically) {
   EXPECT_LT(EncodeBe64(255), EncodeBe64(256));
 }
 
+TEST(StoreKeyTest, EveryLayoutRoundTripsAndMalformedKeysSayWhatIsWrong) {
+  const std::vector<StoreKey> keys = {
+      {.kind = StoreKey::Kind::kBatchLog, .time = 1'700'000'000'000'000'000, .counter = 5},
+      {.kind = StoreKey::Kind::kEvent, .time = 42, .counter = 0},
+      {.kind = StoreKey::Kind::kBatchIndex, .counter = 17, .text = std::string("node\0odd", 9)},
+      {.kind = StoreKey::Kind::kSeriesByIdentity, .text = SeriesIdentity("m", {{"a", "1"}})},
+      {.kind = StoreKey::Kind::kSeriesById, .id = 9},
+      {.kind = StoreKey::Kind::kPoint, .time = 1234, .id = 3},
+      {.kind = StoreKey::Kind::kMeta, .text = "downsampled_until_ms"},
+  };
+  for (const StoreKey& key : keys) {
+    const std::string bytes = EncodeStoreKey(key);
+    absl::StatusOr<StoreKey> back = DecodeStoreKey(bytes);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->kind, key.kind);
+    EXPECT_EQ(back->time, key.time);
+    EXPECT_EQ(back->counter, key.counter);
+    EXPECT_EQ(back->id, key.id);
+    EXPECT_EQ(back->text, key.text);
+  }
+  // An agent id with a '\0' in it still decodes: the batch_seq is the last 8 bytes.
+  EXPECT_EQ(DecodeStoreKey(EncodeStoreKey(keys[2]))->text, std::string("node\0odd", 9));
+
+  const auto error = [](std::string_view key) {
+    absl::StatusOr<StoreKey> decoded = DecodeStoreKey(key);
+    return decoded.ok() ? std::string("ok") : std::string(decoded.status().message());
+  };
+  EXPECT_EQ(error(""), "empty store key");
+  EXPECT_EQ(error("L123"), "store key 'L' of 4 bytes: want 17 (tag, be64 time, be64 n)");
+  EXPECT_EQ(error(std::string("Bagent") + EncodeBe64(1)),  // no '\0' before the sequence
+            "store key 'B' of 14 bytes: want tag, agent id, '\\0', be64 batch_seq");
+  EXPECT_EQ(error("S" + EncodeBe64(1) + "x"), "store key 'S' of 10 bytes: want 9 (tag, be64 series id)");
+  EXPECT_EQ(error("N"), "store key 'N' of 1 bytes: want a name after the tag");
+  EXPECT_EQ(error("\x7f"), "store key with unknown tag byte 0x7f");
+
+  std::string name;
+  LabelPairs labels;
+  ASSERT_TRUE(ParseSeriesIdentity(SeriesIdentity("m", {{"a", "1"}, {"b", ""}}), &name, &labels));
+  EXPECT_EQ(name, "m");
+  EXPECT_EQ(labels, (LabelPairs{{"a", "1"}, {"b", ""}}));
+  EXPECT_FALSE(ParseSeriesIdentity(std::string("m\0a", 3), &name, &labels)) << "label without value";
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator
 

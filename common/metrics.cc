@@ -24,7 +24,7 @@ MetricRegistry::Series* MetricRegistry::FindOrAdd(std::string_view name, std::st
 
 Counter* MetricRegistry::GetCounter(std::string_view name, std::string_view help,
                                     const LabelPairs& labels) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   Series* s = FindOrAdd(name, help, "counter", labels);
   if (!s->counter) s->counter = std::make_unique<Counter>();
   return s->counter.get();
@@ -32,14 +32,14 @@ Counter* MetricRegistry::GetCounter(std::string_view name, std::string_view help
 
 Gauge* MetricRegistry::GetGauge(std::string_view name, std::string_view help,
                                 const LabelPairs& labels) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   Series* s = FindOrAdd(name, help, "gauge", labels);
   if (!s->gauge) s->gauge = std::make_unique<Gauge>();
   return s->gauge.get();
 }
 
 void MetricRegistry::AddCollector(std::function<void(PromTextWriter&)> collector) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
@@ -82,7 +82,7 @@ std::vector<uint64_t> Histogram::counts() const {
 
 Histogram* MetricRegistry::GetHistogram(std::string_view name, std::string_view help,
                                         std::vector<double> bounds, const LabelPairs& labels) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   Series* s = FindOrAdd(name, help, "histogram", labels);
   if (!s->histogram) s->histogram = std::make_unique<Histogram>(std::move(bounds));
   return s->histogram.get();
@@ -90,7 +90,7 @@ Histogram* MetricRegistry::GetHistogram(std::string_view name, std::string_view 
 
 std::string MetricRegistry::Render() const {
   PromTextWriter writer;
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   // Group series of one family together, families in first-registration order.
   std::vector<std::string> order;
   std::map<std::string, std::vector<const Series*>> families;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "common/prom_text.h"
 
 namespace ncclwatch {
@@ -86,7 +86,7 @@ class MetricRegistry {
   Series* FindOrAdd(std::string_view name, std::string_view help, std::string_view type,
                     const LabelPairs& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable ncclwatch::Mutex mu_;
   std::deque<Series> series_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void(PromTextWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);
 };

@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(std::string path) {
   std::unique_ptr<TokenFile> file(new TokenFile(std::move(path)));
   auto token = file->Read();
   if (!token.ok()) return token.status();
-  absl::MutexLock lock(&file->mu_);
+  ncclwatch::MutexLock lock(&file->mu_);
   file->token_ = *std::move(token);
   file->read_at_ = absl::Now();
   return file;
@@ -89,7 +89,7 @@ absl::StatusOr<std::string> TokenFile::Read() const {
 }
 
 std::string TokenFile::Get() {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   if (absl::Now() - read_at_ >= kTokenRefresh) {
     read_at_ = absl::Now();
     if (auto token = Read(); token.ok()) token_ = *std::move(token);

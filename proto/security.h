@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -67,7 +67,7 @@ class TokenFile {
   absl::StatusOr<std::string> Read() const;
 
   const std::string path_;
-  absl::Mutex mu_;
+  ncclwatch::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
   absl::Time read_at_ ABSL_GUARDED_BY(mu_);
 };

@@ -12,6 +12,7 @@ ReportVerdict Reject(std::string reason, std::string detail) {
 }
 
 bool Finite(double v) { return std::isfinite(v) && v >= 0; }
+bool ExecTime(double us) { return Finite(us) && us <= kMaxExecTimeUs; }
 
 }  // namespace
 
@@ -46,13 +47,21 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
   if (r.interval_end_unix_ns() < r.interval_start_unix_ns()) {
     return Reject("bad_interval", "interval ends before it starts");
   }
+  if (r.interval_end_unix_ns() > kMaxUnixNs || r.clock().host_unix_ns() > kMaxUnixNs) {
+    return Reject("bad_timestamp", "interval end or clock sync time past the year 2096");
+  }
+  for (const auto& op : r.in_flight()) {
+    if (op.age_ns() > kMaxInFlightAgeNs || op.op().size() > kMaxLabelLength) {
+      return Reject("bad_in_flight", "in-flight operation older than 3 years or with a long name");
+    }
+  }
   for (const auto& s : r.stats()) {
-    if (!Finite(s.exec_time_us_sum()) || !Finite(s.exec_time_us_min()) ||
-        !Finite(s.exec_time_us_max()) || !std::isfinite(s.bus_bw_gbs_log_sum()) ||
+    if (!ExecTime(s.exec_time_us_sum()) || !ExecTime(s.exec_time_us_min()) ||
+        !ExecTime(s.exec_time_us_max()) || !std::isfinite(s.bus_bw_gbs_log_sum()) ||
         !std::isfinite(s.alg_bw_gbs_log_sum()) || s.bw_samples() > s.count() ||
         s.op().size() > kMaxLabelLength || s.message_size().size() > kMaxLabelLength ||
         s.algo_proto().size() > kMaxLabelLength) {
-      return Reject("bad_stats", "op stats with non-finite, negative or inconsistent values");
+      return Reject("bad_stats", "op stats with non-finite, negative, absurdly large or inconsistent values");
     }
   }
   if (!SampleColumnsWellFormed(r)) {

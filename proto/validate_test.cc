@@ -40,11 +40,15 @@ TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
       {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(-1); }},
       {"bad_n_nodes", [](auto& r) { r.mutable_identity()->set_n_nodes(9); }},
       {"bad_interval", [](auto& r) { r.set_interval_end_unix_ns(0); }},
+      {"bad_timestamp", [](auto& r) { r.set_interval_end_unix_ns(~0ull); }},
+      {"bad_timestamp", [](auto& r) { r.mutable_clock()->set_host_unix_ns(1ull << 63); }},
+      {"bad_in_flight", [](auto& r) { r.add_in_flight()->set_age_ns(1ull << 63); }},
       {"bad_stats",
        [](auto& r) {
          r.mutable_stats(0)->set_exec_time_us_sum(std::numeric_limits<double>::quiet_NaN());
        }},
       {"bad_stats", [](auto& r) { r.mutable_stats(0)->set_bw_samples(2); }},
+      {"bad_stats", [](auto& r) { r.mutable_stats(0)->set_exec_time_us_min(6.5e36); }},
       {"too_large",
        [](auto& r) {
          for (int i = 0; i <= kMaxStatsPerReport; ++i) r.add_stats();

@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
@@ -37,7 +37,7 @@ class RecordingAgent final : public ncclwatch::v1::Agent::CallbackService {
 
   // Waits for the first report; returns when it arrived, or nothing after `timeout`.
   std::optional<absl::Time> WaitForFirstReport(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return first_.has_value(); };
     mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
     return first_;
@@ -67,11 +67,11 @@ class RecordingAgent final : public ncclwatch::v1::Agent::CallbackService {
 
  private:
   void Record() {
-    absl::MutexLock lock(&mu_);
+    ncclwatch::MutexLock lock(&mu_);
     if (!first_) first_ = absl::Now();
   }
   std::unique_ptr<grpc::Server> server_;
-  absl::Mutex mu_;
+  ncclwatch::Mutex mu_;
   std::optional<absl::Time> first_ ABSL_GUARDED_BY(mu_);
 };
 

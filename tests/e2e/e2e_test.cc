@@ -5,7 +5,7 @@
 #include <map>
 #include <regex>
 
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -227,15 +227,15 @@ TEST(EndToEndTest, AggregatorAnswersTheStandardGrpcHealthCheck) {
   grpc::ByteBuffer request(&no_bytes, 1);  // the empty HealthCheckRequest
   grpc::ByteBuffer response;
   grpc::Status status;
-  absl::Mutex mu;
+  ncclwatch::Mutex mu;
   bool done = false;
   stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
                  [&](grpc::Status s) {
-                   absl::MutexLock lock(&mu);
+                   ncclwatch::MutexLock lock(&mu);
                    status = std::move(s);
                    done = true;
                  });
-  absl::MutexLock lock(&mu);
+  ncclwatch::MutexLock lock(&mu);
   mu.Await(absl::Condition(&done));
   ASSERT_TRUE(status.ok()) << status.error_message();
   std::vector<grpc::Slice> slices;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/time/clock.h"
+#include "common/sync.h"
 #include "httplib.h"
 
 namespace ncclwatch::testing {
@@ -155,7 +156,7 @@ EventRecorder::EventRecorder(ncclwatch::v1::Query::Stub& query) {
   thread_ = std::thread([this] {
     ncclwatch::v1::Event e;
     while (reader_->Read(&e)) {
-      absl::MutexLock lock(&mu_);
+      ncclwatch::MutexLock lock(&mu_);
       events_.push_back({e, absl::GetCurrentTimeNanos()});
     }
   });
@@ -169,13 +170,13 @@ std::vector<EventRecorder::Received> EventRecorder::Stop() {
     thread_.join();
     reader_->Finish();
   }
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return events_;
 }
 
 bool EventRecorder::WaitFor(const std::function<bool(const ncclwatch::v1::Event&)>& match,
                             double timeout_s) {
-  absl::MutexLock lock(&mu_);
+  ncclwatch::MutexLock lock(&mu_);
   auto seen = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::any_of(events_.begin(), events_.end(),
                        [&](const Received& r) { return match(r.event); });

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
 #include "tests/e2e/process.h"
@@ -41,6 +41,8 @@ class Pipeline {
   std::string AgentAddrTemplate() const { return "unix://" + dir_ + "/agent-{node}.sock"; }
   std::string AggregatorAddr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
   int http_port() const { return http_port_; }
+  int aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
+  int agent_pid(int node) const { return agents_[node]->pid(); }
   ncclwatch::v1::Query::Stub& query() { return *query_; }
 
   // SIGTERMs every agent (they forward what they hold, then exit) and checks they exited 0.
@@ -100,7 +102,7 @@ class EventRecorder {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<ncclwatch::v1::Event>> reader_;
   std::thread thread_;
-  absl::Mutex mu_;
+  ncclwatch::Mutex mu_;
   std::vector<Received> events_ ABSL_GUARDED_BY(mu_);
 };
 

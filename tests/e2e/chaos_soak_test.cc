@@ -1,0 +1,222 @@
+// The chaos soak: a 4-node, 16-rank simulated job with one slow rank runs for
+// NCCLWATCH_SOAK_SECONDS (default 60; scripts/soak runs 600) while agents and the aggregator are
+// killed and restarted at random: SIGKILL or SIGTERM, every 3 to 12 s. Agents keep a spool.
+// Agent 0 is never killed, and the aggregator only in the first 60% of the run
+// (NCCLWATCH_SOAK_AGGREGATOR_FAULTS, a fraction), so that the run also shows whether memory stays
+// flat in long-lived processes; their RSS is printed every minute.
+//
+// At the end it proves:
+//   * no acknowledged data is lost: every batch any life of the aggregator acknowledged (each life
+//     counts them; read just before a crash) is in the store at the end, and for every agent run
+//     the stored batches
+//     are 1..n without a gap (a batch is spooled before it is sent, and the aggregator stores it
+//     before acknowledging; only the batches an agent had cut but not yet spooled when it was
+//     killed -- never acknowledged, never durable -- can be missing, and those only at the end of
+//     that run's sequence);
+//   * no report is stored twice, across spool replays and retries;
+//   * the detections are right: the slow rank, and only it, is flagged at the end, and no other
+//     rank was ever reported slow.
+// It prints the figures docs/reliability.md quotes.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "aggregator/store.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/pipeline.h"
+
+namespace ncclwatch::testing {
+namespace {
+
+using ncclwatch::v1::Event;
+
+// Resident memory of a process in MiB (VmRSS), -1 if unknown.
+double RssMiB(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  }
+  return -1;
+}
+
+uint64_t BatchesStored(Pipeline& p) {
+  grpc::ClientContext ctx;
+  ncclwatch::v1::Stats stats;
+  grpc::Status s = p.query().GetStats(&ctx, {}, &stats);
+  return s.ok() ? stats.batches_stored() : 0;
+}
+
+TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
+  const char* env = std::getenv("NCCLWATCH_SOAK_SECONDS");
+  const int seconds = env != nullptr ? std::atoi(env) : 60;
+  ASSERT_GE(seconds, 30) << "NCCLWATCH_SOAK_SECONDS must be at least 30";
+  // The aggregator is only killed in the first part of the run (default 60%), so that its last
+  // life is long enough to show its memory.
+  const char* until_env = std::getenv("NCCLWATCH_SOAK_AGGREGATOR_FAULTS");
+  const double aggregator_faults_until = until_env != nullptr ? std::atof(until_env) : 0.6;
+  constexpr int kNodes = 4;
+  constexpr int kRanksPerNode = 4;
+  constexpr int kSlowRank = 6;
+  ScopedTempDir spool("ncclwatch-soak-spool");
+  Pipeline p(kNodes, {}, {"--spool-dir=" + spool.path() + "/{node}"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  EventRecorder events(p.query());
+  const auto start = std::chrono::steady_clock::now();
+  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(),
+               "--nodes=" + std::to_string(kNodes),
+               "--ranks-per-node=" + std::to_string(kRanksPerNode),
+               "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=soak",
+               "--duration-s=" + std::to_string(seconds), "--slow-rank=" + std::to_string(kSlowRank),
+               "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+              {}, p.dir() + "/simjob.log");
+  ASSERT_TRUE(job.started());
+
+  // Warm-up: the slow rank is found before faults begin, so the end state can be compared.
+  ASSERT_TRUE(events.WaitFor(
+      [](const Event& e) {
+        return e.kind() == Event::STRAGGLER && e.straggler().rank() == kSlowRank;
+      },
+      30))
+      << p.Logs();
+  const double agent0_rss_start = RssMiB(p.agent_pid(0));
+
+  std::mt19937 rng(std::random_device{}());
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  int agent_kills = 0, agent_terms = 0, aggregator_kills = 0, aggregator_terms = 0;
+  uint64_t acked_before_crash_checked = 0;
+  double aggregator_rss_start = -1;
+  double aggregator_life_start = 0;
+  double last_progress = 0;
+  // Faults stop 8 s before the job ends so that the last agents see the job's final reports.
+  while (elapsed() < seconds - 8) {
+    // The pacing of the faults themselves (not a wait for anything to happen).
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000 + rng() % 9000));
+    if (elapsed() >= seconds - 8) break;
+    const bool hit_aggregator = elapsed() < aggregator_faults_until * seconds && rng() % 4 == 0;
+    const int signal = rng() % 3 == 0 ? SIGTERM : SIGKILL;
+    if (hit_aggregator) {
+      // Each aggregator life counts the new batches it stored (and so acknowledged); read just
+      // before the crash, it is a lower bound of what that life acknowledged.
+      acked_before_crash_checked += BatchesStored(p);
+      ASSERT_TRUE(p.RestartAggregator(signal)) << p.error() << p.Logs();
+      (signal == SIGKILL ? aggregator_kills : aggregator_terms)++;
+      aggregator_life_start = elapsed();
+      aggregator_rss_start = -1;
+    } else {
+      const int node = 1 + static_cast<int>(rng() % (kNodes - 1));
+      ASSERT_TRUE(p.RestartAgent(node, signal)) << p.Logs();
+      (signal == SIGKILL ? agent_kills : agent_terms)++;
+    }
+    // The aggregator's memory at the start of its last life, once it has run a while.
+    if (aggregator_rss_start < 0 && elapsed() - aggregator_life_start >= 10) {
+      aggregator_rss_start = RssMiB(p.aggregator_pid());
+    }
+    // Progress, and the memory of the long-lived processes over time.
+    if (elapsed() - last_progress >= 60) {
+      last_progress = elapsed();
+      std::printf("  t=%4.0f s  faults so far %3d  RSS agent 0 %.1f MiB, aggregator %.1f MiB\n",
+                  elapsed(), agent_kills + agent_terms + aggregator_kills + aggregator_terms,
+                  RssMiB(p.agent_pid(0)), RssMiB(p.aggregator_pid()));
+      std::fflush(stdout);
+    }
+  }
+  if (aggregator_rss_start < 0) aggregator_rss_start = RssMiB(p.aggregator_pid());
+  ASSERT_EQ(job.Wait(), 0) << job.Log();
+  const double agent0_rss_end = RssMiB(p.agent_pid(0));
+  const double aggregator_rss_end = RssMiB(p.aggregator_pid());
+
+  // Detections: the slow rank and only it is flagged now, and no other rank was ever reported.
+  grpc::ClientContext ctx;
+  ncclwatch::v1::ListStragglersRequest request;
+  request.set_job_id("soak");
+  ncclwatch::v1::ListStragglersResponse stragglers;
+  ASSERT_TRUE(p.query().ListStragglers(&ctx, request, &stragglers).ok());
+  ASSERT_EQ(stragglers.stragglers_size(), 1) << stragglers.DebugString();
+  EXPECT_EQ(stragglers.stragglers(0).rank(), kSlowRank);
+  int straggler_events = 0, hang_events = 0, other_events = 0;
+  for (const auto& r : events.Stop()) {
+    if (r.event.kind() == Event::STRAGGLER) {
+      ++straggler_events;
+      EXPECT_EQ(r.event.straggler().rank(), kSlowRank) << r.event.summary();
+    } else if (r.event.kind() == Event::HANG) {
+      ++hang_events;
+    } else {
+      ++other_events;
+    }
+  }
+
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();  // each forwards what it holds, then exits 0
+  const uint64_t acked_total = acked_before_crash_checked + BatchesStored(p);
+  ASSERT_TRUE(p.StopAggregator()) << p.error();
+
+  auto store = aggregator::Store::Open(p.dir() + "/db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::map<std::string, std::set<uint64_t>> seqs;  // agent run -> batch sequence numbers
+  std::map<uint64_t, std::map<uint32_t, int>> reports;  // process -> counter -> times stored
+  uint64_t stored_reports = 0;
+  ASSERT_TRUE((*store)
+                  ->ReplayBatches(0,
+                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                                    seqs[batch.agent_id()].insert(batch.batch_seq());
+                                    for (const auto& r : batch.reports()) {
+                                      ++reports[r.report_id() >> 32]
+                                               [static_cast<uint32_t>(r.report_id())];
+                                      ++stored_reports;
+                                    }
+                                  })
+                  .ok());
+  uint64_t batches = 0, gaps = 0;
+  for (const auto& [agent, s] : seqs) {
+    batches += s.size();
+    if (s.size() != *s.rbegin()) {
+      ++gaps;
+      ADD_FAILURE() << agent << ": " << s.size() << " batches stored of 1.." << *s.rbegin();
+    }
+  }
+  EXPECT_EQ(gaps, 0u);
+  // Every batch any aggregator life acknowledged is in the store (each is counted by exactly one
+  // life: a batch stored again is a duplicate, not counted).
+  EXPECT_GE(batches, acked_total) << "acknowledged batches were lost";
+  EXPECT_EQ(reports.size(), static_cast<size_t>(kNodes * kRanksPerNode));
+  uint64_t duplicates = 0, missing = 0;
+  for (const auto& [process, counters] : reports) {
+    for (const auto& [counter, times] : counters) duplicates += times > 1 ? 1 : 0;
+    missing += counters.rbegin()->first - counters.size();
+  }
+  EXPECT_EQ(duplicates, 0u) << "reports stored more than once";
+
+  std::printf(
+      "chaos soak: %d s, %d nodes x %d ranks; faults: %d agent SIGKILL, %d agent SIGTERM, %d "
+      "aggregator SIGKILL, %d aggregator SIGTERM\n"
+      "  stored: %llu batches from %zu agent runs, %llu reports; batch gaps %llu; reports stored "
+      "twice %llu\n"
+      "  acknowledged batches (summed over %d aggregator lives, a lower bound): %llu, all stored\n"
+      "  reports never acknowledged (in a killed agent's memory or in flight to it): %llu "
+      "(%.3f%%)\n"
+      "  events: %d straggler (all rank %d), %d hang/silent, %d other\n"
+      "  RSS agent 0 (never killed): %.1f -> %.1f MiB; aggregator's last life: %.1f -> %.1f MiB\n",
+      seconds, kNodes, kRanksPerNode, agent_kills, agent_terms, aggregator_kills,
+      aggregator_terms, static_cast<unsigned long long>(batches), seqs.size(),
+      static_cast<unsigned long long>(stored_reports), static_cast<unsigned long long>(gaps),
+      static_cast<unsigned long long>(duplicates),
+      aggregator_kills + aggregator_terms + 1, static_cast<unsigned long long>(acked_total),
+      static_cast<unsigned long long>(missing),
+      100.0 * static_cast<double>(missing) / static_cast<double>(stored_reports + missing),
+      straggler_events, kSlowRank, hang_events, other_events, agent0_rss_start, agent0_rss_end,
+      aggregator_rss_start, aggregator_rss_end);
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing
