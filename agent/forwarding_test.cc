@@ -61,13 +61,18 @@ ncclwatch::v1::RankReport Report(uint64_t id, int rank) {
   return r;
 }
 
+// A stand-in aggregator on a free local port (0 if it could not start).
+std::unique_ptr<grpc::Server> ServeIngest(TypedIngest& ingest, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(&ingest);
+  return builder.BuildAndStart();
+}
+
 TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted) {
   TypedIngest ingest;
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&ingest);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = ServeIngest(ingest, &port);
   ASSERT_NE(port, 0);
 
   MetricRegistry metrics;
@@ -127,11 +132,8 @@ TEST(ForwardingTest, ABatchTheAggregatorRefusesIsDroppedCountedAndDoesNotHoldBac
     ncclwatch::MutexLock lock(&ingest.mu);
     ingest.refuse_next = 1;
   }
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&ingest);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = ServeIngest(ingest, &port);
   ASSERT_NE(port, 0);
 
   MetricRegistry metrics;
