@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "google/protobuf/arena.h"
 #include "proto/validate.h"
 
@@ -105,10 +106,12 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   ReportReader(ReportHandler& handler, grpc::ByteBuffer* response)
       : handler_(handler), response_(response) {
     handler_.StreamOpened();
+    HandOff(this);
     StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
+    TakeOver(this);
     if (!ok) {  // the plugin closed its side (or the stream broke)
       bool own_buffer = false;
       grpc::Status status = grpc::SerializationTraits<ncclwatch::v1::StreamSummary>::Serialize(
@@ -130,10 +133,12 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     } else {
       summary_.set_rejected(summary_.rejected() + 1);
     }
+    HandOff(this);
     StartRead(&message_);
   }
 
   void OnDone() override {
+    TakeOver(this);
     handler_.StreamClosed();
     delete this;
   }

@@ -467,6 +467,7 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
             "ingest never waits for a Watch client).")) {
     core_.AddWatcher(this);
     // Tells the client the subscription is live (it can wait for this before acting).
+    HandOff(this);
     StartSendInitialMetadata();
   }
 
@@ -483,10 +484,14 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
       to_write = NextWriteLocked();
     }
     // gRPC may run reactions inline: start operations outside our lock.
-    if (to_write != nullptr) StartWrite(to_write);
+    if (to_write != nullptr) {
+      HandOff(this);
+      StartWrite(to_write);
+    }
   }
 
   void OnWriteDone(bool ok) override {
+    TakeOver(this);
     const ncclwatch::v1::Event* to_write = nullptr;
     bool finish = false;
     {
@@ -499,21 +504,25 @@ class WatchWriter final : public grpc::ServerWriteReactor<ncclwatch::v1::Event>,
         to_write = NextWriteLocked();
       }
     }
+    HandOff(this);
     if (finish) Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
     if (to_write != nullptr) StartWrite(to_write);
   }
 
   void OnCancel() override {
+    TakeOver(this);
     bool finish = false;
     {
       ncclwatch::MutexLock lock(&mu_);
       finish = !finished_;
       finished_ = true;
     }
+    HandOff(this);
     if (finish) Finish(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
+    TakeOver(this);
     core_.RemoveWatcher(this);  // after this returns, Deliver is never called again
     delete this;
   }

@@ -23,6 +23,8 @@
 #endif
 
 #ifdef NCCLWATCH_TSAN
+#include <sanitizer/tsan_interface.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -135,6 +137,18 @@ class Notification {
 };
 
 #endif  // NCCLWATCH_TSAN
+
+// gRPC passes a callback reactor from the thread that made it, or started an operation on it, to
+// the thread that calls it back, through synchronisation TSan cannot see. Reactors mark those
+// hand-offs so that TSan sees them too: HandOff(this) at the end of the constructor and before
+// each Start* call, TakeOver(this) first thing in each On* callback. No-ops outside TSan builds.
+#ifdef NCCLWATCH_TSAN
+inline void HandOff(const void* reactor) { __tsan_release(const_cast<void*>(reactor)); }
+inline void TakeOver(const void* reactor) { __tsan_acquire(const_cast<void*>(reactor)); }
+#else
+inline void HandOff(const void*) {}
+inline void TakeOver(const void*) {}
+#endif
 
 }  // namespace ncclwatch
 
