@@ -3,10 +3,12 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/compaction_filter.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace ncclwatch::aggregator {
@@ -66,6 +68,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   // A new point usually lands right after its series' previous one: the memtable remembers the
   // last insert position per series prefix ('P' + id) and starts there.
   options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(9));
+  // Bounded memory whatever the data on disk: at most two 32 MiB memtables, and one 32 MiB block
+  // cache that also holds the index and filter blocks of every table file (RocksDB otherwise keeps
+  // those outside any limit, growing with the number of files).
+  options.write_buffer_size = 32 << 20;
+  options.max_write_buffer_number = 2;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(32 << 20);
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   if (env != nullptr) options.env = env;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
