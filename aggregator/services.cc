@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/strings/numbers.h"
@@ -14,6 +16,41 @@
 #include "proto/validate.h"
 
 namespace ncclwatch::aggregator {
+
+namespace {
+
+// What an event is about, without its figures: the same finding re-derived by replay has the same
+// identity.
+std::string EventIdentity(const ncclwatch::v1::Event& e) {
+  using ncclwatch::v1::Event;
+  std::string subject;
+  switch (e.kind()) {
+    case Event::STRAGGLER:
+      subject = absl::StrCat(e.straggler().comm_hash(), "/", e.straggler().rank());
+      break;
+    case Event::HANG:
+      subject = absl::StrCat(e.hang().comm_hash(), "/", e.hang().op(), "/", e.hang().seq());
+      break;
+    case Event::RANK_SILENT:
+      subject = absl::StrCat(e.silent().comm_hash(), "/", e.silent().rank().rank());
+      break;
+    case Event::COMM_DEGRADED:
+      subject = absl::StrCat(e.degraded().comm_hash());
+      break;
+    case Event::NODE_NETWORK_SUSPECT:
+      subject = e.suspect().node();
+      break;
+    case Event::NODE_STRAGGLER:
+      subject = absl::StrCat(e.node_straggler().comm_hash(), "/", e.node_straggler().node());
+      break;
+    default:
+      break;
+  }
+  return absl::StrCat(static_cast<int>(e.kind()), "/", static_cast<int>(e.phase()), "/",
+                      EventJobId(e), "/", subject);
+}
+
+}  // namespace
 
 constexpr int kMaxReportsPerBatch = 100000;
 constexpr int64_t kMaxQuerySteps = 11'000;        // as Prometheus's range query limit
@@ -106,17 +143,17 @@ absl::StatusOr<ncclwatch::v1::BatchAck> AggregatorCore::Push(
     return ack;
   }
   batches_stored_->Increment();
-  Analyse(clean, now, /*events_after_ns=*/0);  // live: every event is new
+  Analyse(clean, now, [this](const ncclwatch::v1::Event& e) { Handle(e); });
   return ack;
 }
 
 void AggregatorCore::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-                             int64_t events_after_ns) {
+                             const std::function<void(const ncclwatch::v1::Event&)>& handle) {
   std::vector<SeriesPoint> points;
   for (const auto& report : batch.reports()) {
     reports_ingested_->Increment();
     for (const auto& event : analyzer_.Ingest(report, received_ns, &points)) {
-      if (static_cast<int64_t>(event.time_unix_ns()) > events_after_ns) Handle(event);
+      handle(event);
     }
   }
   // The batch is durable already; a lost point is re-derived from it at the next start-up.
@@ -129,6 +166,24 @@ void AggregatorCore::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t rece
 absl::StatusOr<uint64_t> AggregatorCore::Replay(int64_t since_ns) {
   absl::StatusOr<int64_t> last_event = store_.LastEventTime();
   if (!last_event.ok()) return last_event.status();
+  // Replay re-derives the findings of the replayed window, at slightly different times (its ticks
+  // fall elsewhere between batches), so a time cut alone can let one through twice. The findings
+  // stored from the window are counted by what they are about; a re-derived one that matches is
+  // not stored again. One beyond them (its batch was acknowledged just before a crash, the event
+  // never stored) is new. Before the window, the newest stored event's time is the cut.
+  absl::StatusOr<std::vector<ncclwatch::v1::Event>> stored_events =
+      store_.ListEvents(since_ns, std::numeric_limits<size_t>::max());
+  if (!stored_events.ok()) return stored_events.status();
+  absl::flat_hash_map<std::string, int> stored;
+  for (const auto& e : *stored_events) ++stored[EventIdentity(e)];
+  const auto handle_replayed = [&](const ncclwatch::v1::Event& event) {
+    auto it = stored.find(EventIdentity(event));
+    if (it != stored.end() && it->second > 0) {
+      --it->second;
+      return;
+    }
+    if (static_cast<int64_t>(event.time_unix_ns()) > *last_event) Handle(event);
+  };
   uint64_t batches = 0;
   // The live aggregator ticked its detectors every 250 ms between batches (expiring incomplete
   // collectives, judging hangs); replay ticks them on the batches' own clock, so that it ends in
@@ -143,12 +198,9 @@ absl::StatusOr<uint64_t> AggregatorCore::Replay(int64_t since_ns) {
         // Across a long gap without batches, the last 10 s of ticks say all the earlier would.
         next_tick_ns = std::max(next_tick_ns, received_ns - 40 * kTickNs);
         for (; next_tick_ns <= received_ns; next_tick_ns += kTickNs) {
-          for (const auto& event : analyzer_.Tick(next_tick_ns)) {
-            if (static_cast<int64_t>(event.time_unix_ns()) > *last_event) Handle(event);
-          }
+          for (const auto& event : analyzer_.Tick(next_tick_ns)) handle_replayed(event);
         }
-        // Events up to the newest stored one were stored before the restart.
-        Analyse(batch, received_ns, *last_event);
+        Analyse(batch, received_ns, handle_replayed);
       });
   if (!s.ok()) return s;
   return batches;

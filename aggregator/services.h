@@ -4,6 +4,7 @@
 #ifndef NCCLWATCH_AGGREGATOR_SERVICES_H_
 #define NCCLWATCH_AGGREGATOR_SERVICES_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,10 +69,9 @@ class AggregatorCore {
   // Logs, stores, counts and publishes one detection event.
   void Handle(const ncclwatch::v1::Event& event);
   // Analyses the reports of a stored batch received at `received_ns` and stores their points;
-  // handles the events it causes that are newer than `events_after_ns` (older ones were handled
-  // before a restart).
+  // passes the events it causes to `handle` (live: Handle; replay: the events not stored before).
   void Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-               int64_t events_after_ns);
+               const std::function<void(const ncclwatch::v1::Event&)>& handle);
   void StoreDetectionSeries(int64_t now_ns);
 
   Store& store_;
