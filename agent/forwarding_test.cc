@@ -61,43 +61,53 @@ ncclwatch::v1::RankReport Report(uint64_t id, int rank) {
   return r;
 }
 
-// A stand-in aggregator on a free local port (0 if it could not start).
-std::unique_ptr<grpc::Server> ServeIngest(TypedIngest& ingest, int* port) {
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
-  builder.RegisterService(&ingest);
-  return builder.BuildAndStart();
-}
+// The agent's forwarding path of node "node-7" (report handler and forwarder, agent id
+// "node-7-test") pushing to a stand-in aggregator on a free local port.
+class ForwardingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&ingest_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    ForwarderOptions options;
+    options.aggregator = "127.0.0.1:" + std::to_string(port);
+    options.agent_id = "node-7-test";
+    options.node = "node-7";
+    forwarder_ = std::make_unique<Forwarder>(options, metrics_);
+    handler_ = std::make_unique<ReportHandler>("node-7", std::vector<Forwarder*>{forwarder_.get()},
+                                               metrics_);
+  }
+  void TearDown() override {
+    if (forwarder_ != nullptr) forwarder_->Stop();
+    if (server_ != nullptr) server_->Shutdown();
+  }
 
-TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted) {
-  TypedIngest ingest;
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = ServeIngest(ingest, &port);
-  ASSERT_NE(port, 0);
+  TypedIngest ingest_;
+  std::unique_ptr<grpc::Server> server_;
+  MetricRegistry metrics_;
+  std::unique_ptr<Forwarder> forwarder_;
+  std::unique_ptr<ReportHandler> handler_;
+};
 
-  MetricRegistry metrics;
-  ForwarderOptions options;
-  options.aggregator = "127.0.0.1:" + std::to_string(port);
-  options.agent_id = "node-7-test";
-  options.node = "node-7";
-  Forwarder forwarder(options, metrics);
-  ReportHandler handler("node-7", {&forwarder}, metrics);
-  forwarder.Start();
-
+TEST_F(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted) {
+  forwarder_->Start();
   std::vector<ncclwatch::v1::RankReport> sent;
   for (int i = 0; i < 5; ++i) {
     sent.push_back(Report(100 + i, i));
-    EXPECT_TRUE(handler.Handle(sent.back().SerializeAsString()));
+    EXPECT_TRUE(handler_->Handle(sent.back().SerializeAsString()));
   }
-  EXPECT_FALSE(handler.Handle("\xff\xff\xff not a report"));
+  EXPECT_FALSE(handler_->Handle("\xff\xff\xff not a report"));
   ncclwatch::v1::RankReport bad_rank = Report(200, 9);  // rank >= nranks
-  EXPECT_FALSE(handler.Handle(bad_rank.SerializeAsString()));
-  ASSERT_TRUE(forwarder.Flush(absl::Seconds(10)));
+  EXPECT_FALSE(handler_->Handle(bad_rank.SerializeAsString()));
+  ASSERT_TRUE(forwarder_->Flush(absl::Seconds(10)));
 
   std::vector<ncclwatch::v1::RankReport> received;
   {
-    ncclwatch::MutexLock lock(&ingest.mu);
-    for (const auto& batch : ingest.batches) {
+    ncclwatch::MutexLock lock(&ingest_.mu);
+    for (const auto& batch : ingest_.batches) {
       EXPECT_EQ(batch.agent_id(), "node-7-test");
       EXPECT_EQ(batch.node(), "node-7");
       EXPECT_GT(batch.sent_unix_ns(), 0u);
@@ -112,7 +122,7 @@ TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted)
         << received[i].DebugString() << "\nvs\n"
         << expected.DebugString();
   }
-  const std::string text = metrics.Render();
+  const std::string text = metrics_.Render();
   EXPECT_NE(text.find("ncclwatch_agent_reports_rejected_total{reason=\"malformed\"} 1"),
             std::string::npos)
       << text;
@@ -120,45 +130,30 @@ TEST(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted)
             std::string::npos)
       << text;
   EXPECT_NE(text.find("ncclwatch_agent_reports_forwarded_total 5"), std::string::npos) << text;
-  forwarder.Stop();
-  server->Shutdown();
 }
 
 // A batch the aggregator refuses for good (INVALID_ARGUMENT, or RESOURCE_EXHAUSTED for one over
 // its size limit) must not be retried forever ahead of every later batch.
-TEST(ForwardingTest, ABatchTheAggregatorRefusesIsDroppedCountedAndDoesNotHoldBackTheNext) {
-  TypedIngest ingest;
+TEST_F(ForwardingTest, ABatchTheAggregatorRefusesIsDroppedCountedAndDoesNotHoldBackTheNext) {
   {
-    ncclwatch::MutexLock lock(&ingest.mu);
-    ingest.refuse_next = 1;
+    ncclwatch::MutexLock lock(&ingest_.mu);
+    ingest_.refuse_next = 1;
   }
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = ServeIngest(ingest, &port);
-  ASSERT_NE(port, 0);
-
-  MetricRegistry metrics;
-  ForwarderOptions options;
-  options.aggregator = "127.0.0.1:" + std::to_string(port);
-  options.agent_id = "node-7-test";
-  Forwarder forwarder(options, metrics);
-  ReportHandler handler("node-7", {&forwarder}, metrics);
-  forwarder.Start();
-  ASSERT_TRUE(handler.Handle(Report(1, 0).SerializeAsString()));
-  ASSERT_TRUE(forwarder.Flush(absl::Seconds(10))) << "the refused batch must leave the outbox";
-  ASSERT_TRUE(handler.Handle(Report(2, 1).SerializeAsString()));
-  ASSERT_TRUE(forwarder.Flush(absl::Seconds(10)));
+  forwarder_->Start();
+  ASSERT_TRUE(handler_->Handle(Report(1, 0).SerializeAsString()));
+  ASSERT_TRUE(forwarder_->Flush(absl::Seconds(10))) << "the refused batch must leave the outbox";
+  ASSERT_TRUE(handler_->Handle(Report(2, 1).SerializeAsString()));
+  ASSERT_TRUE(forwarder_->Flush(absl::Seconds(10)));
   {
-    ncclwatch::MutexLock lock(&ingest.mu);
-    ASSERT_EQ(ingest.batches.size(), 1u);
-    EXPECT_EQ(ingest.batches[0].batch_seq(), 2u);
-    ASSERT_EQ(ingest.batches[0].reports_size(), 1);
-    EXPECT_EQ(ingest.batches[0].reports(0).report_id(), 2u);
+    ncclwatch::MutexLock lock(&ingest_.mu);
+    ASSERT_EQ(ingest_.batches.size(), 1u);
+    EXPECT_EQ(ingest_.batches[0].batch_seq(), 2u);
+    ASSERT_EQ(ingest_.batches[0].reports_size(), 1);
+    EXPECT_EQ(ingest_.batches[0].reports(0).report_id(), 2u);
   }
-  const std::string text = metrics.Render();
+  const std::string text = metrics_.Render();
   EXPECT_NE(text.find("ncclwatch_agent_batches_refused_total 1"), std::string::npos) << text;
   EXPECT_NE(text.find("ncclwatch_agent_push_failures_total 0"), std::string::npos) << text;
-  forwarder.Stop();
-  server->Shutdown();
 }
 
 TEST(NodeInspectorSeriesTest, LatestStatsOfEachLiveRankWithTheAggregatorsLabels) {

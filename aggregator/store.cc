@@ -47,7 +47,8 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
       case StoreKey::Kind::kEvent:
         return static_cast<int64_t>(decoded->time) < cutoff;
       case StoreKey::Kind::kPoint:
-        return static_cast<int64_t>(decoded->time) < cutoff / 1'000'000;
+        // time_ms * 1e6 < cutoff, without overflowing for any time.
+        return decoded->time < static_cast<uint64_t>((cutoff + 999'999) / 1'000'000);
       default:
         return false;
     }
@@ -137,7 +138,8 @@ absl::Status Store::ReplayBatches(
     const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
     int64_t until_ns) const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek("L" + EncodeBe64(static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))));
+  for (it->Seek(EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
+                                 .time = static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))}));
        it->Valid() && it->key().starts_with("L"); it->Next()) {
     absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
     if (!key.ok()) return absl::DataLossError(absl::StrCat("batch log: ", key.status().message()));
@@ -172,7 +174,8 @@ absl::StatusOr<std::vector<ncclwatch::v1::Event>> Store::ListEvents(int64_t sinc
                                                                     size_t limit) const {
   std::vector<ncclwatch::v1::Event> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek("E" + EncodeBe64(static_cast<uint64_t>(since_unix_ns)));
+  for (it->Seek(EncodeStoreKey(
+           {.kind = StoreKey::Kind::kEvent, .time = static_cast<uint64_t>(since_unix_ns)}));
        it->Valid() && it->key().starts_with("E") && out.size() < limit; it->Next()) {
     ncclwatch::v1::Event e;
     if (e.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
@@ -205,20 +208,15 @@ absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
     ncclwatch::MutexLock lock(&series_mu_);
     for (const SeriesPoint& p : points) {
       identity.clear();
-      identity += p.name;
-      for (const auto& [k, v] : p.labels) {
-        identity += '\0';
-        identity += k;
-        identity += '\0';
-        identity += v;
-      }
+      AppendSeriesIdentity(p.name, p.labels, &identity);
       auto it = series_ids_.find(identity);
       if (it == series_ids_.end()) {
         const uint64_t id = series_.size() + 1;
         it = series_ids_.emplace(identity, id).first;
         series_.push_back({id, p.name, p.labels});
-        write.Put(absl::StrCat("N", identity), EncodeBe64(id));
-        write.Put(absl::StrCat("S", EncodeBe64(id)), identity);
+        write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesByIdentity, .text = identity}),
+                  EncodeBe64(id));
+        write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesById, .id = id}), identity);
       }
       PutBe64(key + 1, it->second);
       PutBe64(key + 9, static_cast<uint64_t>(p.time_ms));

@@ -113,14 +113,19 @@ absl::StatusOr<StoreKey> DecodeStoreKey(std::string_view key) {
   }
 }
 
-std::string SeriesIdentity(const std::string& name, const LabelPairs& labels) {
-  std::string out = name;
+void AppendSeriesIdentity(const std::string& name, const LabelPairs& labels, std::string* out) {
+  *out += name;
   for (const auto& [k, v] : labels) {
-    out += '\0';
-    out += k;
-    out += '\0';
-    out += v;
+    *out += '\0';
+    *out += k;
+    *out += '\0';
+    *out += v;
   }
+}
+
+std::string SeriesIdentity(const std::string& name, const LabelPairs& labels) {
+  std::string out;
+  AppendSeriesIdentity(name, labels, &out);
   return out;
 }
 

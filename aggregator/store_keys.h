@@ -41,6 +41,8 @@ absl::StatusOr<StoreKey> DecodeStoreKey(std::string_view key);
 
 // The identity of a series in the index: name, then label names and values, '\0'-separated.
 std::string SeriesIdentity(const std::string& name, const LabelPairs& labels);
+// The same, appended to `out` (reusing its buffer on a hot path).
+void AppendSeriesIdentity(const std::string& name, const LabelPairs& labels, std::string* out);
 // Splits an identity back into name and labels; false if it is malformed (an even number of
 // '\0'-separated parts: a label without a value).
 bool ParseSeriesIdentity(std::string_view identity, std::string* name, LabelPairs* labels);

@@ -58,7 +58,6 @@ class ABSL_LOCKABLE Mutex {
   }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { Lock(); }
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { Unlock(); }
-  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
   void Await(const absl::Condition& cond) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     AwaitWithDeadline(cond, absl::InfiniteFuture());

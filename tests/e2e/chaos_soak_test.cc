@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "aggregator/store.h"
 #include "gtest/gtest.h"
@@ -49,11 +50,13 @@ double RssMiB(int pid) {
   return -1;
 }
 
-uint64_t BatchesStored(Pipeline& p) {
+// The new batches the running aggregator has stored (and so acknowledged) since it started.
+absl::StatusOr<uint64_t> BatchesStored(Pipeline& p) {
   grpc::ClientContext ctx;
   ncclwatch::v1::Stats stats;
   grpc::Status s = p.query().GetStats(&ctx, {}, &stats);
-  return s.ok() ? stats.batches_stored() : 0;
+  if (!s.ok()) return absl::UnavailableError("GetStats: " + s.error_message());
+  return stats.batches_stored();
 }
 
 TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
@@ -109,7 +112,9 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
     if (hit_aggregator) {
       // Each aggregator life counts the new batches it stored (and so acknowledged); read just
       // before the crash, it is a lower bound of what that life acknowledged.
-      acked_before_crash_checked += BatchesStored(p);
+      const absl::StatusOr<uint64_t> acked = BatchesStored(p);
+      ASSERT_TRUE(acked.ok()) << acked.status();
+      acked_before_crash_checked += *acked;
       ASSERT_TRUE(p.RestartAggregator(signal)) << p.error() << p.Logs();
       (signal == SIGKILL ? aggregator_kills : aggregator_terms)++;
       aggregator_life_start = elapsed();
@@ -158,7 +163,9 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   }
 
   ASSERT_TRUE(p.StopAgents()) << p.Logs();  // each forwards what it holds, then exits 0
-  const uint64_t acked_total = acked_before_crash_checked + BatchesStored(p);
+  const absl::StatusOr<uint64_t> acked_last_life = BatchesStored(p);
+  ASSERT_TRUE(acked_last_life.ok()) << acked_last_life.status();
+  const uint64_t acked_total = acked_before_crash_checked + *acked_last_life;
   ASSERT_TRUE(p.StopAggregator()) << p.error();
 
   auto store = aggregator::Store::Open(p.dir() + "/db");
