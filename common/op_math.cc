@@ -24,7 +24,7 @@ size_t DatatypeSize(std::string_view datatype) {
 
 uint64_t MessageBytes(std::string_view datatype, uint64_t count) {
   size_t size = DatatypeSize(datatype);
-  // "Unknown" is how NCCL spells ncclUint8 (ABI notes §3.5): one byte per element.
+  // "Unknown" is how NCCL spells ncclUint8 (docs/nccl-profiler-abi.md §4.2): one byte per element.
   if (size == 0) size = 1;
   return count * size;
 }

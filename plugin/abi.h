@@ -1,9 +1,10 @@
 // Our own declarations of the NCCL profiler plugin interface, versions 4, 5 and 6.
 //
-// Written from ../shared/nccl-profiler-abi.md (field order, types, numeric values), not copied from
-// NCCL. Every layout that NCCL relies on is pinned by the static_asserts at the bottom of this file,
-// against the x86-64 offsets listed in §3.4 of those notes. Used by the plugin and by the simulated
-// NCCL host in tests/simjob, which therefore speak exactly the same binary interface.
+// Written from the interface as docs/nccl-profiler-abi.md describes it (field order, types,
+// numeric values), not copied from NCCL. Every layout that NCCL relies on is pinned by the
+// static_asserts at the bottom of this file, against the x86-64 sizes and offsets listed in §5 of
+// that document; the other § numbers in this file refer to it too. Used by the plugin and by the
+// simulated NCCL host in tests/simjob, which therefore speak exactly the same binary interface.
 //
 // Naming: NCCL's C names are deliberately not reused; everything lives in ncclwatch::abi.
 #ifndef NCCLWATCH_PLUGIN_ABI_H_
@@ -44,7 +45,7 @@ inline constexpr unsigned long kLogSubsysProfile = 0x4000;
 using Logger = void (*)(LogLevel level, unsigned long flags, const char* file, int line,
                         const char* fmt, ...);
 
-// Event-type bits, used both in EventDescr*::type and in the activation mask (§4.1).
+// Event-type bits, used both in EventDescr*::type and in the activation mask (§6.1).
 enum EventType : uint64_t {
   kGroup = 1u << 0,
   kColl = 1u << 1,
@@ -63,7 +64,7 @@ enum EventType : uint64_t {
   kCeBatch = 1u << 14,   // v6
 };
 
-// ncclProfilerEventState_t: a plain 4-byte C enum (§4.2). Only the values we act on are named.
+// ncclProfilerEventState_t: a plain 4-byte C enum (§7.1). Only the values we act on are named.
 enum EventState : int {
   kProxyStepSendGpuWait = 8,
   kProxyStepSendWait = 9,
@@ -90,7 +91,7 @@ enum EventState : int {
   kCeBatchComplete = 30,
 };
 
-// State arguments (v4, v5 and v6 share this 8-byte union, §4.3).
+// State arguments (v4, v5 and v6 share this 8-byte union, §7.2).
 union StateArgs {
   struct {
     size_t trans_size;
@@ -109,7 +110,7 @@ union StateArgs {
 // ---- union members shared by v4, v5 and v6 ----------------------------------------------------
 
 struct ProxyOpDescr {
-  pid_t pid;  // process that created the op; under PXN this is another process (§6.7)
+  pid_t pid;  // process that created the op; under PXN this is another process (§10.2)
   uint8_t channel_id;
   int peer;
   int n_steps;
@@ -313,7 +314,7 @@ struct ProfilerV6 {
   Result (*finalize)(void* context);
 };
 
-// v4's init has commName before commHash (§2.4).
+// v4's init has commName before commHash (§3.4).
 struct ProfilerV4 {
   const char* name;
   Result (*init)(void** context, int* activation_mask, const char* comm_name, uint64_t comm_hash,
@@ -324,7 +325,7 @@ struct ProfilerV4 {
   Result (*finalize)(void* context);
 };
 
-// ---- layout pins (x86-64 LP64, §3.4) -----------------------------------------------------------
+// ---- layout pins (x86-64 LP64, §5) -------------------------------------------------------------
 
 static_assert(sizeof(Result) == 4 && sizeof(EventState) == 4);
 static_assert(sizeof(StateArgs) == 8);

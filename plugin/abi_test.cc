@@ -3,7 +3,8 @@
 // protobuf or gRPC code of its own, like a training process that has none.
 //
 // The descriptor layouts themselves are pinned at compile time by the static_asserts in abi.h
-// (ABI notes §3.4); this file includes it, so a layout change fails this test's build.
+// (docs/nccl-profiler-abi.md §5); this file includes it, so a layout change fails this test's
+// build. The other § numbers in this file refer to that document too.
 #include "plugin/abi.h"
 #include "plugin/abi_testing.h"
 
@@ -113,7 +114,7 @@ TEST_F(PluginLoadTest, V4InitTakesItsOwnArgumentOrder) {
   EXPECT_EQ(v4->finalize(ctx), kSuccess);
 }
 
-// ncclCommInitAll and grouped splits call init concurrently from NCCL-created threads (§2.2).
+// ncclCommInitAll and grouped splits call init concurrently from NCCL-created threads (§3.2).
 TEST_F(PluginLoadTest, ConcurrentInitGivesEveryCommunicatorItsOwnContext) {
   ASSERT_NE(handle_, nullptr) << dlerror();
   auto* v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
@@ -135,7 +136,7 @@ TEST_F(PluginLoadTest, ConcurrentInitGivesEveryCommunicatorItsOwnContext) {
   for (void* ctx : contexts) EXPECT_EQ(v5->finalize(ctx), kSuccess);
 }
 
-// The last finalize makes NCCL dlclose the library; a later communicator loads it again (§1.1).
+// The last finalize makes NCCL dlclose the library; a later communicator loads it again (§2.3).
 TEST_F(PluginLoadTest, WorksAgainAfterDestroyDlcloseAndReload) {
   ASSERT_NE(handle_, nullptr) << dlerror();
   auto* v5 = static_cast<ProfilerV5*>(dlsym(handle_, "ncclProfiler_v5"));
@@ -160,8 +161,8 @@ TEST_F(PluginLoadTest, WorksAgainAfterDestroyDlcloseAndReload) {
 }
 
 // Events the plugin does not ask for may still arrive; under PXN a ProxyOp's context and parent
-// point into another process (§6.7), so nothing may be dereferenced. A one-rank communicator
-// (§6.5) gets a context but no events; v6 copy-engine events are accepted without a handle.
+// point into another process (§10.2), so nothing may be dereferenced. A one-rank communicator
+// (§10.1) gets a context but no events; v6 copy-engine events are accepted without a handle.
 TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
   ASSERT_NE(handle_, nullptr) << dlerror();
   auto* v6 = static_cast<ProfilerV6*>(dlsym(handle_, "ncclProfiler_v6"));

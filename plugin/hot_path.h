@@ -3,12 +3,12 @@
 //
 // Thread safety / invariants (read before changing anything here):
 // - Callbacks arrive concurrently from the user thread, NCCL's launch threads, CUDA host-callback
-//   threads and the proxy thread (ABI notes §6.1). Nothing here takes a lock, allocates, logs or
-//   makes a system call; a full pool or ring drops the event and counts it.
+//   threads and the proxy thread (docs/nccl-profiler-abi.md §8). Nothing here takes a lock,
+//   allocates, logs or makes a system call; a full pool or ring drops the event and counts it.
 // - An OpSlot is owned by reference counts: +1 for the Coll/P2p event itself (released at its
 //   stopEvent, which means "enqueued") and +1 for the kernel as a whole while n_channels > 0
 //   (released when the last of its n_channels channels stops). KernelCh children start after the
-//   parent stopped (§2.2), so the kernel reference is what keeps the slot alive for them. A channel
+//   parent stopped (§3.5), so the kernel reference is what keeps the slot alive for them. A channel
 //   beyond n_channels, or a channel id seen twice, is refused at its start, so every accepted
 //   channel runs while the kernel reference is held. refs == 0 means the slot is free.
 // - Per channel the hot path does two atomic read-modify-writes: fetch_or on `channel_mask` at
@@ -54,7 +54,8 @@ struct alignas(64) OpSlot {
   // Identity, written once after the claim.
   std::atomic<uint32_t> generation{0};    // version at the claim: tells this op's channels apart
   std::atomic<CommState*> comm{nullptr};
-  std::atomic<const char*> func{nullptr};   // NCCL's static strings (ABI notes §3.1)
+  // The next four are NCCL's static strings, kept as pointers (docs/nccl-profiler-abi.md §4.1).
+  std::atomic<const char*> func{nullptr};
   std::atomic<const char*> algo{nullptr};
   std::atomic<const char*> proto{nullptr};
   std::atomic<const char*> datatype{nullptr};

@@ -1,6 +1,6 @@
 // The real plugin, loaded through the simulated NCCL host (tests/simjob/profiler_host.h) the way
-// NCCL loads it, driven through each ABI version (v4, v5, v6) into every situation of the ABI
-// notes §2–§6 that a production plugin meets:
+// NCCL loads it, driven through each ABI version (v4, v5, v6) into every situation of
+// docs/nccl-profiler-abi.md §2–§10 that a production plugin meets:
 //
 //   concurrent init; user, launch, host-callback and proxy threads calling at once; KernelCh
 //   children that start after their parent stopped; NULL context and NULL eStateArgs; PXN proxy
@@ -354,8 +354,8 @@ TEST_P(ScenarioTest, NullContextAndNullStateArgs) {
 }
 
 // Under PXN another process's proxy thread emits ProxyOp/ProxyStep/NetPlugin events whose context
-// and parentObj point into the originating process (ABI notes §6.7). A KernelCh whose parent is
-// not one of our operations is refused without being read.
+// and parentObj point into the originating process (docs/nccl-profiler-abi.md §10.2). A KernelCh
+// whose parent is not one of our operations is refused without being read.
 TEST_P(ScenarioTest, PxnEventsFromAnotherProcessAreNeverDereferenced) {
   Nccl nccl(GetParam());
   ASSERT_TRUE(nccl.ok());
@@ -385,7 +385,8 @@ TEST_P(ScenarioTest, PxnEventsFromAnotherProcessAreNeverDereferenced) {
 }
 
 // A captured graph emits its API events once, with graphCaptured set; each replay then fires the
-// Group, Coll and KernelCh events from a CUDA host-callback thread (ABI notes §6.8).
+// Group, Coll and KernelCh events from a CUDA host-callback thread
+// (docs/nccl-profiler-abi.md §8.2).
 TEST_P(ScenarioTest, GraphCapturedCollectivesAreRecordedOnEveryReplay) {
   Nccl nccl(GetParam());
   ASSERT_TRUE(nccl.ok());
@@ -404,7 +405,7 @@ TEST_P(ScenarioTest, GraphCapturedCollectivesAreRecordedOnEveryReplay) {
 }
 
 // NCCL emits no collective events on a one-rank communicator, but Send/Recv to self go through
-// the p2p path (ABI notes §6.5).
+// the p2p path (docs/nccl-profiler-abi.md §10.1).
 TEST_P(ScenarioTest, OneRankCommunicatorRecordsSendRecvToSelf) {
   Nccl nccl(GetParam());
   ASSERT_TRUE(nccl.ok());
@@ -422,8 +423,8 @@ TEST_P(ScenarioTest, OneRankCommunicatorRecordsSendRecvToSelf) {
   EXPECT_EQ(t.count["Recv>0"], 10u);
 }
 
-// Split and shrink children are ordinary new communicators to the plugin (ABI notes §6.3); they
-// may outlive their parent, and the parent's operations in flight outlive its finalize.
+// Split and shrink children are ordinary new communicators to the plugin (docs/nccl-profiler-abi.md
+// §9.2); they may outlive their parent, and the parent's operations in flight outlive its finalize.
 TEST_P(ScenarioTest, SplitAndShrinkChildrenOutliveTheirParent) {
   Nccl nccl(GetParam());
   ASSERT_TRUE(nccl.ok());
@@ -451,8 +452,8 @@ TEST_P(ScenarioTest, SplitAndShrinkChildrenOutliveTheirParent) {
   EXPECT_EQ(shrink.nranks, 7);
 }
 
-// After the last communicator NCCL dlcloses the plugin and reloads it for the next one (ABI notes
-// §1.1); the same communicator hash may come back.
+// After the last communicator NCCL dlcloses the plugin and reloads it for the next one
+// (docs/nccl-profiler-abi.md §2.3); the same communicator hash may come back.
 TEST_P(ScenarioTest, DestroyDlcloseReloadAndReinit) {
   for (int round = 1; round <= 3; ++round) {
     Nccl nccl(GetParam());

@@ -21,7 +21,7 @@
 namespace ncclwatch::simjob {
 
 // Whether NCCL emits events of `type` under activation `mask`: an event is emitted when its own bit
-// or the bit of one of its descendants is set (ABI notes §4.1).
+// or the bit of one of its descendants is set (docs/nccl-profiler-abi.md §6.2).
 bool EventEnabled(uint64_t type, int mask);
 
 class ProfilerHost {

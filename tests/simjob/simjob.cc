@@ -236,7 +236,8 @@ struct Task {
   size_t count;          // NCCL's task count (bytes for AllGather)
   const char* datatype;  // the task's datatype (ncclInt8 for AllGather)
   int peer;              // p2p only
-  int seq_slot;          // collectives: NCCL's seqNumber slot (ABI notes §6.4); -1 for p2p
+  int seq_slot;          // collectives: NCCL's seqNumber slot (docs/nccl-profiler-abi.md §9.3);
+                         // -1 for p2p
 };
 
 constexpr const char* kFloat32 = "ncclFloat32";
@@ -267,7 +268,7 @@ struct RankReport {
   int64_t max_lag_ns = 0;  // how far behind the schedule the user thread ever ran
 };
 
-// The process-global activation mask NCCL hands to every init (ABI notes §2.2).
+// The process-global activation mask NCCL hands to every init (docs/nccl-profiler-abi.md §3.3).
 int g_activation_mask = 0;
 
 class RankDriver {
@@ -321,7 +322,8 @@ class RankDriver {
 
   void FinalizeCommunicators() {
     for (Comm& comm : comms_) {
-      // NCCL calls finalize only for communicators whose context is non-null (ABI notes §2.2).
+      // NCCL calls finalize only for communicators whose context is non-null
+      // (docs/nccl-profiler-abi.md §3.6).
       if (comm.profiled && comm.context != nullptr) host_->Finalize(comm.context);
     }
     report_.events = host_->events_started();
@@ -379,7 +381,7 @@ class RankDriver {
         return {{false, "AllReduce", count, count, kFloat32, 0, kSeqAllReduce}};
       }
       case OpKind::kAllGather: {
-        // NCCL reports AllGather in bytes of ncclInt8 (ABI notes §3.1).
+        // NCCL reports AllGather in bytes of ncclInt8 (docs/nccl-profiler-abi.md §4.3).
         const size_t per_rank = spec.bytes / n;
         return {
             {false, "AllGather", per_rank / kFloat32Size, per_rank, "ncclInt8", 0, kSeqAllGather}};
@@ -457,8 +459,8 @@ class RankDriver {
     return d;
   }
 
-  // Emits the user-thread side of one group launch (ABI notes §4.2, §4.4) and returns the task
-  // handles (the KernelCh parents).
+  // Emits the user-thread side of one group launch (docs/nccl-profiler-abi.md §7.4) and returns the
+  // task handles (the KernelCh parents).
   std::vector<void*> EmitGroup(Comm& comm, const std::vector<Task>& tasks, int mask) {
     const int depth = tasks.size() > 1 ? 2 : 1;  // >1 task: the user called ncclGroupStart
     void* group_api = nullptr;

@@ -1,11 +1,11 @@
 // libnccl-profiler-simtrace.so: a test profiler plugin that checks the host's side of the ABI.
 //
-// It records every callback and checks the invariants that a real NCCL host keeps (ABI notes §2,
-// §4, §6): parents are handles this plugin returned, of the right type; KernelCh only under a
-// Coll/P2p; every start gets exactly one stop, none after it; GroupApi gets state 23 then 24;
-// KernelCh gets KernelChStop with a non-null argument before its stop; seqNumbers per
-// (communicator, func) count 0, 1, 2, ... without gaps; only event types that the activation mask
-// enables are emitted.
+// It records every callback and checks the invariants that a real NCCL host keeps
+// (docs/nccl-profiler-abi.md §3, §6, §7, §9): parents are handles this plugin returned, of the
+// right type; KernelCh only under a Coll/P2p; every start gets exactly one stop, none after it;
+// GroupApi gets state 23 then 24; KernelCh gets KernelChStop with a non-null argument before its
+// stop; seqNumbers per (communicator, func) count 0, 1, 2, ... without gaps; only event types that
+// the activation mask enables are emitted.
 //
 // When the last communicator is finalized (or at unload/exit if that never happens) it appends one
 // line to the file named by $SIMJOB_TRACE_OUT (stderr if unset):
@@ -182,7 +182,8 @@ class Tracer {
     return it == comms_.end() ? nullptr : it->second.get();
   }
 
-  // The host-side gating rule (ABI notes §4.1), written as "which bits enable this type".
+  // The host-side gating rule (docs/nccl-profiler-abi.md §6.2), written as "which bits enable this
+  // type".
   bool Enabled(uint64_t type) const {
     constexpr uint64_t kBelowTask =
         abi::kProxyOp | abi::kProxyStep | abi::kKernelCh | abi::kNetPlugin;
