@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "common/op_math.h"
-
 namespace ncclwatch::plugin {
 namespace {
 
@@ -14,12 +12,12 @@ const char* OrUnknown(const char* s) { return s != nullptr ? s : "Unknown"; }
 }  // namespace
 
 Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
-                 ReportSink& sink, OfflineDump* dump)
+                 ReportSink& sink)
     : config_(config),
       recorder_(recorder),
       identity_(std::move(identity)),
       sink_(sink),
-      dump_(dump) {}
+      deliver_operations_(sink.wants_operations()) {}
 
 Flusher::~Flusher() {
   Stop();
@@ -68,14 +66,11 @@ void Flusher::DrainLocked(CommState* comm) {
   }
   Completion c;
   const CommIdentity& id = comm->identity();
-  const uint64_t now_us = dump_ != nullptr ? RealtimeNs() / 1000 : 0;
+  // One clock read per drain, and only for a sink that looks at operations.
+  const int64_t drained_unix_ns = deliver_operations_ ? RealtimeNs() : 0;
   while (comm->ring().Pop(&c)) {
     acc->Add(c, id.nranks);
-    if (dump_ != nullptr && c.timed) {  // Inspector's records all carry an execution time
-      uint64_t sn = c.p2p ? ++p2p_sn_[comm] : 0;
-      dump_->AppendOperation(id, c, MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count),
-                             sn, now_us);
-    }
+    if (deliver_operations_) sink_.OnOperation(*comm, c, drained_unix_ns);
   }
 }
 
@@ -145,11 +140,9 @@ void Flusher::RunOnce(bool report) {
   recorder_.ListInFlight(&in_flight);
   int64_t now = RealtimeNs();
   for (CommState* comm : comms) {
-    ncclwatch::v1::RankReport report = BuildLocked(comm, in_flight, now, false);
-    if (dump_ != nullptr) dump_->UpdateMetrics(report);
-    sink_.Submit(std::move(report));
+    sink_.Submit(BuildLocked(comm, in_flight, now, false));
   }
-  if (dump_ != nullptr) dump_->Flush();
+  sink_.OnRoundEnd();
   ReapZombiesLocked();
 }
 
@@ -162,11 +155,7 @@ void Flusher::FinalizeComm(CommState* comm) {
   sink_.Submit(BuildLocked(comm, in_flight, RealtimeNs(), true));
   accumulators_.erase(comm);
   interval_start_.erase(comm);
-  p2p_sn_.erase(comm);
-  if (dump_ != nullptr) {
-    dump_->ForgetCommunicator(comm->identity().comm_hash, comm->identity().rank);
-    dump_->Flush();
-  }
+  sink_.OnCommunicatorFinalized(*comm);
   zombies_.push_back(comm);
   ReapZombiesLocked();
 }

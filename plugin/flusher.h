@@ -1,6 +1,7 @@
 // Off the hot path: drains the completion rings, compacts them per flush interval into one
 // RankReport per communicator (format: docs/wire-format.md; compaction and sampling: compactor.h)
-// and hands the reports to a ReportSink.
+// and hands the reports to one ReportSink, whose optional hooks also see each drained operation,
+// the end of each reporting round and each finalized communicator (report_sink.h).
 #ifndef NCCLWATCH_PLUGIN_FLUSHER_H_
 #define NCCLWATCH_PLUGIN_FLUSHER_H_
 
@@ -16,7 +17,6 @@
 
 #include "ncclwatch/v1/report.pb.h"
 #include "plugin/compactor.h"
-#include "plugin/offline_dump.h"
 #include "plugin/plugin_config.h"
 #include "plugin/recorder.h"
 #include "plugin/report_sink.h"
@@ -33,20 +33,21 @@ struct ProcessIdentity {
 
 class Flusher {
  public:
-  // `dump` (optional, not owned) also receives every operation and report (NCCLWATCH_DUMP_DIR).
+  // `recorder` and `sink` are not owned and must outlive the flusher. Every call into `sink` is
+  // made under the flusher's lock; OnOperation only if sink.wants_operations(), asked here once.
   Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
-          ReportSink& sink, OfflineDump* dump = nullptr);
+          ReportSink& sink);
   ~Flusher();  // stops the thread, frees finalized communicators
 
   // Starts the background thread: drains every 50 ms, reports every flush interval.
   void Start();
   void Stop();
 
-  // One drain of every ring (and, when `report` is true, one report per communicator).
-  // Thread-safe; the background thread calls it, tests may call it directly.
+  // One drain of every ring (and, when `report` is true, one report per communicator, then
+  // sink.OnRoundEnd()). Thread-safe; the background thread calls it, tests may call it directly.
   void RunOnce(bool report);
-  // Sends the communicator's last report, unregisters it and frees it once no in-flight
-  // operation refers to it. Called from NCCL's finalize.
+  // Sends the communicator's last report (then sink.OnCommunicatorFinalized), unregisters it and
+  // frees it once no in-flight operation refers to it. Called from NCCL's finalize.
   void FinalizeComm(CommState* comm);
   // FinalizeComm for every communicator still registered (process exit).
   void FinalizeAll();
@@ -62,14 +63,13 @@ class Flusher {
   Recorder& recorder_;
   const ProcessIdentity identity_;
   ReportSink& sink_;
-  OfflineDump* const dump_;
+  const bool deliver_operations_;  // sink_.wants_operations(), asked once
 
   // std::mutex: visible to ThreadSanitizer (see recorder.h).
   std::mutex mu_;  // guards the four members below
   std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_;
   std::map<CommState*, int64_t> interval_start_;
-  std::vector<CommState*> zombies_;        // finalized, still referenced
-  std::map<CommState*, uint64_t> p2p_sn_;  // offline mode: p2p operations numbered per comm
+  std::vector<CommState*> zombies_;  // finalized, still referenced
   uint64_t next_report_counter_ = 0;
 
   std::mutex stop_mu_;

@@ -17,6 +17,7 @@
 
 #include "common/config.h"
 #include "plugin/agent_client.h"
+#include "plugin/composite_sink.h"
 #include "plugin/flusher.h"
 #include "plugin/gpu_uuid.h"
 #include "plugin/offline_dump.h"
@@ -75,7 +76,7 @@ class Lifecycle {
     flusher_->Stop();
     // Final reports: the aggregator then knows these ranks ended, rather than went silent.
     flusher_->FinalizeAll();
-    sink_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
+    agent_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
   }
 
  private:
@@ -124,8 +125,14 @@ class Lifecycle {
       }
     }
     recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
-    sink_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
-    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_, dump_.get());
+    agent_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
+    sink_ = agent_.get();
+    if (dump_) {
+      // The dump first: the last sink of a composite takes each report, the others a copy.
+      composite_ = std::make_unique<CompositeSink>(std::vector<ReportSink*>{dump_.get(), sink_});
+      sink_ = composite_.get();
+    }
+    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_);
     flusher_->Start();
     internal::g_recorder.store(recorder_.get(), std::memory_order_release);
   }
@@ -161,8 +168,10 @@ class Lifecycle {
   PluginConfig config_;
   std::vector<std::string> gpu_uuids_;  // by CUDA ordinal, from the environment at Start
   std::unique_ptr<Recorder> recorder_;
-  std::unique_ptr<AgentClient> sink_;
-  std::unique_ptr<OfflineDump> dump_;
+  std::unique_ptr<AgentClient> agent_;
+  std::unique_ptr<OfflineDump> dump_;         // offline mode only
+  std::unique_ptr<CompositeSink> composite_;  // offline mode only: dump_ beside agent_
+  ReportSink* sink_ = nullptr;                // the flusher's: composite_, else agent_
   std::unique_ptr<Flusher> flusher_;
 };
 
