@@ -1,30 +1,15 @@
 // The exported NCCL profiler tables (ncclProfiler_v4/_v5/_v6) and one thin adapter per ABI version
-// onto the version-independent Recorder. Also the process-wide plugin object, built lazily at the
-// first communicator init (loading the library costs nothing).
+// onto the version-independent Recorder. The process-wide plugin object (lazy start at the first
+// communicator init, shutdown at exit) lives in lifecycle.h.
 //
 // Every entry point is noexcept and returns success: a profiler must never fail or slow the job.
 // Only init can fail in NCCL's eyes, and we never make it: on any problem the communicator simply
 // gets no context and no events.
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <cinttypes>
-#include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <mutex>
-#include <random>
-#include <string>
+#include <cstdint>
 #include <type_traits>
-#include <vector>
 
-#include "common/config.h"
 #include "plugin/abi.h"
-#include "plugin/agent_client.h"
-#include "plugin/flusher.h"
-#include "plugin/gpu_uuid.h"
-#include "plugin/offline_dump.h"
-#include "plugin/plugin_config.h"
+#include "plugin/lifecycle.h"
 #include "plugin/recorder.h"
 
 namespace ncclwatch::plugin {
@@ -34,159 +19,13 @@ constexpr int kEventMask = abi::kColl | abi::kP2p | abi::kKernelCh;
 // v6 adds copy-engine collectives (NCCL's v5 shim clears the bit for older tables anyway).
 constexpr int kEventMaskV6 = kEventMask | abi::kCeColl;
 
-// Set once, at the first successful init; never freed (NCCL threads may still call in at exit).
-std::atomic<Recorder*> g_recorder{nullptr};
-
-class Plugin {
- public:
-  static Plugin& Get() {
-    static Plugin* plugin = new Plugin();  // intentionally leaked, see g_recorder
-    return *plugin;
-  }
-
-  abi::Result Init(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
-                   const char* comm_name, int n_nodes, int nranks, int rank, abi::Logger logfn) {
-    *context = nullptr;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!started_) Start(comm_hash, logfn);
-    if (!config_.enable || recorder_ == nullptr) return abi::kSuccess;
-    const int device = CudaDevice();
-    CommIdentity identity{comm_hash, comm_name != nullptr ? comm_name : "", rank, nranks, n_nodes,
-                          device};
-    identity.gpu_uuid = GpuUuidOf(gpu_uuids_, device);
-    *context = recorder_->InitComm(std::move(identity));
-    if (mask != nullptr) *mask = wanted_mask;
-    ++active_comms_;
-    return abi::kSuccess;
-  }
-
-  abi::Result Finalize(void* context) {
-    if (context == nullptr) return abi::kSuccess;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return abi::kSuccess;  // already finalized at process exit
-    flusher_->FinalizeComm(static_cast<CommState*>(context));
-    // NCCL unloads the library after the last communicator: get its data out first.
-    if (--active_comms_ == 0) {
-      sink_->Drain(std::chrono::milliseconds(config_.finalize_timeout_ms));
-    }
-    return abi::kSuccess;
-  }
-
-  // Process exit: report what the last interval saw (jobs often never destroy communicators).
-  // A forked child (e.g. a data-loader worker) inherits this object but not its threads, so it
-  // must leave them alone.
-  void Shutdown() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (recorder_ == nullptr || getpid() != owner_pid_) return;
-    shut_down_ = true;
-    flusher_->Stop();
-    // Final reports: the aggregator then knows these ranks ended, rather than went silent.
-    flusher_->FinalizeAll();
-    sink_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
-  }
-
- private:
-  void Start(uint64_t first_comm_hash, abi::Logger logfn) {
-    started_ = true;
-    ConfigTable table("libnccl-profiler-ncclwatch.so", "");
-    RegisterPluginConfig(table, config_);
-    absl::Status status = LoadPluginConfig(config_);
-    if (!status.ok()) {
-      if (logfn) {
-        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
-              "ncclwatch: disabled: %s", std::string(status.message()).c_str());
-      }
-      config_.enable = false;
-      return;
-    }
-    if (logfn) {
-      logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: %s",
-            config_.enable ? table.Describe().c_str() : "disabled by NCCLWATCH_ENABLE=0");
-    }
-    if (!config_.enable) return;
-
-    ProcessIdentity identity;
-    identity.job_id = JobId(first_comm_hash);
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    identity.host = host;
-    owner_pid_ = getpid();
-    identity.pid = static_cast<uint32_t>(owner_pid_);
-    identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
-    // Read once: the device lists do not change during a process's life, and each communicator
-    // init then only indexes this table with its CUDA device.
-    gpu_uuids_ =
-        VisibleGpuUuids(std::getenv("CUDA_VISIBLE_DEVICES"), std::getenv("NVIDIA_VISIBLE_DEVICES"));
-
-    if (!config_.dump_dir.empty()) {
-      const char* slurm = std::getenv("SLURM_JOB_ID");
-      std::string error;
-      dump_ = OfflineDump::Open(
-          config_.dump_dir,
-          OfflineDump::Identity{identity.host, identity.pid, slurm != nullptr ? slurm : "",
-                                CudaDevice()},
-          &error);
-      if (!dump_ && logfn) {
-        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
-              "ncclwatch: offline mode off: %s", error.c_str());
-      }
-    }
-    recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
-    sink_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
-    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_, dump_.get());
-    flusher_->Start();
-    g_recorder.store(recorder_.get(), std::memory_order_release);
-  }
-
-  std::string JobId(uint64_t first_comm_hash) const {
-    if (!config_.job_id.empty()) return config_.job_id;
-    for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
-      const char* v = std::getenv(var);
-      if (v != nullptr && *v != '\0') return v;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "comm-%016" PRIx64, first_comm_hash);
-    return buf;
-  }
-
-  // The CUDA device of the calling thread (init runs on the thread that owns the device), when the
-  // CUDA runtime is loaded; else LOCAL_RANK as launchers set it; else -1.
-  static int CudaDevice() {
-    using GetDevice = int (*)(int*);
-    if (auto fn = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"))) {
-      int device = -1;
-      if (fn(&device) == 0) return device;
-    }
-    if (const char* local = std::getenv("LOCAL_RANK")) return std::atoi(local);
-    return -1;
-  }
-
-  std::mutex mu_;
-  bool started_ = false;
-  bool shut_down_ = false;  // process exit: every communicator was finalized
-  int active_comms_ = 0;
-  pid_t owner_pid_ = 0;  // the process whose threads these are
-  PluginConfig config_;
-  std::vector<std::string> gpu_uuids_;  // by CUDA ordinal, from the environment at Start
-  std::unique_ptr<Recorder> recorder_;
-  std::unique_ptr<AgentClient> sink_;
-  std::unique_ptr<OfflineDump> dump_;
-  std::unique_ptr<Flusher> flusher_;
-};
-
-__attribute__((destructor)) void ShutdownAtExit() {
-  if (g_recorder.load() != nullptr) Plugin::Get().Shutdown();
-}
-
-Recorder* Rec() { return g_recorder.load(std::memory_order_acquire); }
-
 OpDescr FromColl(const abi::CollDescrV5& c) {
-  return OpDescr{false, c.func, c.seq_number, c.datatype, c.count, c.algo, c.proto, -1,
-                 c.n_channels};
+  return OpDescr{false,  c.func,  c.seq_number, c.datatype,  c.count,
+                 c.algo, c.proto, -1,           c.n_channels};
 }
 OpDescr FromColl(const abi::CollDescrV4& c) {
-  return OpDescr{false, c.func, c.seq_number, c.datatype, c.count, c.algo, c.proto, -1,
-                 c.n_channels};
+  return OpDescr{false,  c.func,  c.seq_number, c.datatype,  c.count,
+                 c.algo, c.proto, -1,           c.n_channels};
 }
 template <typename P2p>
 OpDescr FromP2p(const P2p& p) {
@@ -204,7 +43,7 @@ OpDescr FromCeColl(const abi::CeCollDescr& c) {
 template <typename Descr>
 void StartEvent(void* context, void** handle, Descr* descr) {
   *handle = nullptr;
-  Recorder* rec = Rec();
+  Recorder* rec = ActiveRecorder();
   if (rec == nullptr || descr == nullptr) return;
   auto* comm = static_cast<CommState*>(context);
   switch (static_cast<uint64_t>(descr->type)) {
@@ -227,20 +66,22 @@ void StartEvent(void* context, void** handle, Descr* descr) {
 }
 
 abi::Result StopEvent(void* handle) noexcept {
-  if (Recorder* rec = Rec()) rec->StopEvent(handle);
+  if (Recorder* rec = ActiveRecorder()) rec->StopEvent(handle);
   return abi::kSuccess;
 }
 
 abi::Result RecordEventState(void* handle, abi::EventState state, abi::StateArgs* args) noexcept {
   if (state == abi::kKernelChStop && args != nullptr && handle != nullptr) {
-    if (Recorder* rec = Rec()) rec->RecordKernelChannelStop(handle, args->kernel_ch.p_timer);
+    if (Recorder* rec = ActiveRecorder()) {
+      rec->RecordKernelChannelStop(handle, args->kernel_ch.p_timer);
+    }
   }
   return abi::kSuccess;
 }
 
 abi::Result Finalize(void* context) noexcept {
   try {
-    return Plugin::Get().Finalize(context);
+    return FinalizeCommunicator(context);
   } catch (...) {
     return abi::kSuccess;
   }
@@ -250,8 +91,8 @@ abi::Result InitWithMask(void** context, uint64_t comm_id, int* mask, int wanted
                          const char* comm_name, int n_nodes, int nranks, int rank,
                          abi::Logger logfn) noexcept {
   try {
-    return Plugin::Get().Init(context, comm_id, mask, wanted_mask, comm_name, n_nodes, nranks,
-                              rank, logfn);
+    return InitCommunicator(context, comm_id, mask, wanted_mask, comm_name, n_nodes, nranks, rank,
+                            logfn);
   } catch (...) {
     *context = nullptr;
     return abi::kSuccess;
@@ -288,12 +129,12 @@ namespace np = ncclwatch::plugin;
 
 extern "C" {
 __attribute__((visibility("default"))) ncclwatch::abi::ProfilerV6 ncclProfiler_v6 = {
-    "ncclwatch", np::InitV6, np::StartEventAdapter<ncclwatch::abi::EventDescrV6>, np::StopEvent,
-    np::RecordEventState, np::Finalize};
+    "ncclwatch",   np::InitV6,           np::StartEventAdapter<ncclwatch::abi::EventDescrV6>,
+    np::StopEvent, np::RecordEventState, np::Finalize};
 __attribute__((visibility("default"))) ncclwatch::abi::ProfilerV5 ncclProfiler_v5 = {
-    "ncclwatch", np::InitV5, np::StartEventAdapter<ncclwatch::abi::EventDescrV5>, np::StopEvent,
-    np::RecordEventState, np::Finalize};
+    "ncclwatch",   np::InitV5,           np::StartEventAdapter<ncclwatch::abi::EventDescrV5>,
+    np::StopEvent, np::RecordEventState, np::Finalize};
 __attribute__((visibility("default"))) ncclwatch::abi::ProfilerV4 ncclProfiler_v4 = {
-    "ncclwatch", np::InitV4, np::StartEventAdapter<ncclwatch::abi::EventDescrV4>, np::StopEvent,
-    np::RecordEventState, np::Finalize};
+    "ncclwatch",   np::InitV4,           np::StartEventAdapter<ncclwatch::abi::EventDescrV4>,
+    np::StopEvent, np::RecordEventState, np::Finalize};
 }

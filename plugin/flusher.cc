@@ -1,10 +1,6 @@
 #include "plugin/flusher.h"
 
 #include <algorithm>
-#include <cmath>
-
-#include "common/op_math.h"
-#include "proto/samples.h"
 
 namespace ncclwatch::plugin {
 namespace {
@@ -13,124 +9,15 @@ constexpr int64_t kDrainPeriodMs = 50;
 
 const char* OrUnknown(const char* s) { return s != nullptr ? s : "Unknown"; }
 
-std::string AlgoProto(const char* algo, const char* proto) {
-  return std::string(OrUnknown(algo)) + "_" + OrUnknown(proto);
-}
-
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// CommAccumulator
-
-void CommAccumulator::Add(const Completion& c, int nranks) {
-  const char* op = OrUnknown(c.func);
-  const uint64_t bytes = MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count);
-  Key key{op, c.p2p ? nullptr : c.algo, c.p2p ? nullptr : c.proto,
-          MessageSizeBucketFloor(bytes), c.p2p ? c.peer : -1, c.p2p};
-  Stats& s = stats_[key];
-  if (!c.timed) {
-    s.untimed_count++;
-    s.untimed_bytes += bytes;
-    return;
-  }
-  double exec_us = static_cast<double>(c.exec_ns) / 1000.0;
-  if (s.count == 0) s.min_us = s.max_us = exec_us;
-  s.count++;
-  s.bytes += bytes;
-  s.sum_us += exec_us;
-  s.min_us = std::min(s.min_us, exec_us);
-  s.max_us = std::max(s.max_us, exec_us);
-  s.hist[ExecTimeBucket(exec_us)]++;
-  Bandwidth bw = ComputeBandwidth(op, nranks, bytes, c.exec_ns);
-  if (bw.bus_gbs > 0 && bw.alg_gbs > 0) {
-    s.bus_log_sum += std::log(bw.bus_gbs);
-    s.alg_log_sum += std::log(bw.alg_gbs);
-    s.bw_samples++;
-  }
-
-  // The clock pair with the smallest host-minus-GPU gap had the least callback delay.
-  int64_t gap = c.host_done_unix_ns - static_cast<int64_t>(c.gpu_stop_ns);
-  if (c.host_done_unix_ns != 0 && (!have_clock_ || gap < best_clock_gap_)) {
-    have_clock_ = true;
-    best_clock_gap_ = gap;
-    clock_.set_host_unix_ns(c.host_done_unix_ns);
-    clock_.set_gpu_ns(c.gpu_stop_ns);
-  }
-
-  if (c.p2p || c.seq % base_stride_ != 0) return;
-  if (c.seq % stride_ != 0) {
-    ++samples_capped_;  // would have been sampled had the cap not raised the stride
-  } else {
-    samples_.push_back(Sample{op, c.algo, c.proto, c.seq, c.gpu_start_ns,
-                              c.gpu_stop_ns - c.gpu_start_ns, bytes, c.channels});
-    if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
-  }
-}
-
-void CommAccumulator::RaiseStride() {
-  while (static_cast<int64_t>(samples_.size()) > max_samples_) {
-    if (max_samples_ == 0) {
-      samples_capped_ += samples_.size();
-      samples_.clear();
-      return;
-    }
-    stride_ *= 2;
-    size_t before = samples_.size();
-    std::erase_if(samples_, [&](const Sample& s) { return s.seq % stride_ != 0; });
-    samples_capped_ += before - samples_.size();
-  }
-}
-
-void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
-  for (auto& [key, s] : stats_) {
-    auto* out = report->add_stats();
-    out->set_op(key.op);
-    out->set_p2p(key.p2p);
-    out->set_algo_proto(key.p2p ? "" : AlgoProto(key.algo, key.proto));
-    out->set_message_size(MessageSizeBucket(key.size_floor));
-    out->set_peer(key.peer);
-    out->set_count(s.count);
-    out->set_bytes(s.bytes);
-    out->set_exec_time_us_sum(s.sum_us);
-    out->set_exec_time_us_min(s.min_us);
-    out->set_exec_time_us_max(s.max_us);
-    int last = kExecHistBuckets - 1;
-    while (last > 0 && s.hist[last] == 0) --last;
-    for (int i = 0; i <= last; ++i) out->add_exec_time_hist(s.hist[i]);
-    out->set_bus_bw_gbs_log_sum(s.bus_log_sum);
-    out->set_alg_bw_gbs_log_sum(s.alg_log_sum);
-    out->set_bw_samples(s.bw_samples);
-    out->set_untimed_count(s.untimed_count);
-    out->set_untimed_bytes(s.untimed_bytes);
-  }
-  // Grouped by column and in seq order, the delta encoding stays at a few bytes per sample.
-  std::sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
-    return std::tie(a.op, a.algo, a.proto, a.bytes, a.channels, a.seq) <
-           std::tie(b.op, b.algo, b.proto, b.bytes, b.channels, b.seq);
-  });
-  SampleColumnWriter writer(report);
-  for (const Sample& s : samples_) {
-    writer.Add(s.op, AlgoProto(s.algo, s.proto), s.bytes, s.channels,
-               ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns});
-  }
-  report->set_sample_stride(static_cast<uint32_t>(stride_));
-  if (have_clock_) *report->mutable_clock() = clock_;
-  stats_.clear();
-  samples_.clear();
-  have_clock_ = false;
-  stride_ = base_stride_;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Flusher
-
 Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity identity,
-                 ReportSink& sink, OfflineDump* dump)
+                 ReportSink& sink)
     : config_(config),
       recorder_(recorder),
       identity_(std::move(identity)),
       sink_(sink),
-      dump_(dump) {}
+      deliver_operations_(sink.wants_operations()) {}
 
 Flusher::~Flusher() {
   Stop();
@@ -138,7 +25,9 @@ Flusher::~Flusher() {
   for (CommState* comm : zombies_) delete comm;
 }
 
-void Flusher::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Flusher::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Flusher::Stop() {
   {
@@ -177,14 +66,11 @@ void Flusher::DrainLocked(CommState* comm) {
   }
   Completion c;
   const CommIdentity& id = comm->identity();
-  const uint64_t now_us = dump_ != nullptr ? RealtimeNs() / 1000 : 0;
+  // One clock read per drain, and only for a sink that looks at operations.
+  const int64_t drained_unix_ns = deliver_operations_ ? RealtimeNs() : 0;
   while (comm->ring().Pop(&c)) {
     acc->Add(c, id.nranks);
-    if (dump_ != nullptr && c.timed) {  // Inspector's records all carry an execution time
-      uint64_t sn = c.p2p ? ++p2p_sn_[comm] : 0;
-      dump_->AppendOperation(id, c, MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count),
-                             sn, now_us);
-    }
+    if (deliver_operations_) sink_.OnOperation(*comm, c, drained_unix_ns);
   }
 }
 
@@ -254,11 +140,9 @@ void Flusher::RunOnce(bool report) {
   recorder_.ListInFlight(&in_flight);
   int64_t now = RealtimeNs();
   for (CommState* comm : comms) {
-    ncclwatch::v1::RankReport report = BuildLocked(comm, in_flight, now, false);
-    if (dump_ != nullptr) dump_->UpdateMetrics(report);
-    sink_.Submit(std::move(report));
+    sink_.Submit(BuildLocked(comm, in_flight, now, false));
   }
-  if (dump_ != nullptr) dump_->Flush();
+  sink_.OnRoundEnd();
   ReapZombiesLocked();
 }
 
@@ -271,11 +155,7 @@ void Flusher::FinalizeComm(CommState* comm) {
   sink_.Submit(BuildLocked(comm, in_flight, RealtimeNs(), true));
   accumulators_.erase(comm);
   interval_start_.erase(comm);
-  p2p_sn_.erase(comm);
-  if (dump_ != nullptr) {
-    dump_->ForgetCommunicator(comm->identity().comm_hash, comm->identity().rank);
-    dump_->Flush();
-  }
+  sink_.OnCommunicatorFinalized(*comm);
   zombies_.push_back(comm);
   ReapZombiesLocked();
 }

@@ -3,9 +3,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <cstdarg>
 #include <cinttypes>
 #include <cmath>
+#include <cstdarg>
 #include <cstring>
 #include <filesystem>
 
@@ -52,8 +52,8 @@ std::unique_ptr<OfflineDump> OfflineDump::Open(const std::string& dir, Identity 
     *error = "cannot create " + dir + ": " + ec.message();
     return nullptr;
   }
-  std::string log_path = Format("%s/%s-pid%u.log", dir.c_str(), identity.host.c_str(),
-                                identity.pid);
+  std::string log_path =
+      Format("%s/%s-pid%u.log", dir.c_str(), identity.host.c_str(), identity.pid);
   std::string prom_path = Format("%s/nccl_inspector_metrics_%s-pid%u.prom", dir.c_str(),
                                  GpuLabel(identity.cuda_device).c_str(), identity.pid);
   FILE* log = std::fopen(log_path.c_str(), "a");
@@ -69,12 +69,32 @@ OfflineDump::~OfflineDump() {
   if (log_ != nullptr) std::fclose(log_);
 }
 
+void OfflineDump::Submit(ncclwatch::v1::RankReport report) {
+  if (!report.final()) UpdateMetrics(report);
+}
+
+void OfflineDump::OnOperation(const CommState& comm, const Completion& c, int64_t drained_unix_ns) {
+  if (!c.timed) return;  // Inspector's records all carry an execution time
+  uint64_t sn = c.p2p ? ++p2p_sn_[&comm] : 0;
+  AppendOperation(comm.identity(), c,
+                  MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count), sn,
+                  static_cast<uint64_t>(drained_unix_ns / 1000));
+}
+
+void OfflineDump::OnCommunicatorFinalized(const CommState& comm) {
+  p2p_sn_.erase(&comm);
+  ForgetCommunicator(comm.identity().comm_hash, comm.identity().rank);
+  Flush();
+}
+
 void OfflineDump::AppendOperation(const CommIdentity& comm, const Completion& c, uint64_t bytes,
                                   uint64_t p2p_sn, uint64_t now_unix_us) {
   const char* op = c.func != nullptr ? c.func : "Invalid";
   // Inspector reports whole microseconds; bandwidth comes from the exact GPU duration.
   uint64_t exec_us = c.exec_ns / 1000;
   Bandwidth bw = ComputeBandwidth(op, comm.nranks, bytes, c.exec_ns);
+  // Laid out by hand: clang-format would split the format strings in the middle of fields.
+  // clang-format off
   std::string line = Format(
       "{\"header\":{\"id\":\"0x%" PRIx64 "\",\"comm_name\":\"%s\",\"rank\":%d,\"n_ranks\":%d,"
       "\"nnodes\":%d},",
@@ -98,6 +118,7 @@ void OfflineDump::AppendOperation(const CommIdentity& comm, const Completion& c,
         "\"coll_algobw_gbs\":%lf,\"coll_busbw_gbs\":%lf}}\n",
         op, c.seq, bytes, exec_us, bw.alg_gbs, bw.bus_gbs);
   }
+  // clang-format on
   std::fwrite(line.data(), 1, line.size(), log_);
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "plugin/composite_sink.h"
 #include "plugin/flusher.h"
 
 namespace ncclwatch::plugin {
@@ -56,7 +57,8 @@ TEST_F(OfflineDumpTest, FilesMatchHandComputedInspectorOutput) {
   ASSERT_NE(dump, nullptr) << error;
   Recorder rec(64, 64);
   NullSink sink;
-  Flusher flusher(PluginConfig(), rec, ProcessIdentity{"job", "node-a", 42, 0}, sink, dump.get());
+  CompositeSink sinks({dump.get(), &sink});
+  Flusher flusher(PluginConfig(), rec, ProcessIdentity{"job", "node-a", 42, 0}, sinks);
   CommState* comm = rec.InitComm(CommIdentity{0x1234, "world", 3, 4, 2, 1});
   RunOp(rec, comm, {false, "AllReduce", 0, "ncclFloat32", 2048, "RING", "LL", -1, 2}, 1000, 10000);
   RunOp(rec, comm, {false, "AllReduce", 1, "ncclFloat32", 2048, "RING", "LL", -1, 2}, 5000, 40000);
@@ -68,9 +70,9 @@ TEST_F(OfflineDumpTest, FilesMatchHandComputedInspectorOutput) {
   std::string prom = ReadFile(dump->prom_path());
   EXPECT_EQ(prom, ReadFile(NCCLWATCH_TESTDATA "/offline_expected.prom"));
 
-  std::string jsonl = std::regex_replace(ReadFile(dump->log_path()),
-                                         std::regex(R"("dump_timestamp_us":\d+)"),
-                                         R"("dump_timestamp_us":T)");
+  std::string jsonl =
+      std::regex_replace(ReadFile(dump->log_path()), std::regex(R"("dump_timestamp_us":\d+)"),
+                         R"("dump_timestamp_us":T)");
   EXPECT_EQ(jsonl, ReadFile(NCCLWATCH_TESTDATA "/offline_expected.jsonl"));
 
   // promtool parses it; the one lint finding allowed is the unit of Inspector's fixed name.
@@ -83,7 +85,8 @@ TEST_F(OfflineDumpTest, FilesMatchHandComputedInspectorOutput) {
   int status = pclose(p);
   int code = WEXITSTATUS(status);
   ASSERT_TRUE(code == 0 || code == 3) << "promtool could not parse the file (is the prometheus "
-                                          "package installed?):\n" << findings;
+                                         "package installed?):\n"
+                                      << findings;
   std::istringstream lines(findings);
   std::string line;
   while (std::getline(lines, line)) {

@@ -1,0 +1,99 @@
+// The per-communicator compactor: turns one communicator's completions over one flush interval
+// into the stats, samples and clock pair of its RankReport (wire format: docs/wire-format.md).
+//
+// Compaction per (op, algo_proto, Inspector size bucket, peer): count, bytes, execution time
+// sum/min/max and a log2 histogram, log-sums of bus and algorithm bandwidth (geometric means).
+// Sampling: a collective is sent as a sample (RankReport.sample_columns) when seq % stride == 0;
+// the stride starts at NCCLWATCH_SAMPLE_STRIDE and doubles while the interval holds more than
+// NCCLWATCH_MAX_SAMPLES. Because strides are powers of two, the records of two ranks that chose
+// different strides still share every seq that is a multiple of the larger one, so the aggregator
+// can always join them.
+//
+// Untimed completions (copy-engine collectives) only count (untimed_count, untimed_bytes); p2p
+// operations are never sampled. The clock pair kept is the (host, GPU) reading with the smallest
+// host-minus-GPU gap, i.e. the least callback delay.
+//
+// Thread safety: none; one CommAccumulator belongs to the flusher, which uses it under its lock.
+#ifndef NCCLWATCH_PLUGIN_COMPACTOR_H_
+#define NCCLWATCH_PLUGIN_COMPACTOR_H_
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "ncclwatch/v1/report.pb.h"
+#include "plugin/hot_path.h"
+
+namespace ncclwatch::plugin {
+
+// Accumulates one communicator's completions over one interval. Flusher thread only.
+class CommAccumulator {
+ public:
+  // `sample_stride` (a power of two, >= 1) and `max_samples` (>= 0) as NCCLWATCH_SAMPLE_STRIDE
+  // and NCCLWATCH_MAX_SAMPLES.
+  CommAccumulator(int64_t sample_stride, int64_t max_samples)
+      : base_stride_(sample_stride), max_samples_(max_samples), stride_(sample_stride) {}
+
+  // Adds one completed operation of a communicator of `nranks` ranks (for bus bandwidth).
+  void Add(const Completion& c, int nranks);
+  // Moves the interval's content into `report` (stats, sample columns, sample_stride, clock) and
+  // starts a new interval at the base stride.
+  void TakeInto(ncclwatch::v1::RankReport* report);
+  // Samples left out because the cap raised the stride, since construction (never reset).
+  uint64_t samples_capped() const { return samples_capped_; }
+
+ private:
+  // NCCL passes static strings (ABI notes §3.1): the pointers identify them, so the per-operation
+  // work needs no string copies. Labels are built once per interval in TakeInto.
+  struct Key {
+    const char* op;
+    const char* algo;
+    const char* proto;
+    uint64_t size_floor;
+    int32_t peer;
+    bool p2p;
+    bool operator<(const Key& o) const {
+      return std::tie(op, algo, proto, size_floor, peer, p2p) <
+             std::tie(o.op, o.algo, o.proto, o.size_floor, o.peer, o.p2p);
+    }
+  };
+  struct Stats {
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+    double sum_us = 0;
+    double min_us = 0;
+    double max_us = 0;
+    uint64_t hist[32] = {};
+    double bus_log_sum = 0;
+    double alg_log_sum = 0;
+    uint64_t bw_samples = 0;
+    uint64_t untimed_count = 0;
+    uint64_t untimed_bytes = 0;
+  };
+  struct Sample {
+    const char* op;
+    const char* algo;
+    const char* proto;
+    uint64_t seq;
+    uint64_t gpu_start_ns;
+    uint64_t duration_ns;
+    uint64_t bytes;
+    uint32_t channels;
+  };
+  void RaiseStride();
+
+  const int64_t base_stride_;
+  const int64_t max_samples_;
+  int64_t stride_;
+  std::map<Key, Stats> stats_;
+  std::vector<Sample> samples_;
+  uint64_t samples_capped_ = 0;
+  bool have_clock_ = false;
+  int64_t best_clock_gap_ = 0;
+  ncclwatch::v1::ClockSync clock_;
+};
+
+}  // namespace ncclwatch::plugin
+
+#endif  // NCCLWATCH_PLUGIN_COMPACTOR_H_

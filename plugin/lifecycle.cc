@@ -1,0 +1,197 @@
+// The process-wide lifecycle object behind lifecycle.h: one per process, built at the first
+// communicator init and intentionally leaked, like the Recorder it publishes.
+#include "plugin/lifecycle.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "plugin/agent_client.h"
+#include "plugin/composite_sink.h"
+#include "plugin/flusher.h"
+#include "plugin/gpu_uuid.h"
+#include "plugin/offline_dump.h"
+#include "plugin/plugin_config.h"
+
+namespace ncclwatch::plugin {
+
+namespace internal {
+std::atomic<Recorder*> g_recorder{nullptr};
+}  // namespace internal
+
+namespace {
+
+class Lifecycle {
+ public:
+  static Lifecycle& Get() {
+    static Lifecycle* lifecycle = new Lifecycle();  // intentionally leaked, see g_recorder
+    return *lifecycle;
+  }
+
+  abi::Result Init(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
+                   const char* comm_name, int n_nodes, int nranks, int rank, abi::Logger logfn) {
+    *context = nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) Start(comm_hash, logfn);
+    if (!config_.enable || recorder_ == nullptr) return abi::kSuccess;
+    const int device = CudaDevice();
+    CommIdentity identity{comm_hash, comm_name != nullptr ? comm_name : "", rank, nranks, n_nodes,
+                          device};
+    identity.gpu_uuid = GpuUuidOf(gpu_uuids_, device);
+    *context = recorder_->InitComm(std::move(identity));
+    if (mask != nullptr) *mask = wanted_mask;
+    ++active_comms_;
+    return abi::kSuccess;
+  }
+
+  abi::Result Finalize(void* context) {
+    if (context == nullptr) return abi::kSuccess;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return abi::kSuccess;  // already finalized at process exit
+    flusher_->FinalizeComm(static_cast<CommState*>(context));
+    // NCCL unloads the library after the last communicator: get its data out first.
+    if (--active_comms_ == 0) {
+      sink_->Drain(std::chrono::milliseconds(config_.finalize_timeout_ms));
+    }
+    return abi::kSuccess;
+  }
+
+  // Process exit: report what the last interval saw (jobs often never destroy communicators).
+  // A forked child (e.g. a data-loader worker) inherits this object but not its threads, so it
+  // must leave them alone.
+  void Shutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recorder_ == nullptr || getpid() != owner_pid_) return;
+    shut_down_ = true;
+    flusher_->Stop();
+    // Final reports: the aggregator then knows these ranks ended, rather than went silent.
+    flusher_->FinalizeAll();
+    agent_->Stop(std::chrono::milliseconds(config_.finalize_timeout_ms));
+  }
+
+ private:
+  void Start(uint64_t first_comm_hash, abi::Logger logfn) {
+    started_ = true;
+    ConfigTable table("libnccl-profiler-ncclwatch.so", "");
+    RegisterPluginConfig(table, config_);
+    absl::Status status = LoadPluginConfig(config_);
+    if (!status.ok()) {
+      if (logfn) {
+        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: disabled: %s",
+              std::string(status.message()).c_str());
+      }
+      config_.enable = false;
+      return;
+    }
+    if (logfn) {
+      logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: %s",
+            config_.enable ? table.Describe().c_str() : "disabled by NCCLWATCH_ENABLE=0");
+    }
+    if (!config_.enable) return;
+
+    ProcessIdentity identity;
+    identity.job_id = JobId(first_comm_hash);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    identity.host = host;
+    owner_pid_ = getpid();
+    identity.pid = static_cast<uint32_t>(owner_pid_);
+    identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
+    // Read once: the device lists do not change during a process's life, and each communicator
+    // init then only indexes this table with its CUDA device.
+    gpu_uuids_ =
+        VisibleGpuUuids(std::getenv("CUDA_VISIBLE_DEVICES"), std::getenv("NVIDIA_VISIBLE_DEVICES"));
+
+    if (!config_.dump_dir.empty()) {
+      const char* slurm = std::getenv("SLURM_JOB_ID");
+      std::string error;
+      dump_ = OfflineDump::Open(config_.dump_dir,
+                                OfflineDump::Identity{identity.host, identity.pid,
+                                                      slurm != nullptr ? slurm : "", CudaDevice()},
+                                &error);
+      if (!dump_ && logfn) {
+        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
+              "ncclwatch: offline mode off: %s", error.c_str());
+      }
+    }
+    recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
+    agent_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
+    sink_ = agent_.get();
+    if (dump_) {
+      // The dump first: the last sink of a composite takes each report, the others a copy.
+      composite_ = std::make_unique<CompositeSink>(std::vector<ReportSink*>{dump_.get(), sink_});
+      sink_ = composite_.get();
+    }
+    flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_);
+    flusher_->Start();
+    internal::g_recorder.store(recorder_.get(), std::memory_order_release);
+  }
+
+  std::string JobId(uint64_t first_comm_hash) const {
+    if (!config_.job_id.empty()) return config_.job_id;
+    for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+      const char* v = std::getenv(var);
+      if (v != nullptr && *v != '\0') return v;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "comm-%016" PRIx64, first_comm_hash);
+    return buf;
+  }
+
+  // The CUDA device of the calling thread (init runs on the thread that owns the device), when the
+  // CUDA runtime is loaded; else LOCAL_RANK as launchers set it; else -1.
+  static int CudaDevice() {
+    using GetDevice = int (*)(int*);
+    if (auto fn = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"))) {
+      int device = -1;
+      if (fn(&device) == 0) return device;
+    }
+    if (const char* local = std::getenv("LOCAL_RANK")) return std::atoi(local);
+    return -1;
+  }
+
+  std::mutex mu_;
+  bool started_ = false;
+  bool shut_down_ = false;  // process exit: every communicator was finalized
+  int active_comms_ = 0;
+  pid_t owner_pid_ = 0;  // the process whose threads these are
+  PluginConfig config_;
+  std::vector<std::string> gpu_uuids_;  // by CUDA ordinal, from the environment at Start
+  std::unique_ptr<Recorder> recorder_;
+  std::unique_ptr<AgentClient> agent_;
+  std::unique_ptr<OfflineDump> dump_;         // offline mode only
+  std::unique_ptr<CompositeSink> composite_;  // offline mode only: dump_ beside agent_
+  ReportSink* sink_ = nullptr;                // the flusher's: composite_, else agent_
+  std::unique_ptr<Flusher> flusher_;
+};
+
+// Runs at process exit (the library is linked NODELETE, so never earlier): jobs often never
+// destroy their communicators.
+__attribute__((destructor)) void ShutdownAtExit() {
+  if (internal::g_recorder.load() != nullptr) ShutdownPlugin();
+}
+
+}  // namespace
+
+abi::Result InitCommunicator(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
+                             const char* comm_name, int n_nodes, int nranks, int rank,
+                             abi::Logger logfn) {
+  return Lifecycle::Get().Init(context, comm_hash, mask, wanted_mask, comm_name, n_nodes, nranks,
+                               rank, logfn);
+}
+
+abi::Result FinalizeCommunicator(void* context) { return Lifecycle::Get().Finalize(context); }
+
+void ShutdownPlugin() { Lifecycle::Get().Shutdown(); }
+
+}  // namespace ncclwatch::plugin
