@@ -1,12 +1,12 @@
 #include "agent/forwarder.h"
 
 #include <algorithm>
-#include <random>
 
 #include "common/sync.h"
 #include "common/log.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/channel.h"
+#include "common/rpc/backoff.h"
+#include "common/rpc/channel.h"
 
 namespace ncclwatch::agent {
 
@@ -200,8 +200,7 @@ void Forwarder::Admit(Cut cut) {
 }
 
 void Forwarder::Run() {
-  std::minstd_rand rng(std::random_device{}());
-  int backoff_ms = 100;
+  Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
   absl::Time retry_at = absl::InfinitePast();
   for (;;) {
     std::vector<Cut> cut;
@@ -261,7 +260,7 @@ void Forwarder::Run() {
       }
       outbox_.pop_front();
       outbox_depth_->Set(static_cast<double>(outbox_.size()));
-      backoff_ms = 100;
+      backoff.Reset();
       retry_at = absl::InfinitePast();
       continue;
     }
@@ -277,9 +276,7 @@ void Forwarder::Run() {
       }
       return;
     }
-    const int wait = backoff_ms / 2 + static_cast<int>(rng() % (backoff_ms / 2 + 1));
-    retry_at = absl::Now() + absl::Milliseconds(wait);
-    backoff_ms = std::min(backoff_ms * 2, 5000);
+    retry_at = absl::Now() + absl::FromChrono(backoff.NextDelay());
   }
 }
 

@@ -34,8 +34,9 @@
 #include "agent/spool.h"
 #include "common/metrics.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
-#include "proto/security.h"
+#include "common/rpc/token.h"
 
 namespace ncclwatch::agent {
 

@@ -28,7 +28,8 @@
 #include "agent/pod_resources.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
-#include "proto/security.h"
+#include "common/rpc/token.h"
+#include "common/rpc/tls.h"
 #include "proto/validate.h"
 
 namespace ncclwatch::agent {

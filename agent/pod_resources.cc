@@ -15,7 +15,7 @@
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "k8s/podresources_v1.grpc.pb.h"
-#include "proto/channel.h"
+#include "common/rpc/channel.h"
 
 namespace ncclwatch::agent {
 

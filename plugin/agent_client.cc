@@ -1,10 +1,10 @@
 #include "plugin/agent_client.h"
 
-#include <random>
 
 #include "grpcpp/grpcpp.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
-#include "proto/channel.h"
+#include "common/rpc/backoff.h"
+#include "common/rpc/channel.h"
 
 namespace ncclwatch::plugin {
 
@@ -99,8 +99,7 @@ void AgentClient::CloseStream(bool graceful) {
 }
 
 void AgentClient::Run() {
-  std::minstd_rand jitter(std::random_device{}());
-  int backoff_ms = 100;
+  Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -119,12 +118,10 @@ void AgentClient::Run() {
       connect_failed_ = true;
       cv_.notify_all();
       if (stop_) break;  // no agent: do not hold up shutdown
-      int wait = backoff_ms / 2 + static_cast<int>(jitter() % (backoff_ms / 2 + 1));
-      cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return stop_; });
-      backoff_ms = std::min(backoff_ms * 2, 1000);
+      cv_.wait_for(lock, backoff.NextDelay(), [this] { return stop_; });
       continue;
     }
-    backoff_ms = 100;
+    backoff.Reset();
     const ncclwatch::v1::RankReport* front;
     {
       std::lock_guard<std::mutex> lock(mu_);

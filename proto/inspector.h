@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/prom_text.h"
+#include "proto/exported_series.h"
 #include "ncclwatch/v1/report.pb.h"
 
 namespace ncclwatch {
@@ -27,17 +28,8 @@ struct InspectorSample {
 
 std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report);
 
-// The four families, with their help texts, in a fixed order.
-struct InspectorFamily {
-  const char* name;
-  const char* help;
-};
-inline constexpr InspectorFamily kInspectorFamilies[] = {
-    {"nccl_bus_bandwidth_gbs", "Collective bus bandwidth in GB/s (geometric mean)."},
-    {"nccl_collective_exec_time_microseconds", "Mean collective execution time."},
-    {"nccl_p2p_bus_bandwidth_gbs", "Point-to-point bus bandwidth in GB/s (geometric mean)."},
-    {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time."},
-};
+// The four families, with their help texts, in a fixed order: proto/exported_series.h.
+using InspectorFamily = SeriesFamily;
 
 // Label values as every exporter writes them.
 std::string CommHashText(uint64_t comm_hash);  // "0x" + 16 hex digits

@@ -1,4 +1,4 @@
-#include "aggregator/correlator.h"
+#include "aggregator/detect/correlator.h"
 
 namespace ncclwatch::aggregator {
 

@@ -6,27 +6,19 @@
 // Incomplete groups are dropped after `grace_ns` (e.g. a rank sampled with a larger stride, or a
 // lost report), and at most `max_open_groups` per communicator are kept (oldest evicted first), so
 // memory is bounded by configuration, not by the job's history.
-#ifndef NCCLWATCH_AGGREGATOR_CORRELATOR_H_
-#define NCCLWATCH_AGGREGATOR_CORRELATOR_H_
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_CORRELATOR_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_CORRELATOR_H_
 
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
-namespace ncclwatch::aggregator {
+#include "aggregator/detect/types.h"
 
-struct CommKey {
-  std::string job_id;
-  uint64_t comm_hash = 0;
-  bool operator<(const CommKey& o) const {
-    return std::tie(job_id, comm_hash) < std::tie(o.job_id, o.comm_hash);
-  }
-  bool operator==(const CommKey& o) const = default;
-};
+namespace ncclwatch::aggregator {
 
 // One collective as seen by every rank; index = rank.
 struct CompletedGroup {
@@ -83,4 +75,4 @@ class Correlator {
 
 }  // namespace ncclwatch::aggregator
 
-#endif  // NCCLWATCH_AGGREGATOR_CORRELATOR_H_
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_CORRELATOR_H_

@@ -1,9 +1,9 @@
-#include "aggregator/degraded.h"
+#include "aggregator/detect/degraded.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "aggregator/median.h"
+#include "aggregator/detect/median.h"
 #include "common/op_math.h"
 
 namespace ncclwatch::aggregator {
@@ -48,25 +48,24 @@ DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs,
 }
 
 std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
-                                                      const ncclwatch::v1::RankReport& report) {
+                                                      const RankInterval& report) {
   std::vector<DegradedChange> changes;
-  const auto& id = report.identity();
   CommState& cs = comms_[comm];
-  cs.hybrid = id.n_nodes() > 1;
-  cs.nranks = id.nranks();
-  cs.node_of_rank[id.rank()] = id.node();
+  cs.hybrid = report.n_nodes > 1;
+  cs.nranks = report.nranks;
+  cs.node_of_rank[report.rank] = std::string(report.node);
   const bool was_degraded = cs.degraded();
 
   // One value per (op, size) for this rank and interval: the bus bandwidth of its fastest
   // operation (over its algorithms). A kernel's time includes waiting for the last rank to
   // arrive; the fastest one of an interval is the one that waited least, so it measures the wire.
   std::map<std::pair<std::string, std::string>, double> values;
-  for (const auto& s : report.stats()) {
-    if (s.p2p() || s.count() == 0 || s.exec_time_us_min() <= 0) continue;
-    const uint64_t mean_bytes = s.bytes() / s.count();
-    const auto exec_ns = static_cast<uint64_t>(s.exec_time_us_min() * 1000);
-    const double gbs = ComputeBandwidth(s.op(), id.nranks(), mean_bytes, exec_ns).bus_gbs;
-    double& best = values[{s.op(), s.message_size()}];
+  for (const OpStats& s : report.stats) {
+    if (s.p2p || s.count == 0 || s.exec_time_us_min <= 0) continue;
+    const uint64_t mean_bytes = s.bytes / s.count;
+    const auto exec_ns = static_cast<uint64_t>(s.exec_time_us_min * 1000);
+    const double gbs = ComputeBandwidth(s.op, report.nranks, mean_bytes, exec_ns).bus_gbs;
+    double& best = values[{std::string(s.op), std::string(s.message_size)}];
     best = std::max(best, gbs);
   }
   for (const auto& [op_size, gbs] : values) {
@@ -74,7 +73,7 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
     Baseline& baseline = baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second,
                                                 cs.nranks}];
     KeyState& ks = cs.keys[op_size];
-    RankTrack& t = ks.ranks[id.rank()];
+    RankTrack& t = ks.ranks[report.rank];
     t.latest_gbs = gbs;
     const bool judged = static_cast<int>(baseline.values.size()) >= options_.min_baseline;
     const double base = judged ? baseline.Median() : 0;

@@ -23,8 +23,8 @@
 //   does not single anything out).
 //
 // Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
-#ifndef NCCLWATCH_AGGREGATOR_DEGRADED_H_
-#define NCCLWATCH_AGGREGATOR_DEGRADED_H_
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_DEGRADED_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_DEGRADED_H_
 
 #include <cstdint>
 #include <deque>
@@ -34,8 +34,7 @@
 #include <tuple>
 #include <vector>
 
-#include "aggregator/correlator.h"
-#include "ncclwatch/v1/report.pb.h"
+#include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
 
@@ -74,8 +73,7 @@ class DegradedDetector {
   explicit DegradedDetector(DegradedOptions options = {}) : options_(options) {}
 
   // Takes one report's statistics; returns what started or ended because of it.
-  std::vector<DegradedChange> Observe(const CommKey& comm,
-                                      const ncclwatch::v1::RankReport& report);
+  std::vector<DegradedChange> Observe(const CommKey& comm, const RankInterval& report);
   void Forget(const CommKey& comm);
 
   // Communicators degraded now, each described by its worst key.
@@ -125,4 +123,4 @@ class DegradedDetector {
 
 }  // namespace ncclwatch::aggregator
 
-#endif  // NCCLWATCH_AGGREGATOR_DEGRADED_H_
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_DEGRADED_H_

@@ -1,4 +1,4 @@
-#include "aggregator/degraded.h"
+#include "aggregator/detect/degraded.h"
 
 #include <cmath>
 #include <random>
@@ -17,28 +17,17 @@ struct Comm {
   int n_nodes() const { return static_cast<int>(std::set<std::string>(nodes.begin(), nodes.end()).size()); }
 };
 
-ncclwatch::v1::RankReport Report(const Comm& c, int rank, double gbs) {
-  ncclwatch::v1::RankReport r;
-  auto* id = r.mutable_identity();
-  id->set_job_id(c.key.job_id);
-  id->set_comm_hash(c.key.comm_hash);
-  id->set_rank(rank);
-  id->set_nranks(static_cast<int>(c.nodes.size()));
-  id->set_n_nodes(c.n_nodes());
-  id->set_node(c.nodes[rank]);
-  auto* s = r.add_stats();
-  s->set_op("AllReduce");
-  s->set_algo_proto("RING_SIMPLE");
-  s->set_message_size("16-17MB");
+RankInterval Report(const Comm& c, int rank, double gbs) {
+  RankInterval r;
+  r.rank = rank;
+  r.nranks = static_cast<int>(c.nodes.size());
+  r.n_nodes = c.n_nodes();
+  r.node = c.nodes[rank];
   // Ten 16 MiB AllReduces whose fastest ran at `gbs` bus bandwidth (1 GB/s = 1 byte/ns).
   const int n = static_cast<int>(c.nodes.size());
   const double bus_bytes = 2.0 * (n - 1) / n * (16 << 20);
-  s->set_count(10);
-  s->set_bytes(10ull * (16 << 20));
-  s->set_exec_time_us_min(bus_bytes / gbs / 1000);
-  s->set_exec_time_us_max(bus_bytes / gbs / 1000 * 1.5);
-  s->set_bw_samples(10);
-  s->set_bus_bw_gbs_log_sum(10 * std::log(gbs));
+  r.stats.push_back(OpStats{"AllReduce", "16-17MB", false, 10, 10ull * (16 << 20),
+                            bus_bytes / gbs / 1000});
   return r;
 }
 

@@ -1,14 +1,12 @@
-#include "aggregator/hang.h"
+#include "aggregator/detect/hang.h"
 
 #include <algorithm>
 
 namespace ncclwatch::aggregator {
 
-void HangDetector::Update(const CommKey& comm, const ncclwatch::v1::RankReport& report,
-                          int64_t now_ns) {
-  const auto& id = report.identity();
+void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64_t now_ns) {
   CommState& cs = comms_[comm];
-  if (cs.ranks.size() != static_cast<size_t>(id.nranks())) {
+  if (cs.ranks.size() != static_cast<size_t>(report.nranks)) {
     // New communicator, or re-created with another size under the same hash: start over, and
     // close what was open about the old one.
     if (cs.hung) pending_.push_back(HangChange{false, false, cs.hang, {}});
@@ -20,17 +18,17 @@ void HangDetector::Update(const CommKey& comm, const ncclwatch::v1::RankReport& 
       pending_.push_back(std::move(end));
     }
     cs = CommState{};
-    cs.ranks.resize(id.nranks());
+    cs.ranks.resize(report.nranks);
   }
-  RankState& rs = cs.ranks[id.rank()];
+  RankState& rs = cs.ranks[report.rank];
   rs.seen = true;
   rs.last_report_ns = now_ns;
-  rs.finalized = report.final();
+  rs.finalized = report.final;
   rs.in_flight.clear();
   if (rs.finalized) return;
-  for (const auto& op : report.in_flight()) {
-    rs.in_flight.push_back(InFlight{op.op(), op.p2p() ? 0 : op.seq(), op.p2p(), op.peer(),
-                                    now_ns - static_cast<int64_t>(op.age_ns())});
+  for (const InFlightOp& op : report.in_flight) {
+    rs.in_flight.push_back(InFlight{std::string(op.op), op.p2p ? 0 : op.seq, op.p2p, op.peer,
+                                    now_ns - static_cast<int64_t>(op.age_ns)});
   }
 }
 

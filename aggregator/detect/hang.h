@@ -21,16 +21,15 @@
 // report's arrival time minus the age the plugin measured, so no clock alignment is needed.
 //
 // Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
-#ifndef NCCLWATCH_AGGREGATOR_HANG_H_
-#define NCCLWATCH_AGGREGATOR_HANG_H_
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_HANG_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_HANG_H_
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "aggregator/correlator.h"
-#include "ncclwatch/v1/report.pb.h"
+#include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
 
@@ -74,8 +73,8 @@ class HangDetector {
  public:
   explicit HangDetector(HangOptions options = {}) : options_(options) {}
 
-  // Records what rank `report.identity().rank()` has in flight, as of `now_ns` (arrival time).
-  void Update(const CommKey& comm, const ncclwatch::v1::RankReport& report, int64_t now_ns);
+  // Records what rank `report.rank` has in flight, as of `now_ns` (arrival time).
+  void Update(const CommKey& comm, const RankInterval& report, int64_t now_ns);
   // Re-evaluates every communicator at `now_ns`; returns what started or ended.
   std::vector<HangChange> Evaluate(int64_t now_ns);
   // Drops a communicator that is gone (its job ended long ago); nothing is reported for it.
@@ -120,4 +119,4 @@ class HangDetector {
 
 }  // namespace ncclwatch::aggregator
 
-#endif  // NCCLWATCH_AGGREGATOR_HANG_H_
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_HANG_H_

@@ -1,4 +1,4 @@
-#include "aggregator/hang.h"
+#include "aggregator/detect/hang.h"
 
 #include <string>
 #include <vector>
@@ -10,30 +10,22 @@ namespace {
 
 constexpr int64_t kS = 1'000'000'000;
 
-struct InFlightOp {
-  std::string op;
+struct TestOp {
+  std::string_view op;
   uint64_t seq;
   int64_t age_ns;
   int peer = -1;  // >= 0: a p2p operation with this peer
 };
 
-ncclwatch::v1::RankReport Report(int rank, int nranks, std::vector<InFlightOp> ops,
-                                 bool final = false) {
-  ncclwatch::v1::RankReport r;
-  r.mutable_identity()->set_job_id("job");
-  r.mutable_identity()->set_comm_hash(0xabc);
-  r.mutable_identity()->set_rank(rank);
-  r.mutable_identity()->set_nranks(nranks);
-  r.set_final(final);
+RankInterval Report(int rank, int nranks, const std::vector<TestOp>& ops, bool final = false) {
+  RankInterval r;
+  r.rank = rank;
+  r.nranks = nranks;
+  r.final = final;
   for (const auto& o : ops) {
-    auto* f = r.add_in_flight();
-    f->set_op(o.op);
-    f->set_seq(o.seq);
-    f->set_age_ns(o.age_ns);
-    f->set_p2p(o.peer >= 0);
-    f->set_peer(o.peer);
+    r.in_flight.push_back(
+        InFlightOp{o.op, o.seq, o.peer >= 0, o.peer, static_cast<uint64_t>(o.age_ns)});
   }
-  r.set_in_flight_count(r.in_flight_size());
   return r;
 }
 
@@ -47,7 +39,7 @@ class HangTest : public ::testing::Test {
                  int64_t now, const std::vector<int>& quiet = {}) {
     for (int r = 0; r < nranks; ++r) {
       if (std::find(quiet.begin(), quiet.end(), r) != quiet.end()) continue;
-      std::vector<InFlightOp> ops;
+      std::vector<TestOp> ops;
       if (std::find(waiting.begin(), waiting.end(), r) != waiting.end()) {
         ops.push_back({"AllReduce", seq, now - since});
       }
@@ -210,7 +202,7 @@ TEST(HangVerdictTest, PointToPointRingNamesThePeerThatNeverPosted) {
     const CommKey comm{"job", 0xabc};
     const int64_t now = 20 * kS;
     for (int r = 0; r < 4; ++r) {
-      std::vector<InFlightOp> ops;
+      std::vector<TestOp> ops;
       if (all_posted || r != 2) {
         ops.push_back({"Send", 0, 3 * kS, (r + 1) % 4});
         ops.push_back({"Recv", 0, 3 * kS, (r + 3) % 4});

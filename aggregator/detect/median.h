@@ -1,7 +1,7 @@
 // The median of a sample (the mean of the two middle values for an even count; 0 when empty).
 // Used by the detectors, whose windows are small: O(n) with nth_element on a copy.
-#ifndef NCCLWATCH_AGGREGATOR_MEDIAN_H_
-#define NCCLWATCH_AGGREGATOR_MEDIAN_H_
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_MEDIAN_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_MEDIAN_H_
 
 #include <algorithm>
 #include <vector>
@@ -20,4 +20,4 @@ inline double Median(std::vector<double> v) {
 
 }  // namespace ncclwatch::aggregator
 
-#endif  // NCCLWATCH_AGGREGATOR_MEDIAN_H_
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_MEDIAN_H_

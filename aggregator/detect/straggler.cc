@@ -1,9 +1,9 @@
-#include "aggregator/straggler.h"
+#include "aggregator/detect/straggler.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "aggregator/median.h"
+#include "aggregator/detect/median.h"
 
 namespace ncclwatch::aggregator {
 namespace {

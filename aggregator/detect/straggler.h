@@ -21,14 +21,14 @@
 // hysteresis stops flapping.
 //
 // Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
-#ifndef NCCLWATCH_AGGREGATOR_STRAGGLER_H_
-#define NCCLWATCH_AGGREGATOR_STRAGGLER_H_
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_STRAGGLER_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_STRAGGLER_H_
 
 #include <cstdint>
 #include <map>
 #include <vector>
 
-#include "aggregator/correlator.h"
+#include "aggregator/detect/correlator.h"
 
 namespace ncclwatch::aggregator {
 
@@ -99,4 +99,4 @@ class StragglerDetector {
 
 }  // namespace ncclwatch::aggregator
 
-#endif  // NCCLWATCH_AGGREGATOR_STRAGGLER_H_
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_STRAGGLER_H_

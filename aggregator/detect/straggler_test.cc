@@ -1,4 +1,4 @@
-#include "aggregator/straggler.h"
+#include "aggregator/detect/straggler.h"
 
 #include <random>
 #include <set>

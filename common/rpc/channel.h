@@ -1,6 +1,6 @@
 // Client channels between ncclwatch's own components (plugin -> agent, agent -> aggregator).
-#ifndef NCCLWATCH_PROTO_CHANNEL_H_
-#define NCCLWATCH_PROTO_CHANNEL_H_
+#ifndef NCCLWATCH_COMMON_RPC_CHANNEL_H_
+#define NCCLWATCH_COMMON_RPC_CHANNEL_H_
 
 #include <memory>
 #include <string>
@@ -29,4 +29,4 @@ inline std::shared_ptr<grpc::Channel> ReconnectingChannel(
 
 }  // namespace ncclwatch
 
-#endif  // NCCLWATCH_PROTO_CHANNEL_H_
+#endif  // NCCLWATCH_COMMON_RPC_CHANNEL_H_

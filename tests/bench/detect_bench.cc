@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "aggregator/analyzer.h"
+#include "aggregator/analysis/analyzer.h"
 #include "benchmark/benchmark.h"
 #include "proto/samples.h"
 

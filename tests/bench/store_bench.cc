@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "aggregator/analyzer.h"
-#include "aggregator/federate.h"
-#include "aggregator/services.h"
-#include "aggregator/store.h"
+#include "aggregator/analysis/analyzer.h"
+#include "aggregator/server/http_routes.h"
+#include "aggregator/query/query.h"
+#include "aggregator/store/store.h"
 #include "benchmark/benchmark.h"
 #include "common/daemon.h"
 #include "common/metrics.h"
@@ -32,7 +32,7 @@
 namespace ncclwatch::bench {
 namespace {
 
-using aggregator::SeriesPoint;
+using ncclwatch::SeriesPoint;
 using aggregator::Store;
 
 class TempDir {
@@ -68,7 +68,7 @@ void BM_AppendPoints(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     for (SeriesPoint& p : batch) {
-      p = {"nccl_bus_bandwidth_gbs", RankSeriesLabels(next_series), t, 20.0};
+      p = {"nccl_bus_bandwidth_gbs", RankSeriesLabels(next_series), 20.0, t};
       if (++next_series == kSeries) {
         next_series = 0;
         t += 1'000;
@@ -90,15 +90,15 @@ void BM_QueryOneHour(benchmark::State& state) {
   // 10,000 series; the queried one (rank 4242) has 3,600 points, one per second.
   const int64_t t0 = 1'700'000'000'000;
   std::vector<SeriesPoint> batch;
-  for (int i = 0; i < 10'000; ++i) batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(i), t0, 1});
+  for (int i = 0; i < 10'000; ++i) batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(i), 1, t0});
   for (int s = 0; s < 3'600; ++s) {
-    batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(4242), t0 + s * 1'000, 20.0 + s});
+    batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(4242), 20.0 + s, t0 + s * 1'000});
   }
   if (!(*store)->AppendPoints(batch).ok()) return state.SkipWithError("write failed");
   if (!(*store)->Compact().ok()) return state.SkipWithError("compaction failed");
   aggregator::Analyzer analyzer;
   MetricRegistry metrics;
-  aggregator::AggregatorCore core(**store, analyzer, metrics);
+  aggregator::QueryEngine core(**store, analyzer);
   ncclwatch::v1::QueryRangeRequest request;
   request.set_selector(R"(nccl_bus_bandwidth_gbs{job_id="bench",rank="4242"})");
   request.set_start_unix_ms(t0);
@@ -152,7 +152,11 @@ void BM_Federate100k(benchmark::State& state) {
   }
   MetricRegistry metrics;
   HttpServer http;
-  aggregator::InstallHttpRoutes(http.server(), metrics, analyzer);
+  TempDir dir;  // /federate reads no stored point, but the query engine is built over a store
+  auto store = Store::Open(dir.path());
+  if (!store.ok()) return state.SkipWithError("cannot open the store");
+  aggregator::QueryEngine query(**store, analyzer);
+  aggregator::InstallHttpRoutes(http.server(), metrics, query);
   auto port = http.Start("127.0.0.1", 0);
   if (!port.ok()) return state.SkipWithError("cannot start the HTTP server");
   httplib::Client client("127.0.0.1", *port);

@@ -31,7 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
-#include "aggregator/store.h"
+#include "aggregator/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "aggregator/store.h"
+#include "aggregator/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "aggregator/analyzer.h"
-#include "aggregator/store.h"
+#include "aggregator/analysis/analyzer.h"
+#include "aggregator/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
@@ -81,14 +81,16 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   // Agents number their batches 1, 2, 3, ... and retry each until it is acknowledged, so after
   // they stopped cleanly the store must hold every sequence number up to the last.
   std::map<std::string, std::set<uint64_t>> seqs;
-  std::vector<aggregator::SeriesPoint> derived;
+  std::vector<SeriesPoint> derived;
   aggregator::Analyzer analyzer;
   ASSERT_TRUE((*store)
                   ->ReplayBatches(0,
                                   [&](const ncclwatch::v1::NodeBatch& batch, int64_t received) {
                                     seqs[batch.agent_id()].insert(batch.batch_seq());
                                     for (const auto& r : batch.reports()) {
-                                      analyzer.Ingest(r, received, &derived);
+                                      aggregator::Ingested in = analyzer.Ingest(r, received);
+                                      derived.insert(derived.end(), in.points.begin(),
+                                                     in.points.end());
                                     }
                                   })
                   .ok());

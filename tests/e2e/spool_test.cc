@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "absl/time/clock.h"
-#include "aggregator/store.h"
+#include "aggregator/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 

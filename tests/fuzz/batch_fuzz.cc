@@ -1,14 +1,14 @@
 // Fuzz target: one node batch as the aggregator's Ingest.Push receives it, through the real
-// AggregatorCore (batch checks, report validation, deduplication, analysis) over RocksDB in an
+// Ingest (batch checks, report validation, deduplication, analysis) over RocksDB in an
 // in-memory environment. Whatever the bytes, Push answers with an ack or a clean error, and a batch
 // pushed twice is acknowledged as a duplicate the second time.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
-#include "aggregator/analyzer.h"
-#include "aggregator/services.h"
-#include "aggregator/store.h"
+#include "aggregator/analysis/analyzer.h"
+#include "aggregator/ingest/ingest.h"
+#include "aggregator/store/store.h"
 #include "common/metrics.h"
 #include "rocksdb/env.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -22,7 +22,7 @@ struct Pipeline {
   std::unique_ptr<Store> store;
   std::unique_ptr<Analyzer> analyzer;
   ncclwatch::MetricRegistry metrics;
-  std::unique_ptr<AggregatorCore> core;
+  std::unique_ptr<Ingest> core;
 
   Pipeline() {
     auto opened = Store::Open("/fuzz-store", env.get());
@@ -33,7 +33,7 @@ struct Pipeline {
     options.max_comms_per_job = 16;
     options.max_series = 20'000;
     analyzer = std::make_unique<Analyzer>(options);
-    core = std::make_unique<AggregatorCore>(*store, *analyzer, metrics);
+    core = std::make_unique<Ingest>(*store, *analyzer, metrics);
   }
 };
 
@@ -54,7 +54,7 @@ Pipeline& Shared() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ncclwatch::v1::NodeBatch batch;
   if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
-  AggregatorCore& core = *Shared().core;
+  Ingest& core = *Shared().core;
   absl::StatusOr<ncclwatch::v1::BatchAck> first = core.Push(batch);
   if (!first.ok()) {
     FUZZ_CHECK(absl::IsInvalidArgument(first.status()));

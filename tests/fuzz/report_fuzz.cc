@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "aggregator/analyzer.h"
+#include "aggregator/analysis/analyzer.h"
 #include "proto/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -43,8 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Analyzer& analyzer = SharedAnalyzer();
   // The receive time is derived from the input so that the detectors' clocks move both ways.
   const int64_t now_ns = 1'700'000'000'000'000'000 + static_cast<int64_t>(size) * 250'000'000;
-  std::vector<ncclwatch::aggregator::SeriesPoint> points;
-  analyzer.Ingest(report, now_ns, &points);
+  const std::vector<ncclwatch::SeriesPoint> points = analyzer.Ingest(report, now_ns).points;
   analyzer.Tick(now_ns + 1'000'000'000);
   for (const auto& p : points) FUZZ_CHECK(!p.name.empty());
   const std::string& job = report.identity().job_id();

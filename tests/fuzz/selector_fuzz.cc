@@ -6,15 +6,15 @@
 #include <string_view>
 #include <vector>
 
-#include "aggregator/federate.h"
+#include "aggregator/query/selector.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
 using namespace ncclwatch::aggregator;
 
-const std::vector<ExportedSample>& Samples() {
-  static const std::vector<ExportedSample> samples = {
+const std::vector<SeriesPoint>& Samples() {
+  static const std::vector<SeriesPoint> samples = {
       {"ncclwatch_straggler_score", {{"job", "llm-7b"}, {"comm", "c0"}, {"rank", "3"}}, 2.5, 1000},
       {"ncclwatch_hang_active", {{"job", "llm-7b"}, {"comm", "c0"}}, 1, 1000},
       {"nccl_bus_bandwidth_gbs", {{"job", "a\"b\\c\nd"}, {"rank", ""}}, 1e300, 1000},
@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!selector->matchers.empty());
   const std::string out = RenderFederate(Samples(), {*selector});
   size_t matched = 0;
-  for (const ExportedSample& s : Samples()) matched += selector->Matches(s) ? 1 : 0;
+  for (const SeriesPoint& s : Samples()) matched += selector->Matches(s) ? 1 : 0;
   // Every matching sample is one line of the rendering; nothing else is a sample line.
   size_t lines = 0;
   for (size_t at = 0; (at = out.find('\n', at)) != std::string::npos; ++at) {

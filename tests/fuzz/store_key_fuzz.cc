@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "aggregator/store_keys.h"
+#include "aggregator/store/store_keys.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

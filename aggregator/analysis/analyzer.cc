@@ -1,0 +1,238 @@
+#include "aggregator/analysis/analyzer.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "aggregator/analysis/detection_series.h"
+#include "aggregator/analysis/report_input.h"
+#include "proto/samples.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+int64_t SinceOf(const CommEntry& entry, int rank) {
+  auto it = entry.flagged_since_ns.find(rank);
+  return it == entry.flagged_since_ns.end() ? 0 : it->second;
+}
+
+DetectorOptions DetectorOptionsOf(const AnalyzerOptions& o) {
+  return DetectorOptions{o.correlator, o.straggler, o.hang, o.degraded};
+}
+
+}  // namespace
+
+Analyzer::Analyzer(AnalyzerOptions options)
+    : registry_(RegistryOptions{options.max_jobs, options.max_comms_per_job,
+                                options.series_ttl_ns}),
+      series_(options.max_series, options.series_ttl_ns),
+      detectors_(DetectorOptionsOf(options)) {}
+
+ncclwatch::v1::Event Analyzer::StragglerEventLocked(const CommKey& key, CommEntry& entry,
+                                                    const FlagChange& change, int64_t now_ns) {
+  const int rank = change.score.rank;
+  if (change.score.flagged) entry.flagged_since_ns[rank] = now_ns;
+  ncclwatch::v1::Event event =
+      StragglerEvent(key, entry.who, change, SinceOf(entry, rank), now_ns);
+  if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
+  return event;
+}
+
+void Analyzer::JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
+                                std::vector<ncclwatch::v1::Event>* events) {
+  std::vector<std::string> node_of_rank;
+  node_of_rank.reserve(entry.who.ranks.size());
+  for (const RankWho& r : entry.who.ranks) node_of_rank.push_back(r.node);
+  for (const SlowNodeChange& change :
+       detectors_.slow_nodes.Update(key, node_of_rank, detectors_.stragglers.Scores(key))) {
+    events->push_back(SlowNodeEvent(key, entry.who, change, now_ns));
+  }
+}
+
+Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns) {
+  ncclwatch::MutexLock lock(&mu_);
+  clock_ns_ = std::max(clock_ns_, now_ns);
+  ++reports_;
+  const auto& id = report.identity();
+  const CommKey key{id.job_id(), id.comm_hash()};
+  bool restarted = false;
+  CommEntry* entry = registry_.Record(key, id, now_ns, &restarted);
+  if (entry == nullptr) return {};  // beyond a cap: counted by the registry
+  if (restarted) {
+    // New communicator, or one re-created with another size under the same hash.
+    detectors_.correlator.Forget(key);
+    detectors_.stragglers.Forget(key);
+    detectors_.slow_nodes.Forget(key);
+  }
+  Ingested out;
+  series_.AddReport(CommRegistry::RankLabels(key, entry->who, id.rank()), report, now_ns,
+                    &out.points);
+
+  const RankInterval interval = ToRankInterval(report);
+  detectors_.hangs.Update(key, interval, now_ns);
+  for (const DegradedChange& change : detectors_.degraded.Observe(key, interval)) {
+    out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
+  }
+  ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+    auto group = detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
+                                           s.duration_ns, s.gpu_start_ns, now_ns);
+    if (!group) return;
+    const std::vector<FlagChange> changes = detectors_.stragglers.Observe(*group);
+    for (const FlagChange& change : changes) {
+      out.events.push_back(StragglerEventLocked(key, *entry, change, now_ns));
+    }
+    if (!changes.empty()) JudgeNodesLocked(key, *entry, now_ns, &out.events);
+  });
+  return out;
+}
+
+std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
+  ncclwatch::MutexLock lock(&mu_);
+  clock_ns_ = std::max(clock_ns_, now_ns);
+  std::vector<ncclwatch::v1::Event> events;
+  for (const HangChange& change : detectors_.hangs.Evaluate(now_ns)) {
+    const CommKey& comm = change.silent ? change.rank.comm : change.hang.comm;
+    events.push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
+  }
+  detectors_.correlator.Expire(now_ns);
+  series_.Expire(now_ns);
+  registry_.Expire(now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    detectors_.correlator.Forget(key);
+    detectors_.stragglers.Forget(key);
+    detectors_.slow_nodes.Forget(key);
+    detectors_.hangs.Forget(key);
+    detectors_.degraded.Forget(key);
+  });
+  return events;
+}
+
+std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {
+  ncclwatch::MutexLock lock(&mu_);
+  std::vector<SeriesPoint> out;
+  if (!detection_only) series_.AppendTo(&out);
+  AppendDetectionSeries(registry_, detectors_, clock_ns_, &out);
+  return out;
+}
+
+std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string& job_id) const {
+  ncclwatch::MutexLock lock(&mu_);
+  std::vector<ncclwatch::v1::StragglerInfo> out;
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
+      if (score.flagged) {
+        out.push_back(StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank)));
+      }
+    }
+  }
+  return out;
+}
+
+ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id) const {
+  ncclwatch::MutexLock lock(&mu_);
+  ncclwatch::v1::ListDegradedResponse out;
+  for (const DegradedView& v : detectors_.degraded.Degraded()) {
+    if (job_id.empty() || v.comm.job_id == job_id) {
+      *out.add_comms() = DegradedInfoOf(v, registry_.FindWho(v.comm));
+    }
+  }
+  for (const SuspectView& s : detectors_.degraded.Suspects()) {
+    if (job_id.empty() || s.job_id == job_id) *out.add_suspects() = SuspectInfoOf(s);
+  }
+  return out;
+}
+
+ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id,
+                                                int64_t now_ns) const {
+  ncclwatch::MutexLock lock(&mu_);
+  ncclwatch::v1::ListHangsResponse out;
+  for (const HangView& h : detectors_.hangs.Hangs()) {
+    if (job_id.empty() || h.comm.job_id == job_id) {
+      *out.add_hangs() = HangInfoOf(h, registry_.FindWho(h.comm), now_ns);
+    }
+  }
+  for (const SilentView& s : detectors_.hangs.Silent()) {
+    if (job_id.empty() || s.comm.job_id == job_id) {
+      *out.add_silent() = SilentInfoOf(s, registry_.FindWho(s.comm));
+    }
+  }
+  return out;
+}
+
+CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) const {
+  CommHealth health;
+  for (int r = 0; r < static_cast<int>(entry.who.ranks.size()); ++r) {
+    health.silent_ranks += detectors_.hangs.IsSilent(key, r) ? 1 : 0;
+  }
+  for (const RankScore& s : detectors_.stragglers.Scores(key)) {
+    health.stragglers += s.flagged ? 1 : 0;
+  }
+  health.hung = detectors_.hangs.Hung(key);
+  health.degraded = detectors_.degraded.IsDegraded(key);
+  return health;
+}
+
+ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommEntry& entry,
+                                                 CommHealth* health) const {
+  *health = HealthLocked(key, entry);
+  int64_t last = 0;
+  for (int64_t seen : entry.last_seen_ns) last = std::max(last, seen);
+  return CommInfoOf(key, entry.who, last, *health);
+}
+
+std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) const {
+  ncclwatch::MutexLock lock(&mu_);
+  std::vector<ncclwatch::v1::CommInfo> out;
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    CommHealth health;
+    out.push_back(CommInfoLocked(key, entry, &health));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.job_id(), a.comm_name(), a.comm_hash()) <
+           std::make_tuple(b.job_id(), b.comm_name(), b.comm_hash());
+  });
+  return out;
+}
+
+std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
+  ncclwatch::MutexLock lock(&mu_);
+  std::map<std::string, ncclwatch::v1::JobInfo> jobs;  // by id: the answer is sorted
+  std::map<std::string, std::set<std::string>> nodes;
+  for (const auto& [key, entry] : registry_.comms()) {
+    CommHealth health;
+    const ncclwatch::v1::CommInfo c = CommInfoLocked(key, entry, &health);
+    ncclwatch::v1::JobInfo& j = jobs[key.job_id];
+    j.set_job_id(key.job_id);
+    j.set_communicators(j.communicators() + 1);
+    j.set_ranks(std::max<uint32_t>(j.ranks(), static_cast<uint32_t>(c.nranks())));
+    j.set_last_report_unix_ns(std::max(j.last_report_unix_ns(), c.last_report_unix_ns()));
+    j.set_stragglers(j.stragglers() + health.stragglers);
+    j.set_silent_ranks(j.silent_ranks() + health.silent_ranks);
+    j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
+    j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
+    for (const auto& r : c.ranks()) {
+      if (!r.node().empty()) nodes[key.job_id].insert(r.node());
+    }
+  }
+  std::vector<ncclwatch::v1::JobInfo> out;
+  for (auto& [id, j] : jobs) {
+    for (const auto& n : nodes[id]) j.add_nodes(n);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Analyzer::Counters Analyzer::counters() const {
+  ncclwatch::MutexLock lock(&mu_);
+  return Counters{reports_,
+                  detectors_.correlator.completed(),
+                  detectors_.correlator.expired(),
+                  detectors_.correlator.open_groups(),
+                  registry_.capped_jobs(),
+                  registry_.capped_comms(),
+                  series_.capped()};
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,117 @@
+// The aggregator's live view of every job: feeds each validated report to the detectors (through
+// the communicator registry), turns what they find into findings, and answers what is flagged
+// now and every exported series' current value.
+//
+// Rooms (docs/architecture.md): who is who and the caps in CommRegistry, the per-report series in
+// SeriesTable, the detection logic in aggregator/detect (plain structs), event text and query
+// answers in aggregator/findings. The Analyzer only wires them together under one lock.
+//
+// Thread safety: all public methods may be called concurrently; one mutex serialises them (the
+// work per report is small and bounded).
+#ifndef NCCLWATCH_AGGREGATOR_ANALYSIS_ANALYZER_H_
+#define NCCLWATCH_AGGREGATOR_ANALYSIS_ANALYZER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "aggregator/analysis/registry.h"
+#include "aggregator/analysis/series_table.h"
+#include "aggregator/detect/detectors.h"
+#include "aggregator/findings/findings.h"
+#include "common/series.h"
+#include "common/sync.h"
+#include "ncclwatch/v1/query.pb.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch::aggregator {
+
+struct AnalyzerOptions {
+  CorrelatorOptions correlator;
+  StragglerOptions straggler;
+  HangOptions hang;
+  DegradedOptions degraded;
+  int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
+  // Cardinality caps: a report of a job (or communicator) beyond them is not analysed, and a
+  // series beyond them is not exported; each is counted. They bound memory whatever the input.
+  size_t max_jobs = 4096;
+  size_t max_comms_per_job = 16384;
+  size_t max_series = 2'000'000;
+};
+
+// What one report caused: the detection events (e.g. a rank flagged as a straggler) and the
+// series points it set (what the store keeps).
+struct Ingested {
+  std::vector<ncclwatch::v1::Event> events;
+  std::vector<SeriesPoint> points;
+};
+
+class Analyzer {
+ public:
+  explicit Analyzer(AnalyzerOptions options = {});
+
+  // Takes one validated report received at `now_ns` (aggregator clock).
+  Ingested Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Re-evaluates hangs and silent ranks, expires incomplete collective groups and forgotten
+  // series and communicators. Returns the detection events it caused. Call about four times a
+  // second.
+  std::vector<ncclwatch::v1::Event> Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every exported series, current values; with `detection_only`, just the ncclwatch_* families
+  // computed from the detectors (not the per-report statistics).
+  std::vector<SeriesPoint> Series(bool detection_only = false) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Ranks flagged slow right now; `job_id` empty means every job.
+  std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Hung collectives and silent ranks right now; `job_id` empty means every job.
+  ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Degraded communicators and network suspects right now; `job_id` empty means every job.
+  ncclwatch::v1::ListDegradedResponse Degraded(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Communicators (for `job_id`, or all) with their ranks and health now, by job then name.
+  std::vector<ncclwatch::v1::CommInfo> Comms(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Jobs, summarised from their communicators.
+  std::vector<ncclwatch::v1::JobInfo> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Counters {
+    uint64_t reports = 0;
+    uint64_t groups_completed = 0;
+    uint64_t groups_expired = 0;
+    uint64_t open_groups = 0;
+    uint64_t capped_jobs = 0;    // reports not analysed: their job is beyond max_jobs
+    uint64_t capped_comms = 0;   // ... their communicator is beyond max_comms_per_job
+    uint64_t capped_series = 0;  // series updates refused: beyond max_series
+  };
+  Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // The STRAGGLER event of `change`, keeping the entry's flagged-since times.
+  ncclwatch::v1::Event StragglerEventLocked(const CommKey& key, CommEntry& entry,
+                                            const FlagChange& change, int64_t now_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Node-level verdicts after the rank flags of `key` changed.
+  void JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
+                        std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The communicator's findings now, counted.
+  CommHealth HealthLocked(const CommKey& key, const CommEntry& entry) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ncclwatch::v1::CommInfo CommInfoLocked(const CommKey& key, const CommEntry& entry,
+                                         CommHealth* health) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable ncclwatch::Mutex mu_;
+  CommRegistry registry_ ABSL_GUARDED_BY(mu_);
+  SeriesTable series_ ABSL_GUARDED_BY(mu_);
+  Detectors detectors_ ABSL_GUARDED_BY(mu_);
+  uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_ANALYSIS_ANALYZER_H_

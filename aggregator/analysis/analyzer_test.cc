@@ -1,0 +1,300 @@
+#include "aggregator/analysis/analyzer.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "proto/samples.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// One report per rank per "interval" with `n` sampled AllReduces; the ranks in `slow` arrive 2 ms
+// late.
+ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n,
+                                 const std::set<int>& slow) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("job-7");
+  id->set_comm_hash(0xfeed);
+  id->set_comm_name("world");
+  id->set_rank(rank);
+  id->set_nranks(nranks);
+  id->set_n_nodes(2);
+  id->set_cuda_device(rank % 4);
+  id->set_node(rank < 4 ? "node-a" : "node-b");
+  auto* st = r.add_stats();
+  st->set_op("AllReduce");
+  st->set_algo_proto("RING_SIMPLE");
+  st->set_message_size("32-33MB");
+  st->set_peer(-1);
+  st->set_count(4);
+  st->set_exec_time_us_sum(400);
+  st->set_bus_bw_gbs_log_sum(4 * std::log(20.0));
+  st->set_bw_samples(4);
+  auto* p2p = r.add_stats();
+  p2p->set_op("Send");
+  p2p->set_p2p(true);
+  p2p->set_message_size("1-2MB");
+  p2p->set_peer((rank + 1) % nranks);
+  p2p->set_count(2);
+  p2p->set_exec_time_us_sum(50);
+  p2p->set_bus_bw_gbs_log_sum(2 * std::log(10.0));
+  p2p->set_bw_samples(2);
+  SampleColumnWriter writer(&r);
+  for (int i = 0; i < n; ++i) {
+    uint64_t arrival = 1'000'000 + (slow.count(rank) ? 2'000'000 : (rank * 10'000));
+    writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
+               Sample{first_seq + i, arrival, 5'000'000 - arrival});
+  }
+  return r;
+}
+
+ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n, int slow) {
+  return Report(rank, nranks, first_seq, n, std::set<int>{slow});
+}
+
+const std::string* Label(const SeriesPoint& s, const std::string& name) {
+  for (const auto& [k, v] : s.labels) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+TEST(AnalyzerTest, FlagsTheSlowRankWithNodeAndGpuAndExportsSeries) {
+  Analyzer analyzer;
+  std::vector<ncclwatch::v1::Event> events;
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int rank = 0; rank < 8; ++rank) {
+      for (auto& e : analyzer.Ingest(Report(rank, 8, interval * 10, 10, 5), 1'000'000'000).events) {
+        events.push_back(e);
+      }
+    }
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), ncclwatch::v1::Event::STRAGGLER);
+  EXPECT_EQ(events[0].phase(), ncclwatch::v1::Event::START);
+  EXPECT_EQ(events[0].straggler().rank(), 5);
+  EXPECT_EQ(events[0].straggler().node(), "node-b");
+  EXPECT_EQ(events[0].straggler().cuda_device(), 1);
+  EXPECT_NEAR(events[0].straggler().lateness_seconds(), 0.002, 1e-9);
+  EXPECT_NE(events[0].summary().find("rank 5 (node node-b, GPU1)"), std::string::npos)
+      << events[0].summary();
+
+  auto stragglers = analyzer.Stragglers("");
+  ASSERT_EQ(stragglers.size(), 1u);
+  EXPECT_EQ(stragglers[0].since_unix_ns(), 1'000'000'000u);
+  EXPECT_TRUE(analyzer.Stragglers("other-job").empty());
+
+  int flagged = 0, bus = 0, p2p_bus = 0;
+  for (const SeriesPoint& s : analyzer.Series()) {
+    EXPECT_EQ(s.time_ms, 1000);
+    EXPECT_EQ(*Label(s, "job_id"), "job-7");
+    EXPECT_EQ(*Label(s, "comm_hash"), "0x000000000000feed");
+    if (s.name == "ncclwatch_straggler" && s.value == 1) {
+      ++flagged;
+      EXPECT_EQ(*Label(s, "rank"), "5");
+      EXPECT_EQ(*Label(s, "node"), "node-b");
+      EXPECT_EQ(*Label(s, "gpu"), "GPU1");
+    }
+    if (s.name == "nccl_bus_bandwidth_gbs") {
+      ++bus;
+      EXPECT_NEAR(s.value, 20.0, 1e-9);  // geometric mean of the interval
+      EXPECT_EQ(*Label(s, "algo_proto"), "RING_SIMPLE");
+      EXPECT_EQ(*Label(s, "collective"), "AllReduce");
+      EXPECT_EQ(*Label(s, "nranks"), "8");
+      EXPECT_EQ(*Label(s, "n_nodes"), "2");
+    }
+    if (s.name == "nccl_p2p_bus_bandwidth_gbs") {
+      ++p2p_bus;
+      EXPECT_EQ(*Label(s, "p2p_operation"), "Send");
+      EXPECT_EQ(Label(s, "algo_proto"), nullptr);
+    }
+  }
+  EXPECT_EQ(flagged, 1);
+  EXPECT_EQ(bus, 8);
+  EXPECT_EQ(p2p_bus, 8);
+  EXPECT_EQ(analyzer.counters().groups_completed, 30u);
+}
+
+TEST(AnalyzerTest, CommRanksCarryTheGpuUuidAndPodAsLastReported) {
+  Analyzer analyzer;
+  ncclwatch::v1::RankReport r0 = Report(0, 2, 0, 0, -1);
+  auto* id = r0.mutable_identity();
+  id->set_gpu_uuid("GPU-11111111-2222-3333-4444-555555555555");
+  id->set_pod("trainer-0");
+  id->set_pod_namespace("ml");
+  id->set_container("pytorch");
+  analyzer.Ingest(r0, 1'000'000'000);
+  analyzer.Ingest(Report(1, 2, 0, 0, -1), 1'000'000'000);  // outside Kubernetes: none of them
+
+  auto comms = analyzer.Comms("job-7");
+  ASSERT_EQ(comms.size(), 1u);
+  ASSERT_EQ(comms[0].ranks_size(), 2);
+  const auto& a = comms[0].ranks(0);
+  EXPECT_EQ(a.node(), "node-a");
+  EXPECT_EQ(a.gpu_uuid(), "GPU-11111111-2222-3333-4444-555555555555");
+  EXPECT_EQ(a.pod(), "trainer-0");
+  EXPECT_EQ(a.pod_namespace(), "ml");
+  EXPECT_EQ(a.container(), "pytorch");
+  const auto& b = comms[0].ranks(1);
+  EXPECT_EQ(b.cuda_device(), 1);
+  EXPECT_EQ(b.gpu_uuid(), "");
+  EXPECT_EQ(b.pod(), "");
+  EXPECT_EQ(b.pod_namespace(), "");
+
+  // The pod moves with the rank's latest report (a restarted job lands in a new pod).
+  id->set_pod("trainer-0-retry");
+  analyzer.Ingest(r0, 2'000'000'000);
+  EXPECT_EQ(analyzer.Comms("job-7")[0].ranks(0).pod(), "trainer-0-retry");
+}
+
+TEST(AnalyzerTest, PluginDropsAreExportedPerRankAndKind) {
+  Analyzer analyzer;
+  ncclwatch::v1::RankReport r = Report(3, 8, 0, 0, -1);
+  r.mutable_drops()->set_events_dropped(17);
+  r.mutable_drops()->set_reports_dropped(2);
+  analyzer.Ingest(r, 1'000'000'000);
+  std::map<std::string, double> by_kind;
+  for (const SeriesPoint& s : analyzer.Series()) {
+    if (s.name != "ncclwatch_plugin_drops_total") continue;
+    EXPECT_EQ(*Label(s, "rank"), "3");
+    EXPECT_EQ(*Label(s, "job_id"), "job-7");
+    by_kind[*Label(s, "kind")] = s.value;
+  }
+  EXPECT_EQ(by_kind, (std::map<std::string, double>{{"channel_events_orphaned", 0},
+                                                    {"events", 17},
+                                                    {"records", 0},
+                                                    {"reports", 2},
+                                                    {"samples_capped", 0}}));
+}
+
+// Prometheus keeps the first value it sees under a timestamp: a detection series whose value
+// changes must carry a new timestamp, even when the change comes from a Tick with no new report.
+TEST(AnalyzerTest, DetectionSeriesChangeValueOnlyWithANewTimestamp) {
+  Analyzer analyzer;
+  auto lateness = [&]() -> std::pair<double, int64_t> {
+    for (const SeriesPoint& s : analyzer.Series(/*detection_only=*/true)) {
+      if (s.name == "ncclwatch_rank_lateness_seconds" && *Label(s, "rank") == "5") {
+        return {s.value, s.time_ms};
+      }
+    }
+    return {-1, -1};
+  };
+  // Round 1 at 1 s: rank 5 is late in every collective.
+  for (int rank = 0; rank < 8; ++rank) analyzer.Ingest(Report(rank, 8, 0, 32, 5), 1'000'000'000);
+  const auto first = lateness();
+  ASSERT_GT(first.first, 0);
+  // Round 2: rank 5 reports first (1.5 s), on time this time; the others complete its
+  // collectives at 2 s. Rank 5's lateness changes at 2 s, with no report of its own then.
+  analyzer.Ingest(Report(5, 8, 32, 32, -1), 1'500'000'000);
+  EXPECT_EQ(lateness(), (std::pair<double, int64_t>{first.first, 1500}));
+  for (int rank = 0; rank < 8; ++rank) {
+    if (rank != 5) analyzer.Ingest(Report(rank, 8, 32, 32, -1), 2'000'000'000);
+  }
+  const auto second = lateness();
+  EXPECT_NE(second.first, first.first);
+  EXPECT_EQ(second.second, 2000);  // a new value under a new timestamp
+}
+
+TEST(AnalyzerTest, JobsCommunicatorsAndSeriesBeyondTheirCapsAreCountedNotKept) {
+  AnalyzerOptions opts;
+  opts.max_jobs = 2;
+  opts.max_comms_per_job = 2;
+  Analyzer analyzer(opts);
+  auto report = [](const std::string& job, uint64_t comm) {
+    ncclwatch::v1::RankReport r = Report(0, 2, 0, 0, -1);
+    r.mutable_identity()->set_job_id(job);
+    r.mutable_identity()->set_comm_hash(comm);
+    return r;
+  };
+  analyzer.Ingest(report("a", 1), 1'000'000'000);
+  analyzer.Ingest(report("a", 2), 1'000'000'000);
+  analyzer.Ingest(report("a", 3), 1'000'000'000);  // a third communicator of job a
+  analyzer.Ingest(report("b", 1), 1'000'000'000);
+  analyzer.Ingest(report("c", 1), 1'000'000'000);  // a third job
+  analyzer.Ingest(report("a", 1), 2'000'000'000);  // known ones keep being analysed
+  EXPECT_EQ(analyzer.Comms("a").size(), 2u);
+  EXPECT_EQ(analyzer.Comms("b").size(), 1u);
+  EXPECT_TRUE(analyzer.Comms("c").empty());
+  EXPECT_EQ(analyzer.counters().capped_comms, 1u);
+  EXPECT_EQ(analyzer.counters().capped_jobs, 1u);
+  // Once job b is forgotten (silent past the TTL), job c has room.
+  analyzer.Tick(2'000'000'000 + opts.series_ttl_ns);
+  analyzer.Ingest(report("c", 1), 2'000'000'000 + opts.series_ttl_ns);
+  EXPECT_EQ(analyzer.Comms("c").size(), 1u);
+
+  AnalyzerOptions few;
+  few.max_series = 3;
+  Analyzer capped(few);
+  capped.Ingest(Report(0, 2, 0, 0, -1), 1'000'000'000);  // carries more than 3 stats series
+  size_t stats_series = 0;
+  for (const SeriesPoint& s : capped.Series()) stats_series += s.name.rfind("nccl_", 0) == 0;
+  EXPECT_EQ(stats_series, 3u);
+  EXPECT_GT(capped.counters().capped_series, 0u);
+}
+
+TEST(AnalyzerTest, SilentSeriesExpire) {
+  AnalyzerOptions opts;
+  opts.series_ttl_ns = 1000;
+  Analyzer analyzer(opts);
+  analyzer.Ingest(Report(0, 2, 0, 0, -1), 0);
+  EXPECT_FALSE(analyzer.Series().empty());
+  analyzer.Ingest(Report(1, 2, 0, 0, -1), 0);
+  analyzer.Tick(500);
+  EXPECT_FALSE(analyzer.Series().empty());
+  analyzer.Tick(5000);
+  EXPECT_TRUE(analyzer.Series().empty());
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST(AnalyzerTest, ANodeWhoseRanksAreAllSlowIsFlaggedAsANode) {
+  Analyzer analyzer;
+  std::vector<ncclwatch::v1::Event> events;
+  const std::set<int> node_b = {4, 5, 6, 7};
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int r = 0; r < 8; ++r) {
+      for (auto& e : analyzer.Ingest(Report(r, 8, interval * 8, 8, node_b), 0).events) {
+        events.push_back(e);
+      }
+    }
+  }
+  int rank_starts = 0, node_starts = 0;
+  for (const auto& e : events) {
+    if (e.kind() == ncclwatch::v1::Event::STRAGGLER) ++rank_starts;
+    if (e.kind() == ncclwatch::v1::Event::NODE_STRAGGLER) {
+      ++node_starts;
+      EXPECT_EQ(e.node_straggler().node(), "node-b");
+      EXPECT_EQ(e.node_straggler().ranks_size(), 4);
+    }
+  }
+  EXPECT_EQ(rank_starts, 4);
+  EXPECT_EQ(node_starts, 1);
+  int node_series = 0;
+  for (const auto& s : analyzer.Series()) {
+    if (s.name != "ncclwatch_node_straggler") continue;
+    ++node_series;
+    EXPECT_EQ(s.value, *Label(s, "node") == "node-b" ? 1.0 : 0.0);
+  }
+  EXPECT_EQ(node_series, 2);
+}
+
+TEST(AnalyzerTest, OneSlowRankDoesNotMakeItsNodeSlow) {
+  Analyzer analyzer;
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int r = 0; r < 8; ++r) {
+      for (auto& e : analyzer.Ingest(Report(r, 8, interval * 8, 8, 5), 0).events) {
+        EXPECT_NE(e.kind(), ncclwatch::v1::Event::NODE_STRAGGLER) << e.summary();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator

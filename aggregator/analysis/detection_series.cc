@@ -1,0 +1,57 @@
+#include "aggregator/analysis/detection_series.h"
+
+#include <map>
+#include <set>
+#include <string>
+
+namespace ncclwatch::aggregator {
+
+void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d, int64_t now_ns,
+                           std::vector<SeriesPoint>* out) {
+  const int64_t now_ms = now_ns / 1'000'000;
+  std::map<CommKey, const HangView*> hung;
+  const std::vector<HangView> hangs = d.hangs.Hangs();
+  for (const HangView& h : hangs) hung[h.comm] = &h;
+  for (const auto& [key, entry] : registry.comms()) {
+    const CommWho& who = entry.who;
+    LabelPairs comm_labels = CommRegistry::CommLabels(key, who);
+    auto h = hung.find(key);
+    out->push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, now_ms});
+    std::set<std::string> nodes;
+    for (const RankWho& r : who.ranks) {
+      if (!r.node.empty()) nodes.insert(r.node);
+    }
+    for (const auto& node : nodes) {
+      LabelPairs node_labels = comm_labels;
+      node_labels.emplace_back("node", node);
+      out->push_back({"ncclwatch_node_straggler", std::move(node_labels),
+                      d.slow_nodes.IsSlow(key, node) ? 1.0 : 0.0, now_ms});
+    }
+    LabelPairs class_labels = comm_labels;
+    class_labels.emplace_back("class", d.degraded.IsHybrid(key) ? "hybrid" : "nvlink");
+    out->push_back({"ncclwatch_comm_degraded", std::move(class_labels),
+                    d.degraded.IsDegraded(key) ? 1.0 : 0.0, now_ms});
+    out->push_back({"ncclwatch_hang_age_seconds", std::move(comm_labels),
+                    h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0, now_ms});
+    for (int r = 0; r < static_cast<int>(who.ranks.size()); ++r) {
+      LabelPairs labels = CommRegistry::RankLabels(key, who, r);
+      out->push_back(
+          {"ncclwatch_rank_missing", labels, d.hangs.Missing(key, r) ? 1.0 : 0.0, now_ms});
+      out->push_back({"ncclwatch_rank_silent", std::move(labels),
+                      d.hangs.IsSilent(key, r) ? 1.0 : 0.0, now_ms});
+    }
+    for (const RankScore& score : d.stragglers.Scores(key)) {
+      if (score.rank >= static_cast<int>(who.ranks.size())) continue;
+      LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
+      out->push_back({"ncclwatch_straggler", labels, score.flagged ? 1.0 : 0.0, now_ms});
+      out->push_back({"ncclwatch_rank_lateness_seconds", std::move(labels),
+                      score.lateness_ns * 1e-9, now_ms});
+    }
+  }
+  for (const SuspectView& s : d.degraded.Suspects()) {
+    out->push_back(
+        {"ncclwatch_node_network_suspect", {{"job_id", s.job_id}, {"node", s.node}}, 1.0, now_ms});
+  }
+}
+
+}  // namespace ncclwatch::aggregator

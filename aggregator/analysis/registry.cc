@@ -1,0 +1,86 @@
+#include "aggregator/analysis/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/inspector.h"
+
+namespace ncclwatch::aggregator {
+
+CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id,
+                                int64_t now_ns, bool* restarted) {
+  *restarted = false;
+  auto found = comms_.find(key);
+  if (found == comms_.end()) {
+    auto job = comms_per_job_.find(key.job_id);
+    if (job == comms_per_job_.end() && comms_per_job_.size() >= options_.max_jobs) {
+      ++capped_jobs_;
+      return nullptr;
+    }
+    if (job != comms_per_job_.end() && job->second >= options_.max_comms_per_job) {
+      ++capped_comms_;
+      return nullptr;
+    }
+    ++comms_per_job_[key.job_id];
+    found = comms_.try_emplace(key).first;
+  }
+  CommEntry& entry = found->second;
+  CommWho& who = entry.who;
+  if (who.nranks != id.nranks()) {
+    who.nranks = id.nranks();
+    who.ranks.assign(id.nranks(), RankWho{});
+    entry.last_seen_ns.assign(id.nranks(), 0);
+    entry.flagged_since_ns.clear();
+    *restarted = true;
+  }
+  who.comm_name = id.comm_name();
+  who.n_nodes = id.n_nodes();
+  RankWho& rank = who.ranks[id.rank()];
+  rank.node = id.node();
+  rank.cuda_device = id.cuda_device();
+  rank.gpu_uuid = id.gpu_uuid();
+  rank.pod = id.pod();
+  rank.pod_namespace = id.pod_namespace();
+  rank.container = id.container();
+  entry.last_seen_ns[id.rank()] = now_ns;
+  return &entry;
+}
+
+const CommEntry* CommRegistry::Find(const CommKey& key) const {
+  auto it = comms_.find(key);
+  return it == comms_.end() ? nullptr : &it->second;
+}
+
+const CommWho* CommRegistry::FindWho(const CommKey& key) const {
+  const CommEntry* entry = Find(key);
+  return entry == nullptr ? nullptr : &entry->who;
+}
+
+void CommRegistry::Expire(int64_t now_ns, const std::function<void(const CommKey&)>& forget) {
+  std::erase_if(comms_, [&](const auto& kv) {
+    for (int64_t seen : kv.second.last_seen_ns) {
+      if (now_ns - seen <= options_.ttl_ns) return false;
+    }
+    forget(kv.first);
+    if (auto job = comms_per_job_.find(kv.first.job_id);
+        job != comms_per_job_.end() && --job->second == 0) {
+      comms_per_job_.erase(job);
+    }
+    return true;
+  });
+}
+
+LabelPairs CommRegistry::CommLabels(const CommKey& key, const CommWho& who) {
+  return {{"job_id", key.job_id},
+          {"comm_hash", CommHashText(key.comm_hash)},
+          {"comm_name", OrUnknown(who.comm_name)}};
+}
+
+LabelPairs CommRegistry::RankLabels(const CommKey& key, const CommWho& who, int rank) {
+  const RankWho& r = who.ranks[rank];
+  LabelPairs labels = CommLabels(key, who);
+  labels.emplace_back("rank", absl::StrCat(rank));
+  labels.emplace_back("node", OrUnknown(r.node));
+  labels.emplace_back("gpu", GpuLabel(r.cuda_device));
+  return labels;
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,71 @@
+// The communicators the analyzer knows: who each rank is (CommWho), when each rank last reported,
+// and the caps that bound how many jobs and communicators are analysed at once.
+//
+// Not thread-safe: the Analyzer serialises calls.
+#ifndef NCCLWATCH_AGGREGATOR_ANALYSIS_REGISTRY_H_
+#define NCCLWATCH_AGGREGATOR_ANALYSIS_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "aggregator/detect/types.h"
+#include "aggregator/findings/who.h"
+#include "common/prom_text.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch::aggregator {
+
+struct RegistryOptions {
+  size_t max_jobs = 4096;
+  size_t max_comms_per_job = 16384;
+  int64_t ttl_ns = 600'000'000'000;  // a communicator silent this long is gone
+};
+
+// One communicator.
+struct CommEntry {
+  CommWho who;
+  std::vector<int64_t> last_seen_ns;        // index = rank; 0 until it reports
+  std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
+};
+
+class CommRegistry {
+ public:
+  explicit CommRegistry(RegistryOptions options) : options_(options) {}
+
+  // Records that rank `id.rank()` of `key` reported at `now_ns`. Returns its communicator, or
+  // nullptr (counted) when it is new and beyond --max-jobs or --max-comms-per-job: such reports
+  // are not analysed. `*restarted` is set when the communicator is new, or came back with another
+  // size under the same hash: whatever was kept about it must start over.
+  CommEntry* Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id, int64_t now_ns,
+                    bool* restarted);
+  const CommEntry* Find(const CommKey& key) const;
+  const CommWho* FindWho(const CommKey& key) const;
+  // Forgets every communicator none of whose ranks reported within the TTL (its job ended or
+  // died), calling `forget` with each key first.
+  void Expire(int64_t now_ns, const std::function<void(const CommKey&)>& forget);
+
+  const std::map<CommKey, CommEntry>& comms() const { return comms_; }
+  uint64_t capped_jobs() const { return capped_jobs_; }
+  uint64_t capped_comms() const { return capped_comms_; }
+
+  // The labels that name rank `rank` of a communicator on every per-rank series:
+  // job_id, comm_hash, comm_name, rank, node, gpu.
+  static LabelPairs RankLabels(const CommKey& key, const CommWho& who, int rank);
+  // job_id, comm_hash, comm_name.
+  static LabelPairs CommLabels(const CommKey& key, const CommWho& who);
+
+ private:
+  const RegistryOptions options_;
+  std::map<CommKey, CommEntry> comms_;
+  // comms_ counted by job: the caps' checks stay O(log n) when a flood of new job ids arrives.
+  std::map<std::string, size_t> comms_per_job_;
+  uint64_t capped_jobs_ = 0;
+  uint64_t capped_comms_ = 0;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_ANALYSIS_REGISTRY_H_

@@ -1,0 +1,25 @@
+#include "aggregator/analysis/report_input.h"
+
+namespace ncclwatch::aggregator {
+
+RankInterval ToRankInterval(const ncclwatch::v1::RankReport& report) {
+  const auto& id = report.identity();
+  RankInterval r;
+  r.rank = id.rank();
+  r.nranks = id.nranks();
+  r.n_nodes = id.n_nodes();
+  r.node = id.node();
+  r.final = report.final();
+  r.in_flight.reserve(report.in_flight_size());
+  for (const auto& op : report.in_flight()) {
+    r.in_flight.push_back(InFlightOp{op.op(), op.seq(), op.p2p(), op.peer(), op.age_ns()});
+  }
+  r.stats.reserve(report.stats_size());
+  for (const auto& s : report.stats()) {
+    r.stats.push_back(
+        OpStats{s.op(), s.message_size(), s.p2p(), s.count(), s.bytes(), s.exec_time_us_min()});
+  }
+  return r;
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,16 @@
+// What the detectors read of a validated RankReport (aggregator/detect/types.h).
+#ifndef NCCLWATCH_AGGREGATOR_ANALYSIS_REPORT_INPUT_H_
+#define NCCLWATCH_AGGREGATOR_ANALYSIS_REPORT_INPUT_H_
+
+#include "aggregator/detect/types.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch::aggregator {
+
+// The report's rank, sizes, node, in-flight operations and interval statistics. The result's
+// string views point into `report`, which must outlive it.
+RankInterval ToRankInterval(const ncclwatch::v1::RankReport& report);
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_ANALYSIS_REPORT_INPUT_H_

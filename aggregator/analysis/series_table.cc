@@ -1,0 +1,78 @@
+#include "aggregator/analysis/series_table.h"
+
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/inspector.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+std::string SeriesKey(const std::string& name, const LabelPairs& labels) {
+  std::string key = name;
+  for (const auto& [k, v] : labels) absl::StrAppend(&key, "\x1f", k, "=", v);
+  return key;
+}
+
+}  // namespace
+
+void SeriesTable::Set(std::string name, LabelPairs labels, double value, int64_t sample_ns,
+                      int64_t now_ns, std::vector<SeriesPoint>* points) {
+  std::string key = SeriesKey(name, labels);
+  auto it = series_.find(key);
+  if (it == series_.end()) {
+    if (series_.size() >= max_series_) {  // neither exported nor stored
+      ++capped_;
+      return;
+    }
+    it = series_.try_emplace(std::move(key)).first;
+  }
+  const int64_t sample_ms = sample_ns / 1'000'000;
+  if (points != nullptr) points->push_back({name, labels, value, sample_ms});
+  Entry& e = it->second;
+  e.latest = SeriesPoint{std::move(name), std::move(labels), value, sample_ms};
+  e.updated_ns = now_ns;
+}
+
+void SeriesTable::AddReport(const LabelPairs& rank_labels,
+                            const ncclwatch::v1::RankReport& report, int64_t now_ns,
+                            std::vector<SeriesPoint>* points) {
+  const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
+  const int64_t sample_ns = end_ns > 0 ? end_ns : now_ns;
+  for (InspectorSample& sample : InspectorSamples(report)) {
+    LabelPairs labels = rank_labels;
+    labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
+                  std::make_move_iterator(sample.labels.end()));
+    Set(sample.name, std::move(labels), sample.value, sample_ns, now_ns, points);
+  }
+  // What the plugin could not record (cumulative since the training process started): a pool,
+  // ring or queue was full. Anything above zero means findings may miss operations.
+  if (report.has_drops()) {
+    const auto& d = report.drops();
+    const std::pair<const char*, uint64_t> kinds[] = {
+        {"events", d.events_dropped()},
+        {"records", d.records_dropped()},
+        {"reports", d.reports_dropped()},
+        {"samples_capped", d.samples_capped()},
+        {"channel_events_orphaned", d.channel_events_orphaned()}};
+    for (const auto& [kind, value] : kinds) {
+      LabelPairs labels = rank_labels;
+      labels.emplace_back("kind", kind);
+      Set("ncclwatch_plugin_drops_total", std::move(labels), static_cast<double>(value),
+          sample_ns, now_ns, points);
+    }
+  }
+}
+
+void SeriesTable::Expire(int64_t now_ns) {
+  std::erase_if(series_,
+                [&](const auto& kv) { return now_ns - kv.second.updated_ns > ttl_ns_; });
+}
+
+void SeriesTable::AppendTo(std::vector<SeriesPoint>* out) const {
+  out->reserve(out->size() + series_.size());
+  for (const auto& [key, e] : series_) out->push_back(e.latest);
+}
+
+}  // namespace ncclwatch::aggregator

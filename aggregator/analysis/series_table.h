@@ -1,0 +1,55 @@
+// The per-report series the aggregator exports for every rank: the NCCL Inspector-compatible
+// families and the plugin's drop counters, each with its latest value, capped in number and
+// forgotten after a TTL without updates.
+//
+// Not thread-safe: the Analyzer serialises calls.
+#ifndef NCCLWATCH_AGGREGATOR_ANALYSIS_SERIES_TABLE_H_
+#define NCCLWATCH_AGGREGATOR_ANALYSIS_SERIES_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/series.h"
+#include "ncclwatch/v1/report.pb.h"
+
+namespace ncclwatch::aggregator {
+
+class SeriesTable {
+ public:
+  SeriesTable(size_t max_series, int64_t ttl_ns) : max_series_(max_series), ttl_ns_(ttl_ns) {}
+
+  // Takes the series of one rank's report, received at `now_ns`: every Inspector sample and the
+  // plugin's drop counters, labelled with `rank_labels` (who the rank is) first. Each value is
+  // stamped with the end of the interval it describes (the rank's clock, `now_ns` when absent),
+  // so that reports delivered together -- e.g. after an outage -- stay distinct points. Appends
+  // the points it set to `points` (what the store keeps). A new series beyond `max_series` is
+  // neither kept nor appended, and is counted.
+  void AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
+                 int64_t now_ns, std::vector<SeriesPoint>* points);
+  // Forgets the series not updated within the TTL.
+  void Expire(int64_t now_ns);
+  // Every series, with its latest value.
+  void AppendTo(std::vector<SeriesPoint>* out) const;
+
+  size_t size() const { return series_.size(); }
+  uint64_t capped() const { return capped_; }
+
+ private:
+  struct Entry {
+    SeriesPoint latest;
+    int64_t updated_ns = 0;
+  };
+  void Set(std::string name, LabelPairs labels, double value, int64_t sample_ns, int64_t now_ns,
+           std::vector<SeriesPoint>* points);
+
+  const size_t max_series_;
+  const int64_t ttl_ns_;
+  std::map<std::string, Entry> series_;  // by name and labels
+  uint64_t capped_ = 0;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_ANALYSIS_SERIES_TABLE_H_

@@ -1,0 +1,34 @@
+// The aggregator's detectors, together: what the analyzer feeds and what the detection series
+// and query answers read. Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_DETECTORS_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_DETECTORS_H_
+
+#include "aggregator/detect/correlator.h"
+#include "aggregator/detect/degraded.h"
+#include "aggregator/detect/hang.h"
+#include "aggregator/detect/slow_nodes.h"
+#include "aggregator/detect/straggler.h"
+
+namespace ncclwatch::aggregator {
+
+struct DetectorOptions {
+  CorrelatorOptions correlator;
+  StragglerOptions straggler;
+  HangOptions hang;
+  DegradedOptions degraded;
+};
+
+struct Detectors {
+  explicit Detectors(const DetectorOptions& o)
+      : correlator(o.correlator), stragglers(o.straggler), hangs(o.hang), degraded(o.degraded) {}
+
+  Correlator correlator;         // joins the ranks' samples of each collective
+  StragglerDetector stragglers;  // fed the joined collectives
+  SlowNodeDetector slow_nodes;   // fed the straggler flags
+  HangDetector hangs;            // fed what each rank has in flight
+  DegradedDetector degraded;     // fed each rank's interval statistics
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_DETECTORS_H_

@@ -1,0 +1,60 @@
+// What the detectors are fed: plain structs, no protobuf or gRPC (docs/detection.md).
+//
+// The analyzer turns each validated RankReport into a RankInterval before any detector sees it, so
+// the detectors can be driven, tested and benchmarked without the wire format.
+#ifndef NCCLWATCH_AGGREGATOR_DETECT_TYPES_H_
+#define NCCLWATCH_AGGREGATOR_DETECT_TYPES_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace ncclwatch::aggregator {
+
+// A communicator of a job: the key every detector's state is kept under.
+struct CommKey {
+  std::string job_id;
+  uint64_t comm_hash = 0;
+  bool operator<(const CommKey& o) const {
+    return std::tie(job_id, comm_hash) < std::tie(o.job_id, o.comm_hash);
+  }
+  bool operator==(const CommKey& o) const = default;
+};
+
+// One operation still in flight (enqueued, kernel not finished) when the rank reported.
+struct InFlightOp {
+  std::string_view op;  // "AllReduce", "Send", ...
+  uint64_t seq = 0;     // collectives; 0 for point-to-point
+  bool p2p = false;
+  int peer = -1;        // point-to-point: the other rank
+  uint64_t age_ns = 0;  // time since it was enqueued, on the rank's clock
+};
+
+// The interval statistics of one (operation, message-size bucket[, algorithm]) of the rank.
+struct OpStats {
+  std::string_view op;
+  std::string_view message_size;  // Inspector's bucket label, e.g. "16-17MB"
+  bool p2p = false;
+  uint64_t count = 0;               // timed operations
+  uint64_t bytes = 0;               // their bytes
+  double exec_time_us_min = 0;      // the fastest one's execution time
+};
+
+// One rank's report of one interval, as the detectors need it. The string views point into the
+// caller's report and are valid only during the call that takes the RankInterval; detectors copy
+// what they keep.
+struct RankInterval {
+  int rank = 0;
+  int nranks = 0;
+  int n_nodes = 0;
+  std::string_view node;
+  bool final = false;  // the rank's communicator was finalized: its last report
+  std::vector<InFlightOp> in_flight;  // oldest first
+  std::vector<OpStats> stats;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_DETECT_TYPES_H_

@@ -1,0 +1,303 @@
+#include "aggregator/findings/findings.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "proto/inspector.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+using ncclwatch::v1::Event;
+
+// A detection event's header: kind, phase, time.
+Event NewEvent(Event::Kind kind, bool start, int64_t now_ns) {
+  Event event;
+  event.set_kind(kind);
+  event.set_phase(start ? Event::START : Event::END);
+  event.set_time_unix_ns(now_ns);
+  return event;
+}
+
+const RankWho& WhoOf(const CommWho& who, int rank) {
+  static const RankWho kUnknown;
+  return rank >= 0 && rank < static_cast<int>(who.ranks.size()) ? who.ranks[rank] : kUnknown;
+}
+
+std::string RankList(const google::protobuf::RepeatedPtrField<ncclwatch::v1::RankRef>& ranks) {
+  std::string out;
+  for (const auto& r : ranks) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "rank ", r.rank(), " (node ",
+                    OrUnknown(r.node()), ", ", GpuLabel(r.cuda_device()), ")");
+  }
+  return out;
+}
+
+Event SilentEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
+  Event event = NewEvent(Event::RANK_SILENT, change.start, now_ns);
+  *event.mutable_silent() = SilentInfoOf(change.rank, who);
+  const auto& s = event.silent();
+  event.set_summary(absl::StrFormat(
+      "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s",
+      change.start ? "SILENT" : "REPORTING", s.rank().rank(), OrUnknown(s.rank().node()),
+      GpuLabel(s.rank().cuda_device()), OrUnknown(s.comm_name()), CommHashText(s.comm_hash()),
+      s.job_id(),
+      change.start ? absl::StrFormat("stopped reporting %.1f s ago; the other ranks carry on",
+                                     (now_ns - s.last_report_unix_ns()) * 1e-9)
+                   : std::string("reports again")));
+  return event;
+}
+
+Event SuspectEvent(const DegradedChange& change, int64_t now_ns) {
+  Event event = NewEvent(Event::NODE_NETWORK_SUSPECT, change.start, now_ns);
+  *event.mutable_suspect() = SuspectInfoOf(change.suspect);
+  event.set_summary(
+      change.start
+          ? absl::StrFormat("NETWORK SUSPECT: node %s in job %s: the %d degraded multi-node "
+                            "communicators all go through it while its NVLink-only ones are "
+                            "healthy",
+                            change.suspect.node, change.suspect.job_id,
+                            change.suspect.degraded_comms)
+          : absl::StrFormat("NETWORK OK: node %s in job %s is no longer suspected",
+                            change.suspect.node, change.suspect.job_id));
+  return event;
+}
+
+}  // namespace
+
+void FillRank(const CommWho* who, int rank, ncclwatch::v1::RankRef* out) {
+  out->set_rank(rank);
+  out->set_cuda_device(-1);
+  if (who == nullptr || rank < 0 || rank >= static_cast<int>(who->ranks.size())) return;
+  const RankWho& r = who->ranks[rank];
+  out->set_node(r.node);
+  out->set_cuda_device(r.cuda_device);
+  out->set_gpu_uuid(r.gpu_uuid);
+  out->set_pod(r.pod);
+  out->set_pod_namespace(r.pod_namespace);
+  out->set_container(r.container);
+}
+
+ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& who,
+                                             const RankScore& score, int64_t since_ns) {
+  ncclwatch::v1::StragglerInfo info;
+  info.set_job_id(key.job_id);
+  info.set_comm_hash(key.comm_hash);
+  info.set_comm_name(who.comm_name);
+  info.set_rank(score.rank);
+  info.set_nranks(who.nranks);
+  if (score.rank < static_cast<int>(who.ranks.size())) {
+    info.set_node(who.ranks[score.rank].node);
+    info.set_cuda_device(who.ranks[score.rank].cuda_device);
+  }
+  info.set_lateness_seconds(score.lateness_ns * 1e-9);
+  info.set_window_collectives(static_cast<uint32_t>(score.observations));
+  info.set_arrived_last_fraction(score.arrived_last_fraction);
+  info.set_excess_seconds(score.excess_ns * 1e-9);
+  info.set_peer_baseline_seconds(score.peer_baseline_ns * 1e-9);
+  info.set_peer_z_score(score.peer_z);
+  info.set_history_ratio(score.history_ratio);
+  info.set_clocks_aligned(score.clocks_aligned);
+  if (since_ns != 0) info.set_since_unix_ns(since_ns);
+  return info;
+}
+
+ncclwatch::v1::HangInfo HangInfoOf(const HangView& hang, const CommWho* who, int64_t now_ns) {
+  ncclwatch::v1::HangInfo info;
+  info.set_job_id(hang.comm.job_id);
+  info.set_comm_hash(hang.comm.comm_hash);
+  if (who != nullptr) {
+    info.set_comm_name(who->comm_name);
+    info.set_nranks(who->nranks);
+  }
+  info.set_op(hang.op);
+  info.set_seq(hang.seq);
+  info.set_kind(hang.kind == HangKind::kNoProgress ? ncclwatch::v1::HangInfo::NO_PROGRESS
+                                                   : ncclwatch::v1::HangInfo::MISSING_RANKS);
+  for (int r : hang.missing) FillRank(who, r, info.add_missing());
+  info.set_arrived(static_cast<uint32_t>(hang.arrived));
+  info.set_age_seconds(static_cast<double>(now_ns - hang.enqueued_ns) * 1e-9);
+  info.set_since_unix_ns(hang.since_ns);
+  return info;
+}
+
+ncclwatch::v1::SilentRankInfo SilentInfoOf(const SilentView& silent, const CommWho* who) {
+  ncclwatch::v1::SilentRankInfo info;
+  info.set_job_id(silent.comm.job_id);
+  info.set_comm_hash(silent.comm.comm_hash);
+  if (who != nullptr) info.set_comm_name(who->comm_name);
+  FillRank(who, silent.rank, info.mutable_rank());
+  info.set_last_report_unix_ns(silent.last_report_ns);
+  info.set_since_unix_ns(silent.since_ns);
+  return info;
+}
+
+ncclwatch::v1::DegradedCommInfo DegradedInfoOf(const DegradedView& v, const CommWho* who) {
+  ncclwatch::v1::DegradedCommInfo info;
+  info.set_job_id(v.comm.job_id);
+  info.set_comm_hash(v.comm.comm_hash);
+  if (who != nullptr) info.set_comm_name(who->comm_name);
+  info.set_comm_class(v.hybrid ? "hybrid" : "nvlink");
+  info.set_op(v.op);
+  info.set_message_size(v.message_size);
+  info.set_bus_bw_gbs(v.bus_gbs);
+  info.set_baseline_bus_bw_gbs(v.baseline_gbs);
+  for (const auto& n : v.nodes) info.add_nodes(n);
+  return info;
+}
+
+ncclwatch::v1::NodeSuspectInfo SuspectInfoOf(const SuspectView& s) {
+  ncclwatch::v1::NodeSuspectInfo info;
+  info.set_job_id(s.job_id);
+  info.set_node(s.node);
+  info.set_degraded_comms(static_cast<uint32_t>(s.degraded_comms));
+  return info;
+}
+
+ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who,
+                                   int64_t last_report_ns, const CommHealth& health) {
+  ncclwatch::v1::CommInfo c;
+  c.set_job_id(key.job_id);
+  c.set_comm_hash(key.comm_hash);
+  c.set_comm_name(who.comm_name);
+  c.set_nranks(who.nranks);
+  c.set_n_nodes(who.n_nodes);
+  c.set_comm_class(who.n_nodes > 1 ? "hybrid" : "nvlink");
+  for (int r = 0; r < static_cast<int>(who.ranks.size()); ++r) FillRank(&who, r, c.add_ranks());
+  c.set_last_report_unix_ns(static_cast<uint64_t>(last_report_ns));
+  std::vector<std::string> findings;
+  if (health.stragglers > 0) findings.push_back("straggler");
+  if (health.hung) findings.push_back("hung");
+  if (health.silent_ranks > 0) findings.push_back("silent");
+  if (health.degraded) findings.push_back("degraded");
+  c.set_health(findings.empty() ? "ok" : absl::StrJoin(findings, "+"));
+  return c;
+}
+
+Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& change,
+                     int64_t since_ns, int64_t now_ns) {
+  const RankScore& score = change.score;
+  Event event = NewEvent(Event::STRAGGLER, score.flagged, now_ns);
+  *event.mutable_straggler() = StragglerInfoOf(key, who, score, since_ns);
+  const RankWho& rank = WhoOf(who, score.rank);
+  event.set_summary(absl::StrFormat(
+      "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s: median lateness %.2f ms "
+      "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
+      "collectives, arrived last in %.0f%%",
+      score.flagged ? "STRAGGLER" : "RECOVERED", score.rank, OrUnknown(rank.node),
+      GpuLabel(rank.cuda_device), OrUnknown(who.comm_name), CommHashText(key.comm_hash),
+      key.job_id, score.flagged ? "is slow" : "is back in step", score.lateness_ns / 1e6,
+      score.excess_ns / 1e6, score.peer_z, score.history_ratio,
+      score.clocks_aligned ? "aligned GPU clocks" : "kernel durations", score.observations,
+      score.arrived_last_fraction * 100));
+  return event;
+}
+
+Event SlowNodeEvent(const CommKey& key, const CommWho& who, const SlowNodeChange& change,
+                    int64_t now_ns) {
+  Event event = NewEvent(Event::NODE_STRAGGLER, change.start, now_ns);
+  auto* info = event.mutable_node_straggler();
+  info->set_job_id(key.job_id);
+  info->set_comm_hash(key.comm_hash);
+  info->set_comm_name(who.comm_name);
+  info->set_node(change.node);
+  for (int r : change.ranks) info->add_ranks(r);
+  event.set_summary(absl::StrFormat(
+      "%s: node %s in communicator %s %s of job %s: %s",
+      change.start ? "SLOW NODE" : "NODE RECOVERED", change.node, OrUnknown(who.comm_name),
+      CommHashText(key.comm_hash), key.job_id,
+      change.start
+          ? absl::StrFormat("all its %d ranks are late to the collectives", info->ranks_size())
+          : std::string("its ranks are back in step")));
+  return event;
+}
+
+Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
+  if (change.silent) return SilentEvent(change, who, now_ns);
+  Event event = NewEvent(Event::HANG, change.start, now_ns);
+  *event.mutable_hang() = HangInfoOf(change.hang, who, now_ns);
+  const auto& h = event.hang();
+  std::string what =
+      h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
+          ? absl::StrFormat("all %d ranks reached it and none finished: network or NVLink fabric",
+                            h.arrived())
+          : absl::StrFormat("%d of %d ranks never reached it: %s", h.missing_size(), h.nranks(),
+                            RankList(h.missing()));
+  event.set_summary(absl::StrFormat(
+      "%s: %s of communicator %s %s in job %s %s%s", change.start ? "HANG" : "UNHUNG",
+      HangOpText(h), OrUnknown(h.comm_name()), CommHashText(h.comm_hash()), h.job_id(),
+      change.start ? absl::StrFormat("has made no progress for %.1f s; ", h.age_seconds())
+                   : std::string("is moving again"),
+      change.start ? what : std::string()));
+  return event;
+}
+
+Event DegradedEvent(const DegradedChange& change, const CommWho* who, int64_t now_ns) {
+  if (change.node) return SuspectEvent(change, now_ns);
+  Event event = NewEvent(Event::COMM_DEGRADED, change.start, now_ns);
+  *event.mutable_degraded() = DegradedInfoOf(change.comm, who);
+  const auto& d = event.degraded();
+  event.set_summary(absl::StrFormat(
+      "%s: %s communicator %s %s in job %s (nodes %s): %s %s bus bandwidth %.1f GB/s against a "
+      "baseline of %.1f GB/s",
+      change.start ? "DEGRADED" : "RECOVERED", d.comm_class(), OrUnknown(d.comm_name()),
+      CommHashText(d.comm_hash()), d.job_id(), absl::StrJoin(d.nodes(), ","), d.op(),
+      d.message_size(), d.bus_bw_gbs(), d.baseline_bus_bw_gbs()));
+  return event;
+}
+
+const std::string& EventJobId(const Event& e) {
+  switch (e.kind()) {
+    case Event::STRAGGLER:
+      return e.straggler().job_id();
+    case Event::HANG:
+      return e.hang().job_id();
+    case Event::RANK_SILENT:
+      return e.silent().job_id();
+    case Event::COMM_DEGRADED:
+      return e.degraded().job_id();
+    case Event::NODE_NETWORK_SUSPECT:
+      return e.suspect().job_id();
+    case Event::NODE_STRAGGLER:
+      return e.node_straggler().job_id();
+    default:
+      return e.straggler().job_id();  // an unset message: ""
+  }
+}
+
+std::string EventIdentity(const Event& e) {
+  std::string subject;
+  switch (e.kind()) {
+    case Event::STRAGGLER:
+      subject = absl::StrCat(e.straggler().comm_hash(), "/", e.straggler().rank());
+      break;
+    case Event::HANG:
+      subject = absl::StrCat(e.hang().comm_hash(), "/", e.hang().op(), "/", e.hang().seq());
+      break;
+    case Event::RANK_SILENT:
+      subject = absl::StrCat(e.silent().comm_hash(), "/", e.silent().rank().rank());
+      break;
+    case Event::COMM_DEGRADED:
+      subject = absl::StrCat(e.degraded().comm_hash());
+      break;
+    case Event::NODE_NETWORK_SUSPECT:
+      subject = e.suspect().node();
+      break;
+    case Event::NODE_STRAGGLER:
+      subject = absl::StrCat(e.node_straggler().comm_hash(), "/", e.node_straggler().node());
+      break;
+    default:
+      break;
+  }
+  return absl::StrCat(static_cast<int>(e.kind()), "/", static_cast<int>(e.phase()), "/",
+                      EventJobId(e), "/", subject);
+}
+
+std::string HangOpText(const ncclwatch::v1::HangInfo& h) {
+  if (h.op() == kP2pHangOp) return "Send/Recv";
+  return absl::StrFormat("%s #%d", h.op(), h.seq());
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,230 @@
+#include "aggregator/ingest/ingest.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "aggregator/findings/findings.h"
+#include "aggregator/store/store_keys.h"
+#include "common/log.h"
+#include "proto/validate.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+constexpr int kMaxReportsPerBatch = 100000;
+
+// The analyzer's counters on /metrics.
+void ExportAnalyzerCounters(const Analyzer& analyzer, PromTextWriter& w) {
+  const Analyzer::Counters c = analyzer.counters();
+  w.Family("ncclwatch_aggregator_groups_completed_total",
+           "Collectives joined across all their ranks.", "counter");
+  w.Sample("ncclwatch_aggregator_groups_completed_total", {}, c.groups_completed);
+  w.Family("ncclwatch_aggregator_groups_expired_total",
+           "Collectives dropped before every rank reported them.", "counter");
+  w.Sample("ncclwatch_aggregator_groups_expired_total", {}, c.groups_expired);
+  w.Family("ncclwatch_aggregator_open_groups", "Collectives waiting for more ranks.", "gauge");
+  w.Sample("ncclwatch_aggregator_open_groups", {}, c.open_groups);
+  w.Family("ncclwatch_aggregator_reports_capped_total",
+           "Reports stored but not analysed: their job or communicator is beyond a cap "
+           "(--max-jobs, --max-comms-per-job).",
+           "counter");
+  w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_jobs"}},
+           c.capped_jobs);
+  w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_comms"}},
+           c.capped_comms);
+  w.Family("ncclwatch_aggregator_series_capped_total",
+           "Series updates refused because --max-series series exist.", "counter");
+  w.Sample("ncclwatch_aggregator_series_capped_total", {}, c.capped_series);
+}
+
+}  // namespace
+
+Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m)
+    : store_(store),
+      analyzer_(analyzer),
+      metrics_(m),
+      batches_stored_(m.GetCounter("ncclwatch_aggregator_batches_stored_total",
+                                   "Agent batches stored and analysed.")),
+      batches_duplicate_(m.GetCounter("ncclwatch_aggregator_batches_duplicate_total",
+                                      "Replayed batches acknowledged without storing again.")),
+      batches_invalid_(m.GetCounter("ncclwatch_aggregator_batches_invalid_total",
+                                    "Batches refused as malformed.")),
+      reports_ingested_(m.GetCounter("ncclwatch_aggregator_reports_ingested_total",
+                                     "Rank reports stored and analysed.")),
+      reports_rejected_(m.GetCounter("ncclwatch_aggregator_reports_rejected_total",
+                                     "Rank reports rejected by validation, all reasons.")),
+      store_errors_(m.GetCounter("ncclwatch_aggregator_store_errors_total",
+                                 "Store writes that failed (the agent retries).")) {
+  m.AddCollector([this](PromTextWriter& w) { ExportAnalyzerCounters(analyzer_, w); });
+}
+
+absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBatch& batch) {
+  if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
+      batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
+    batches_invalid_->Increment();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch needs an agent_id of 1..", kMaxLabelLength, " bytes, a batch_seq > 0 and at most ",
+        kMaxReportsPerBatch, " reports"));
+  }
+  // Keep only valid reports; the rest are counted by reason and never stored.
+  ncclwatch::v1::NodeBatch clean;
+  clean.set_agent_id(batch.agent_id());
+  clean.set_batch_seq(batch.batch_seq());
+  clean.set_node(batch.node());
+  clean.set_sent_unix_ns(batch.sent_unix_ns());
+  uint32_t rejected = 0;
+  for (const auto& report : batch.reports()) {
+    ReportVerdict verdict = ValidateReport(report);
+    if (verdict.ok) {
+      *clean.add_reports() = report;
+      continue;
+    }
+    ++rejected;
+    reports_rejected_->Increment();
+    metrics_
+        .GetCounter("ncclwatch_aggregator_reports_rejected_by_reason_total",
+                    "Rank reports rejected by validation, by reason.",
+                    {{"reason", verdict.reason}})
+        ->Increment();
+  }
+  ncclwatch::v1::BatchAck ack;
+  ack.set_batch_seq(batch.batch_seq());
+  ack.set_rejected_reports(rejected);
+  const int64_t now = absl::GetCurrentTimeNanos();
+  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean, now);
+  if (!is_new.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", is_new.status().message());
+    return absl::UnavailableError(is_new.status().message());
+  }
+  if (!*is_new) {
+    batches_duplicate_->Increment();
+    ack.set_duplicate(true);
+    return ack;
+  }
+  batches_stored_->Increment();
+  Analyse(clean, now, [this](const ncclwatch::v1::Event& e) { Handle(e); });
+  return ack;
+}
+
+void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
+                     const EventHandler& handle) {
+  std::vector<SeriesPoint> points;
+  for (const auto& report : batch.reports()) {
+    reports_ingested_->Increment();
+    Ingested ingested = analyzer_.Ingest(report, received_ns);
+    for (const auto& event : ingested.events) handle(event);
+    points.insert(points.end(), std::make_move_iterator(ingested.points.begin()),
+                  std::make_move_iterator(ingested.points.end()));
+  }
+  // The batch is durable already; a lost point is re-derived from it at the next start-up.
+  StorePoints(points);
+}
+
+absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns) {
+  absl::StatusOr<int64_t> last_event = store_.LastEventTime();
+  if (!last_event.ok()) return last_event.status();
+  // Replay re-derives the findings of the replayed window, at slightly different times (its ticks
+  // fall elsewhere between batches), so a time cut alone can let one through twice. The findings
+  // stored from the window are counted by what they are about; a re-derived one that matches is
+  // not stored again. One beyond them (its batch was acknowledged just before a crash, the event
+  // never stored) is new. Before the window, the newest stored event's time is the cut.
+  absl::StatusOr<std::vector<ncclwatch::v1::Event>> stored_events =
+      store_.ListEvents(since_ns, std::numeric_limits<size_t>::max());
+  if (!stored_events.ok()) return stored_events.status();
+  absl::flat_hash_map<std::string, int> stored;
+  for (const auto& e : *stored_events) ++stored[EventIdentity(e)];
+  const EventHandler handle_replayed = [&](const ncclwatch::v1::Event& event) {
+    auto it = stored.find(EventIdentity(event));
+    if (it != stored.end() && it->second > 0) {
+      --it->second;
+      return;
+    }
+    if (static_cast<int64_t>(event.time_unix_ns()) > *last_event) Handle(event);
+  };
+  uint64_t batches = 0;
+  // The live aggregator ticked its detectors every 250 ms between batches (expiring incomplete
+  // collectives, judging hangs); replay ticks them on the batches' own clock, so that it ends in
+  // the state the live run had, rather than catching up all at once at the first real Tick and
+  // re-announcing findings that had already come and gone.
+  constexpr int64_t kTickNs = 250'000'000;
+  int64_t next_tick_ns = 0;
+  absl::Status s = store_.ReplayBatches(
+      since_ns, [&](const ncclwatch::v1::NodeBatch& batch, int64_t received_ns) {
+        ++batches;
+        if (next_tick_ns == 0) next_tick_ns = received_ns + kTickNs;
+        // Across a long gap without batches, the last 10 s of ticks say all the earlier would.
+        next_tick_ns = std::max(next_tick_ns, received_ns - 40 * kTickNs);
+        for (; next_tick_ns <= received_ns; next_tick_ns += kTickNs) {
+          for (const auto& event : analyzer_.Tick(next_tick_ns)) handle_replayed(event);
+        }
+        Analyse(batch, received_ns, handle_replayed);
+      });
+  if (!s.ok()) return s;
+  return batches;
+}
+
+void Ingest::Tick(int64_t now_ns) {
+  for (const auto& event : analyzer_.Tick(now_ns)) Handle(event);
+  StoreDetectionSeries(now_ns);
+}
+
+void Ingest::StoreDetectionSeries(int64_t now_ns) {
+  constexpr int64_t kEveryNs = 1'000'000'000;
+  constexpr int64_t kHeartbeatNs = 60'000'000'000;
+  std::vector<SeriesPoint> points;
+  {
+    ncclwatch::MutexLock lock(&snapshot_mu_);
+    if (now_ns - last_snapshot_ns_ < kEveryNs) return;  // once a second is enough history
+    last_snapshot_ns_ = now_ns;
+    for (SeriesPoint& s : analyzer_.Series(/*detection_only=*/true)) {
+      auto [it, added] = snapshot_.try_emplace(SeriesIdentity(s.name, s.labels), s.value, now_ns);
+      if (!added && it->second.first == s.value && now_ns - it->second.second < kHeartbeatNs) {
+        continue;
+      }
+      it->second = {s.value, now_ns};
+      s.time_ms = now_ns / 1'000'000;
+      points.push_back(std::move(s));
+    }
+  }
+  if (!points.empty()) StorePoints(points);
+}
+
+void Ingest::StorePoints(const std::vector<SeriesPoint>& points) {
+  if (absl::Status s = store_.AppendPoints(points); !s.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", s.message());
+  }
+}
+
+void Ingest::Handle(const ncclwatch::v1::Event& event) {
+  LogInfo("%s", event.summary());
+  if (absl::Status s = store_.PutEvent(event); !s.ok()) {
+    store_errors_->Increment();
+    LogError("store: %s", s.message());
+  }
+  metrics_
+      .GetCounter("ncclwatch_aggregator_events_total", "Detection events, by kind and phase.",
+                  {{"kind", ncclwatch::v1::Event::Kind_Name(event.kind())},
+                   {"phase", ncclwatch::v1::Event::Phase_Name(event.phase())}})
+      ->Increment();
+  events_.Publish(event);
+}
+
+ncclwatch::v1::Stats Ingest::Stats() const {
+  ncclwatch::v1::Stats s;
+  const Analyzer::Counters c = analyzer_.counters();
+  s.set_batches_stored(batches_stored_->value());
+  s.set_batches_duplicate(batches_duplicate_->value());
+  s.set_reports_ingested(reports_ingested_->value());
+  s.set_reports_rejected(reports_rejected_->value());
+  s.set_groups_completed(c.groups_completed);
+  s.set_groups_expired(c.groups_expired);
+  return s;
+}
+
+}  // namespace ncclwatch::aggregator

@@ -1,0 +1,81 @@
+// The aggregator's write path, without gRPC: a batch from an agent is validated, stored durably,
+// analysed, and the detection events it causes are logged, stored and published; time-driven
+// detection (Tick) and the replay of stored batches at start-up go the same way.
+//
+// Thread safety: every method may be called concurrently (Push from gRPC threads, Tick from the
+// ticker); the store and analyzer serialise what they must.
+#ifndef NCCLWATCH_AGGREGATOR_INGEST_INGEST_H_
+#define NCCLWATCH_AGGREGATOR_INGEST_INGEST_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "aggregator/analysis/analyzer.h"
+#include "aggregator/ingest/event_bus.h"
+#include "aggregator/store/store.h"
+#include "common/metrics.h"
+#include "common/sync.h"
+#include "ncclwatch/v1/ingest.pb.h"
+#include "ncclwatch/v1/query.pb.h"
+
+namespace ncclwatch::aggregator {
+
+class Ingest {
+ public:
+  // All three outlive the Ingest. Registers the aggregator's ingest metrics in `metrics`.
+  Ingest(Store& store, Analyzer& analyzer, MetricRegistry& metrics);
+
+  // Validates, stores (durably) and analyses a batch. Errors: InvalidArgument for a malformed
+  // batch (not retried by agents), Unavailable when the store failed (retried). Invalid reports
+  // are left out and counted by reason; the ack says how many.
+  absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch);
+  // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
+  // detection series (ncclwatch_*), at most once a second, when they change and at least once a
+  // minute.
+  void Tick(int64_t now_ns);
+  // At start-up: feeds the batches stored since `since_ns` to the analyzer again, so that the
+  // detectors resume where they were and every acknowledged point is in the store (rewriting one
+  // is harmless). Events already stored are not stored again. Returns the batches replayed.
+  absl::StatusOr<uint64_t> Replay(int64_t since_ns);
+
+  // Where every new detection event is published (the Watch streams subscribe here).
+  EventBus& events() { return events_; }
+  MetricRegistry& metrics() { return metrics_; }
+  // What ingest and correlation have done since start (Query.GetStats).
+  ncclwatch::v1::Stats Stats() const;
+
+ private:
+  using EventHandler = std::function<void(const ncclwatch::v1::Event&)>;
+  // Logs, stores, counts and publishes one detection event.
+  void Handle(const ncclwatch::v1::Event& event);
+  // Analyses the reports of a stored batch received at `received_ns` and stores their points;
+  // passes the events it causes to `handle` (live: Handle; replay: the events not stored before).
+  void Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
+               const EventHandler& handle);
+  void StoreDetectionSeries(int64_t now_ns);
+  void StorePoints(const std::vector<SeriesPoint>& points);
+
+  Store& store_;
+  Analyzer& analyzer_;
+  MetricRegistry& metrics_;
+  EventBus events_;
+  Counter* batches_stored_;
+  Counter* batches_duplicate_;
+  Counter* batches_invalid_;
+  Counter* reports_ingested_;
+  Counter* reports_rejected_;
+  Counter* store_errors_;
+  // The last stored value and time of each detection series (by identity), for change detection.
+  ncclwatch::Mutex snapshot_mu_;
+  std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_INGEST_INGEST_H_

@@ -1,0 +1,126 @@
+#include "aggregator/server/aggregator_server.h"
+
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "aggregator/server/http_routes.h"
+#include "common/log.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "proto/validate.h"
+
+namespace ncclwatch::aggregator {
+
+AggregatorServer::AggregatorServer(AggregatorServerOptions options)
+    : options_(std::move(options)) {}
+
+AggregatorServer::~AggregatorServer() { Stop(); }
+
+absl::Status AggregatorServer::OpenAndReplay() {
+  auto store = Store::Open(options_.data_dir);
+  if (!store.ok()) return store.status();
+  store_ = *std::move(store);
+  if (auto n = store_->CountBatches(); n.ok()) LogInfo("store holds %d batches", *n);
+  store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
+  analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
+  ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_);
+  query_ = std::make_unique<QueryEngine>(*store_, *analyzer_);
+  const int64_t started = absl::GetCurrentTimeNanos();
+  auto replayed = ingest_->Replay(started - options_.replay_ns);
+  if (!replayed.ok()) {
+    return absl::Status(replayed.status().code(),
+                        absl::StrFormat("replaying the stored batches: %s",
+                                        replayed.status().message()));
+  }
+  LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s",
+          *replayed, options_.replay_ns / 1e9, (absl::GetCurrentTimeNanos() - started) / 1e9);
+  return absl::OkStatus();
+}
+
+absl::Status AggregatorServer::StartGrpc() {
+  ingest_service_ = std::make_unique<IngestService>(*ingest_, options_.ingest_token);
+  query_service_ = std::make_unique<QueryService>(*query_, *ingest_, options_.query_token);
+  // The standard grpc.health.v1.Health service (Kubernetes gRPC probes, grpc_health_probe):
+  // SERVING from the moment the server starts, NOT_SERVING once it shuts down.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(
+      absl::StrFormat("%s:%d", options_.listen_host, options_.grpc_port),
+      options_.credentials ? options_.credentials : grpc::InsecureServerCredentials(),
+      &grpc_port_);
+  builder.RegisterService(ingest_service_.get());
+  builder.RegisterService(query_service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxBatchBytes);
+  grpc_ = builder.BuildAndStart();
+  if (!grpc_ || grpc_port_ == 0) {
+    grpc_.reset();
+    return absl::UnavailableError(absl::StrFormat("cannot listen for gRPC on %s:%d",
+                                                  options_.listen_host, options_.grpc_port));
+  }
+  return absl::OkStatus();
+}
+
+void AggregatorServer::Housekeep() {
+  // Every minute: moves the retention cutoff along. Hourly: downsamples old points and compacts,
+  // so that expired data leaves the disk. The ticker keeps ticking meanwhile (its own thread).
+  store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
+  if (++housekeeping_runs_ % 60 != 0) return;
+  const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
+  auto removed = store_->Downsample(now_ms - options_.downsample_after_ns / 1'000'000,
+                                    options_.downsample_step_ns / 1'000'000);
+  if (!removed.ok()) LogError("%s", removed.status().message());
+  if (absl::Status s = store_->Compact(); !s.ok()) LogError("%s", s.message());
+}
+
+void AggregatorServer::StartLoops() {
+  // Time-driven detection (hangs, silent ranks) and the detection series, four times a second.
+  ticker_ = std::make_unique<PeriodicTask>(
+      options_.tick_period, [this] { ingest_->Tick(absl::GetCurrentTimeNanos()); });
+  housekeeper_ = std::make_unique<PeriodicTask>(absl::Minutes(1), [this] { Housekeep(); });
+  ticker_->Start();
+  housekeeper_->Start();
+  if (options_.remote_write) {
+    // On its own thread, so that a slow receiver never delays detection.
+    remote_writer_ = std::make_unique<RemoteWriter>(*options_.remote_write, metrics_);
+    remote_write_loop_ = std::make_unique<PeriodicTask>(options_.remote_write_interval, [this] {
+      absl::Status s = remote_writer_->Send(query_->CurrentSeries());
+      if (!s.ok() && !remote_write_failing_) {
+        LogError("%s (retrying every interval)", s.message());
+      }
+      if (s.ok() && remote_write_failing_) LogInfo("remote-write works again");
+      remote_write_failing_ = !s.ok();
+    });
+    remote_write_loop_->Start();
+  }
+}
+
+absl::Status AggregatorServer::Start() {
+  if (absl::Status s = OpenAndReplay(); !s.ok()) return s;
+  if (absl::Status s = StartGrpc(); !s.ok()) return s;
+  InstallHttpRoutes(http_.server(), metrics_, *query_, options_.query_token);
+  auto http_port = http_.Start(options_.listen_host, options_.http_port);
+  if (!http_port.ok()) {
+    grpc_->Shutdown();
+    grpc_.reset();
+    return http_port.status();
+  }
+  http_port_ = *http_port;
+  StartLoops();
+  running_ = true;
+  return absl::OkStatus();
+}
+
+void AggregatorServer::Stop() {
+  if (!running_) return;
+  running_ = false;
+  grpc_->GetHealthCheckService()->Shutdown();
+  ticker_->Stop();
+  housekeeper_->Stop();
+  if (remote_write_loop_) remote_write_loop_->Stop();
+  grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // One last detection pass over what arrived since the last tick, so that its events are stored.
+  ingest_->Tick(absl::GetCurrentTimeNanos());
+  http_.Stop();
+}
+
+}  // namespace ncclwatch::aggregator

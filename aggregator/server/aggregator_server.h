@@ -1,0 +1,95 @@
+// The aggregator as a server object: opens the store, replays the recent batches into the
+// detectors, serves Ingest and Query over gRPC and /federate, /metrics and /healthz over HTTP,
+// and runs the background loops (detection tick, retention and downsampling, remote-write), each
+// a PeriodicTask. main.cc only parses flags and wires this up; tests can run it in-process.
+#ifndef NCCLWATCH_AGGREGATOR_SERVER_AGGREGATOR_SERVER_H_
+#define NCCLWATCH_AGGREGATOR_SERVER_AGGREGATOR_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "aggregator/analysis/analyzer.h"
+#include "aggregator/ingest/ingest.h"
+#include "aggregator/query/query.h"
+#include "aggregator/server/remote_write.h"
+#include "aggregator/server/services.h"
+#include "aggregator/store/store.h"
+#include "common/daemon.h"
+#include "common/metrics.h"
+#include "common/periodic_task.h"
+#include "common/rpc/token.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ncclwatch::aggregator {
+
+struct AggregatorServerOptions {
+  std::string listen_host = "0.0.0.0";
+  int grpc_port = 9470;  // 0: any free port
+  int http_port = 9471;  // 0: any free port
+  std::string data_dir;
+  AnalyzerOptions analyzer;
+  int64_t retention_ns = 15 * 86'400'000'000'000;
+  int64_t downsample_after_ns = 86'400'000'000'000;
+  int64_t downsample_step_ns = 300'000'000'000;
+  int64_t replay_ns = 600'000'000'000;  // batches replayed into the detectors at start-up
+  std::optional<RemoteWriteTarget> remote_write;
+  absl::Duration remote_write_interval = absl::Seconds(10);
+  absl::Duration tick_period = absl::Milliseconds(250);
+  // The gRPC port's credentials (plaintext, TLS or mutual TLS); null means plaintext.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  TokenFile* ingest_token = nullptr;  // optional, outlive the server
+  TokenFile* query_token = nullptr;
+};
+
+class AggregatorServer {
+ public:
+  explicit AggregatorServer(AggregatorServerOptions options);
+  ~AggregatorServer();  // Stop()
+
+  // Opens the store, replays, starts serving and the background loops. Errors name what failed
+  // (the store, the replay, a port that cannot be bound); the server is then not running.
+  absl::Status Start();
+  // Stops serving: gRPC health turns NOT_SERVING, the loops stop, gRPC shuts down (calls in
+  // flight get 2 s), a last detection pass stores the events of what arrived since the last
+  // tick, and HTTP stops. Idempotent.
+  void Stop();
+
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+  // How many detection ticks have run (tests wait on it instead of sleeping).
+  const PeriodicTask& ticker() const { return *ticker_; }
+
+ private:
+  absl::Status OpenAndReplay();
+  absl::Status StartGrpc();
+  void StartLoops();
+  void Housekeep();
+
+  const AggregatorServerOptions options_;
+  MetricRegistry metrics_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Analyzer> analyzer_;
+  std::unique_ptr<Ingest> ingest_;
+  std::unique_ptr<QueryEngine> query_;
+  std::unique_ptr<IngestService> ingest_service_;
+  std::unique_ptr<QueryService> query_service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  HttpServer http_;
+  std::unique_ptr<RemoteWriter> remote_writer_;
+  bool remote_write_failing_ = false;  // remote-write loop only
+  int housekeeping_runs_ = 0;          // housekeeper loop only
+  std::unique_ptr<PeriodicTask> ticker_;
+  std::unique_ptr<PeriodicTask> housekeeper_;
+  std::unique_ptr<PeriodicTask> remote_write_loop_;
+  int grpc_port_ = 0;
+  int http_port_ = 0;
+  bool running_ = false;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_SERVER_AGGREGATOR_SERVER_H_

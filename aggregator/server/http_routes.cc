@@ -1,0 +1,56 @@
+#include "aggregator/server/http_routes.h"
+
+#include <string>
+#include <vector>
+
+#include "aggregator/query/federate.h"
+#include "aggregator/query/selector.h"
+#include "httplib.h"
+
+namespace ncclwatch::aggregator {
+
+void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, const QueryEngine& query,
+                       TokenFile* federate_token) {
+  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
+                                              "/federate requests refused with HTTP 400.");
+  const BearerGate gate(
+      federate_token,
+      metrics.GetCounter("ncclwatch_aggregator_federate_unauthenticated_total",
+                         "/federate requests refused with HTTP 401 for a missing or wrong token."));
+  http.Get("/federate", [&, bad_selectors, gate](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    if (!gate.Admits(req.get_header_value("Authorization"))) {
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content("a valid bearer token is required\n", "text/plain");
+      return;
+    }
+    size_t n = req.get_param_value_count("match[]");
+    std::vector<Selector> selectors;
+    std::string error = n == 0 ? "missing match[] parameter" : "";
+    for (size_t i = 0; i < n && error.empty(); ++i) {
+      auto sel = ParseSelector(req.get_param_value("match[]", i));
+      if (sel.ok()) {
+        selectors.push_back(*std::move(sel));
+      } else {
+        error = std::string(sel.status().message());
+      }
+    }
+    if (!error.empty()) {
+      bad_selectors->Increment();
+      res.status = 400;
+      res.set_content(error + "\n", "text/plain");
+      return;
+    }
+    res.set_content(RenderFederate(query.CurrentSeries(), selectors),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+}  // namespace ncclwatch::aggregator

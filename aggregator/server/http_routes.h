@@ -1,0 +1,25 @@
+// The aggregator's HTTP endpoints: /federate (Prometheus federation of the current series; HTTP 400
+// with the parse error for a bad or missing selector, counted), /metrics (the aggregator's own
+// health) and /healthz.
+#ifndef NCCLWATCH_AGGREGATOR_SERVER_HTTP_ROUTES_H_
+#define NCCLWATCH_AGGREGATOR_SERVER_HTTP_ROUTES_H_
+
+#include "aggregator/query/query.h"
+#include "common/metrics.h"
+#include "common/rpc/token.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace ncclwatch::aggregator {
+
+// `metrics`, `query` and `federate_token` (optional) outlive the server. With a token, /federate
+// answers 401 without `Authorization: Bearer <token>`; /metrics and /healthz stay open (health,
+// probes).
+void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, const QueryEngine& query,
+                       TokenFile* federate_token = nullptr);
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_SERVER_HTTP_ROUTES_H_

@@ -1,0 +1,253 @@
+// ncclwatch-aggregator: the central service. Takes batches from the node agents, stores them in
+// RocksDB, correlates the ranks of every communicator, flags slow ranks, and serves the gRPC Query
+// API plus HTTP /metrics, /federate and /healthz.
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "aggregator/server/aggregator_server.h"
+#include "aggregator/server/remote_write.h"
+#include "common/config.h"
+#include "common/daemon.h"
+#include "common/log.h"
+#include "common/rpc/tls.h"
+#include "common/rpc/token.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+struct AggregatorConfig {
+  std::string listen_host = "0.0.0.0";
+  int64_t grpc_port = 9470;
+  int64_t http_port = 9471;
+  std::string data_dir = "/var/lib/ncclwatch";
+  double straggler_threshold_ms = 1.0;
+  int64_t straggler_window = 32;
+  int64_t straggler_min_collectives = 8;
+  double group_grace_s = 30;
+  double hang_threshold_s = 10;
+  double silent_after_s = 5;
+  double degraded_fraction = 0.2;
+  int64_t degraded_intervals = 1;
+  std::string retention = "15d";
+  std::string downsample_after = "1d";
+  std::string downsample_step = "5m";
+  std::string remote_write_url;
+  double remote_write_interval_s = 10;
+  double replay_s = 600;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::string ingest_token_file;
+  std::string query_token_file;
+  int64_t max_jobs = 4096;
+  int64_t max_comms_per_job = 16384;
+  int64_t max_series = 2'000'000;
+  int64_t ready_fd = -1;
+};
+
+// "15d", "36h", "90m", "3600s" (a bare number is seconds) -> nanoseconds; nullopt if malformed
+// or outside [1 min, 10 years].
+std::optional<int64_t> ParseDuration(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v > 0)) return std::nullopt;
+  const std::string unit(end);
+  double seconds = 0;
+  if (unit.empty() || unit == "s") {
+    seconds = v;
+  } else if (unit == "m") {
+    seconds = v * 60;
+  } else if (unit == "h") {
+    seconds = v * 3600;
+  } else if (unit == "d") {
+    seconds = v * 86400;
+  } else {
+    return std::nullopt;
+  }
+  if (seconds < 60 || seconds > 10 * 365 * 86400.0) return std::nullopt;
+  return static_cast<int64_t>(seconds * 1e9);
+}
+
+void Register(ConfigTable& t, AggregatorConfig& c) {
+  t.AddString("listen-host", "NCCLWATCH_LISTEN_HOST", &c.listen_host,
+              "Address the gRPC and HTTP servers bind to.");
+  t.AddInt("grpc-port", "NCCLWATCH_GRPC_PORT", &c.grpc_port,
+           "gRPC port for agents (Ingest) and clients (Query); 0 = any free port.");
+  t.AddInt("http-port", "NCCLWATCH_HTTP_PORT", &c.http_port,
+           "HTTP port of /metrics, /federate and /healthz; 0 = any free port.");
+  t.AddString("data-dir", "NCCLWATCH_DATA_DIR", &c.data_dir, "RocksDB directory.");
+  t.AddString("tls-cert-file", "NCCLWATCH_TLS_CERT_FILE", &c.tls_cert_file,
+              "PEM certificate of the gRPC port; empty: plaintext.");
+  t.AddString("tls-key-file", "NCCLWATCH_TLS_KEY_FILE", &c.tls_key_file,
+              "PEM private key of --tls-cert-file.");
+  t.AddString("tls-client-ca-file", "NCCLWATCH_TLS_CLIENT_CA_FILE", &c.tls_client_ca_file,
+              "PEM CA that signs agents' (and the CLI's) certificates: with it, the gRPC port "
+              "requires a valid client certificate (mutual TLS).");
+  t.AddString("ingest-token-file", "NCCLWATCH_INGEST_TOKEN_FILE", &c.ingest_token_file,
+              "File holding the bearer token an agent must send to push batches (re-read every "
+              "30 s); empty: none required.");
+  t.AddInt("max-jobs", "", &c.max_jobs,
+           "Most jobs analysed at once; reports of further jobs are stored but not analysed "
+           "(counted in ncclwatch_aggregator_reports_capped_total).");
+  t.AddInt("max-comms-per-job", "", &c.max_comms_per_job,
+           "Most communicators analysed per job; beyond, as --max-jobs.");
+  t.AddInt("max-series", "", &c.max_series,
+           "Most exported series; further ones are neither exported nor stored "
+           "(ncclwatch_aggregator_series_capped_total).");
+  t.AddString("query-token-file", "NCCLWATCH_QUERY_TOKEN_FILE", &c.query_token_file,
+              "File holding the bearer token the Query API and /federate require (re-read every "
+              "30 s); empty: none required. /metrics and /healthz stay open.");
+  t.AddDouble("straggler-threshold-ms", "", &c.straggler_threshold_ms,
+              "Median lateness at which a rank is flagged slow (cleared below half of it).");
+  t.AddInt("straggler-window", "", &c.straggler_window,
+           "Collectives per rank in the straggler detector's sliding window.");
+  t.AddInt("straggler-min-collectives", "", &c.straggler_min_collectives,
+           "Collectives a rank must have been seen in before it can be flagged.");
+  t.AddDouble("group-grace-s", "", &c.group_grace_s,
+              "How long a collective waits for all its ranks' records before it is dropped.");
+  t.AddDouble("hang-threshold-s", "", &c.hang_threshold_s,
+              "A collective in flight this long on some rank is a hang; the ranks that never "
+              "reached it are named missing.");
+  t.AddDouble("silent-after-s", "", &c.silent_after_s,
+              "A rank whose reports stopped this long while its communicator's other ranks "
+              "carry on is flagged silent.");
+  t.AddDouble("degraded-fraction", "", &c.degraded_fraction,
+              "A communicator is degraded when its bus bandwidth stays this fraction below the "
+              "baseline of its kind (0..1).");
+  t.AddInt("degraded-intervals", "", &c.degraded_intervals,
+           "Consecutive low report intervals before a communicator is flagged degraded.");
+  t.AddString("retention", "NCCLWATCH_RETENTION", &c.retention,
+              "How long batches, points and events are kept: e.g. 15d, 36h, 90m (at least 1m).");
+  t.AddString("downsample-after", "", &c.downsample_after,
+              "Points older than this are reduced to one mean per --downsample-step (hourly).");
+  t.AddString("downsample-step", "", &c.downsample_step,
+              "Bucket of downsampled points, e.g. 5m.");
+  t.AddDouble("replay-s", "", &c.replay_s,
+              "At start-up, feed the batches of the last this-many seconds to the detectors again, "
+              "so they resume where they stopped.");
+  t.AddString("remote-write-url", "NCCLWATCH_REMOTE_WRITE_URL", &c.remote_write_url,
+              "Also push the exported series to this Prometheus remote-write endpoint, e.g. "
+              "http://mimir:8080/api/v1/push (empty: off).");
+  t.AddDouble("remote-write-interval-s", "", &c.remote_write_interval_s,
+              "How often new samples are pushed with --remote-write-url.");
+  t.AddInt("ready-fd", "", &c.ready_fd,
+           "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
+}
+
+// Flags whose values must be in range, checked before anything starts. Returns the error.
+std::optional<std::string> CheckRanges(const AggregatorConfig& c) {
+  if (c.hang_threshold_s <= 0 || c.silent_after_s <= 0) {
+    return "--hang-threshold-s and --silent-after-s must be positive";
+  }
+  if (c.degraded_fraction <= 0 || c.degraded_fraction >= 1 || c.degraded_intervals < 1) {
+    return "--degraded-fraction must be in (0, 1) and --degraded-intervals at least 1";
+  }
+  if (c.max_jobs < 1 || c.max_comms_per_job < 1 || c.max_series < 1) {
+    return "--max-jobs, --max-comms-per-job and --max-series must be positive";
+  }
+  return std::nullopt;
+}
+
+AnalyzerOptions AnalyzerOptionsOf(const AggregatorConfig& c) {
+  AnalyzerOptions a;
+  a.straggler.threshold_ns = c.straggler_threshold_ms * 1e6;
+  a.straggler.window = static_cast<int>(c.straggler_window);
+  a.straggler.min_groups = static_cast<int>(c.straggler_min_collectives);
+  a.correlator.grace_ns = static_cast<int64_t>(c.group_grace_s * 1e9);
+  a.hang.threshold_ns = static_cast<int64_t>(c.hang_threshold_s * 1e9);
+  a.hang.silent_after_ns = static_cast<int64_t>(c.silent_after_s * 1e9);
+  a.degraded.fraction = c.degraded_fraction;
+  a.degraded.intervals = static_cast<int>(c.degraded_intervals);
+  a.max_jobs = static_cast<size_t>(c.max_jobs);
+  a.max_comms_per_job = static_cast<size_t>(c.max_comms_per_job);
+  a.max_series = static_cast<size_t>(c.max_series);
+  return a;
+}
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  SetLogComponent("aggregator");
+  AggregatorConfig config;
+  ConfigTable table("ncclwatch-aggregator",
+                    "Central ncclwatch service: correlates NCCL profiler reports from every node, "
+                    "flags slow ranks, hangs and silent ranks, and serves the Query API, "
+                    "/federate and /metrics.");
+  Register(table, config);
+  if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
+  LogInfo("starting: %s", table.Describe());
+
+  // Every setting is checked before anything starts: a bad one exits 2.
+  AggregatorServerOptions options;
+  options.listen_host = config.listen_host;
+  options.grpc_port = static_cast<int>(config.grpc_port);
+  options.http_port = static_cast<int>(config.http_port);
+  options.data_dir = config.data_dir;
+  for (const auto& [flag, value, out] :
+       {std::tuple{"retention", config.retention, &options.retention_ns},
+        std::tuple{"downsample-after", config.downsample_after, &options.downsample_after_ns},
+        std::tuple{"downsample-step", config.downsample_step, &options.downsample_step_ns}}) {
+    const std::optional<int64_t> parsed = ParseDuration(value);
+    if (!parsed) {
+      LogError("--%s=%s: expected a duration like 15d, 36h or 90m, at least 1m", flag, value);
+      return 2;
+    }
+    *out = *parsed;
+  }
+  if (!config.remote_write_url.empty()) {
+    auto target = ParseRemoteWriteUrl(config.remote_write_url);
+    if (!target.ok() || !(config.remote_write_interval_s > 0)) {
+      LogError("%s", target.ok() ? "--remote-write-interval-s must be positive"
+                                 : target.status().message());
+      return 2;
+    }
+    options.remote_write = *target;
+    options.remote_write_interval = absl::Seconds(config.remote_write_interval_s);
+  }
+  if (auto error = CheckRanges(config)) {
+    LogError("%s", *error);
+    return 2;
+  }
+  options.analyzer = AnalyzerOptionsOf(config);
+  options.replay_ns = static_cast<int64_t>(config.replay_s * 1e9);
+  auto ingest_token = TokenFile::Open(config.ingest_token_file);
+  auto query_token = TokenFile::Open(config.query_token_file);
+  for (const auto* token : {&ingest_token, &query_token}) {
+    if (!token->ok()) {
+      LogError("%s", token->status().message());
+      return 2;
+    }
+  }
+  options.ingest_token = ingest_token->get();
+  options.query_token = query_token->get();
+  auto credentials = MakeServerCredentials(
+      {config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file});
+  if (!credentials.ok()) {
+    LogError("%s", credentials.status().message());
+    return 2;
+  }
+  options.credentials = *credentials;
+
+  AggregatorServer server(std::move(options));
+  if (absl::Status s = server.Start(); !s.ok()) {
+    LogError("%s", s.message());
+    return 1;
+  }
+  LogInfo("serving gRPC on %s:%d, HTTP on %s:%d, data in %s", config.listen_host,
+          server.grpc_port(), config.listen_host, server.http_port(), config.data_dir);
+  NotifyReady(static_cast<int>(config.ready_fd),
+              absl::StrFormat("ready grpc_port=%d http_port=%d", server.grpc_port(),
+                              server.http_port()));
+
+  const int sig = WaitForTerminationSignal();
+  LogInfo("signal %d: shutting down", sig);
+  server.Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+int main(int argc, char** argv) { return ncclwatch::aggregator::Main(argc, argv); }

@@ -1,0 +1,302 @@
+#include "aggregator/store/store.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/compaction_filter.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
+}
+
+std::string BatchKey(const std::string& agent_id, uint64_t seq) {
+  return EncodeStoreKey({.kind = StoreKey::Kind::kBatchIndex, .counter = seq, .text = agent_id});
+}
+
+std::string PointKey(uint64_t id, int64_t time_ms) {
+  return EncodeStoreKey(
+      {.kind = StoreKey::Kind::kPoint, .time = static_cast<uint64_t>(time_ms), .id = id});
+}
+
+}  // namespace
+
+// Drops batches, their dedup entries, events and points older than the cutoff while RocksDB
+// compacts; the series index is kept.
+class Store::RetentionFilter : public rocksdb::CompactionFilter {
+ public:
+  bool Filter(int /*level*/, const rocksdb::Slice& key, const rocksdb::Slice& value,
+              std::string* /*new_value*/, bool* /*value_changed*/) const override {
+    const int64_t cutoff = cutoff_ns_.load(std::memory_order_relaxed);
+    if (cutoff <= 0 || key.empty()) return false;
+    // Batch index entries carry no time: their value is the batch's 'L' key.
+    absl::StatusOr<StoreKey> decoded =
+        DecodeStoreKey(key[0] == 'B' ? value.ToStringView() : key.ToStringView());
+    if (!decoded.ok()) return false;  // keep what we cannot read
+    switch (decoded->kind) {
+      case StoreKey::Kind::kBatchLog:
+      case StoreKey::Kind::kEvent:
+        return static_cast<int64_t>(decoded->time) < cutoff;
+      case StoreKey::Kind::kPoint:
+        // time_ms * 1e6 < cutoff, without overflowing for any time.
+        return decoded->time < static_cast<uint64_t>((cutoff + 999'999) / 1'000'000);
+      default:
+        return false;
+    }
+  }
+  const char* Name() const override { return "ncclwatch.RetentionFilter"; }
+  void SetCutoff(int64_t ns) { cutoff_ns_.store(ns, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> cutoff_ns_{0};
+};
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env) {
+  auto filter = std::make_unique<RetentionFilter>();
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.IncreaseParallelism(2);
+  options.compaction_filter = filter.get();
+  // A new point usually lands right after its series' previous one: the memtable remembers the
+  // last insert position per series prefix ('P' + id) and starts there.
+  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(9));
+  // Bounded memory whatever the data on disk: at most two 32 MiB memtables, and one 32 MiB block
+  // cache that also holds the index and filter blocks of every table file (RocksDB otherwise keeps
+  // those outside any limit, growing with the number of files).
+  options.write_buffer_size = 32 << 20;
+  options.max_write_buffer_number = 2;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(32 << 20);
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  if (env != nullptr) options.env = env;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open RocksDB in ", dir));
+  std::unique_ptr<Store> store(new Store(db, std::move(filter)));
+  if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
+  return store;
+}
+
+Store::Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter)
+    : filter_(std::move(filter)), db_(db) {}
+Store::~Store() = default;
+void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
+
+absl::Status Store::LoadSeriesIndex() {
+  ncclwatch::MutexLock lock(&series_mu_);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) return absl::DataLossError(absl::StrCat("series index: ", key.status().message()));
+    const uint64_t id = key->id;
+    StoredSeries s;
+    s.id = id;
+    if (id != series_.size() + 1 ||
+        !ParseSeriesIdentity(it->value().ToStringView(), &s.name, &s.labels)) {
+      return absl::DataLossError(absl::StrCat("series index entry ", id, " is malformed"));
+    }
+    series_ids_[it->value().ToString()] = id;
+    series_.push_back(std::move(s));
+  }
+  return FromRocks(it->status(), "series index scan");
+}
+
+absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
+                                          int64_t received_ns) {
+  std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
+  ncclwatch::MutexLock lock(&put_mu_);
+  std::string existing;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
+  if (s.ok()) return false;
+  if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
+  std::string value;
+  if (!batch.SerializeToString(&value)) return absl::InternalError("cannot serialise batch");
+  const std::string log_key = EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
+                                              .time = static_cast<uint64_t>(received_ns),
+                                              .counter = counter_.fetch_add(1)});
+  rocksdb::WriteBatch write;
+  write.Put(log_key, value);
+  write.Put(key, log_key);
+  s = db_->Write(rocksdb::WriteOptions(), &write);
+  if (!s.ok()) return FromRocks(s, "batch write");
+  return true;
+}
+
+absl::Status Store::ReplayBatches(
+    int64_t since_ns,
+    const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
+    int64_t until_ns) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
+                                 .time = static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))}));
+       it->Valid() && it->key().starts_with("L"); it->Next()) {
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) return absl::DataLossError(absl::StrCat("batch log: ", key.status().message()));
+    if (static_cast<int64_t>(key->time) > until_ns) break;
+    ncclwatch::v1::NodeBatch batch;
+    if (!batch.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return absl::DataLossError("malformed batch in the log");
+    }
+    fn(batch, static_cast<int64_t>(key->time));
+  }
+  return FromRocks(it->status(), "batch log scan");
+}
+
+absl::StatusOr<uint64_t> Store::CountBatches() const {
+  uint64_t n = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("L"); it->Valid() && it->key().starts_with("L"); it->Next()) ++n;
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks(s, "batch scan");
+  return n;
+}
+
+absl::Status Store::PutEvent(const ncclwatch::v1::Event& event) {
+  const std::string key = EncodeStoreKey({.kind = StoreKey::Kind::kEvent,
+                                          .time = event.time_unix_ns(),
+                                          .counter = counter_.fetch_add(1)});
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), key, event.SerializeAsString()),
+                   "event write");
+}
+
+absl::StatusOr<std::vector<ncclwatch::v1::Event>> Store::ListEvents(int64_t since_unix_ns,
+                                                                    size_t limit) const {
+  std::vector<ncclwatch::v1::Event> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(EncodeStoreKey(
+           {.kind = StoreKey::Kind::kEvent, .time = static_cast<uint64_t>(since_unix_ns)}));
+       it->Valid() && it->key().starts_with("E") && out.size() < limit; it->Next()) {
+    ncclwatch::v1::Event e;
+    if (e.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      out.push_back(std::move(e));
+    }
+  }
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks(s, "event scan");
+  return out;
+}
+
+absl::StatusOr<int64_t> Store::LastEventTime() const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev("F");  // the last key before the next tag
+  if (it->Valid() && it->key().starts_with("E")) {
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) return absl::DataLossError(absl::StrCat("event log: ", key.status().message()));
+    return static_cast<int64_t>(key->time);
+  }
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks(s, "event scan");
+  return 0;
+}
+
+absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
+  rocksdb::WriteBatch write(points.size() * 40);
+  std::string identity;  // reused: no allocation per point once grown
+  char key[17] = {'P'};
+  {
+    ncclwatch::MutexLock lock(&series_mu_);
+    for (const SeriesPoint& p : points) {
+      identity.clear();
+      AppendSeriesIdentity(p.name, p.labels, &identity);
+      auto it = series_ids_.find(identity);
+      if (it == series_ids_.end()) {
+        const uint64_t id = series_.size() + 1;
+        it = series_ids_.emplace(identity, id).first;
+        series_.push_back({id, p.name, p.labels});
+        write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesByIdentity, .text = identity}),
+                  EncodeBe64(id));
+        write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesById, .id = id}), identity);
+      }
+      PutBe64(key + 1, it->second);
+      PutBe64(key + 9, static_cast<uint64_t>(p.time_ms));
+      write.Put(rocksdb::Slice(key, sizeof key),
+                rocksdb::Slice(reinterpret_cast<const char*>(&p.value), sizeof p.value));
+    }
+  }
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "points write");
+}
+
+std::vector<StoredSeries> Store::Series() const {
+  ncclwatch::MutexLock lock(&series_mu_);
+  return series_;
+}
+
+absl::StatusOr<std::vector<Point>> Store::ReadPoints(uint64_t id, int64_t start_ms,
+                                                     int64_t end_ms) const {
+  std::vector<Point> out;
+  const std::string prefix = absl::StrCat("P", EncodeBe64(id));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(PointKey(id, std::max<int64_t>(start_ms, 0))); it->Valid(); it->Next()) {
+    if (!it->key().starts_with(prefix)) break;
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (!key.ok()) break;
+    const auto t = static_cast<int64_t>(key->time);
+    if (t > end_ms) break;
+    Point p{t, 0};
+    if (it->value().size() == sizeof(double)) std::memcpy(&p.value, it->value().data(), 8);
+    out.push_back(p);
+  }
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks(s, "points scan");
+  return out;
+}
+
+absl::StatusOr<uint64_t> Store::Downsample(int64_t before_ms, int64_t step_ms) {
+  if (step_ms <= 0) return absl::InvalidArgumentError("downsampling step must be positive");
+  const std::string progress_key = "Mdownsampled_until_ms";
+  std::string progress;
+  int64_t from_ms = 0;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), progress_key, &progress);
+  if (s.ok() && progress.size() == 8) from_ms = static_cast<int64_t>(DecodeBe64(progress.data()));
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "downsampling progress");
+  before_ms -= before_ms % step_ms;  // whole buckets only
+  if (before_ms <= from_ms) return 0;
+  uint64_t removed = 0;
+  for (const StoredSeries& series : Series()) {
+    absl::StatusOr<std::vector<Point>> points = ReadPoints(series.id, from_ms, before_ms - 1);
+    if (!points.ok()) return points.status();
+    rocksdb::WriteBatch write;
+    for (size_t i = 0; i < points->size();) {
+      const int64_t bucket = (*points)[i].time_ms - (*points)[i].time_ms % step_ms;
+      double sum = 0;
+      size_t n = 0;
+      for (; i < points->size() && (*points)[i].time_ms < bucket + step_ms; ++i, ++n) {
+        sum += (*points)[i].value;
+        write.Delete(PointKey(series.id, (*points)[i].time_ms));
+      }
+      const double mean = sum / static_cast<double>(n);
+      write.Put(PointKey(series.id, bucket),
+                rocksdb::Slice(reinterpret_cast<const char*>(&mean), sizeof mean));
+      removed += n - 1;
+    }
+    if (write.Count() > 0) {
+      if (absl::Status w = FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "downsampling");
+          !w.ok()) {
+        return w;
+      }
+    }
+  }
+  s = db_->Put(rocksdb::WriteOptions(), progress_key, EncodeBe64(static_cast<uint64_t>(before_ms)));
+  if (!s.ok()) return FromRocks(s, "downsampling progress");
+  return removed;
+}
+
+void Store::SetRetentionCutoff(int64_t cutoff_ns) { filter_->SetCutoff(cutoff_ns); }
+
+absl::Status Store::Compact() {
+  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr),
+                   "compaction");
+}
+
+}  // namespace ncclwatch::aggregator

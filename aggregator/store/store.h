@@ -1,0 +1,115 @@
+// The aggregator's durable store, on RocksDB (key layout: docs/storage-format.md):
+//   'L' be64(received_ns) be64(n)         -> NodeBatch  acknowledged batches in arrival order
+//   'B' agent_id '\0' be64(batch_seq)      -> 'L' key    deduplication index of the batches
+//   'E' be64(time_unix_ns) be64(n)         -> Event      detection events, in time order
+//   'N' series identity                    -> be64(id)   the series index (identity -> id)
+//   'S' be64(id)                           -> identity   the series index (id -> identity)
+//   'P' be64(id) be64(time_ms)             -> f64        one point of one series
+//   'M' name                               -> bytes      bookkeeping (downsampling progress)
+// A batch and its dedup entry are one atomic write through RocksDB's write-ahead log before Push
+// is acknowledged, so an acknowledged batch survives a crash of the aggregator process; the points
+// derived from it are written right after and re-derived from the batch log at start-up
+// (ReplayBatches), so no acknowledged point is lost either. Retention is enforced by a compaction
+// filter: batches, events and points older than the retention are dropped as RocksDB compacts.
+#ifndef NCCLWATCH_AGGREGATOR_STORE_STORE_H_
+#define NCCLWATCH_AGGREGATOR_STORE_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/sync.h"
+#include "aggregator/store/store_keys.h"
+#include "common/prom_text.h"
+#include "common/series.h"
+#include "ncclwatch/v1/ingest.pb.h"
+#include "ncclwatch/v1/query.pb.h"
+
+namespace rocksdb {
+class DB;
+class Env;
+}  // namespace rocksdb
+
+namespace ncclwatch::aggregator {
+
+struct StoredSeries {
+  uint64_t id = 0;
+  std::string name;
+  LabelPairs labels;
+};
+
+struct Point {
+  int64_t time_ms = 0;
+  double value = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database in `dir` and loads the series index. `env` may be an
+  // in-memory Env for tests.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir,
+                                                     rocksdb::Env* env = nullptr);
+  ~Store();
+
+  // Stores the batch, received at `received_ns`, unless its (agent_id, batch_seq) is already
+  // stored. Returns true if it was new. Thread-safe.
+  absl::StatusOr<bool> PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns);
+  // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order.
+  absl::Status ReplayBatches(
+      int64_t since_ns,
+      const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t received_ns)>& fn,
+      int64_t until_ns = INT64_MAX) const;
+  // Number of batches in the store (scans keys; for tests and start-up logging).
+  absl::StatusOr<uint64_t> CountBatches() const;
+
+  absl::Status PutEvent(const ncclwatch::v1::Event& event);
+  // Events with time >= since_unix_ns, oldest first, at most `limit`.
+  absl::StatusOr<std::vector<ncclwatch::v1::Event>> ListEvents(int64_t since_unix_ns,
+                                                               size_t limit) const;
+  // Time of the newest stored event, 0 if none.
+  absl::StatusOr<int64_t> LastEventTime() const;
+
+  // Writes points in one batched write, registering new series. Rewriting a point is harmless.
+  absl::Status AppendPoints(const std::vector<SeriesPoint>& points);
+  // Every series ever stored (the in-memory index), in id order.
+  std::vector<StoredSeries> Series() const;
+  // Points of series `id` with start_ms <= time <= end_ms, oldest first.
+  absl::StatusOr<std::vector<Point>> ReadPoints(uint64_t id, int64_t start_ms,
+                                                int64_t end_ms) const;
+
+  // Replaces the points older than `before_ms` (and newer than the previous call's `before_ms`) by
+  // one point per `step_ms` bucket and series: the bucket's mean, at the bucket's start. Returns
+  // the number of points removed. Idempotent; progress is kept in the database.
+  absl::StatusOr<uint64_t> Downsample(int64_t before_ms, int64_t step_ms);
+
+  // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
+  void SetRetentionCutoff(int64_t cutoff_ns);
+  // Compacts the whole database now (applies the retention cutoff). Slow; for a periodic task.
+  absl::Status Compact();
+
+ private:
+  class RetentionFilter;
+  Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter);
+  absl::Status LoadSeriesIndex();
+  struct DbDeleter {
+    void operator()(rocksdb::DB* db) const;
+  };
+  std::unique_ptr<RetentionFilter> filter_;  // outlives db_ (declared first, destroyed last)
+  std::unique_ptr<rocksdb::DB, DbDeleter> db_;
+  ncclwatch::Mutex put_mu_;  // makes the duplicate check and the write one step
+  std::atomic<uint64_t> counter_{0};
+
+  mutable ncclwatch::Mutex series_mu_;
+  absl::flat_hash_map<std::string, uint64_t> series_ids_ ABSL_GUARDED_BY(series_mu_);
+  std::vector<StoredSeries> series_ ABSL_GUARDED_BY(series_mu_);  // index id - 1
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_STORE_STORE_H_

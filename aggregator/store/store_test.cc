@@ -1,0 +1,240 @@
+#include "aggregator/store/store.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ncclwatch-store-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+ncclwatch::v1::NodeBatch Batch(const std::string& agent, uint64_t seq) {
+  ncclwatch::v1::NodeBatch b;
+  b.set_agent_id(agent);
+  b.set_batch_seq(seq);
+  b.add_reports()->set_report_id(seq * 10);
+  return b;
+}
+
+TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 100));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 200));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 1), 100));
+    EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 1), 100));
+    // An agent id that is a prefix of another must not collide.
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("ab", 1), 100));
+  }
+  auto reopened = Store::Open(dir_);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(*(*reopened)->CountBatches(), 4u);
+  EXPECT_FALSE(*(*reopened)->PutBatchIfNew(Batch("a", 2), 200));
+}
+
+TEST_F(StoreTest, EventsComeBackInTimeOrder) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  for (int64_t t : {300, 100, 200}) {
+    ncclwatch::v1::Event e;
+    e.set_time_unix_ns(t);
+    e.set_summary(std::to_string(t));
+    ASSERT_TRUE((*store)->PutEvent(e).ok());
+  }
+  auto events = (*store)->ListEvents(150, 10);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].summary(), "200");
+  EXPECT_EQ((*events)[1].summary(), "300");
+}
+
+TEST_F(StoreTest, OpenFailsClearlyOnAnUnusableDirectory) {
+  auto store = Store::Open("/proc/ncclwatch-cannot-create-here");
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(store.status().message().find("cannot open RocksDB"), std::string::npos);
+}
+
+TEST_F(StoreTest, ReplaysBatchesInArrivalOrderFromAGivenTime) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 7), 3'000));
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000));
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 2'000));
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  std::vector<std::pair<uint64_t, int64_t>> seen;
+  ASSERT_TRUE((*store)
+                  ->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b, int64_t at) {
+                    seen.emplace_back(b.batch_seq(), at);
+                  })
+                  .ok());
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, int64_t>>{{2, 2'000}, {7, 3'000}}));
+}
+
+TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
+  const LabelPairs rank0 = {{"job_id", "j"}, {"rank", "0"}};
+  const LabelPairs rank1 = {{"job_id", "j"}, {"rank", "1"}};
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    std::vector<SeriesPoint> points;
+    for (int64_t t = 1'000; t <= 10'000; t += 1'000) {
+      points.push_back({"bw", rank0, t / 1000.0, t});
+      points.push_back({"bw", rank1, -1.0 * t, t});
+    }
+    ASSERT_TRUE((*store)->AppendPoints(points).ok());
+    ASSERT_TRUE((*store)->AppendPoints({{"bw", rank0, 55.5, 5'000}}).ok());  // overwrite
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  const std::vector<StoredSeries> series = (*store)->Series();
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[0].name, "bw");
+  EXPECT_EQ(series[0].labels, rank0);
+  EXPECT_EQ(series[1].labels, rank1);
+  auto points = (*store)->ReadPoints(series[0].id, 3'000, 6'000);
+  ASSERT_TRUE(points.ok());
+  ASSERT_EQ(points->size(), 4u);
+  EXPECT_EQ((*points)[0].time_ms, 3'000);
+  EXPECT_DOUBLE_EQ((*points)[2].value, 55.5);
+  EXPECT_EQ((*points)[3].time_ms, 6'000);
+  // A new series after the restart gets the next id; the other series' points stay apart.
+  ASSERT_TRUE((*store)->AppendPoints({{"bw", {{"job_id", "k"}}, 1, 1'000}}).ok());
+  EXPECT_EQ((*store)->Series().back().id, 3u);
+  EXPECT_EQ((*store)->ReadPoints(series[1].id, 0, 100'000)->size(), 10u);
+}
+
+TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->AppendPoints({{"bw", {}, 1, 1'000}, {"bw", {}, 9, 9'000}}).ok());
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000'000'000));
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 9'000'000'000));
+  ncclwatch::v1::Event old_event;
+  old_event.set_time_unix_ns(1'000'000'000);
+  ASSERT_TRUE((*store)->PutEvent(old_event).ok());
+  (*store)->SetRetentionCutoff(5'000'000'000);  // 5 s after the epoch
+  ASSERT_TRUE((*store)->Compact().ok());
+  auto points = (*store)->ReadPoints(1, 0, 100'000);
+  ASSERT_EQ(points->size(), 1u);
+  EXPECT_EQ((*points)[0].time_ms, 9'000);
+  EXPECT_EQ(*(*store)->CountBatches(), 1u);
+  EXPECT_TRUE((*store)->ListEvents(0, 10)->empty());
+  EXPECT_EQ((*store)->Series().size(), 1u);
+  // The expired batch's dedup entry went with it; the kept one still deduplicates.
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 2), 10'000'000'000));
+}
+
+TEST_F(StoreTest, LastEventTimeIsTheNewestEvent) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(*(*store)->LastEventTime(), 0);
+  for (int64_t t : {300, 100, 200}) {
+    ncclwatch::v1::Event e;
+    e.set_time_unix_ns(t);
+    ASSERT_TRUE((*store)->PutEvent(e).ok());
+  }
+  ASSERT_TRUE((*store)->AppendPoints({{"x", {}, 1, 1}}).ok());  // keys after 'E' do not confuse it
+  EXPECT_EQ(*(*store)->LastEventTime(), 300);
+}
+
+TEST(Be64Test, RoundTripsAndSortsNumerically) {
+  EXPECT_EQ(DecodeBe64(EncodeBe64(0x0102030405060708ull).data()), 0x0102030405060708ull);
+  EXPECT_LT(EncodeBe64(255), EncodeBe64(256));
+}
+
+TEST(StoreKeyTest, EveryLayoutRoundTripsAndMalformedKeysSayWhatIsWrong) {
+  const std::vector<StoreKey> keys = {
+      {.kind = StoreKey::Kind::kBatchLog, .time = 1'700'000'000'000'000'000, .counter = 5},
+      {.kind = StoreKey::Kind::kEvent, .time = 42, .counter = 0},
+      {.kind = StoreKey::Kind::kBatchIndex, .counter = 17, .text = std::string("node\0odd", 9)},
+      {.kind = StoreKey::Kind::kSeriesByIdentity, .text = SeriesIdentity("m", {{"a", "1"}})},
+      {.kind = StoreKey::Kind::kSeriesById, .id = 9},
+      {.kind = StoreKey::Kind::kPoint, .time = 1234, .id = 3},
+      {.kind = StoreKey::Kind::kMeta, .text = "downsampled_until_ms"},
+  };
+  for (const StoreKey& key : keys) {
+    const std::string bytes = EncodeStoreKey(key);
+    absl::StatusOr<StoreKey> back = DecodeStoreKey(bytes);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->kind, key.kind);
+    EXPECT_EQ(back->time, key.time);
+    EXPECT_EQ(back->counter, key.counter);
+    EXPECT_EQ(back->id, key.id);
+    EXPECT_EQ(back->text, key.text);
+  }
+  // An agent id with a '\0' in it still decodes: the batch_seq is the last 8 bytes.
+  EXPECT_EQ(DecodeStoreKey(EncodeStoreKey(keys[2]))->text, std::string("node\0odd", 9));
+
+  const auto error = [](std::string_view key) {
+    absl::StatusOr<StoreKey> decoded = DecodeStoreKey(key);
+    return decoded.ok() ? std::string("ok") : std::string(decoded.status().message());
+  };
+  EXPECT_EQ(error(""), "empty store key");
+  EXPECT_EQ(error("L123"), "store key 'L' of 4 bytes: want 17 (tag, be64 time, be64 n)");
+  EXPECT_EQ(error(std::string("Bagent") + EncodeBe64(1)),  // no '\0' before the sequence
+            "store key 'B' of 14 bytes: want tag, agent id, '\\0', be64 batch_seq");
+  EXPECT_EQ(error("S" + EncodeBe64(1) + "x"), "store key 'S' of 10 bytes: want 9 (tag, be64 series id)");
+  EXPECT_EQ(error("N"), "store key 'N' of 1 bytes: want a name after the tag");
+  EXPECT_EQ(error("\x7f"), "store key with unknown tag byte 0x7f");
+
+  std::string name;
+  LabelPairs labels;
+  ASSERT_TRUE(ParseSeriesIdentity(SeriesIdentity("m", {{"a", "1"}, {"b", ""}}), &name, &labels));
+  EXPECT_EQ(name, "m");
+  EXPECT_EQ(labels, (LabelPairs{{"a", "1"}, {"b", ""}}));
+  EXPECT_FALSE(ParseSeriesIdentity(std::string("m\0a", 3), &name, &labels)) << "label without value";
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  std::vector<SeriesPoint> points;
+  for (int64_t t = 0; t < 20 * 60'000; t += 1'000) {  // 20 min of 1 s points, value = minute
+    points.push_back({"bw", {{"rank", "0"}}, static_cast<double>(t / 60'000), t});
+    points.push_back({"bw", {{"rank", "1"}}, 1.0, t});
+  }
+  ASSERT_TRUE((*store)->AppendPoints(points).ok());
+  auto removed = (*store)->Downsample(10 * 60'000, 5 * 60'000);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 2u * (600 - 2));  // per series: 600 points in 10 min become 2
+  auto rank0 = (*store)->ReadPoints(1, 0, 20 * 60'000);
+  ASSERT_EQ(rank0->size(), 2u + 600u);
+  EXPECT_EQ((*rank0)[0].time_ms, 0);
+  EXPECT_DOUBLE_EQ((*rank0)[0].value, 2.0);  // minutes 0..4
+  EXPECT_EQ((*rank0)[1].time_ms, 5 * 60'000);
+  EXPECT_DOUBLE_EQ((*rank0)[1].value, 7.0);  // minutes 5..9
+  EXPECT_EQ((*rank0)[2].time_ms, 10 * 60'000);  // untouched from here
+  // Idempotent, and it resumes where it stopped after a restart.
+  EXPECT_EQ(*(*store)->Downsample(10 * 60'000, 5 * 60'000), 0u);
+  store->reset();
+  auto reopened = Store::Open(dir_);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(*(*reopened)->Downsample(10 * 60'000 + 1, 5 * 60'000), 0u);  // no whole new bucket
+  EXPECT_EQ(*(*reopened)->Downsample(15 * 60'000, 5 * 60'000), 2u * (300 - 1));
+  EXPECT_EQ((*reopened)->ReadPoints(2, 0, 20 * 60'000)->size(), 3u + 300u);
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator

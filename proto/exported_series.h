@@ -1,0 +1,73 @@
+// The catalogue of every series family ncclwatch exports to Prometheus (the names and label sets
+// are the contract: docs/wire-format.md, ARCHITECTURE's "Exported series"): one name, one help
+// text and one type per family, used by every exporter -- the aggregator's /federate and
+// remote-write, the agent's node-local /metrics and the plugin's offline textfile.
+#ifndef NCCLWATCH_PROTO_EXPORTED_SERIES_H_
+#define NCCLWATCH_PROTO_EXPORTED_SERIES_H_
+
+#include <span>
+#include <string_view>
+
+namespace ncclwatch {
+
+struct SeriesFamily {
+  const char* name;
+  const char* help;
+  const char* type;  // "gauge" or "counter"
+};
+
+// The NCCL Inspector-compatible families come first (kInspectorFamilies), then ncclwatch's own.
+inline constexpr SeriesFamily kExportedSeries[] = {
+    {"nccl_bus_bandwidth_gbs", "Collective bus bandwidth in GB/s (geometric mean).", "gauge"},
+    {"nccl_collective_exec_time_microseconds", "Mean collective execution time.", "gauge"},
+    {"nccl_p2p_bus_bandwidth_gbs", "Point-to-point bus bandwidth in GB/s (geometric mean).",
+     "gauge"},
+    {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time.", "gauge"},
+    {"ncclwatch_straggler", "1 while the rank is flagged as consistently late, else 0.", "gauge"},
+    {"ncclwatch_rank_lateness_seconds",
+     "Median time the rank reaches collectives after the first rank of its communicator.",
+     "gauge"},
+    {"ncclwatch_hang",
+     "1 while a collective of the communicator has made no progress for longer than the hang "
+     "threshold, else 0.",
+     "gauge"},
+    {"ncclwatch_hang_age_seconds", "Age of the communicator's hung collective (0 when none).",
+     "gauge"},
+    {"ncclwatch_rank_missing",
+     "1 while the rank is missing from its communicator's hung collective: it never reached it, "
+     "or went silent.",
+     "gauge"},
+    {"ncclwatch_comm_degraded",
+     "1 while the communicator's bus bandwidth stays below the baseline of communicators of its "
+     "class (nvlink or hybrid), collective, message size and size, else 0.",
+     "gauge"},
+    {"ncclwatch_node_network_suspect",
+     "1 while the node's network is the common factor of the job's degraded hybrid "
+     "communicators (its NVLink-only communicators being healthy).",
+     "gauge"},
+    {"ncclwatch_node_straggler",
+     "1 while every rank the communicator has on the node is flagged slow, else 0.", "gauge"},
+    {"ncclwatch_rank_silent",
+     "1 while the rank's reports have stopped and the rest of its communicator carries on.",
+     "gauge"},
+    {"ncclwatch_plugin_drops_total",
+     "What the rank's plugin could not record since its process started, by kind (events, "
+     "records, reports, samples_capped, channel_events_orphaned): a pool, ring or queue was "
+     "full.",
+     "counter"},
+};
+
+// The four families NCCL Inspector exports, with Inspector's names.
+inline constexpr std::span<const SeriesFamily> kInspectorFamilies(kExportedSeries, 4);
+
+// The family called `name`, or nullptr.
+inline const SeriesFamily* FindExportedSeries(std::string_view name) {
+  for (const SeriesFamily& f : kExportedSeries) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace ncclwatch
+
+#endif  // NCCLWATCH_PROTO_EXPORTED_SERIES_H_
