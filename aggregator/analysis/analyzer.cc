@@ -74,7 +74,9 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   for (const DegradedChange& change : detectors_.degraded.Observe(key, interval)) {
     out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
   }
-  ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+  // Under mu_: the lambda runs within this call.
+  ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto group = detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
                                            s.duration_ns, s.gpu_start_ns, now_ns);
     if (!group) return;
