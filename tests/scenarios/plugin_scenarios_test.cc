@@ -9,230 +9,33 @@
 //   and re-init; copy-engine collectives (v6); 8 communicators x 2 threads x 1M events.
 //
 // What the plugin recorded is checked from the reports it streams over real gRPC to
-// report_recorder, a stand-in agent that writes what they say to a file. Every scenario finalizes all of
-// its communicators, and the last finalize waits until the agent has read everything, so the file
-// is complete when the scenario's last finalize returns: no sleeps, no polling.
+// report_recorder, a stand-in agent that writes what they say to a file. Every scenario finalizes
+// all of its communicators, and the last finalize waits until the agent has read everything, so the
+// file is complete when the scenario's last finalize returns: no sleeps, no polling.
 //
 // The suite runs in the plain, AddressSanitizer+UBSan and ThreadSanitizer builds (scripts/test).
 // NCCLWATCH_STRESS_EVENTS (default 1000000) sets the events per thread of the stress scenario.
-#include <sys/stat.h>
+//
+// The harness (the stand-in agent, the report reader, the NCCL side) is scenario_harness.h.
 #include <unistd.h>
 
 #include <atomic>
 #include <barrier>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <cstdlib>
-#include <fstream>
-#include <map>
-#include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "plugin/abi.h"
-#include "plugin/abi_testing.h"
-#include "tests/e2e/process.h"
-#include "tests/simjob/profiler_host.h"
+#include "tests/scenarios/scenario_harness.h"
 
 namespace ncclwatch::scenarios {
 namespace {
 
 using abi::EventDescrV6;
-using simjob::ProfilerHost;
-
-constexpr uint64_t kGpuEpoch = 1'700'000'000'000'000'000ull;
-constexpr int kPoolSize = 16384;
-
-std::string g_reports_path;
-
-// Starts the stand-in agent once for the whole binary and points the plugin at it. The plugin
-// reads its environment at the first init of the process, and stays loaded (NODELETE) after that.
-class AgentEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ncclwatch-scenarios-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    g_reports_path = dir_ + "/reports.txt";
-    const std::string socket = "unix://" + dir_ + "/agent.sock";
-    // The recorder is test scaffolding: in the ThreadSanitizer build it must not stop the run
-    // over gRPC's internals, which TSan cannot see into.
-    agent_ = std::make_unique<testing::Process>(
-        std::vector<std::string>{NCCLWATCH_RECORDER_BIN, "--listen=" + socket,
-                                 "--out=" + g_reports_path},
-        std::map<std::string, std::string>{{"TSAN_OPTIONS", "report_bugs=0"}},
-        dir_ + "/recorder.log", "--ready-fd");
-    ASSERT_TRUE(agent_->started());
-    setenv("NCCLWATCH_AGENT_ADDR", socket.c_str(), 1);
-    setenv("NCCLWATCH_FLUSH_INTERVAL_MS", "200", 1);
-    setenv("NCCLWATCH_OP_POOL_SIZE", std::to_string(kPoolSize).c_str(), 1);
-    setenv("NCCLWATCH_RING_SIZE", "65536", 1);
-    setenv("NCCLWATCH_FINALIZE_TIMEOUT_MS", "60000", 1);
-    setenv("NCCLWATCH_DUMP_DIR", (dir_ + "/dump").c_str(), 1);
-    setenv("NCCLWATCH_JOB_ID", "scenarios", 1);
-  }
-  void TearDown() override {
-    agent_.reset();
-    std::string cmd = "rm -rf '" + dir_ + "'";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir_.c_str());
-  }
-
- private:
-  std::string dir_;
-  std::unique_ptr<testing::Process> agent_;
-};
-
-// What one communicator rank reported, summed over its intervals (from report_recorder's file).
-struct Drops {
-  uint64_t events_dropped = 0, records_dropped = 0, untimed_ops = 0, orphans = 0;
-};
-struct Totals {
-  int finals = 0;
-  int nranks = 0;
-  std::map<std::string, uint64_t> count;    // by "op", "op/algo_proto" and "op>peer"
-  std::map<std::string, uint64_t> untimed;  // by "op/algo_proto"
-  std::map<std::string, uint64_t> untimed_bytes;
-  uint64_t timed_total = 0;
-  Drops last_drops;  // from the final report
-};
-
-Totals TotalsFor(uint64_t comm_hash, int rank) {
-  Totals t;
-  std::ifstream in(g_reports_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream f(line);
-    std::string kind;
-    uint64_t hash = 0;
-    int r = -1;
-    f >> kind >> hash >> r;
-    if (hash != comm_hash || r != rank) continue;
-    if (kind == "R") {
-      int final = 0;
-      Drops d;
-      f >> t.nranks >> final >> d.events_dropped >> d.records_dropped >> d.untimed_ops >> d.orphans;
-      if (final) {
-        ++t.finals;
-        t.last_drops = d;
-      }
-    } else if (kind == "S") {
-      std::string op, algo_proto;
-      int p2p = 0, peer = -1;
-      uint64_t count = 0, untimed = 0, untimed_bytes = 0;
-      f >> op >> p2p >> algo_proto >> peer >> count >> untimed >> untimed_bytes;
-      t.count[op] += count;
-      t.count[p2p ? op + ">" + std::to_string(peer) : op + "/" + algo_proto] += count;
-      t.untimed[op + "/" + algo_proto] += untimed;
-      t.untimed_bytes[op + "/" + algo_proto] += untimed_bytes;
-      t.timed_total += count;
-    }
-    EXPECT_FALSE(f.fail()) << "unreadable line: " << line;
-  }
-  return t;
-}
-
-// The NCCL side of one process, for one ABI version: builds descriptors as NCCL does and calls
-// the plugin from whichever thread the caller is on (each NCCL thread role is a caller here).
-class Nccl {
- public:
-  explicit Nccl(int abi_version) : abi_(abi_version) {
-    std::string error;
-    host_ = ProfilerHost::Load(NCCLWATCH_PLUGIN_SO, abi_version, &error);
-    EXPECT_NE(host_, nullptr) << error;
-  }
-  bool ok() const { return host_ != nullptr; }
-  int abi() const { return abi_; }
-  ProfilerHost& host() { return *host_; }
-  int mask() const { return mask_.load(); }
-
-  void* Init(uint64_t hash, const char* name, int nranks, int rank, int n_nodes = 1) {
-    void* ctx = nullptr;
-    int mask = 0;
-    EXPECT_EQ(host_->Init(&ctx, hash, &mask, name, n_nodes, nranks, rank, nullptr),
-              abi::kSuccess);
-    EXPECT_NE(ctx, nullptr) << "no context for communicator " << name;
-    mask_.store(mask);
-    return ctx;
-  }
-  void Finalize(void* ctx) { host_->Finalize(ctx); }
-
-  // The user thread's API events for one collective (v5+; NCCL's v4 shim drops them). Returns
-  // the CollApi handle, which NCCL keeps as the Coll event's parent.
-  void* Api(void* ctx, const char* func, size_t count, bool graph) {
-    if (abi_ < 5) return nullptr;
-    EventDescrV6 ga = Descr(abi::kGroupApi, nullptr);
-    ga.group_api = {graph, 1};
-    void* group_api = host_->Start(ctx, ga);
-    host_->Record(group_api, abi::kGroupStartApiStop, nullptr);
-    EventDescrV6 ca = Descr(abi::kCollApi, group_api);
-    ca.coll_api = {func, count, "ncclFloat32", 0, &stream_, graph};
-    void* coll_api = host_->Start(ctx, ca);
-    host_->Stop(coll_api);
-    host_->Record(group_api, abi::kGroupEndApiStart, nullptr);
-    host_->Stop(group_api);
-    return coll_api;
-  }
-
-  // The launching thread (user thread, NCCL's group thread or a CUDA host callback): Group and
-  // Coll events. Coll stop means "enqueued"; the KernelCh children come later. Returns the Coll
-  // handle (may be null if the plugin dropped it).
-  void* Launch(void* ctx, void* coll_api, const char* func, uint64_t seq, size_t count,
-               uint8_t channels) {
-    void* group = host_->Start(ctx, Descr(abi::kGroup, nullptr));
-    EventDescrV6 c = Descr(abi::kColl, abi_ >= 5 ? coll_api : group);
-    c.coll = {seq, func, nullptr, nullptr, count, 0, "ncclFloat32", channels, 16,
-              "RING", "SIMPLE", group};
-    void* coll = host_->Start(ctx, c);
-    host_->Stop(coll);
-    host_->Stop(group);
-    return coll;
-  }
-
-  void* LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8_t channels) {
-    void* group = host_->Start(ctx, Descr(abi::kGroup, nullptr));
-    EventDescrV6 p = Descr(abi::kP2p, group);
-    p.p2p = {func, nullptr, "ncclInt8", count, peer, channels, group};
-    void* op = host_->Start(ctx, p);
-    host_->Stop(op);
-    host_->Stop(group);
-    return op;
-  }
-
-  // The proxy thread: KernelCh start, KernelChStop with the GPU timer, stop; per channel.
-  void RunChannels(void* ctx, void* op, uint8_t channels, uint64_t gpu_start, uint64_t duration) {
-    for (uint8_t ch = 0; ch < channels; ++ch) {
-      EventDescrV6 k = Descr(abi::kKernelCh, op);
-      k.kernel_ch = {ch, gpu_start + ch * 100};
-      void* h = host_->Start(ctx, k);
-      abi::StateArgs args{};
-      args.kernel_ch.p_timer = gpu_start + ch * 100 + duration;
-      host_->Record(h, abi::kKernelChStop, &args);
-      host_->Stop(h);
-    }
-  }
-
-  static EventDescrV6 Descr(uint64_t type, void* parent) { return abi::MakeDescrV6(type, parent); }
-
- private:
-  int abi_;
-  int stream_ = 0;
-  std::unique_ptr<ProfilerHost> host_;
-  std::atomic<int> mask_{0};
-};
-
-class ScenarioTest : public ::testing::TestWithParam<int> {
- protected:
-  // Distinct per ABI version and scenario, so that reports never mix.
-  uint64_t Hash(int scenario, int i = 0) const {
-    return (uint64_t{0x5ce} << 48) | (uint64_t(GetParam()) << 32) | (uint64_t(scenario) << 16) |
-           uint64_t(i);
-  }
-};
 
 TEST_P(ScenarioTest, ConcurrentInitGivesEachCommunicatorItsOwnContext) {
   Nccl nccl(GetParam());
@@ -332,8 +135,8 @@ TEST_P(ScenarioTest, NullContextAndNullStateArgs) {
   EventDescrV6 c = Nccl::Descr(abi::kColl, nullptr);
   c.coll = {0, "AllReduce", nullptr, nullptr, 64, 0, "ncclFloat32", 1, 16, "RING", "LL", nullptr};
   EXPECT_EQ(nccl.host().Start(nullptr, c), nullptr);  // NULL context: nothing recorded
-  void* group_api = nccl.abi() >= 5 ? nccl.host().Start(ctx, Nccl::Descr(abi::kGroupApi, nullptr))
-                                    : nullptr;
+  void* group_api =
+      nccl.abi() >= 5 ? nccl.host().Start(ctx, Nccl::Descr(abi::kGroupApi, nullptr)) : nullptr;
   nccl.host().Record(group_api, abi::kGroupStartApiStop, nullptr);
   void* op = nccl.Launch(ctx, nullptr, "AllReduce", 0, 64, 1);
   ASSERT_NE(op, nullptr);
@@ -365,8 +168,8 @@ TEST_P(ScenarioTest, PxnEventsFromAnotherProcessAreNeverDereferenced) {
   nccl.Finalize(nccl.Init(Hash(4, 1), "probe", 1, 0));
   // Addresses in an unmapped page: any read would fault.
   void* foreign = reinterpret_cast<void*>(uintptr_t{0x10});
-  for (uint64_t type : {uint64_t{abi::kProxyOp}, uint64_t{abi::kProxyStep},
-                        uint64_t{abi::kNetPlugin}}) {
+  for (uint64_t type :
+       {uint64_t{abi::kProxyOp}, uint64_t{abi::kProxyStep}, uint64_t{abi::kNetPlugin}}) {
     EventDescrV6 d = Nccl::Descr(type, foreign);
     d.proxy_op.pid = getpid() + 1;
     EXPECT_EQ(nccl.host().Start(foreign, d), nullptr);
@@ -486,15 +289,26 @@ TEST_P(ScenarioTest, CopyEngineCollectivesAreCountedOnV6) {
   for (int i = 0; i < kOps; ++i) {
     void* api = nccl.Api(ctx, "AllGather", 1 << 20, false);
     EventDescrV6 ce = Nccl::Descr(abi::kCeColl, api);
-    ce.ce_coll = {static_cast<uint64_t>(i), "AllGather", nullptr, nullptr, 1 << 20, 0, "ncclInt8",
-                  "MC", true, 4, 1, static_cast<uint32_t>(i), nullptr};
+    ce.ce_coll = {static_cast<uint64_t>(i),
+                  "AllGather",
+                  nullptr,
+                  nullptr,
+                  1 << 20,
+                  0,
+                  "ncclInt8",
+                  "MC",
+                  true,
+                  4,
+                  1,
+                  static_cast<uint32_t>(i),
+                  nullptr};
     void* h = nccl.host().Start(ctx, ce);
     ASSERT_NE(h, nullptr);
     EventDescrV6 sync = Nccl::Descr(abi::kCeSync, h);
     sync.ce_sync = {false, 4};
     EventDescrV6 batch = Nccl::Descr(abi::kCeBatch, h);
     batch.ce_batch = {4, 1 << 20, true};
-    nccl.host().Stop(nccl.host().Start(ctx, sync));   // children: not needed, NULL handles
+    nccl.host().Stop(nccl.host().Start(ctx, sync));  // children: not needed, NULL handles
     nccl.host().Stop(nccl.host().Start(ctx, batch));
     nccl.host().Stop(h);
   }

@@ -1,0 +1,59 @@
+// The real-time clock and the communicator names shared by simjob's parent and ranks; the
+// contract is in job_common.h.
+#include "tests/simjob/job_common.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace ncclwatch::simjob {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+void SleepUntil(int64_t deadline_ns) {
+  const timespec ts = {static_cast<time_t>(deadline_ns / 1'000'000'000),
+                       static_cast<long>(deadline_ns % 1'000'000'000)};
+  while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {
+    s.replace(pos, from.size(), to);
+  }
+  return s;
+}
+
+std::string CommName(CommScope scope, int instance, bool layout_3d) {
+  switch (scope) {
+    case CommScope::kWorld:
+      return "world";
+    case CommScope::kNode:
+      return (layout_3d ? "tp" : "node") + std::to_string(instance);
+    case CommScope::kDp:
+      return "dp" + std::to_string(instance);
+    case CommScope::kPp:
+      return "pp" + std::to_string(instance);
+    case CommScope::kSplit:
+      return "split" + std::to_string(instance);
+  }
+  return "invalid";
+}
+
+std::vector<CommScope> ScopesOf(const TimelineConfig& config) {
+  std::vector<CommScope> scopes;
+  for (const StepSpec& s : config.workload) {
+    if (std::find(scopes.begin(), scopes.end(), s.scope) == scopes.end()) {
+      scopes.push_back(s.scope);
+    }
+  }
+  if (config.split_at_ns != kNever) scopes.push_back(CommScope::kSplit);
+  return scopes;
+}
+
+}  // namespace ncclwatch::simjob

@@ -1,0 +1,83 @@
+// The proxy thread of a simjob rank: KernelCh events per channel, at the model's real times. The
+// contract (event order, hung collectives, thread safety) is in proxy_thread.h.
+#include "tests/simjob/proxy_thread.h"
+
+#include <cstring>
+#include <utility>
+
+#include "plugin/abi.h"
+#include "tests/simjob/job_common.h"
+
+namespace ncclwatch::simjob {
+
+void ProxyThread::Push(KernelWork work) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_all();
+}
+
+void ProxyThread::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProxyThread::Run() {
+  for (;;) {
+    KernelWork work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return !queue_.empty() || done_; });
+      if (queue_.empty()) return;
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    SleepUntil(work.start_ns);
+    std::vector<void*> handles = StartChannels(work);
+    if (work.stop_ns == kNever) {
+      // The collective never completes: its channels stay open until the job ends.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return done_; });
+      continue;
+    }
+    SleepUntil(work.stop_ns);
+    StopChannels(work, handles);
+  }
+}
+
+std::vector<void*> ProxyThread::StartChannels(const KernelWork& work) {
+  std::vector<void*> handles;
+  for (void* parent : work.parents) {
+    for (size_t c = 0; c < work.start_timers.size(); ++c) {
+      abi::EventDescrV6 d;
+      std::memset(&d, 0, sizeof(d));
+      d.type = abi::kKernelCh;
+      d.parent_obj = parent;
+      d.rank = 0;  // NCCL leaves rank 0 for KernelCh
+      d.kernel_ch.channel_id = static_cast<uint8_t>(c);
+      d.kernel_ch.p_timer = work.start_timers[c];
+      handles.push_back(host_->Start(work.context, d));
+      started_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return handles;
+}
+
+void ProxyThread::StopChannels(const KernelWork& work, const std::vector<void*>& handles) {
+  const size_t channels = work.stop_timers.size();
+  for (size_t i = 0; i < handles.size(); ++i) {
+    abi::StateArgs args;
+    args.kernel_ch.p_timer = work.stop_timers[i % channels];
+    // KernelChStop and stop come back to back, as in NCCL.
+    host_->Record(handles[i], abi::kKernelChStop, &args);
+    host_->Stop(handles[i]);
+    stopped_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace ncclwatch::simjob
