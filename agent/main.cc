@@ -1,22 +1,16 @@
 // ncclwatch-agent: the node agent (one per GPU node, a Kubernetes DaemonSet).
 // Receives RankReports from the plugins of this node's training processes on a unix socket,
 // stamps them with the node name and forwards them to the aggregator in acknowledged batches.
-#include <grp.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <cstdio>
-#include <filesystem>
 #include <random>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "agent/agent_service.h"
@@ -26,6 +20,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "agent/pod_resources.h"
+#include "agent/unix_socket.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
 #include "common/rpc/token.h"
@@ -140,69 +135,6 @@ std::string RandomHex(int digits) {
   return out;
 }
 
-absl::StatusOr<mode_t> ParseMode(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const long mode = std::strtol(text.c_str(), &end, 8);
-  if (text.empty() || *end != '\0' || mode < 0 || mode > 07777) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--%s=%s is not an octal file mode such as 0660", flag, text));
-  }
-  return static_cast<mode_t>(mode);
-}
-
-std::string UnixSocketPath(const std::string& listen) {
-  return listen.substr(absl::StartsWith(listen, "unix://") ? 7 : 5);
-}
-
-// gRPC refuses to bind over an existing socket file: remove a stale one, create the directory.
-absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode) {
-  std::filesystem::path p(path);
-  if (p.has_parent_path() && !std::filesystem::exists(p.parent_path())) {
-    std::error_code ec;
-    std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrFormat("cannot create socket directory %s: %s",
-                                                    p.parent_path().string(), ec.message()));
-    }
-    if (chmod(p.parent_path().c_str(), dir_mode) != 0) {
-      return absl::UnavailableError(absl::StrFormat("cannot chmod %s: %s",
-                                                    p.parent_path().string(), strerror(errno)));
-    }
-  }
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("%s exists and is not a socket; refusing to replace it", path));
-    }
-    unlink(path.c_str());
-  }
-  return absl::OkStatus();
-}
-
-// Gives the socket gRPC created its configured mode and group.
-absl::Status SecureUnixSocket(const std::string& path, mode_t mode, const std::string& group) {
-  if (!group.empty()) {
-    gid_t gid = 0;
-    if (!absl::SimpleAtoi(group, &gid)) {
-      const struct group* g = getgrnam(group.c_str());
-      if (g == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--socket-group=%s: no such group", group));
-      }
-      gid = g->gr_gid;
-    }
-    if (chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
-      return absl::UnavailableError(
-          absl::StrFormat("cannot give %s to group %s: %s", path, group, strerror(errno)));
-    }
-  }
-  if (chmod(path.c_str(), mode) != 0) {
-    return absl::UnavailableError(absl::StrFormat("cannot chmod %s: %s", path, strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 // An aggregator endpoint as a directory name (its spool's).
 std::string EndpointDirName(const std::string& endpoint) {
   std::string out;
@@ -225,8 +157,8 @@ int Main(int argc, char** argv) {
   LogInfo("starting: %s", table.Describe());
 
   // Check every setting before starting anything.
-  auto socket_mode = ParseMode("socket-mode", config.socket_mode);
-  auto dir_mode = ParseMode("socket-dir-mode", config.socket_dir_mode);
+  auto socket_mode = ParseFileMode("socket-mode", config.socket_mode);
+  auto dir_mode = ParseFileMode("socket-dir-mode", config.socket_dir_mode);
   for (const absl::Status& s : {socket_mode.status(), dir_mode.status()}) {
     if (!s.ok()) {
       LogError("%s", s.message());
