@@ -180,7 +180,8 @@ void AgentServer::Stop() {
   for (auto& f : forwarders_) flushed = f->Flush(deadline - absl::Now()) && flushed;
   for (auto& f : forwarders_) f->Stop();
   http_.Stop();
-  LogInfo(flushed ? "all reports forwarded; exiting" : "exiting with unforwarded reports");
+  // Through "%s": clang accepts only a constant format string.
+  LogInfo("%s", flushed ? "all reports forwarded; exiting" : "exiting with unforwarded reports");
 }
 
 }  // namespace ncclwatch::agent
