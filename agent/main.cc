@@ -1,36 +1,26 @@
 // ncclwatch-agent: the node agent (one per GPU node, a Kubernetes DaemonSet).
 // Receives RankReports from the plugins of this node's training processes on a unix socket,
 // stamps them with the node name and forwards them to the aggregator in acknowledged batches.
-#include <grp.h>
-#include <sys/stat.h>
+// This file holds the configuration table and its checks; AgentServer (agent_server.h) runs it.
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <cstring>
-#include <cstdio>
-#include <filesystem>
+#include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "agent/agent_service.h"
-#include "agent/forwarder.h"
+#include "absl/time/time.h"
+#include "agent/agent_server.h"
+#include "agent/unix_socket.h"
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/log.h"
-#include "common/metrics.h"
-#include "agent/pod_resources.h"
-#include "grpcpp/grpcpp.h"
-#include "httplib.h"
-#include "common/rpc/token.h"
 #include "common/rpc/tls.h"
-#include "proto/validate.h"
+#include "common/rpc/token.h"
 
 namespace ncclwatch::agent {
 namespace {
@@ -89,8 +79,7 @@ void Register(ConfigTable& t, AgentConfig& c) {
               "PEM private key of --aggregator-cert-file.");
   t.AddString("aggregator-server-name", "", &c.aggregator_server_name,
               "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
-  t.AddString("aggregator-token-file", "NCCLWATCH_AGGREGATOR_TOKEN_FILE",
-              &c.aggregator_token_file,
+  t.AddString("aggregator-token-file", "NCCLWATCH_AGGREGATOR_TOKEN_FILE", &c.aggregator_token_file,
               "File holding a bearer token sent with every batch (re-read every 30 s).");
   t.AddString("pod-resources-socket", "NCCLWATCH_POD_RESOURCES_SOCKET", &c.pod_resources_socket,
               "The kubelet's pod-resources socket, to name the pod of each GPU; empty: off. "
@@ -140,78 +129,6 @@ std::string RandomHex(int digits) {
   return out;
 }
 
-absl::StatusOr<mode_t> ParseMode(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const long mode = std::strtol(text.c_str(), &end, 8);
-  if (text.empty() || *end != '\0' || mode < 0 || mode > 07777) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--%s=%s is not an octal file mode such as 0660", flag, text));
-  }
-  return static_cast<mode_t>(mode);
-}
-
-std::string UnixSocketPath(const std::string& listen) {
-  return listen.substr(absl::StartsWith(listen, "unix://") ? 7 : 5);
-}
-
-// gRPC refuses to bind over an existing socket file: remove a stale one, create the directory.
-absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode) {
-  std::filesystem::path p(path);
-  if (p.has_parent_path() && !std::filesystem::exists(p.parent_path())) {
-    std::error_code ec;
-    std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrFormat("cannot create socket directory %s: %s",
-                                                    p.parent_path().string(), ec.message()));
-    }
-    if (chmod(p.parent_path().c_str(), dir_mode) != 0) {
-      return absl::UnavailableError(absl::StrFormat("cannot chmod %s: %s",
-                                                    p.parent_path().string(), strerror(errno)));
-    }
-  }
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("%s exists and is not a socket; refusing to replace it", path));
-    }
-    unlink(path.c_str());
-  }
-  return absl::OkStatus();
-}
-
-// Gives the socket gRPC created its configured mode and group.
-absl::Status SecureUnixSocket(const std::string& path, mode_t mode, const std::string& group) {
-  if (!group.empty()) {
-    gid_t gid = 0;
-    if (!absl::SimpleAtoi(group, &gid)) {
-      const struct group* g = getgrnam(group.c_str());
-      if (g == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--socket-group=%s: no such group", group));
-      }
-      gid = g->gr_gid;
-    }
-    if (chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
-      return absl::UnavailableError(
-          absl::StrFormat("cannot give %s to group %s: %s", path, group, strerror(errno)));
-    }
-  }
-  if (chmod(path.c_str(), mode) != 0) {
-    return absl::UnavailableError(absl::StrFormat("cannot chmod %s: %s", path, strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-// An aggregator endpoint as a directory name (its spool's).
-std::string EndpointDirName(const std::string& endpoint) {
-  std::string out;
-  for (char c : endpoint) {
-    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
-  }
-  return out;
-}
-
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
   SetLogComponent("agent");
@@ -224,9 +141,9 @@ int Main(int argc, char** argv) {
   if (config.node_name.empty()) config.node_name = Hostname();
   LogInfo("starting: %s", table.Describe());
 
-  // Check every setting before starting anything.
-  auto socket_mode = ParseMode("socket-mode", config.socket_mode);
-  auto dir_mode = ParseMode("socket-dir-mode", config.socket_dir_mode);
+  // Check every setting before starting anything: a bad one exits 2.
+  auto socket_mode = ParseFileMode("socket-mode", config.socket_mode);
+  auto dir_mode = ParseFileMode("socket-dir-mode", config.socket_dir_mode);
   for (const absl::Status& s : {socket_mode.status(), dir_mode.status()}) {
     if (!s.ok()) {
       LogError("%s", s.message());
@@ -267,131 +184,48 @@ int Main(int argc, char** argv) {
     LogWarning("--aggregator-token-file without TLS: the token crosses the network in clear");
   }
 
-  MetricRegistry metrics;
-  const std::string agent_id = config.node_name + "-" + RandomHex(8);
-  LogInfo("agent id %s", agent_id);
-  std::vector<std::unique_ptr<Spool>> spools;
-  std::vector<std::unique_ptr<Forwarder>> forwarders;
-  for (const std::string& endpoint : endpoints) {
-    ForwarderOptions fopts;
-    fopts.aggregator = endpoint;
-    fopts.agent_id = agent_id;
-    fopts.node = config.node_name;
-    fopts.batch_interval_ms = config.batch_interval_ms;
-    fopts.max_batch_reports = config.max_batch_reports;
-    fopts.max_queued_reports = config.max_queued_reports;
-    fopts.max_queued_bytes = config.max_queued_bytes;
-    fopts.push_timeout_ms = config.push_timeout_ms;
-    fopts.credentials = *credentials;
-    fopts.tls_server_name = config.aggregator_server_name;
-    fopts.token = token->get();
-    fopts.metric_labels = {{"aggregator", endpoint}};
-    if (!config.spool_dir.empty()) {
-      // One aggregator: the directory itself. Several: a subdirectory each, named after the
-      // endpoint, so what is spooled for one is never replayed to another.
-      const std::string dir = endpoints.size() == 1
-                                  ? config.spool_dir
-                                  : config.spool_dir + "/" + EndpointDirName(endpoint);
-      auto opened = Spool::Open(dir, spool_share, metrics, config.spool_fsync, fopts.metric_labels);
-      if (!opened.ok()) {
-        LogError("%s", opened.status().message());
-        return 1;
-      }
-      LogInfo("spool %s: %d batches (%d bytes) from an earlier run", dir, (*opened)->batches(),
-              (*opened)->bytes());
-      fopts.spool = opened->get();
-      // Small batches next to a small spool, so that dropping the oldest frees room gradually.
-      fopts.max_batch_bytes = std::min<int64_t>(fopts.max_batch_bytes, spool_share / 8);
-      spools.push_back(*std::move(opened));
-    }
-    forwarders.push_back(std::make_unique<Forwarder>(fopts, metrics));
-  }
-  std::unique_ptr<PodResolver> pods;
-  if (!config.pod_resources_socket.empty()) {
-    PodResolverOptions popts;
-    popts.socket_path = config.pod_resources_socket;
-    popts.refresh_interval = absl::Seconds(std::max<int64_t>(1, config.pod_resources_refresh_s));
-    pods = std::make_unique<PodResolver>(popts, metrics);
-  }
-  std::vector<Forwarder*> shards;
-  for (auto& f : forwarders) shards.push_back(f.get());
-  NodeInspectorSeries inspector(config.node_name);
-  metrics.AddCollector([&inspector](PromTextWriter& w) { inspector.Collect(w); });
-  ReportHandler handler(config.node_name, shards, metrics, pods.get(), &inspector);
-  AgentService service(handler);
+  AgentServerOptions options;
+  options.listen = config.listen;
+  options.listen_tcp = config.listen_tcp;
+  options.socket_mode = *socket_mode;
+  options.socket_dir_mode = *dir_mode;
+  options.socket_group = config.socket_group;
+  options.aggregators = endpoints;
+  options.credentials = *credentials;
+  options.tls_server_name = config.aggregator_server_name;
+  options.token = token->get();
+  options.node_name = config.node_name;
+  options.agent_id = config.node_name + "-" + RandomHex(8);
+  options.batch_interval_ms = config.batch_interval_ms;
+  options.max_batch_reports = config.max_batch_reports;
+  options.max_queued_reports = config.max_queued_reports;
+  options.max_queued_bytes = config.max_queued_bytes;
+  options.push_timeout_ms = config.push_timeout_ms;
+  options.shutdown_timeout = absl::Milliseconds(config.shutdown_timeout_ms);
+  options.spool_dir = config.spool_dir;
+  options.spool_max_bytes = config.spool_max_bytes;
+  options.spool_fsync = config.spool_fsync;
+  options.pod_resources_socket = config.pod_resources_socket;
+  options.pod_resources_refresh =
+      absl::Seconds(std::max<int64_t>(1, config.pod_resources_refresh_s));
+  options.http_port = static_cast<int>(config.http_port);
+  LogInfo("agent id %s", options.agent_id);
 
-  const bool unix_socket = absl::StartsWith(config.listen, "unix:");
-  if (unix_socket) {
-    if (absl::Status s = PrepareUnixSocket(UnixSocketPath(config.listen), *dir_mode); !s.ok()) {
-      LogError("%s", s.message());
-      return 1;
-    }
-  }
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials());
-  int tcp_port = 0;
-  if (!config.listen_tcp.empty()) {
-    builder.AddListeningPort(config.listen_tcp, grpc::InsecureServerCredentials(), &tcp_port);
-  }
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(kMaxReportBytes);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || (!config.listen_tcp.empty() && tcp_port == 0)) {
-    LogError("cannot listen on %s%s", config.listen,
-             config.listen_tcp.empty() ? "" : " and " + config.listen_tcp);
-    return 1;
-  }
-  if (unix_socket) {
-    if (absl::Status s =
-            SecureUnixSocket(UnixSocketPath(config.listen), *socket_mode, config.socket_group);
-        !s.ok()) {
-      LogError("%s", s.message());
-      return 1;
-    }
-  }
-  for (auto& f : forwarders) f->Start();
-  if (pods) pods->Start();
-
-  HttpServer http;
-  http.server().Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.server().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  // Ready: plugins can connect, and what they send can be kept. A spool that cannot be written
-  // (disk full or read-only) is the one state in which accepted reports are at risk.
-  http.server().Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
-    std::string problems;
-    for (const auto& spool : spools) {
-      if (!spool->writable()) problems += "spool " + spool->dir() + " cannot be written\n";
-    }
-    res.status = problems.empty() ? 200 : 503;
-    res.set_content(problems.empty() ? "ready\n" : problems, "text/plain");
-  });
-  auto http_port = http.Start("0.0.0.0", static_cast<int>(config.http_port));
-  if (!http_port.ok()) {
-    LogError("%s", http_port.status().message());
+  AgentServer server(std::move(options));
+  if (absl::Status s = server.Start(); !s.ok()) {
+    LogError("%s", s.message());
     return 1;
   }
   LogInfo("serving plugins on %s%s, metrics on :%d, forwarding to %s%s", config.listen,
-          config.listen_tcp.empty() ? "" : " and " + config.listen_tcp, *http_port,
+          config.listen_tcp.empty() ? "" : " and " + config.listen_tcp, server.http_port(),
           config.aggregator, tls.enabled ? " over TLS" : "");
   NotifyReady(static_cast<int>(config.ready_fd),
-              absl::StrFormat("ready grpc=%s http_port=%d tcp_port=%d", config.listen, *http_port,
-                              tcp_port));
+              absl::StrFormat("ready grpc=%s http_port=%d tcp_port=%d", config.listen,
+                              server.http_port(), server.tcp_port()));
 
-  int sig = WaitForTerminationSignal();
+  const int sig = WaitForTerminationSignal();
   LogInfo("signal %d: closing plugin streams, forwarding what is queued", sig);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  if (pods) pods->Stop();
-  // Flush every shard within one shared deadline; what is left goes to the spool at Stop().
-  const absl::Time deadline = absl::Now() + absl::Milliseconds(config.shutdown_timeout_ms);
-  bool flushed = true;
-  for (auto& f : forwarders) flushed = f->Flush(deadline - absl::Now()) && flushed;
-  for (auto& f : forwarders) f->Stop();
-  http.Stop();
-  LogInfo(flushed ? "all reports forwarded; exiting" : "exiting with unforwarded reports");
+  server.Stop();
   return 0;
 }
 

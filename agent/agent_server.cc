@@ -1,0 +1,187 @@
+#include "agent/agent_server.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "agent/agent_service.h"
+#include "agent/forwarder.h"
+#include "agent/inspector_series.h"
+#include "agent/pod_resources.h"
+#include "agent/spool.h"
+#include "agent/unix_socket.h"
+#include "common/log.h"
+#include "grpcpp/grpcpp.h"
+#include "httplib.h"
+#include "proto/validate.h"
+
+namespace ncclwatch::agent {
+namespace {
+
+// An aggregator endpoint as a directory name (its spool's).
+std::string EndpointDirName(const std::string& endpoint) {
+  std::string out;
+  for (char c : endpoint) {
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  }
+  return out;
+}
+
+}  // namespace
+
+AgentServer::AgentServer(AgentServerOptions options) : options_(std::move(options)) {}
+
+AgentServer::~AgentServer() { Stop(); }
+
+absl::Status AgentServer::OpenForwarders() {
+  const std::vector<std::string>& endpoints = options_.aggregators;
+  if (endpoints.empty()) return absl::InvalidArgumentError("no aggregator endpoint");
+  const int64_t spool_share = options_.spool_max_bytes / static_cast<int64_t>(endpoints.size());
+  for (const std::string& endpoint : endpoints) {
+    ForwarderOptions fopts;
+    fopts.aggregator = endpoint;
+    fopts.agent_id = options_.agent_id;
+    fopts.node = options_.node_name;
+    fopts.batch_interval_ms = options_.batch_interval_ms;
+    fopts.max_batch_reports = options_.max_batch_reports;
+    fopts.max_queued_reports = options_.max_queued_reports;
+    fopts.max_queued_bytes = options_.max_queued_bytes;
+    fopts.push_timeout_ms = options_.push_timeout_ms;
+    fopts.credentials = options_.credentials;
+    fopts.tls_server_name = options_.tls_server_name;
+    fopts.token = options_.token;
+    fopts.metric_labels = {{"aggregator", endpoint}};
+    if (!options_.spool_dir.empty()) {
+      // One aggregator: the directory itself. Several: a subdirectory each, named after the
+      // endpoint, so what is spooled for one is never replayed to another.
+      const std::string dir = endpoints.size() == 1
+                                  ? options_.spool_dir
+                                  : options_.spool_dir + "/" + EndpointDirName(endpoint);
+      auto opened =
+          Spool::Open(dir, spool_share, metrics_, options_.spool_fsync, fopts.metric_labels);
+      if (!opened.ok()) return opened.status();
+      LogInfo("spool %s: %d batches (%d bytes) from an earlier run", dir, (*opened)->batches(),
+              (*opened)->bytes());
+      fopts.spool = opened->get();
+      // Small batches next to a small spool, so that dropping the oldest frees room gradually.
+      fopts.max_batch_bytes = std::min<int64_t>(fopts.max_batch_bytes, spool_share / 8);
+      spools_.push_back(*std::move(opened));
+    }
+    forwarders_.push_back(std::make_unique<Forwarder>(fopts, metrics_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AgentServer::StartGrpc() {
+  const bool unix_socket = absl::StartsWith(options_.listen, "unix:");
+  if (unix_socket) {
+    absl::Status s = PrepareUnixSocket(UnixSocketPath(options_.listen), options_.socket_dir_mode);
+    if (!s.ok()) return s;
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials());
+  if (!options_.listen_tcp.empty()) {
+    builder.AddListeningPort(options_.listen_tcp, grpc::InsecureServerCredentials(), &tcp_port_);
+  }
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxReportBytes);
+  grpc_ = builder.BuildAndStart();
+  if (!grpc_ || (!options_.listen_tcp.empty() && tcp_port_ == 0)) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on %s%s", options_.listen,
+                        options_.listen_tcp.empty() ? "" : " and " + options_.listen_tcp));
+  }
+  if (unix_socket) {
+    return SecureUnixSocket(UnixSocketPath(options_.listen), options_.socket_mode,
+                            options_.socket_group);
+  }
+  return absl::OkStatus();
+}
+
+void AgentServer::InstallHttpRoutes() {
+  http_.server().Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_.server().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  // Ready: plugins can connect, and what they send can be kept. A spool that cannot be written
+  // (disk full or read-only) is the one state in which accepted reports are at risk.
+  http_.server().Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    std::string problems;
+    for (const auto& spool : spools_) {
+      if (!spool->writable()) problems += "spool " + spool->dir() + " cannot be written\n";
+    }
+    res.status = problems.empty() ? 200 : 503;
+    res.set_content(problems.empty() ? "ready\n" : problems, "text/plain");
+  });
+}
+
+absl::Status AgentServer::Start() {
+  if (started_) return absl::FailedPreconditionError("the agent server was started before");
+  started_ = true;
+  if (absl::Status s = OpenForwarders(); !s.ok()) {
+    Abandon();
+    return s;
+  }
+  if (!options_.pod_resources_socket.empty()) {
+    PodResolverOptions popts;
+    popts.socket_path = options_.pod_resources_socket;
+    popts.refresh_interval = options_.pod_resources_refresh;
+    pods_ = std::make_unique<PodResolver>(popts, metrics_);
+  }
+  std::vector<Forwarder*> shards;
+  for (auto& f : forwarders_) shards.push_back(f.get());
+  inspector_ = std::make_unique<NodeInspectorSeries>(options_.node_name);
+  metrics_.AddCollector(
+      [inspector = inspector_.get()](PromTextWriter& w) { inspector->Collect(w); });
+  handler_ = std::make_unique<ReportHandler>(options_.node_name, shards, metrics_, pods_.get(),
+                                             inspector_.get());
+  service_ = std::make_unique<AgentService>(*handler_);
+  if (absl::Status s = StartGrpc(); !s.ok()) {
+    Abandon();
+    return s;
+  }
+  for (auto& f : forwarders_) f->Start();
+  if (pods_) pods_->Start();
+  InstallHttpRoutes();
+  absl::StatusOr<int> http_port = http_.Start("0.0.0.0", options_.http_port);
+  if (!http_port.ok()) {
+    Abandon();
+    return http_port.status();
+  }
+  http_port_ = *http_port;
+  running_ = true;
+  return absl::OkStatus();
+}
+
+void AgentServer::Abandon() {
+  if (grpc_) {
+    grpc_->Shutdown(std::chrono::system_clock::now());
+    grpc_.reset();
+  }
+  if (pods_) pods_->Stop();
+  for (auto& f : forwarders_) f->Stop();
+  http_port_ = 0;
+  tcp_port_ = 0;
+}
+
+void AgentServer::Stop() {
+  if (!running_) return;
+  running_ = false;
+  grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  if (pods_) pods_->Stop();
+  // Flush every shard within one shared deadline; what is left goes to the spool at Stop().
+  const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+  bool flushed = true;
+  for (auto& f : forwarders_) flushed = f->Flush(deadline - absl::Now()) && flushed;
+  for (auto& f : forwarders_) f->Stop();
+  http_.Stop();
+  // Through "%s": clang accepts only a constant format string.
+  LogInfo("%s", flushed ? "all reports forwarded; exiting" : "exiting with unforwarded reports");
+}
+
+}  // namespace ncclwatch::agent

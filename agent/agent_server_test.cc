@@ -1,0 +1,251 @@
+// The agent run in-process: plugins' sockets, HTTP, forwarding to a stand-in aggregator, the
+// spool at shutdown, and Start failures that leave nothing running.
+#include "agent/agent_server.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "agent/spool.h"
+#include "common/metrics.h"
+#include "common/sync.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "ncclwatch/v1/report.grpc.pb.h"
+
+namespace ncclwatch::agent {
+namespace {
+
+// Acknowledges and keeps every batch, decoded as the aggregator decodes them.
+class StandInAggregator final : public ncclwatch::v1::Ingest::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const ncclwatch::v1::NodeBatch* batch,
+                                 ncclwatch::v1::BatchAck* ack) override {
+    {
+      ncclwatch::MutexLock lock(&mu);
+      batches.push_back(*batch);
+    }
+    ack->set_batch_seq(batch->batch_seq());
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  ncclwatch::Mutex mu;
+  std::vector<ncclwatch::v1::NodeBatch> batches ABSL_GUARDED_BY(mu);
+};
+
+// Streams `n` valid reports of job `job` to the agent at `address`, as a plugin does, and returns
+// once the agent has handled them all (it answers the stream only then).
+void WriteReports(const std::string& address, const std::string& job, int n) {
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ncclwatch::v1::StreamSummary summary;
+  auto writer = stub->StreamReports(&context, &summary);
+  for (int i = 0; i < n; ++i) {
+    ncclwatch::v1::RankReport r;
+    r.set_report_id(static_cast<uint64_t>(i + 1));
+    auto* id = r.mutable_identity();
+    id->set_job_id(job);
+    id->set_comm_hash(0xabc);
+    id->set_rank(i % 4);
+    id->set_nranks(4);
+    id->set_n_nodes(1);
+    r.set_interval_start_unix_ns(1'700'000'000'000'000'000 + i);
+    r.set_interval_end_unix_ns(1'700'000'001'000'000'000 + i);
+    ASSERT_TRUE(writer->Write(r));
+  }
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
+}
+
+// Whether something accepts connections on the unix socket `path` now.
+bool Accepts(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return connected;
+}
+
+class AgentServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ncclwatch-agent-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // No aggregator listens on 127.0.0.1:1, no spool, no kubelet, any free HTTP port.
+  AgentServerOptions Options() const {
+    AgentServerOptions o;
+    o.listen = "unix://" + socket();
+    o.aggregators = {"127.0.0.1:1"};
+    o.node_name = "node-t";
+    o.agent_id = "node-t-test";
+    o.push_timeout_ms = 1000;
+    o.pod_resources_socket = "";
+    o.http_port = 0;
+    return o;
+  }
+  std::string socket() const { return dir_ + "/agent.sock"; }
+
+  std::string dir_;
+};
+
+TEST_F(AgentServerTest, AnswersHealthAndStopsPromptlyWithoutAnAggregator) {
+  AgentServerOptions options = Options();
+  options.listen = "unix://" + dir_ + "/sockets/agent.sock";  // a directory the agent creates
+  options.socket_mode = 0660;
+  options.socket_dir_mode = 0750;
+  options.shutdown_timeout = absl::Seconds(30);  // only spent if something were queued
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_GT(server.http_port(), 0);
+  EXPECT_EQ(server.tcp_port(), 0);
+  struct stat st;
+  ASSERT_EQ(stat((dir_ + "/sockets/agent.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  ASSERT_EQ(stat((dir_ + "/sockets").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+
+  httplib::Client http("127.0.0.1", server.http_port());
+  auto healthz = http.Get("/healthz");
+  ASSERT_TRUE(healthz);
+  EXPECT_EQ(healthz->status, 200);
+  EXPECT_EQ(healthz->body, "ok\n");
+  auto readyz = http.Get("/readyz");
+  ASSERT_TRUE(readyz);
+  EXPECT_EQ(readyz->status, 200);
+  EXPECT_EQ(readyz->body, "ready\n");
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ncclwatch_agent_reports_received_total"), std::string::npos);
+
+  const absl::Time before = absl::Now();
+  server.Stop();
+  EXPECT_LT(absl::Now() - before, absl::Seconds(5));  // not the 30 s of shutdown_timeout
+  EXPECT_FALSE(Accepts(dir_ + "/sockets/agent.sock"));
+  EXPECT_FALSE(httplib::Client("127.0.0.1", server.http_port()).Get("/healthz"));
+  server.Stop();  // idempotent
+}
+
+TEST_F(AgentServerTest, WhatPluginsSentIsForwardedBeforeStopReturns) {
+  StandInAggregator aggregator;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&aggregator);
+  std::unique_ptr<grpc::Server> aggregator_server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+
+  AgentServerOptions options = Options();
+  options.aggregators = {"127.0.0.1:" + std::to_string(port)};
+  options.listen_tcp = "127.0.0.1:0";
+  options.shutdown_timeout = absl::Seconds(30);
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_GT(server.tcp_port(), 0);
+  WriteReports(options.listen, "job-unix", 3);
+  WriteReports("127.0.0.1:" + std::to_string(server.tcp_port()), "job-tcp", 2);
+  server.Stop();
+
+  ncclwatch::MutexLock lock(&aggregator.mu);
+  int reports = 0;
+  for (const ncclwatch::v1::NodeBatch& batch : aggregator.batches) {
+    EXPECT_EQ(batch.agent_id(), "node-t-test");
+    EXPECT_EQ(batch.node(), "node-t");
+    for (const auto& r : batch.reports()) {
+      EXPECT_EQ(r.identity().node(), "node-t");
+      ++reports;
+    }
+  }
+  EXPECT_EQ(reports, 5);
+  aggregator_server->Shutdown();
+}
+
+TEST_F(AgentServerTest, WhatCannotBeForwardedWithinTheShutdownTimeoutIsSpooled) {
+  AgentServerOptions options = Options();
+  options.spool_dir = dir_ + "/spool";
+  options.shutdown_timeout = absl::Milliseconds(100);
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  WriteReports(options.listen, "job-a", 4);
+  const absl::Time before = absl::Now();
+  server.Stop();
+  // The shutdown timeout, and at most one push in flight (1 s to a refused port).
+  EXPECT_LT(absl::Now() - before, absl::Seconds(5));
+
+  MetricRegistry metrics;
+  auto spool = Spool::Open(options.spool_dir, 1 << 30, metrics);
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  int reports = 0;
+  for (const Spool::Entry& e : (*spool)->TakeRecovered()) reports += e.reports;
+  EXPECT_EQ(reports, 4);
+}
+
+TEST_F(AgentServerTest, AFileAtTheSocketPathFailsStart) {
+  std::ofstream(socket()) << "keep me";
+  AgentServer server(Options());
+  absl::Status s = server.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), socket() + " exists and is not a socket; refusing to replace it");
+  EXPECT_EQ(server.http_port(), 0);
+  EXPECT_EQ(std::filesystem::file_size(socket()), 7u);
+  server.Stop();  // a no-op
+}
+
+TEST_F(AgentServerTest, AnUnknownSocketGroupFailsStartWithNothingListening) {
+  AgentServerOptions options = Options();
+  options.socket_group = "ncclwatch-no-such-group";
+  AgentServer server(options);
+  absl::Status s = server.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--socket-group=ncclwatch-no-such-group: no such group");
+  EXPECT_FALSE(Accepts(socket()));
+  EXPECT_EQ(server.Start().code(), absl::StatusCode::kFailedPrecondition);  // once only
+}
+
+TEST_F(AgentServerTest, AnHttpPortInUseFailsStartWithNothingListening) {
+  // Held without SO_REUSEPORT, so that the agent's HTTP server cannot share it.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+
+  AgentServerOptions options = Options();
+  options.http_port = port;
+  AgentServer server(options);
+  absl::Status s = server.Start();
+  close(holder);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "cannot listen on 0.0.0.0:" + std::to_string(port) + " for HTTP");
+  EXPECT_EQ(server.http_port(), 0);
+  EXPECT_FALSE(Accepts(socket()));
+}
+
+}  // namespace
+}  // namespace ncclwatch::agent
