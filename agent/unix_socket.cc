@@ -31,8 +31,15 @@ std::string UnixSocketPath(const std::string& address) {
 
 absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode) {
   std::filesystem::path p(path);
-  if (p.has_parent_path() && !std::filesystem::exists(p.parent_path())) {
-    std::error_code ec;
+  std::error_code ec;
+  // The error_code form: a directory that cannot be looked at (EACCES, ELOOP, ...) is an error to
+  // report, not an exception that ends the agent.
+  const bool dir_exists = !p.has_parent_path() || std::filesystem::exists(p.parent_path(), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrFormat("cannot inspect socket directory %s: %s",
+                                                  p.parent_path().string(), ec.message()));
+  }
+  if (!dir_exists) {
     std::filesystem::create_directories(p.parent_path(), ec);
     if (ec) {
       return absl::UnavailableError(absl::StrFormat("cannot create socket directory %s: %s",

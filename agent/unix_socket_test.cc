@@ -137,6 +137,15 @@ TEST_F(UnixSocketTest, ADirectoryThatCannotBeCreatedIsUnavailable) {
       << s;
 }
 
+TEST_F(UnixSocketTest, ADirectoryThatCannotBeLookedAtIsAnErrorNotACrash) {
+  // A symbolic link to itself: looking at the directory fails with ELOOP.
+  ASSERT_EQ(symlink((dir_ + "/loop").c_str(), (dir_ + "/loop").c_str()), 0);
+  absl::Status s = PrepareUnixSocket(dir_ + "/loop/agent.sock", 0755);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "cannot inspect socket directory " + dir_ + "/loop"))
+      << s;
+}
+
 TEST_F(UnixSocketTest, SecureGivesTheSocketItsModeAndGroup) {
   const std::string path = dir_ + "/agent.sock";
   MakeSocketFile(path);
