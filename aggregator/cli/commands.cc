@@ -1,0 +1,306 @@
+#include "aggregator/cli/commands.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "aggregator/cli/chrome_trace.h"
+#include "aggregator/cli/json.h"
+#include "aggregator/cli/tables.h"
+#include "aggregator/findings/findings.h"
+
+namespace ncclwatch::cli {
+namespace {
+
+using ncclwatch::v1::Event;
+
+// A unary method of the Query API, e.g. &QueryStub::ListStragglers.
+template <typename Request, typename Response>
+using UnaryRpc = grpc::Status (QueryStub::*)(grpc::ClientContext*, const Request&, Response*);
+
+void Write(const Console& console, const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), console.out);
+}
+
+// One JSON document per line.
+void WriteJson(const Console& console, const google::protobuf::Message& message) {
+  Write(console, ProtoJson(message) + "\n");
+}
+
+void Authorize(const CommandConfig& config, grpc::ClientContext* context) {
+  if (!config.token.empty()) context->AddMetadata("authorization", "Bearer " + config.token);
+}
+
+std::chrono::system_clock::time_point After(double seconds) {
+  return std::chrono::system_clock::now() +
+         std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+bool JobMatches(const Event& e, const CommandConfig& config) {
+  return config.job.empty() || aggregator::EventJobId(e) == config.job;
+}
+
+// One unary call with the configured deadline, into a cleared `response`; the status is kept in
+// `*status` for the error message.
+template <typename Request, typename Response>
+bool Call(QueryStub& stub, const CommandConfig& config, UnaryRpc<Request, Response> rpc,
+          const Request& request, Response* response, grpc::Status* status) {
+  grpc::ClientContext context;
+  context.set_deadline(After(config.timeout_s));
+  Authorize(config, &context);
+  response->Clear();
+  *status = (stub.*rpc)(&context, request, response);
+  return status->ok();
+}
+
+// Lists with `list` (a unary call filling its response; false on error). With --wait-s and an
+// empty answer, waits for the first START event `wanted` accepts, then lists again. The watch is
+// opened before the first list, so that nothing flagged in between is missed.
+template <typename List, typename Empty, typename Wanted>
+bool ListOrWait(QueryStub& stub, const CommandConfig& config, List list, Empty empty,
+                Wanted wanted) {
+  grpc::ClientContext watch_context;
+  Authorize(config, &watch_context);
+  std::unique_ptr<grpc::ClientReaderInterface<Event>> watch;
+  if (config.wait_s > 0) {
+    watch_context.set_deadline(After(config.wait_s));
+    watch = stub.Watch(&watch_context, ncclwatch::v1::WatchRequest());
+    watch->WaitForInitialMetadata();
+  }
+  bool ok = list();
+  if (ok && watch && empty()) {
+    Event event;
+    bool found = false;
+    while (!found && watch->Read(&event)) {
+      found = event.phase() == Event::START && wanted(event);
+    }
+    ok = list();
+  }
+  if (watch) {
+    watch_context.TryCancel();
+    watch->Finish();
+  }
+  return ok;
+}
+
+// stragglers, hangs and degraded: list what is flagged now (for --job, or every job); with
+// --wait-s and nothing to show (`empty`), wait for the first START event of one of `kinds`, then
+// list again; write it as JSON or as `text` renders it.
+template <typename Request, typename Response, typename Empty>
+int ListCommand(QueryStub& stub, const CommandConfig& config, const Console& console,
+                UnaryRpc<Request, Response> rpc, std::initializer_list<Event::Kind> kinds,
+                Empty empty, std::string (*text)(const Response&)) {
+  Request request;
+  request.set_job_id(config.job);
+  Response response;
+  grpc::Status status;
+  auto list = [&] { return Call(stub, config, rpc, request, &response, &status); };
+  auto wanted = [&](const Event& e) {
+    return std::find(kinds.begin(), kinds.end(), e.kind()) != kinds.end() && JobMatches(e, config);
+  };
+  if (!ListOrWait(
+          stub, config, list, [&] { return empty(response); }, wanted)) {
+    return Fail(console, RpcError(status, config.aggregator));
+  }
+  if (config.json) {
+    WriteJson(console, response);
+  } else {
+    Write(console, text(response));
+  }
+  return 0;
+}
+
+// jobs and comms: one call, written as JSON or as `text` renders it.
+template <typename Request, typename Response>
+int Show(QueryStub& stub, const CommandConfig& config, const Console& console,
+         UnaryRpc<Request, Response> rpc, const Request& request,
+         std::string (*text)(const Response&)) {
+  Response response;
+  grpc::Status status;
+  if (!Call(stub, config, rpc, request, &response, &status)) {
+    return Fail(console, RpcError(status, config.aggregator));
+  }
+  if (config.json) {
+    WriteJson(console, response);
+  } else {
+    Write(console, text(response));
+  }
+  return 0;
+}
+
+// [now - since_s, now] in Unix milliseconds, clamped at 0, as QueryRange and GetTrace take it.
+std::pair<uint64_t, uint64_t> LastMs(double since_s) {
+  const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
+  return {static_cast<uint64_t>(std::max<int64_t>(0, now_ms - static_cast<int64_t>(since_s * 1e3))),
+          static_cast<uint64_t>(now_ms)};
+}
+
+}  // namespace
+
+int Fail(const Console& console, const std::string& message) {
+  std::fprintf(console.err, "ncclwatch: %s\n", message.c_str());
+  return 1;
+}
+
+std::string RpcError(const grpc::Status& status, const std::string& aggregator) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::StrFormat(
+        "cannot reach the aggregator at %s (%s). Is ncclwatch-aggregator running there? "
+        "Use --aggregator HOST:PORT or NCCLWATCH_AGGREGATOR.",
+        aggregator, status.error_message());
+  }
+  return absl::StrFormat("aggregator at %s answered: %s", aggregator, status.error_message());
+}
+
+int Stragglers(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  return ListCommand(
+      stub, config, console, &QueryStub::ListStragglers, {Event::STRAGGLER},
+      [](const ncclwatch::v1::ListStragglersResponse& r) { return r.stragglers_size() == 0; },
+      &StragglersText);
+}
+
+int Hangs(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  return ListCommand(
+      stub, config, console, &QueryStub::ListHangs, {Event::HANG, Event::RANK_SILENT},
+      [](const ncclwatch::v1::ListHangsResponse& r) {
+        return r.hangs_size() == 0 && r.silent_size() == 0;
+      },
+      &HangsText);
+}
+
+int Degraded(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  return ListCommand(
+      stub, config, console, &QueryStub::ListDegraded, {Event::NODE_NETWORK_SUSPECT},
+      [](const ncclwatch::v1::ListDegradedResponse& r) { return r.suspects_size() == 0; },
+      &DegradedText);
+}
+
+int Jobs(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  return Show(stub, config, console, &QueryStub::ListJobs, ncclwatch::v1::ListJobsRequest(),
+              &JobsText);
+}
+
+int Comms(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  ncclwatch::v1::ListCommsRequest request;
+  request.set_job_id(config.job);
+  return Show(stub, config, console, &QueryStub::ListComms, request, &CommsText);
+}
+
+int Events(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  // With --follow the watch opens before the stored events are read, so nothing falls in between.
+  grpc::ClientContext watch_context;
+  Authorize(config, &watch_context);
+  std::unique_ptr<grpc::ClientReaderInterface<Event>> watch;
+  if (config.follow) {
+    if (config.wait_s > 0) watch_context.set_deadline(After(config.wait_s));
+    watch = stub.Watch(&watch_context, ncclwatch::v1::WatchRequest());
+    watch->WaitForInitialMetadata();
+  }
+  ncclwatch::v1::ListEventsRequest request;
+  request.set_job_id(config.job);
+  const int64_t now = absl::GetCurrentTimeNanos();
+  request.set_since_unix_ns(static_cast<uint64_t>(
+      std::max<int64_t>(0, now - static_cast<int64_t>(config.since_s * 1e9))));
+  request.set_limit(static_cast<uint32_t>(std::clamp<int64_t>(config.limit, 1, 100000)));
+  ncclwatch::v1::ListEventsResponse response;
+  grpc::Status status;
+  if (!Call(stub, config, &QueryStub::ListEvents, request, &response, &status)) {
+    return Fail(console, RpcError(status, config.aggregator));
+  }
+  // Flushed event by event: a script reading a --follow pipe sees each as it happens.
+  auto print = [&](const Event& e) {
+    if (config.json) {
+      WriteJson(console, e);
+    } else {
+      Write(console, EventLine(e));
+    }
+    std::fflush(console.out);
+  };
+  std::set<std::pair<uint64_t, std::string>> listed;
+  if (config.json && !config.follow) {
+    WriteJson(console, response);
+  } else {
+    for (const auto& e : response.events()) {
+      print(e);
+      listed.insert({e.time_unix_ns(), e.summary()});
+    }
+    if (response.events_size() == 0 && !config.json) {
+      Write(console, NoEventsText(config.since_s, config.follow));
+      std::fflush(console.out);
+    }
+  }
+  if (!watch) return 0;
+  Event e;
+  while (watch->Read(&e)) {
+    if (!JobMatches(e, config) || listed.count({e.time_unix_ns(), e.summary()})) continue;
+    print(e);
+  }
+  grpc::Status end = watch->Finish();
+  if (!end.ok() && end.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return Fail(console, RpcError(end, config.aggregator));
+  }
+  return 0;
+}
+
+int Query(QueryStub& stub, const CommandConfig& config, const std::string& selector,
+          const Console& console) {
+  ncclwatch::v1::QueryRangeRequest request;
+  request.set_selector(selector);
+  const auto [start_ms, end_ms] = LastMs(config.since_s);
+  request.set_start_unix_ms(start_ms);
+  request.set_end_unix_ms(end_ms);
+  request.set_step_ms(static_cast<uint32_t>(std::clamp(config.step_s * 1e3, 0.0, 86400e3)));
+  ncclwatch::v1::QueryRangeResponse response;
+  grpc::Status status;
+  if (!Call(stub, config, &QueryStub::QueryRange, request, &response, &status)) {
+    return Fail(console, RpcError(status, config.aggregator));
+  }
+  if (config.json) {
+    WriteJson(console, response);
+  } else {
+    Write(console, QueryText(response, selector, config.since_s));
+  }
+  return 0;
+}
+
+int Trace(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  if (config.job.empty() || config.comm.empty()) {
+    return Fail(console,
+                "trace needs --job and --comm (a communicator name such as world, or its 0x hash)");
+  }
+  ncclwatch::v1::GetTraceRequest request;
+  request.set_job_id(config.job);
+  request.set_comm(config.comm);
+  const auto [start_ms, end_ms] = LastMs(config.since_s);
+  request.set_start_unix_ms(start_ms);
+  request.set_end_unix_ms(end_ms);
+  ncclwatch::v1::GetTraceResponse response;
+  grpc::Status status;
+  if (!Call(stub, config, &QueryStub::GetTrace, request, &response, &status)) {
+    return Fail(console, RpcError(status, config.aggregator));
+  }
+  const std::string path = config.output.empty()
+                               ? absl::StrFormat("trace-%s-%s.json", config.job, config.comm)
+                               : config.output;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    return Fail(console, absl::StrFormat("cannot write %s: %s", path, std::strerror(errno)));
+  }
+  const std::string json = ChromeTrace(response);
+  const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  if (std::fclose(f) != 0 || !written)
+    return Fail(console, absl::StrFormat("cannot write %s", path));
+  Write(console, TraceWrittenText(response, config.job, path));
+  return 0;
+}
+
+}  // namespace ncclwatch::cli

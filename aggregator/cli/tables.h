@@ -1,0 +1,59 @@
+// The text `ncclwatch` prints for people: one pure function per answer of the Query API, each
+// returning exactly the bytes the command writes to stdout (tables, then "Finding:" sentences),
+// newlines included. No I/O, no state; thread-safe.
+//
+// Times are local wall-clock times ("%H:%M:%S" in the process's time zone, TZ): the output of the
+// same answer differs between time zones, as it always has.
+#ifndef NCCLWATCH_AGGREGATOR_CLI_TABLES_H_
+#define NCCLWATCH_AGGREGATOR_CLI_TABLES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "ncclwatch/v1/query.pb.h"
+
+namespace ncclwatch::cli {
+
+// "HH:MM:SS" of a Unix time in nanoseconds, in local time.
+std::string ClockText(uint64_t unix_ns);
+
+// "rank 3 (node node-a, GPU1)", plus ", pod ns/name, container c" when the agent found the rank's
+// GPU in the kubelet's pod-resources answer (never outside Kubernetes). An empty node is
+// "unknown", an empty pod namespace "-".
+std::string RankText(const ncclwatch::v1::RankRef& rank);
+
+// `ncclwatch stragglers`: a table of the flagged ranks and one "Finding:" sentence per rank, or
+// "No rank is flagged as a straggler.".
+std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response);
+
+// `ncclwatch hangs`: the hung collectives (a point-to-point hang reads "Send/Recv", seq "-"), the
+// silent ranks, then one "Finding:" sentence each; or "No hung collective and no silent rank.".
+std::string HangsText(const ncclwatch::v1::ListHangsResponse& response);
+
+// `ncclwatch degraded`: the degraded communicators, then a "Finding:" per suspect node (or one
+// saying that no node is singled out yet); or "No degraded communicator.".
+std::string DegradedText(const ncclwatch::v1::ListDegradedResponse& response);
+
+// `ncclwatch jobs` and `ncclwatch comms`: one line per job / communicator.
+std::string JobsText(const ncclwatch::v1::ListJobsResponse& response);
+std::string CommsText(const ncclwatch::v1::ListCommsResponse& response);
+
+// `ncclwatch query SELECTOR`: per series its name, labels and point count, then one line per
+// point; "No stored point matches ..." when nothing matched in the last `since_s` seconds.
+std::string QueryText(const ncclwatch::v1::QueryRangeResponse& response,
+                      const std::string& selector, double since_s);
+
+// `ncclwatch events`: "HH:MM:SS  <summary>\n".
+std::string EventLine(const ncclwatch::v1::Event& event);
+// `ncclwatch events` when nothing was stored in the last `since_s` seconds; with `follow`, says
+// that it waits for new ones.
+std::string NoEventsText(double since_s, bool follow);
+
+// `ncclwatch trace`, after writing `path`: how many sampled collectives of how many ranks, and
+// where to open the file.
+std::string TraceWrittenText(const ncclwatch::v1::GetTraceResponse& response,
+                             const std::string& job, const std::string& path);
+
+}  // namespace ncclwatch::cli
+
+#endif  // NCCLWATCH_AGGREGATOR_CLI_TABLES_H_

@@ -1,0 +1,179 @@
+// Golden text of every answer the CLI prints: scripts and the end-to-end tests read these columns
+// and sentences, so any change here is a change of the CLI's output. Each golden string was
+// checked against the output of the single-file CLI this one replaced. Times are UTC (TZ=UTC).
+#include "aggregator/cli/tables.h"
+
+#include <string>
+
+#include "aggregator/cli/answers_test_util.h"
+#include "gtest/gtest.h"
+
+namespace ncclwatch::cli {
+namespace {
+
+class TablesTest : public ::testing::Test {
+ protected:
+  void SetUp() override { UseUtc(); }
+};
+
+TEST_F(TablesTest, ClockTextIsLocalWallClockTime) {
+  EXPECT_EQ(ClockText(0), "00:00:00");
+  EXPECT_EQ(ClockText(3723'999'999'999), "01:02:03");
+}
+
+TEST_F(TablesTest, RankTextNamesNodeGpuAndPodWhenKnown) {
+  ncclwatch::v1::RankRef r;
+  r.set_rank(3);
+  r.set_node("node-a");
+  r.set_cuda_device(1);
+  EXPECT_EQ(RankText(r), "rank 3 (node node-a, GPU1)");
+  r.set_pod("trainer-0");
+  EXPECT_EQ(RankText(r), "rank 3 (node node-a, GPU1, pod -/trainer-0)");
+  r.set_pod_namespace("ml");
+  r.set_container("worker");
+  EXPECT_EQ(RankText(r), "rank 3 (node node-a, GPU1, pod ml/trainer-0, container worker)");
+  r.clear_node();
+  r.set_cuda_device(-1);
+  r.clear_pod();
+  EXPECT_EQ(RankText(r), "rank 3 (node unknown, unknown)");
+}
+
+TEST_F(TablesTest, EmptyAnswersSaySoInOneLine) {
+  EXPECT_EQ(StragglersText({}), "No rank is flagged as a straggler.\n");
+  EXPECT_EQ(HangsText({}), "No hung collective and no silent rank.\n");
+  EXPECT_EQ(DegradedText({}), "No degraded communicator.\n");
+  EXPECT_EQ(JobsText({}), "No job has reported yet.\n");
+  EXPECT_EQ(CommsText({}), "No communicator has reported yet.\n");
+  EXPECT_EQ(QueryText({}, "up{job=\"x\"}", 600),
+            "No stored point matches up{job=\"x\"} in the last 600 s.\n");
+}
+
+TEST_F(TablesTest, Stragglers) {
+  EXPECT_EQ(StragglersText(TwoStragglers()),
+            "JOB                  COMMUNICATOR                  RANK NODE             GPU        "
+            "LATENESS     EXCESS  PEER-Z  VS-OWN  ARRIVED-LAST     SINCE\n"
+            "job-a                world 0x00000000000000ab         5 node-1           GPU1       "
+            "12.34 ms   10.00 ms     4.5    3.0x           75%  01:02:03\n"
+            "job-a                - 0x00000000000000cd             2 unknown          unknown     "
+            "2.00 ms    1.50 ms     3.2    1.2x           50%  00:00:00\n"
+            "\n"
+            "Finding: rank 5 on node node-1 (GPU1) is slowing communicator world of job job-a: it "
+            "reaches the collectives 12.34 ms after the first rank (median of its last 50 "
+            "collectives), 10.00 ms later than its punctual peers; this is new: far later than its "
+            "own usual.\n"
+            "Finding: rank 2 on node unknown (unknown) is slowing communicator 0x00000000000000cd "
+            "of job job-a: it reaches the collectives 2.00 ms after the first rank (median of its "
+            "last 20 collectives), 1.50 ms later than its punctual peers; it has been this late "
+            "all along.\n");
+}
+
+TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
+  EXPECT_EQ(HangsText(ThreeHangsAndASilentRank()),
+            "JOB                  COMMUNICATOR                 COLLECTIVE          SEQ "
+            "KIND                AGE SINCE     MISSING RANKS\n"
+            "job-h                world 0x0000000000000001     AllReduce            12 "
+            "missing-ranks    42.2 s 01:00:00  2,3\n"
+            "job-h                pairs 0x0000000000000002     Send/Recv             - "
+            "missing-ranks     5.5 s 01:00:01  1\n"
+            "job-h                - 0x0000000000000003         Broadcast             7 "
+            "no-progress       7.0 s 01:00:02  -\n"
+            "\n"
+            "JOB                  COMMUNICATOR                  RANK NODE             GPU      "
+            "LAST REPORT \n"
+            "job-h                world 0x0000000000000001         6 node-2           GPU6     "
+            "00:59:50    \n"
+            "\n"
+            "Finding: AllReduce #12 of communicator world in job job-h has been stuck for 42.2 s: "
+            "rank 2 (node node-0, GPU2, pod ml/trainer-0, container worker), rank 3 (node unknown, "
+            "unknown) never reached it.\n"
+            "Finding: Send/Recv of communicator pairs in job job-h has been stuck for 5.5 s: rank "
+            "1 (node node-1, GPU0, pod -/p) never reached it.\n"
+            "Finding: Broadcast #7 of communicator 0x0000000000000003 in job job-h has been stuck "
+            "for 7.0 s although all 8 ranks reached it: suspect the network or NVLink fabric.\n"
+            "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
+            "reporting at 00:59:50 while the other ranks carry on (process dead or stuck outside "
+            "NCCL?).\n");
+}
+
+TEST_F(TablesTest, HangsWithOnlyASilentRankHaveNoHangTable) {
+  ncclwatch::v1::ListHangsResponse silent_only = ThreeHangsAndASilentRank();
+  silent_only.clear_hangs();
+  EXPECT_EQ(HangsText(silent_only),
+            "JOB                  COMMUNICATOR                  RANK NODE             GPU      "
+            "LAST REPORT \n"
+            "job-h                world 0x0000000000000001         6 node-2           GPU6     "
+            "00:59:50    \n"
+            "\n"
+            "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
+            "reporting at 00:59:50 while the other ranks carry on (process dead or stuck outside "
+            "NCCL?).\n");
+}
+
+TEST_F(TablesTest, DegradedWithAndWithoutASuspectNode) {
+  const std::string table =
+      "JOB                  COMMUNICATOR                 CLASS   COLLECTIVE     SIZE        "
+      "BUS GB/s  BASELINE  NODES\n"
+      "job-d                world 0x0000000000000010     hybrid  AllReduce      "
+      "1-4MB           12.3      45.6  n1,n2\n"
+      "\n";
+  ncclwatch::v1::ListDegradedResponse degraded = DegradedWithSuspect();
+  EXPECT_EQ(DegradedText(degraded),
+            table +
+                "Finding: the network of node n2 is the common factor of 3 degraded hybrid "
+                "communicators of job job-d (its NVLink-only communicators are healthy): check its "
+                "NICs, cables and switch ports.\n");
+  degraded.clear_suspects();
+  EXPECT_EQ(
+      DegradedText(degraded),
+      table +
+          "Finding: 1 communicator(s) degraded; the evidence does not single out a node yet.\n");
+}
+
+TEST_F(TablesTest, JobsAndComms) {
+  EXPECT_EQ(JobsText(OneJob()),
+            "JOB                      COMMS  RANKS  NODES STRAGGLERS  HUNG DEGRADED SILENT  LAST "
+            "REPORT\n"
+            "job-a                        3     16      2          1     0        2      0  "
+            "01:02:03\n");
+  EXPECT_EQ(CommsText(TwoComms()),
+            "JOB                      COMMUNICATOR                 CLASS    RANKS  NODES "
+            "HEALTH               LAST REPORT\n"
+            "job-a                    world 0x00000000000000ab     hybrid      16      2 "
+            "straggler+degraded   01:02:03\n"
+            "job-a                    - 0x00000000000000cd         nvlink       8      1 "
+            "ok                   01:02:04\n");
+}
+
+TEST_F(TablesTest, QueryPoints) {
+  EXPECT_EQ(QueryText(OneSeries(), "nccl_bus_bandwidth_gbs", 3600),
+            "nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}  2 points\n"
+            "  01:02:03.004  12.5\n"
+            "  01:02:04.000  1e-07\n"
+            "(more series matched than were returned: narrow the selector)\n");
+}
+
+TEST_F(TablesTest, EventLines) {
+  ncclwatch::v1::Event e;
+  e.set_time_unix_ns(3723'000'000'000);
+  e.set_summary("straggler: rank 5 of world (job-a) is late");
+  EXPECT_EQ(EventLine(e), "01:02:03  straggler: rank 5 of world (job-a) is late\n");
+  EXPECT_EQ(NoEventsText(3600, false), "No detection event in the last 3600 s.\n");
+  EXPECT_EQ(NoEventsText(59.6, true),
+            "No detection event in the last 60 s. Waiting for new ones (Ctrl-C to stop).\n");
+}
+
+TEST_F(TablesTest, TraceWritten) {
+  EXPECT_EQ(TraceWrittenText(TwoRankTrace(), "job-t", "/tmp/t.json"),
+            "wrote 3 sampled collectives of 2 ranks (communicator world of job job-t) to "
+            "/tmp/t.json\n"
+            "open it in https://ui.perfetto.dev or chrome://tracing\n");
+  ncclwatch::v1::GetTraceResponse truncated = TwoRankTrace();
+  truncated.set_truncated(true);
+  EXPECT_EQ(TraceWrittenText(truncated, "job-t", "t.json"),
+            "wrote 3 sampled collectives of 2 ranks (communicator world of job job-t) to t.json "
+            "(truncated: narrow --since-s)\n"
+            "open it in https://ui.perfetto.dev or chrome://tracing\n");
+}
+
+}  // namespace
+}  // namespace ncclwatch::cli
