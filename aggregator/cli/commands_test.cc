@@ -139,8 +139,12 @@ TEST_F(CommandsTest, EveryListingPrintsItsTextOrItsJson) {
 }
 
 TEST_F(CommandsTest, AnUnreachableAggregatorGivesAReadableErrorAndExitsOne) {
-  Serve();
-  server_->Shutdown();  // nothing listens on that port any more
+  // A unix socket in a fresh, empty directory: nothing can be listening there.
+  char tmpl[] = "/tmp/ncclwatch-cli-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  config_.aggregator = std::string("unix://") + tmpl + "/no-aggregator.sock";
+  stub_ = ncclwatch::v1::Query::NewStub(
+      grpc::CreateChannel(config_.aggregator, grpc::InsecureChannelCredentials()));
   EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), 1);
   EXPECT_EQ(Events(*stub_, config_, captured_.console()), 1);
   EXPECT_EQ(captured_.out(), "");
@@ -154,6 +158,7 @@ TEST_F(CommandsTest, AnUnreachableAggregatorGivesAReadableErrorAndExitsOne) {
   const size_t first_line = err.find('\n') + 1;
   EXPECT_EQ(err.substr(first_line - end.size(), end.size()), end) << err;
   EXPECT_EQ(err.substr(first_line).rfind(start, 0), 0u) << "one line per failed command: " << err;
+  rmdir(tmpl);
 }
 
 TEST_F(CommandsTest, ARefusedCallPrintsTheAggregatorsAnswer) {
