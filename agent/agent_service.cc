@@ -61,8 +61,8 @@ std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity) co
 }
 
 void ReportHandler::Reject(const std::string& reason) {
-  metrics_.GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp,
-                      {{"reason", reason}})
+  metrics_
+      .GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp, {{"reason", reason}})
       ->Increment();
 }
 
@@ -153,8 +153,8 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* AgentService::StreamReports(
-    grpc::CallbackServerContext*, grpc::ByteBuffer* summary) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* AgentService::StreamReports(grpc::CallbackServerContext*,
+                                                                       grpc::ByteBuffer* summary) {
   return new ReportReader(handler_, summary);
 }
 

@@ -58,9 +58,8 @@ class ReportHandler {
   Gauge* streams_;
 };
 
-class AgentService final
-    : public ncclwatch::v1::Agent::WithRawCallbackMethod_StreamReports<
-          ncclwatch::v1::Agent::Service> {
+class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_StreamReports<
+                               ncclwatch::v1::Agent::Service> {
  public:
   explicit AgentService(ReportHandler& handler) : handler_(handler) {}
   grpc::ServerReadReactor<grpc::ByteBuffer>* StreamReports(grpc::CallbackServerContext* context,

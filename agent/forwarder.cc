@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
-#include "common/sync.h"
 #include "common/log.h"
-#include "grpcpp/grpcpp.h"
 #include "common/rpc/backoff.h"
 #include "common/rpc/channel.h"
+#include "common/sync.h"
+#include "grpcpp/grpcpp.h"
 
 namespace ncclwatch::agent {
 
@@ -45,11 +45,11 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
       last_push_seconds_(m.GetGauge("ncclwatch_agent_last_push_seconds",
                                     "Duration of the last successful batch push.",
                                     options_.metric_labels)),
-      push_seconds_(m.GetHistogram("ncclwatch_agent_push_duration_seconds",
-                                   "Round trip of successful batch pushes to the aggregator.",
-                                   {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                    2.5, 5},
-                                   options_.metric_labels)),
+      push_seconds_(
+          m.GetHistogram("ncclwatch_agent_push_duration_seconds",
+                         "Round trip of successful batch pushes to the aggregator.",
+                         {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+                         options_.metric_labels)),
       delay_seconds_(m.GetHistogram(
           "ncclwatch_agent_batch_delay_seconds",
           "From the receipt of a batch's oldest report to the aggregator's acknowledgement.",
@@ -209,9 +209,8 @@ void Forwarder::Run() {
       ncclwatch::MutexLock lock(&mu_);
       if (queue_.empty() && outbox_.empty()) {
         idle_ = true;
-        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || !queue_.empty();
-        };
+        auto wake = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
         mu_.Await(absl::Condition(&wake));
       }
       // Sleep until a batch is due (full, flushed, stopping, or its oldest report waited the
@@ -221,13 +220,15 @@ void Forwarder::Run() {
                static_cast<int64_t>(queue_.size()) >= options_.max_batch_reports;
       };
       absl::Time wake_at = absl::InfiniteFuture();
-      if (!queue_.empty()) wake_at = oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms);
+      if (!queue_.empty())
+        wake_at = oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms);
       if (!outbox_.empty()) wake_at = std::min(wake_at, retry_at);
       mu_.AwaitWithDeadline(absl::Condition(&ready), wake_at);
       stopping = stop_;
       const bool due =
           !queue_.empty() &&
-          (ready() || absl::Now() >= oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms));
+          (ready() ||
+           absl::Now() >= oldest_enqueued_ + absl::Milliseconds(options_.batch_interval_ms));
       while (due && !queue_.empty()) cut.push_back(CutBatch());
     }
     for (Cut& c : cut) Admit(std::move(c));
@@ -267,9 +268,10 @@ void Forwarder::Run() {
     if (!next.spool_name.empty()) next.batch.reset();  // on disk already: free the memory
     if (stopping) {
       if (options_.spool != nullptr) {
-        LogInfo("stopping with the aggregator unreachable: %d batches (%d bytes) wait in the "
-                "spool for the next start",
-                options_.spool->batches(), options_.spool->bytes());
+        LogInfo(
+            "stopping with the aggregator unreachable: %d batches (%d bytes) wait in the "
+            "spool for the next start",
+            options_.spool->batches(), options_.spool->bytes());
       } else {
         LogWarning("stopping with the aggregator unreachable: %d batches are lost (no spool)",
                    outbox_.size());

@@ -29,19 +29,19 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "common/sync.h"
 #include "absl/time/time.h"
 #include "agent/spool.h"
 #include "common/metrics.h"
+#include "common/rpc/token.h"
+#include "common/sync.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
-#include "common/rpc/token.h"
 
 namespace ncclwatch::agent {
 
 struct ForwarderOptions {
-  std::string aggregator;         // host:port
+  std::string aggregator;  // host:port
   std::string agent_id;
   std::string node;
   int64_t batch_interval_ms = 200;
@@ -109,10 +109,10 @@ class Forwarder {
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool idle_ ABSL_GUARDED_BY(mu_) = true;  // nothing queued and nothing waiting in the outbox
-  std::deque<Outgoing> outbox_;  // sender thread only
-  int64_t outbox_reports_ = 0;   // sender thread only: reports in memory in the outbox
-  int64_t outbox_bytes_ = 0;     // sender thread only: their serialized bytes
-  uint64_t next_seq_ = 1;        // under mu_ (CutBatch)
+  std::deque<Outgoing> outbox_;            // sender thread only
+  int64_t outbox_reports_ = 0;             // sender thread only: reports in memory in the outbox
+  int64_t outbox_bytes_ = 0;               // sender thread only: their serialized bytes
+  uint64_t next_seq_ = 1;                  // under mu_ (CutBatch)
   std::thread thread_;
 
   Counter* reports_forwarded_;

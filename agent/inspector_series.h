@@ -18,9 +18,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "common/sync.h"
 #include "absl/time/time.h"
 #include "common/prom_text.h"
+#include "common/sync.h"
 #include "ncclwatch/v1/report.pb.h"
 
 namespace ncclwatch::agent {

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/rpc/channel.h"
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "k8s/podresources_v1.grpc.pb.h"
-#include "common/rpc/channel.h"
 
 namespace ncclwatch::agent {
 

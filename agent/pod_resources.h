@@ -42,9 +42,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "common/sync.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/sync.h"
 
 namespace ncclwatch::agent {
 

@@ -64,8 +64,7 @@ absl::Status WriteAtomically(const std::string& dir, const std::string& name,
 
 }  // namespace
 
-Spool::Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& m,
-             const LabelPairs& l)
+Spool::Spool(std::string dir, int64_t max_bytes, bool fsync, MetricRegistry& m, const LabelPairs& l)
     : dir_(std::move(dir)),
       max_bytes_(max_bytes),
       fsync_(fsync),
@@ -91,7 +90,8 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
                                                    const LabelPairs& labels) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create spool ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot create spool ", dir, ": ", ec.message()));
   std::unique_ptr<Spool> spool(new Spool(dir, max_bytes, fsync, metrics, labels));
   ncclwatch::MutexLock lock(&spool->mu_);
   std::vector<std::string> names;
@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
       names.push_back(name);
     }
   }
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot list spool ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot list spool ", dir, ": ", ec.message()));
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     const std::string path = absl::StrCat(dir, "/", name);
@@ -172,7 +173,8 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batc
 absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& name) const {
   {
     ncclwatch::MutexLock lock(&mu_);
-    if (!files_.count(name)) return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
+    if (!files_.count(name))
+      return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
   }
   std::ifstream in(absl::StrCat(dir_, "/", name), std::ios::binary);
   std::stringstream data;

@@ -23,8 +23,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "common/sync.h"
 #include "common/metrics.h"
+#include "common/sync.h"
 #include "ncclwatch/v1/ingest.pb.h"
 
 namespace ncclwatch::agent {

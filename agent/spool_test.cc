@@ -107,8 +107,10 @@ TEST_F(SpoolTest, UnreadableAndHalfWrittenFilesAreNeverReplayed) {
   EXPECT_EQ((*spool)->TakeRecovered().size(), 1u);
   EXPECT_NE(metrics.Render().find("ncclwatch_agent_spool_corrupt_files_total 1"),
             std::string::npos);
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/00000000000000000002-00000000000000000000.batch.corrupt"));
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/.00000000000000000003-00000000000000000000.batch.tmp"));
+  EXPECT_TRUE(
+      std::filesystem::exists(dir_ + "/00000000000000000002-00000000000000000000.batch.corrupt"));
+  EXPECT_FALSE(
+      std::filesystem::exists(dir_ + "/.00000000000000000003-00000000000000000000.batch.tmp"));
 }
 
 TEST_F(SpoolTest, OpenFailsClearlyWhereNoDirectoryCanBe) {

@@ -1,7 +1,5 @@
 #include "common/config.h"
 
-#include "common/strings.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/strings.h"
 
 namespace ncclwatch {
 ConfigTable::ConfigTable(std::string program, std::string summary)
@@ -26,8 +25,8 @@ ConfigTable::EnvLookup ConfigTable::DefaultEnv() {
 
 void ConfigTable::Add(std::string_view flag, std::string_view env, Target target,
                       std::string_view help) {
-  entries_.push_back(Entry{std::string(flag), std::string(env), std::string(help),
-                           ValueText(target), target});
+  entries_.push_back(
+      Entry{std::string(flag), std::string(env), std::string(help), ValueText(target), target});
 }
 
 void ConfigTable::AddString(std::string_view flag, std::string_view env, std::string* target,
@@ -179,7 +178,8 @@ std::string ConfigTable::HelpText(std::string_view usage_args) const {
   for (const Entry& e : entries_) {
     std::string name;
     if (!e.flag.empty()) name = absl::StrCat("--", e.flag);
-    if (!e.env.empty()) name += name.empty() ? absl::StrCat("$", e.env) : absl::StrCat("  $", e.env);
+    if (!e.env.empty())
+      name += name.empty() ? absl::StrCat("$", e.env) : absl::StrCat("  $", e.env);
     width = std::max(width, name.size());
     names.push_back(std::move(name));
   }

@@ -34,8 +34,7 @@ class ConfigTable {
   // or `env` may be empty, not both. The target must outlive the table.
   void AddString(std::string_view flag, std::string_view env, std::string* target,
                  std::string_view help);
-  void AddInt(std::string_view flag, std::string_view env, int64_t* target,
-              std::string_view help);
+  void AddInt(std::string_view flag, std::string_view env, int64_t* target, std::string_view help);
   void AddDouble(std::string_view flag, std::string_view env, double* target,
                  std::string_view help);
   void AddBool(std::string_view flag, std::string_view env, bool* target, std::string_view help);

@@ -44,9 +44,8 @@ HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {}
 HttpServer::~HttpServer() { Stop(); }
 
 absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
-  int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port)
-                                                                  ? port
-                                                                  : -1);
+  int bound =
+      port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (bound < 0) {
     return absl::UnavailableError(absl::StrFormat("cannot listen on %s:%d for HTTP", host, port));
   }

@@ -9,8 +9,7 @@
 namespace ncclwatch {
 
 MetricRegistry::Series* MetricRegistry::FindOrAdd(std::string_view name, std::string_view help,
-                                                  std::string_view type,
-                                                  const LabelPairs& labels) {
+                                                  std::string_view type, const LabelPairs& labels) {
   for (Series& s : series_) {
     if (s.name == name && s.labels == labels) return &s;
   }
@@ -68,8 +67,8 @@ Histogram::Histogram(std::vector<double> bounds)
 }
 
 void Histogram::Observe(double v) {
-  const size_t bucket = static_cast<size_t>(
-      std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  const size_t bucket =
+      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   sum_.Add(v);
 }

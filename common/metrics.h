@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "common/sync.h"
 #include "common/prom_text.h"
+#include "common/sync.h"
 
 namespace ncclwatch {
 

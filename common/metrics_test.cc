@@ -7,8 +7,8 @@ namespace {
 
 TEST(MetricRegistryTest, HistogramRendersCumulativeBucketsSumAndCount) {
   MetricRegistry metrics;
-  Histogram* h = metrics.GetHistogram("push_seconds", "Push time.", {0.01, 0.1, 1},
-                                      {{"to", "agg"}});
+  Histogram* h =
+      metrics.GetHistogram("push_seconds", "Push time.", {0.01, 0.1, 1}, {{"to", "agg"}});
   EXPECT_EQ(metrics.GetHistogram("push_seconds", "Push time.", {5}, {{"to", "agg"}}), h);
   for (double v : {0.005, 0.01, 0.05, 0.5, 3.0}) h->Observe(v);
   const std::string text = metrics.Render();

@@ -12,9 +12,9 @@ size_t DatatypeSize(std::string_view datatype) {
     size_t size;
   };
   static constexpr Entry kTypes[] = {
-      {"ncclInt8", 1},     {"ncclUint8", 1},       {"ncclInt32", 4},        {"ncclUint32", 4},
-      {"ncclInt64", 8},    {"ncclUint64", 8},      {"ncclFloat16", 2},      {"ncclFloat32", 4},
-      {"ncclFloat64", 8},  {"ncclBfloat16", 2},    {"ncclFloat8e4m3", 1},   {"ncclFloat8e5m2", 1},
+      {"ncclInt8", 1},    {"ncclUint8", 1},    {"ncclInt32", 4},      {"ncclUint32", 4},
+      {"ncclInt64", 8},   {"ncclUint64", 8},   {"ncclFloat16", 2},    {"ncclFloat32", 4},
+      {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1},
   };
   for (const Entry& e : kTypes) {
     if (e.name == datatype) return e.size;

@@ -25,7 +25,7 @@ TEST(OpMathTest, MessageBytes) {
   EXPECT_EQ(MessageBytes("ncclFloat32", 1000), 4000u);
   EXPECT_EQ(MessageBytes("ncclBfloat16", 10), 20u);
   EXPECT_EQ(MessageBytes("ncclInt8", 77), 77u);  // AllGather/Broadcast arrive as bytes
-  EXPECT_EQ(MessageBytes("Unknown", 5), 5u);      // ncclUint8
+  EXPECT_EQ(MessageBytes("Unknown", 5), 5u);     // ncclUint8
 }
 
 TEST(OpMathTest, BusBandwidthFollowsNcclTests) {

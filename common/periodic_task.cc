@@ -4,7 +4,9 @@
 
 namespace ncclwatch {
 
-void PeriodicTask::Start() { thread_ = std::thread([this] { Loop(); }); }
+void PeriodicTask::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void PeriodicTask::Stop() {
   {

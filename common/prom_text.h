@@ -15,7 +15,8 @@ using LabelPairs = std::vector<std::pair<std::string, std::string>>;
 
 // Escapes a label value: backslash, double quote and newline.
 std::string EscapeLabelValue(std::string_view value);
-// Shortest text that reads back as the same double; "NaN", "+Inf", "-Inf" as Prometheus spells them.
+// Shortest text that reads back as the same double; "NaN", "+Inf", "-Inf" as Prometheus spells
+// them.
 std::string FormatPromValue(double value);
 
 class PromTextWriter {

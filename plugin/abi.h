@@ -55,13 +55,13 @@ enum EventType : uint64_t {
   kProxyCtrl = 1u << 5,
   kKernelCh = 1u << 6,
   kNetPlugin = 1u << 7,
-  kGroupApi = 1u << 8,   // v5+
-  kCollApi = 1u << 9,    // v5+
-  kP2pApi = 1u << 10,    // v5+
+  kGroupApi = 1u << 8,       // v5+
+  kCollApi = 1u << 9,        // v5+
+  kP2pApi = 1u << 10,        // v5+
   kKernelLaunch = 1u << 11,  // v5+
-  kCeColl = 1u << 12,    // v6
-  kCeSync = 1u << 13,    // v6
-  kCeBatch = 1u << 14,   // v6
+  kCeColl = 1u << 12,        // v6
+  kCeSync = 1u << 13,        // v6
+  kCeBatch = 1u << 14,       // v6
 };
 
 // ncclProfilerEventState_t: a plain 4-byte C enum (§7.1). Only the values we act on are named.

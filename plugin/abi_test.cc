@@ -6,11 +6,9 @@
 // (docs/nccl-profiler-abi.md §5); this file includes it, so a layout change fails this test's
 // build. The other § numbers in this file refer to that document too.
 #include "plugin/abi.h"
-#include "plugin/abi_testing.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "plugin/abi_testing.h"
 
 namespace ncclwatch::abi {
 namespace {
@@ -64,8 +63,8 @@ TEST_F(PluginLoadTest, RunsACollectiveAndFinalizesWithoutAnAgent) {
   EXPECT_EQ(mask, kColl | kP2p | kKernelCh);
 
   EventDescrV5 coll = MakeDescrV5(kColl, nullptr);
-  coll.coll = {0, "AllReduce", nullptr, nullptr, 1024, 0, "ncclFloat32", 2, 8, "RING", "LL",
-               nullptr};
+  coll.coll = {0, "AllReduce", nullptr, nullptr, 1024,   0, "ncclFloat32",
+               2, 8,           "RING",  "LL",    nullptr};
   void* op = nullptr;
   ASSERT_EQ(v5->start_event(ctx, &op, &coll), kSuccess);
   ASSERT_NE(op, nullptr);
@@ -123,9 +122,8 @@ TEST_F(PluginLoadTest, ConcurrentInitGivesEveryCommunicatorItsOwnContext) {
   int mask = 0;  // one process-global mask, shared by every init, as in NCCL
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      v5->init(&contexts[i], 0x700 + i, &mask, "split", 1, kThreads, i, nullptr);
-    });
+    threads.emplace_back(
+        [&, i] { v5->init(&contexts[i], 0x700 + i, &mask, "split", 1, kThreads, i, nullptr); });
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < kThreads; ++i) {
@@ -171,9 +169,9 @@ TEST_F(PluginLoadTest, ForeignPointersAndUnusedEventTypesAreNeverTouched) {
   ASSERT_EQ(v6->init(&ctx, 0xa00, &mask, "solo", 1, 1, 0, nullptr), kSuccess);
   ASSERT_NE(ctx, nullptr);
   void* foreign = reinterpret_cast<void*>(0x10);  // would crash if dereferenced
-  for (uint64_t type : {uint64_t{kProxyOp}, uint64_t{kProxyStep}, uint64_t{kNetPlugin},
-                        uint64_t{kProxyCtrl}, uint64_t{kCeSync},
-                        uint64_t{kCeBatch}, uint64_t{kKernelLaunch}, uint64_t{1} << 40}) {
+  for (uint64_t type :
+       {uint64_t{kProxyOp}, uint64_t{kProxyStep}, uint64_t{kNetPlugin}, uint64_t{kProxyCtrl},
+        uint64_t{kCeSync}, uint64_t{kCeBatch}, uint64_t{kKernelLaunch}, uint64_t{1} << 40}) {
     EventDescrV6 d = MakeDescrV6(type, foreign);
     d.proxy_op.pid = getpid() + 1;
     void* h = reinterpret_cast<void*>(1);

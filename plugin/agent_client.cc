@@ -1,10 +1,9 @@
 #include "plugin/agent_client.h"
 
-
-#include "grpcpp/grpcpp.h"
-#include "ncclwatch/v1/report.grpc.pb.h"
 #include "common/rpc/backoff.h"
 #include "common/rpc/channel.h"
+#include "grpcpp/grpcpp.h"
+#include "ncclwatch/v1/report.grpc.pb.h"
 
 namespace ncclwatch::plugin {
 
@@ -44,9 +43,8 @@ bool AgentClient::Drain(std::chrono::milliseconds timeout) {
   cv_.notify_all();
   // Done when everything was written and the stream closed gracefully (the agent has read it
   // all), or when there is no agent to deliver to right now.
-  cv_.wait_for(lock, timeout, [this] {
-    return exited_ || (!connected_ && (queue_.empty() || connect_failed_));
-  });
+  cv_.wait_for(lock, timeout,
+               [this] { return exited_ || (!connected_ && (queue_.empty() || connect_failed_)); });
   close_requested_ = false;
   return queue_.empty() && !connected_;
 }
@@ -103,7 +101,8 @@ void AgentClient::Run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty() || (close_requested_ && connected_); });
+      cv_.wait(lock,
+               [this] { return stop_ || !queue_.empty() || (close_requested_ && connected_); });
       if (queue_.empty()) {
         if (stop_) break;
         // Drain() asked for a graceful close: the next Submit reopens the stream.

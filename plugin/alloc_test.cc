@@ -63,7 +63,6 @@ int posix_memalign(void** out, size_t a, size_t n) {
 namespace ncclwatch::abi {
 namespace {
 
-
 TEST(PluginAllocationTest, CallbacksDoNotAllocateAfterWarmUp) {
   // The counter works: an allocation on a counting thread is seen.
   t_counting = true;
@@ -100,8 +99,8 @@ TEST(PluginAllocationTest, CallbacksDoNotAllocateAfterWarmUp) {
     EventDescrV5 gr = MakeDescrV5(kGroup, nullptr);
     v5->start_event(ctx, &group, &gr);
     EventDescrV5 c = MakeDescrV5(kColl, coll_api);
-    c.coll = {seq, "AllReduce", nullptr, nullptr, 4096, 0, "ncclFloat32", 4, 16, "RING", "LL",
-              group};
+    c.coll = {seq,           "AllReduce", nullptr, nullptr, 4096, 0,
+              "ncclFloat32", 4,           16,      "RING",  "LL", group};
     void* coll = nullptr;
     v5->start_event(ctx, &coll, &c);
     EventDescrV5 p = MakeDescrV5(kP2p, nullptr);

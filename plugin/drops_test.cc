@@ -114,7 +114,7 @@ TEST(StressTest, EightCommunicatorsTwoThreadsEachAMillionEvents) {
 
   struct Lane {
     CommState* comm;
-    std::mutex mu;            // the test's own hand-off queue, not the plugin's
+    std::mutex mu;  // the test's own hand-off queue, not the plugin's
     std::condition_variable changed;
     std::deque<void*> queue;  // enqueued operations waiting for their kernel
     bool done = false;

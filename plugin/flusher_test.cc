@@ -128,8 +128,8 @@ TEST_F(FlusherTest, StrideDoublesToStayUnderTheSampleCapAndStaysNested) {
 }
 
 TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {
-  void* op = recorder_.StartOp(comm_, OpDescr{false, "AllGather", 5, "ncclInt8", 64, "RING",
-                                              "SIMPLE", -1, 2});
+  void* op = recorder_.StartOp(
+      comm_, OpDescr{false, "AllGather", 5, "ncclInt8", 64, "RING", "SIMPLE", -1, 2});
   recorder_.StopEvent(op);
   recorder_.StartKernelChannel(op, 0, 100);
   flusher_.FinalizeComm(comm_);

@@ -40,19 +40,19 @@ struct OpSlot;
 // Handle returned for a KernelCh event: one per channel of its parent operation.
 struct ChannelRef {
   HandleKind kind = HandleKind::kChannel;
-  uint8_t index = 0;                      // channel id == position in OpSlot::channels
-  std::atomic<uint32_t> generation{0};    // OpSlot::generation of the operation that set it
-  std::atomic<uint64_t> start_ns{0};      // GPU start timestamp (KernelCh start)
-  std::atomic<uint64_t> stop_ns{0};       // GPU stop timestamp (KernelChStop state), 0 if none
+  uint8_t index = 0;                    // channel id == position in OpSlot::channels
+  std::atomic<uint32_t> generation{0};  // OpSlot::generation of the operation that set it
+  std::atomic<uint64_t> start_ns{0};    // GPU start timestamp (KernelCh start)
+  std::atomic<uint64_t> stop_ns{0};     // GPU stop timestamp (KernelChStop state), 0 if none
   OpSlot* owner = nullptr;
 };
 
 struct alignas(64) OpSlot {
   HandleKind kind = HandleKind::kOp;
   std::atomic<uint32_t> refs{0};
-  std::atomic<uint32_t> version{0};       // seqlock for the flusher's in-flight scan
+  std::atomic<uint32_t> version{0};  // seqlock for the flusher's in-flight scan
   // Identity, written once after the claim.
-  std::atomic<uint32_t> generation{0};    // version at the claim: tells this op's channels apart
+  std::atomic<uint32_t> generation{0};  // version at the claim: tells this op's channels apart
   std::atomic<CommState*> comm{nullptr};
   // The next four are NCCL's static strings, kept as pointers (docs/nccl-profiler-abi.md §4.1).
   std::atomic<const char*> func{nullptr};
@@ -67,7 +67,7 @@ struct alignas(64) OpSlot {
   std::atomic<bool> record_untimed{false};  // report at stop without GPU times (CE collectives)
   std::atomic<int64_t> enqueue_mono_ns{0};  // coarse clock: ages need only millisecond precision
   // Progress, updated by the proxy thread.
-  std::atomic<uint64_t> channel_mask{0};    // channels started (bit = channel id)
+  std::atomic<uint64_t> channel_mask{0};  // channels started (bit = channel id)
   std::atomic<uint32_t> channels_done{0};
   ChannelRef channels[kMaxChannels];
 
@@ -85,16 +85,16 @@ struct Completion {
   const char* algo = nullptr;
   const char* proto = nullptr;
   const char* datatype = nullptr;
-  uint64_t count = 0;           // bytes = MessageBytes(datatype, count), computed off the hot path
+  uint64_t count = 0;  // bytes = MessageBytes(datatype, count), computed off the hot path
   uint64_t seq = 0;
   int32_t peer = -1;
   bool p2p = false;
   uint8_t channels = 0;
-  uint64_t gpu_start_ns = 0;    // earliest channel start
-  uint64_t gpu_stop_ns = 0;     // latest channel stop
-  uint64_t exec_ns = 0;         // longest single-channel duration (NCCL Inspector's definition)
+  uint64_t gpu_start_ns = 0;      // earliest channel start
+  uint64_t gpu_stop_ns = 0;       // latest channel stop
+  uint64_t exec_ns = 0;           // longest single-channel duration (NCCL Inspector's definition)
   int64_t host_done_unix_ns = 0;  // host clock at completion, on ~1 in 16 completions; else 0
-  bool timed = true;            // false: no GPU times (copy-engine collectives)
+  bool timed = true;              // false: no GPU times (copy-engine collectives)
 };
 
 // Fixed array of slots. Claim() is one fetch_add plus a scan of plain loads bounded by the capacity

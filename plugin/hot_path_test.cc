@@ -103,7 +103,7 @@ TEST_F(RecorderTest, ChildrenAfterParentStopCompleteTheOperation) {
   recorder_.RecordKernelChannelStop(ch0, 6000);  // 5000 ns
   recorder_.StopEvent(ch0);
   Completion c;
-  EXPECT_FALSE(comm_->ring().Pop(&c));  // one channel still running
+  EXPECT_FALSE(comm_->ring().Pop(&c));           // one channel still running
   recorder_.RecordKernelChannelStop(ch1, 8100);  // 7000 ns: the longest channel
   recorder_.StopEvent(ch1);
   ASSERT_TRUE(comm_->ring().Pop(&c));

@@ -57,8 +57,8 @@ absl::Status LoadPluginConfig(PluginConfig& config, const ConfigTable::EnvLookup
     if (!s.ok()) return s;
   }
   if ((config.sample_stride & (config.sample_stride - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "NCCLWATCH_SAMPLE_STRIDE=%d is not a power of two", config.sample_stride));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("NCCLWATCH_SAMPLE_STRIDE=%d is not a power of two", config.sample_stride));
   }
   return absl::OkStatus();
 }

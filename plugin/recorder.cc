@@ -97,8 +97,7 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
   ChannelRef& ref = slot->channels[channel];
   ref.start_ns.store(gpu_start_ns, std::memory_order_relaxed);
   ref.stop_ns.store(0, std::memory_order_relaxed);
-  ref.generation.store(slot->generation.load(std::memory_order_relaxed),
-                       std::memory_order_relaxed);
+  ref.generation.store(slot->generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return &ref;
 }
 

@@ -7,10 +7,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
-
-#include <mutex>
 
 #include "plugin/hot_path.h"
 

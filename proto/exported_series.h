@@ -25,8 +25,7 @@ inline constexpr SeriesFamily kExportedSeries[] = {
     {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time.", "gauge"},
     {"ncclwatch_straggler", "1 while the rank is flagged as consistently late, else 0.", "gauge"},
     {"ncclwatch_rank_lateness_seconds",
-     "Median time the rank reaches collectives after the first rank of its communicator.",
-     "gauge"},
+     "Median time the rank reaches collectives after the first rank of its communicator.", "gauge"},
     {"ncclwatch_hang",
      "1 while a collective of the communicator has made no progress for longer than the hang "
      "threshold, else 0.",

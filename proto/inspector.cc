@@ -35,9 +35,9 @@ std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& r
                          {p2p ? "p2p_operation" : "collective", op},
                          {"message_size", size}};
     if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
-    out.push_back({p2p ? "nccl_p2p_exec_time_microseconds"
-                       : "nccl_collective_exec_time_microseconds",
-                   labels, m.sum_us / static_cast<double>(m.count)});
+    out.push_back(
+        {p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds", labels,
+         m.sum_us / static_cast<double>(m.count)});
     if (m.bw_samples > 0) {
       out.push_back({p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs",
                      std::move(labels),

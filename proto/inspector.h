@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/prom_text.h"
-#include "proto/exported_series.h"
 #include "ncclwatch/v1/report.pb.h"
+#include "proto/exported_series.h"
 
 namespace ncclwatch {
 
@@ -33,7 +33,7 @@ using InspectorFamily = SeriesFamily;
 
 // Label values as every exporter writes them.
 std::string CommHashText(uint64_t comm_hash);  // "0x" + 16 hex digits
-std::string GpuLabel(int cuda_device);          // "GPU<n>", "unknown" when negative
+std::string GpuLabel(int cuda_device);         // "GPU<n>", "unknown" when negative
 const std::string& OrUnknown(const std::string& value);
 
 }  // namespace ncclwatch

@@ -4,8 +4,7 @@ namespace ncclwatch {
 
 void SampleColumnWriter::Add(const std::string& op, const std::string& algo_proto, uint64_t bytes,
                              uint32_t channels, const Sample& s) {
-  auto [it, inserted] =
-      cursors_.try_emplace({op, algo_proto, bytes, channels}, Cursor{0, 0, 0});
+  auto [it, inserted] = cursors_.try_emplace({op, algo_proto, bytes, channels}, Cursor{0, 0, 0});
   Cursor& c = it->second;
   if (inserted) {
     c.column = report_->sample_columns_size();

@@ -42,8 +42,9 @@ bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report);
 // Total number of samples in the report.
 size_t SampleCount(const ncclwatch::v1::RankReport& report);
 // Calls `fn` for every sample, column by column. The report must be well formed.
-void ForEachSample(const ncclwatch::v1::RankReport& report,
-                   const std::function<void(const ncclwatch::v1::SampleColumn&, const Sample&)>& fn);
+void ForEachSample(
+    const ncclwatch::v1::RankReport& report,
+    const std::function<void(const ncclwatch::v1::SampleColumn&, const Sample&)>& fn);
 
 }  // namespace ncclwatch
 

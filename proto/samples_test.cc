@@ -10,7 +10,8 @@ namespace {
 TEST(SampleColumnsTest, RoundTripsInAnyOrderAndGroupsByColumnKey) {
   ncclwatch::v1::RankReport r;
   SampleColumnWriter w(&r);
-  std::vector<Sample> in = {{0, 1'000'000'000'000, 50}, {4, 1'000'000'500'000, 70},
+  std::vector<Sample> in = {{0, 1'000'000'000'000, 50},
+                            {4, 1'000'000'500'000, 70},
                             {2, 999'999'000'000, 60}};  // out of order on purpose
   for (const Sample& s : in) w.Add("AllReduce", "RING_LL", 4096, 2, s);
   w.Add("AllGather", "RING_LL", 4096, 2, {9, 5, 6});

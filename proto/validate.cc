@@ -23,11 +23,12 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
     return Reject("bad_job_id", "job_id must be 1.." + std::to_string(kMaxLabelLength) + " bytes");
   }
   for (const std::string* label : {&id.comm_name(), &id.host(), &id.node(), &id.gpu_uuid(),
-                                    &id.pod(), &id.pod_namespace(), &id.container()}) {
+                                   &id.pod(), &id.pod_namespace(), &id.container()}) {
     if (label->size() > kMaxLabelLength) {
-      return Reject("bad_label", "comm_name, host, node, gpu_uuid, pod, pod_namespace or "
-                                 "container longer than " +
-                                     std::to_string(kMaxLabelLength) + " bytes");
+      return Reject("bad_label",
+                    "comm_name, host, node, gpu_uuid, pod, pod_namespace or "
+                    "container longer than " +
+                        std::to_string(kMaxLabelLength) + " bytes");
     }
   }
   if (id.nranks() < 1 || id.nranks() > kMaxRanks) {
@@ -61,7 +62,8 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
         !std::isfinite(s.alg_bw_gbs_log_sum()) || s.bw_samples() > s.count() ||
         s.op().size() > kMaxLabelLength || s.message_size().size() > kMaxLabelLength ||
         s.algo_proto().size() > kMaxLabelLength) {
-      return Reject("bad_stats", "op stats with non-finite, negative, absurdly large or inconsistent values");
+      return Reject("bad_stats",
+                    "op stats with non-finite, negative, absurdly large or inconsistent values");
     }
   }
   if (!SampleColumnsWellFormed(r)) {

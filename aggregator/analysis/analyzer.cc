@@ -24,8 +24,8 @@ DetectorOptions DetectorOptionsOf(const AnalyzerOptions& o) {
 }  // namespace
 
 Analyzer::Analyzer(AnalyzerOptions options)
-    : registry_(RegistryOptions{options.max_jobs, options.max_comms_per_job,
-                                options.series_ttl_ns}),
+    : registry_(
+          RegistryOptions{options.max_jobs, options.max_comms_per_job, options.series_ttl_ns}),
       series_(options.max_series, options.series_ttl_ns),
       detectors_(DetectorOptionsOf(options)) {}
 
@@ -33,8 +33,7 @@ ncclwatch::v1::Event Analyzer::StragglerEventLocked(const CommKey& key, CommEntr
                                                     const FlagChange& change, int64_t now_ns) {
   const int rank = change.score.rank;
   if (change.score.flagged) entry.flagged_since_ns[rank] = now_ns;
-  ncclwatch::v1::Event event =
-      StragglerEvent(key, entry.who, change, SinceOf(entry, rank), now_ns);
+  ncclwatch::v1::Event event = StragglerEvent(key, entry.who, change, SinceOf(entry, rank), now_ns);
   if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
   return event;
 }
@@ -75,8 +74,8 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
   }
   // Under mu_: the lambda runs within this call.
-  ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s)
-                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
+                            const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto group = detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
                                            s.duration_ns, s.gpu_start_ns, now_ns);
     if (!group) return;
@@ -145,8 +144,7 @@ ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id
   return out;
 }
 
-ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id,
-                                                int64_t now_ns) const {
+ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id, int64_t now_ns) const {
   ncclwatch::MutexLock lock(&mu_);
   ncclwatch::v1::ListHangsResponse out;
   for (const HangView& h : detectors_.hangs.Hangs()) {

@@ -52,8 +52,7 @@ class Analyzer {
   explicit Analyzer(AnalyzerOptions options = {});
 
   // Takes one validated report received at `now_ns` (aggregator clock).
-  Ingested Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  Ingested Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
   // Re-evaluates hangs and silent ranks, expires incomplete collective groups and forgotten
   // series and communicators. Returns the detection events it caused. Call about four times a
   // second.

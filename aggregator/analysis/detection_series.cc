@@ -44,8 +44,8 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d, int
       if (score.rank >= static_cast<int>(who.ranks.size())) continue;
       LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
       out->push_back({"ncclwatch_straggler", labels, score.flagged ? 1.0 : 0.0, now_ms});
-      out->push_back({"ncclwatch_rank_lateness_seconds", std::move(labels),
-                      score.lateness_ns * 1e-9, now_ms});
+      out->push_back(
+          {"ncclwatch_rank_lateness_seconds", std::move(labels), score.lateness_ns * 1e-9, now_ms});
     }
   }
   for (const SuspectView& s : d.degraded.Suspects()) {

@@ -16,8 +16,8 @@ namespace ncclwatch::aggregator {
 // analyzer passes its clock (the latest Ingest or Tick), at which alone a value can change, so a
 // new value always comes with a new timestamp (Prometheus drops a changed value that repeats a
 // timestamp).
-void AppendDetectionSeries(const CommRegistry& registry, const Detectors& detectors,
-                           int64_t now_ns, std::vector<SeriesPoint>* out);
+void AppendDetectionSeries(const CommRegistry& registry, const Detectors& detectors, int64_t now_ns,
+                           std::vector<SeriesPoint>* out);
 
 }  // namespace ncclwatch::aggregator
 

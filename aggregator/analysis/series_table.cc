@@ -35,9 +35,8 @@ void SeriesTable::Set(std::string name, LabelPairs labels, double value, int64_t
   e.updated_ns = now_ns;
 }
 
-void SeriesTable::AddReport(const LabelPairs& rank_labels,
-                            const ncclwatch::v1::RankReport& report, int64_t now_ns,
-                            std::vector<SeriesPoint>* points) {
+void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
+                            int64_t now_ns, std::vector<SeriesPoint>* points) {
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   const int64_t sample_ns = end_ns > 0 ? end_ns : now_ns;
   for (InspectorSample& sample : InspectorSamples(report)) {
@@ -59,15 +58,14 @@ void SeriesTable::AddReport(const LabelPairs& rank_labels,
     for (const auto& [kind, value] : kinds) {
       LabelPairs labels = rank_labels;
       labels.emplace_back("kind", kind);
-      Set("ncclwatch_plugin_drops_total", std::move(labels), static_cast<double>(value),
-          sample_ns, now_ns, points);
+      Set("ncclwatch_plugin_drops_total", std::move(labels), static_cast<double>(value), sample_ns,
+          now_ns, points);
     }
   }
 }
 
 void SeriesTable::Expire(int64_t now_ns) {
-  std::erase_if(series_,
-                [&](const auto& kv) { return now_ns - kv.second.updated_ns > ttl_ns_; });
+  std::erase_if(series_, [&](const auto& kv) { return now_ns - kv.second.updated_ns > ttl_ns_; });
 }
 
 void SeriesTable::AppendTo(std::vector<SeriesPoint>* out) const {

@@ -30,9 +30,8 @@ std::set<std::string> DegradedDetector::Nodes(const CommState& cs) const {
   return nodes;
 }
 
-DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs,
-                                    const std::string& op, const std::string& size,
-                                    const KeyState& ks) const {
+DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs, const std::string& op,
+                                    const std::string& size, const KeyState& ks) const {
   DegradedView v;
   v.comm = key;
   v.hybrid = cs.hybrid;
@@ -70,8 +69,8 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
   }
   for (const auto& [op_size, gbs] : values) {
     if (gbs <= 0) continue;
-    Baseline& baseline = baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second,
-                                                cs.nranks}];
+    Baseline& baseline =
+        baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second, cs.nranks}];
     KeyState& ks = cs.keys[op_size];
     RankTrack& t = ks.ranks[report.rank];
     t.latest_gbs = gbs;

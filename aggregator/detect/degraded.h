@@ -19,8 +19,8 @@
 //   above (1 - fraction/2) x baseline. Low intervals never feed the baseline.
 // - Network suspects of a job: the nodes common to every degraded hybrid communicator, minus the
 //   nodes of its healthy hybrid communicators, provided no NVLink-only communicator on those nodes
-//   is degraded or trending low and the set is smaller than all of the job's hybrid nodes (otherwise the evidence
-//   does not single anything out).
+//   is degraded or trending low and the set is smaller than all of the job's hybrid nodes
+//   (otherwise the evidence does not single anything out).
 //
 // Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
 #ifndef NCCLWATCH_AGGREGATOR_DETECT_DEGRADED_H_
@@ -50,7 +50,7 @@ struct DegradedView {
   bool hybrid = false;
   std::string op;
   std::string message_size;
-  double bus_gbs = 0;       // median of the ranks' latest values
+  double bus_gbs = 0;  // median of the ranks' latest values
   double baseline_gbs = 0;
   std::set<std::string> nodes;
 };
@@ -58,7 +58,7 @@ struct DegradedView {
 struct SuspectView {
   std::string job_id;
   std::string node;
-  int degraded_comms = 0;   // hybrid communicators through this node that degraded
+  int degraded_comms = 0;  // hybrid communicators through this node that degraded
 };
 
 struct DegradedChange {

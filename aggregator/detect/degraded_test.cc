@@ -14,7 +14,9 @@ namespace {
 struct Comm {
   CommKey key;
   std::vector<std::string> nodes;
-  int n_nodes() const { return static_cast<int>(std::set<std::string>(nodes.begin(), nodes.end()).size()); }
+  int n_nodes() const {
+    return static_cast<int>(std::set<std::string>(nodes.begin(), nodes.end()).size());
+  }
 };
 
 RankInterval Report(const Comm& c, int rank, double gbs) {
@@ -26,8 +28,8 @@ RankInterval Report(const Comm& c, int rank, double gbs) {
   // Ten 16 MiB AllReduces whose fastest ran at `gbs` bus bandwidth (1 GB/s = 1 byte/ns).
   const int n = static_cast<int>(c.nodes.size());
   const double bus_bytes = 2.0 * (n - 1) / n * (16 << 20);
-  r.stats.push_back(OpStats{"AllReduce", "16-17MB", false, 10, 10ull * (16 << 20),
-                            bus_bytes / gbs / 1000});
+  r.stats.push_back(
+      OpStats{"AllReduce", "16-17MB", false, 10, 10ull * (16 << 20), bus_bytes / gbs / 1000});
   return r;
 }
 

@@ -106,8 +106,8 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
     for (size_t r = 0; r < cs.ranks.size(); ++r) {
       RankState& rs = cs.ranks[r];
       // Once flagged, a rank stays silent until it reports again.
-      const bool stale = rs.seen && !rs.finalized &&
-                         now_ns - rs.last_report_ns >= options_.silent_after_ns;
+      const bool stale =
+          rs.seen && !rs.finalized && now_ns - rs.last_report_ns >= options_.silent_after_ns;
       const bool silent =
           stale && (rs.silent || newest - rs.last_report_ns >= options_.silent_after_ns);
       if (silent == rs.silent) continue;

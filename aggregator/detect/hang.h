@@ -37,8 +37,8 @@ namespace ncclwatch::aggregator {
 inline constexpr char kP2pHangOp[] = "SendRecv";
 
 struct HangOptions {
-  int64_t threshold_ns = 10'000'000'000;     // a collective stuck this long is a hang
-  int64_t silent_after_ns = 5'000'000'000;   // a rank without reports this long is silent
+  int64_t threshold_ns = 10'000'000'000;    // a collective stuck this long is a hang
+  int64_t silent_after_ns = 5'000'000'000;  // a rank without reports this long is silent
 };
 
 enum class HangKind { kMissingRanks, kNoProgress };
@@ -48,10 +48,10 @@ struct HangView {
   std::string op;
   uint64_t seq = 0;
   HangKind kind = HangKind::kMissingRanks;
-  std::vector<int> missing;   // ranks that never reached the collective, or went silent
-  int arrived = 0;            // ranks that have it in flight
-  int64_t enqueued_ns = 0;    // earliest enqueue among the arrived ranks (aggregator clock)
-  int64_t since_ns = 0;       // when the hang was declared
+  std::vector<int> missing;  // ranks that never reached the collective, or went silent
+  int arrived = 0;           // ranks that have it in flight
+  int64_t enqueued_ns = 0;   // earliest enqueue among the arrived ranks (aggregator clock)
+  int64_t since_ns = 0;      // when the hang was declared
 };
 
 struct SilentView {
@@ -90,9 +90,9 @@ class HangDetector {
  private:
   struct InFlight {
     std::string op;
-    uint64_t seq = 0;     // collectives
+    uint64_t seq = 0;  // collectives
     bool p2p = false;
-    int peer = -1;        // p2p
+    int peer = -1;  // p2p
     int64_t enqueued_ns = 0;
   };
   struct RankState {

@@ -43,14 +43,14 @@ struct StragglerOptions {
 
 struct RankScore {
   int rank = 0;
-  double lateness_ns = 0;        // window median
-  double peer_baseline_ns = 0;   // lower quartile of the communicator's ranks' latenesses
-  double excess_ns = 0;          // lateness - peer baseline: what the flag is judged on
-  double peer_z = 0;             // robust z-score among the communicator's ranks
-  double history_ratio = 1;      // lateness / own long-run lateness
+  double lateness_ns = 0;       // window median
+  double peer_baseline_ns = 0;  // lower quartile of the communicator's ranks' latenesses
+  double excess_ns = 0;         // lateness - peer baseline: what the flag is judged on
+  double peer_z = 0;            // robust z-score among the communicator's ranks
+  double history_ratio = 1;     // lateness / own long-run lateness
   double arrived_last_fraction = 0;
   int observations = 0;
-  bool clocks_aligned = false;   // the latest collective was judged on aligned GPU timestamps
+  bool clocks_aligned = false;  // the latest collective was judged on aligned GPU timestamps
   bool flagged = false;
 };
 
@@ -74,8 +74,8 @@ class StragglerDetector {
     std::vector<double> lateness;  // ring buffer of size <= window
     std::vector<bool> last;        // arrived last in that group
     size_t next = 0;
-    double median = 0;             // of `lateness`, refreshed on every observation
-    double history = -1;           // own long-run lateness; < 0 until the first observation
+    double median = 0;    // of `lateness`, refreshed on every observation
+    double history = -1;  // own long-run lateness; < 0 until the first observation
     bool flagged = false;
   };
   struct CommWindows {

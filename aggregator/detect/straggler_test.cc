@@ -72,7 +72,8 @@ TEST(StragglerDetectorTest, NeedsMinimumEvidenceAndClearsWithHysteresis) {
   for (uint64_t seq = 4; seq < 12; ++seq) EXPECT_TRUE(d.Observe(Group(seq, milder)).empty());
   std::vector<int64_t> healthy = {0, 0, 0, 0};
   std::vector<FlagChange> cleared;
-  for (uint64_t seq = 12; seq < 20 && cleared.empty(); ++seq) cleared = d.Observe(Group(seq, healthy));
+  for (uint64_t seq = 12; seq < 20 && cleared.empty(); ++seq)
+    cleared = d.Observe(Group(seq, healthy));
   ASSERT_EQ(cleared.size(), 1u);
   EXPECT_FALSE(cleared[0].score.flagged);
 }
@@ -148,8 +149,8 @@ TEST(StragglerDetectorTest, OwnHistoryTellsANewFaultFromAChronicOne) {
   EXPECT_EQ(changes[0].score.rank, 1);
   EXPECT_LT(changes[0].score.history_ratio, 1.5);  // chronic
   EXPECT_EQ(changes[1].score.rank, 6);
-  EXPECT_GT(changes[1].score.history_ratio, 3);    // new
-  EXPECT_GT(changes[1].score.peer_z, 3.5);         // and far outside its peers
+  EXPECT_GT(changes[1].score.history_ratio, 3);  // new
+  EXPECT_GT(changes[1].score.peer_z, 3.5);       // and far outside its peers
 }
 
 }  // namespace

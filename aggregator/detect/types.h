@@ -37,9 +37,9 @@ struct OpStats {
   std::string_view op;
   std::string_view message_size;  // Inspector's bucket label, e.g. "16-17MB"
   bool p2p = false;
-  uint64_t count = 0;               // timed operations
-  uint64_t bytes = 0;               // their bytes
-  double exec_time_us_min = 0;      // the fastest one's execution time
+  uint64_t count = 0;           // timed operations
+  uint64_t bytes = 0;           // their bytes
+  double exec_time_us_min = 0;  // the fastest one's execution time
 };
 
 // One rank's report of one interval, as the detectors need it. The string views point into the
@@ -50,7 +50,7 @@ struct RankInterval {
   int nranks = 0;
   int n_nodes = 0;
   std::string_view node;
-  bool final = false;  // the rank's communicator was finalized: its last report
+  bool final = false;                 // the rank's communicator was finalized: its last report
   std::vector<InFlightOp> in_flight;  // oldest first
   std::vector<OpStats> stats;
 };

@@ -54,14 +54,13 @@ Event SuspectEvent(const DegradedChange& change, int64_t now_ns) {
   Event event = NewEvent(Event::NODE_NETWORK_SUSPECT, change.start, now_ns);
   *event.mutable_suspect() = SuspectInfoOf(change.suspect);
   event.set_summary(
-      change.start
-          ? absl::StrFormat("NETWORK SUSPECT: node %s in job %s: the %d degraded multi-node "
-                            "communicators all go through it while its NVLink-only ones are "
-                            "healthy",
-                            change.suspect.node, change.suspect.job_id,
-                            change.suspect.degraded_comms)
-          : absl::StrFormat("NETWORK OK: node %s in job %s is no longer suspected",
-                            change.suspect.node, change.suspect.job_id));
+      change.start ? absl::StrFormat(
+                         "NETWORK SUSPECT: node %s in job %s: the %d degraded multi-node "
+                         "communicators all go through it while its NVLink-only ones are "
+                         "healthy",
+                         change.suspect.node, change.suspect.job_id, change.suspect.degraded_comms)
+                   : absl::StrFormat("NETWORK OK: node %s in job %s is no longer suspected",
+                                     change.suspect.node, change.suspect.job_id));
   return event;
 }
 
@@ -156,8 +155,8 @@ ncclwatch::v1::NodeSuspectInfo SuspectInfoOf(const SuspectView& s) {
   return info;
 }
 
-ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who,
-                                   int64_t last_report_ns, const CommHealth& health) {
+ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who, int64_t last_report_ns,
+                                   const CommHealth& health) {
   ncclwatch::v1::CommInfo c;
   c.set_job_id(key.job_id);
   c.set_comm_hash(key.comm_hash);
@@ -187,9 +186,9 @@ Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& c
       "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
       "collectives, arrived last in %.0f%%",
       score.flagged ? "STRAGGLER" : "RECOVERED", score.rank, OrUnknown(rank.node),
-      GpuLabel(rank.cuda_device), OrUnknown(who.comm_name), CommHashText(key.comm_hash),
-      key.job_id, score.flagged ? "is slow" : "is back in step", score.lateness_ns / 1e6,
-      score.excess_ns / 1e6, score.peer_z, score.history_ratio,
+      GpuLabel(rank.cuda_device), OrUnknown(who.comm_name), CommHashText(key.comm_hash), key.job_id,
+      score.flagged ? "is slow" : "is back in step", score.lateness_ns / 1e6, score.excess_ns / 1e6,
+      score.peer_z, score.history_ratio,
       score.clocks_aligned ? "aligned GPU clocks" : "kernel durations", score.observations,
       score.arrived_last_fraction * 100));
   return event;

@@ -38,8 +38,8 @@ ncclwatch::v1::HangInfo HangInfoOf(const HangView& hang, const CommWho* who, int
 ncclwatch::v1::SilentRankInfo SilentInfoOf(const SilentView& silent, const CommWho* who);
 ncclwatch::v1::DegradedCommInfo DegradedInfoOf(const DegradedView& view, const CommWho* who);
 ncclwatch::v1::NodeSuspectInfo SuspectInfoOf(const SuspectView& suspect);
-ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who,
-                                   int64_t last_report_ns, const CommHealth& health);
+ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who, int64_t last_report_ns,
+                                   const CommHealth& health);
 // Rank `rank` of the communicator; node and GPU unknown (-1) when `who` does not know it.
 void FillRank(const CommWho* who, int rank, ncclwatch::v1::RankRef* out);
 

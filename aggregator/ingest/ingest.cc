@@ -66,9 +66,9 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
   if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
       batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
     batches_invalid_->Increment();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch needs an agent_id of 1..", kMaxLabelLength, " bytes, a batch_seq > 0 and at most ",
-        kMaxReportsPerBatch, " reports"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch needs an agent_id of 1..", kMaxLabelLength,
+                     " bytes, a batch_seq > 0 and at most ", kMaxReportsPerBatch, " reports"));
   }
   // Keep only valid reports; the rest are counted by reason and never stored.
   ncclwatch::v1::NodeBatch clean;
@@ -87,8 +87,7 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
     reports_rejected_->Increment();
     metrics_
         .GetCounter("ncclwatch_aggregator_reports_rejected_by_reason_total",
-                    "Rank reports rejected by validation, by reason.",
-                    {{"reason", verdict.reason}})
+                    "Rank reports rejected by validation, by reason.", {{"reason", verdict.reason}})
         ->Increment();
   }
   ncclwatch::v1::BatchAck ack;

@@ -47,14 +47,15 @@ TEST(FederateTest, RegexNegationAndUnionOfSelectors) {
   EXPECT_NE(j2.find("nccl_bus_bandwidth_gbs{job_id=\"j2\""), std::string::npos);
   EXPECT_EQ(j2.find("j1"), std::string::npos);
   // An absent label counts as "".
-  EXPECT_EQ(Render({"ncclwatch_straggler{collective=\"\"}"}).find("rank=\"4\"") != std::string::npos,
-            true);
+  EXPECT_EQ(
+      Render({"ncclwatch_straggler{collective=\"\"}"}).find("rank=\"4\"") != std::string::npos,
+      true);
 }
 
 TEST(FederateTest, BadSelectorsAreRejectedWithAReason) {
-  for (const char* bad : {"", "{}", "{job_id=\"\"}", "up{", "up{job=}", "up{job~\"x\"}",
-                          "up{job=\"x\"", "up{job=\"x\"} trailing", "{x=~\"(\"}", "1abc",
-                          "up{job=\"unterminated}"}) {
+  for (const char* bad :
+       {"", "{}", "{job_id=\"\"}", "up{", "up{job=}", "up{job~\"x\"}", "up{job=\"x\"",
+        "up{job=\"x\"} trailing", "{x=~\"(\"}", "1abc", "up{job=\"unterminated}"}) {
     auto s = ParseSelector(bad);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "'";
     EXPECT_NE(s.status().message().find("selector"), std::string::npos) << bad;

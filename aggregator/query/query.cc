@@ -58,16 +58,16 @@ absl::StatusOr<ncclwatch::v1::QueryRangeResponse> QueryEngine::QueryRange(
     const ncclwatch::v1::QueryRangeRequest& request, int64_t now_ns) const {
   absl::StatusOr<Selector> selector = ParseSelector(request.selector());
   if (!selector.ok()) return selector.status();
-  const auto end_ms = static_cast<int64_t>(
-      request.end_unix_ms() == 0 ? now_ns / 1'000'000 : request.end_unix_ms());
+  const auto end_ms =
+      static_cast<int64_t>(request.end_unix_ms() == 0 ? now_ns / 1'000'000 : request.end_unix_ms());
   const auto start_ms = static_cast<int64_t>(request.start_unix_ms());
   if (start_ms > end_ms) {
     return absl::InvalidArgumentError("start_unix_ms is after end_unix_ms");
   }
   const int64_t step = request.step_ms();
   if (step > 0 && (end_ms - start_ms) / step > kMaxQuerySteps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "more than ", kMaxQuerySteps, " steps: raise step_ms or narrow the range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", kMaxQuerySteps, " steps: raise step_ms or narrow the range"));
   }
   const size_t max_series = request.max_series() == 0 ? 1000 : request.max_series();
   uint64_t after_id = 0;  // the page token: the id of the last series already returned
@@ -109,9 +109,9 @@ absl::StatusOr<ncclwatch::v1::QueryRangeResponse> QueryEngine::QueryRange(
     if (ts.points_size() == 0) continue;
     points += ts.points_size();
     if (points > kMaxQueryPoints) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the answer would exceed ", kMaxQueryPoints,
-          " points: narrow the selector or the range, or raise step_ms"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the answer would exceed ", kMaxQueryPoints,
+                       " points: narrow the selector or the range, or raise step_ms"));
     }
     last_id = series.id;
     ts.set_name(series.name);

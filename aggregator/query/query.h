@@ -20,8 +20,7 @@ namespace ncclwatch::aggregator {
 class QueryEngine {
  public:
   // Both outlive the engine.
-  QueryEngine(const Store& store, const Analyzer& analyzer)
-      : store_(store), analyzer_(analyzer) {}
+  QueryEngine(const Store& store, const Analyzer& analyzer) : store_(store), analyzer_(analyzer) {}
 
   // Findings now; an empty job id means every job.
   ncclwatch::v1::ListStragglersResponse ListStragglers(

@@ -1,12 +1,13 @@
 // QueryEngine::ListEvents over a real RocksDB store: paging across events that share a
 // timestamp (one report can raise several), filtering by job, limits.
+#include "aggregator/query/query.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "aggregator/query/query.h"
 #include "aggregator/store/store.h"
 #include "gtest/gtest.h"
 
@@ -100,8 +101,10 @@ TEST(QueryRangeTest, SelectsStepsAndPagesThroughSeries) {
     std::vector<SeriesPoint> points;
     for (int rank = 0; rank < 5; ++rank) {
       for (int64_t t = 0; t < 60'000; t += 1'000) {
-        points.push_back({"bw", {{"job_id", "j"}, {"rank", std::to_string(rank)}},
-                          static_cast<double>(rank * 1000 + t / 1000), t});
+        points.push_back({"bw",
+                          {{"job_id", "j"}, {"rank", std::to_string(rank)}},
+                          static_cast<double>(rank * 1000 + t / 1000),
+                          t});
       }
     }
     points.push_back({"other", {{"job_id", "j"}}, 1, 0});

@@ -63,8 +63,7 @@ class Parser {
   }
   absl::Status Error(std::string_view what) const {
     return absl::InvalidArgumentError(absl::StrFormat("selector \"%s\": %s at position %d",
-                                                      std::string(text_), std::string(what),
-                                                      pos_));
+                                                      std::string(text_), std::string(what), pos_));
   }
   std::string Identifier(bool allow_colon) {
     size_t start = pos_;
@@ -89,10 +88,20 @@ class Parser {
         if (pos_ >= text_.size()) break;
         char e = text_[pos_++];
         switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case '\\': case '"': case '\'': out += e; break;
-          default: out += '\\'; out += e;  // keep regex escapes such as \d intact
+          case 'n':
+            out += '\n';
+            break;
+          case 't':
+            out += '\t';
+            break;
+          case '\\':
+          case '"':
+          case '\'':
+            out += e;
+            break;
+          default:
+            out += '\\';
+            out += e;  // keep regex escapes such as \d intact
         }
         continue;
       }
@@ -135,8 +144,8 @@ class Parser {
       options.set_max_mem(1 << 20);
       auto re = std::make_shared<const RE2>(m.value, options);
       if (!re->ok()) {
-        return Error(absl::StrFormat("invalid regular expression \"%s\" (%s)", m.value,
-                                     re->error()));
+        return Error(
+            absl::StrFormat("invalid regular expression \"%s\" (%s)", m.value, re->error()));
       }
       m.regex = std::move(re);
     }
@@ -160,10 +169,14 @@ const std::string* LabelValue(const std::string& metric, const LabelPairs& label
 
 bool LabelMatcher::Matches(const std::string& v) const {
   switch (op) {
-    case Op::kEq: return v == value;
-    case Op::kNe: return v != value;
-    case Op::kRe: return RE2::FullMatch(v, *regex);
-    case Op::kNre: return !RE2::FullMatch(v, *regex);
+    case Op::kEq:
+      return v == value;
+    case Op::kNe:
+      return v != value;
+    case Op::kRe:
+      return RE2::FullMatch(v, *regex);
+    case Op::kNre:
+      return !RE2::FullMatch(v, *regex);
   }
   return false;
 }

@@ -18,10 +18,10 @@ absl::StatusOr<ncclwatch::v1::GetTraceResponse> ReadTrace(
     return absl::InvalidArgumentError("job_id and comm (a name or 0x hash) are required");
   }
   uint64_t hash = 0;
-  const bool by_hash = request.comm().rfind("0x", 0) == 0 &&
-                       absl::SimpleHexAtoi(request.comm().substr(2), &hash);
-  const auto end_ms = static_cast<int64_t>(
-      request.end_unix_ms() == 0 ? now_ns / 1'000'000 : request.end_unix_ms());
+  const bool by_hash =
+      request.comm().rfind("0x", 0) == 0 && absl::SimpleHexAtoi(request.comm().substr(2), &hash);
+  const auto end_ms =
+      static_cast<int64_t>(request.end_unix_ms() == 0 ? now_ns / 1'000'000 : request.end_unix_ms());
   const auto start_ms = static_cast<int64_t>(request.start_unix_ms());
   if (start_ms > end_ms) return absl::InvalidArgumentError("start_unix_ms is after end_unix_ms");
   const uint64_t max_ops = request.max_ops() == 0 ? 200'000 : request.max_ops();

@@ -28,12 +28,12 @@ absl::Status AggregatorServer::OpenAndReplay() {
   const int64_t started = absl::GetCurrentTimeNanos();
   auto replayed = ingest_->Replay(started - options_.replay_ns);
   if (!replayed.ok()) {
-    return absl::Status(replayed.status().code(),
-                        absl::StrFormat("replaying the stored batches: %s",
-                                        replayed.status().message()));
+    return absl::Status(
+        replayed.status().code(),
+        absl::StrFormat("replaying the stored batches: %s", replayed.status().message()));
   }
-  LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s",
-          *replayed, options_.replay_ns / 1e9, (absl::GetCurrentTimeNanos() - started) / 1e9);
+  LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s", *replayed,
+          options_.replay_ns / 1e9, (absl::GetCurrentTimeNanos() - started) / 1e9);
   return absl::OkStatus();
 }
 
@@ -46,8 +46,7 @@ absl::Status AggregatorServer::StartGrpc() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(
       absl::StrFormat("%s:%d", options_.listen_host, options_.grpc_port),
-      options_.credentials ? options_.credentials : grpc::InsecureServerCredentials(),
-      &grpc_port_);
+      options_.credentials ? options_.credentials : grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(ingest_service_.get());
   builder.RegisterService(query_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxBatchBytes);
@@ -74,8 +73,8 @@ void AggregatorServer::Housekeep() {
 
 void AggregatorServer::StartLoops() {
   // Time-driven detection (hangs, silent ranks) and the detection series, four times a second.
-  ticker_ = std::make_unique<PeriodicTask>(
-      options_.tick_period, [this] { ingest_->Tick(absl::GetCurrentTimeNanos()); });
+  ticker_ = std::make_unique<PeriodicTask>(options_.tick_period,
+                                           [this] { ingest_->Tick(absl::GetCurrentTimeNanos()); });
   housekeeper_ = std::make_unique<PeriodicTask>(absl::Minutes(1), [this] { Housekeep(); });
   ticker_->Start();
   housekeeper_->Start();

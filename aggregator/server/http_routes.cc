@@ -8,11 +8,46 @@
 #include "httplib.h"
 
 namespace ncclwatch::aggregator {
+namespace {
+
+constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// GET /federate?match[]=SELECTOR[&match[]=...]: 401 without the token (when one is configured),
+// 400 with the parse error for a missing or bad selector (counted), else the matching series.
+void ServeFederate(const QueryEngine& query, const BearerGate& gate, Counter* bad_selectors,
+                   const httplib::Request& req, httplib::Response& res) {
+  if (!gate.Admits(req.get_header_value("Authorization"))) {
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content("a valid bearer token is required\n", "text/plain");
+    return;
+  }
+  const size_t n = req.get_param_value_count("match[]");
+  std::vector<Selector> selectors;
+  std::string error = n == 0 ? "missing match[] parameter" : "";
+  for (size_t i = 0; i < n && error.empty(); ++i) {
+    auto sel = ParseSelector(req.get_param_value("match[]", i));
+    if (sel.ok()) {
+      selectors.push_back(*std::move(sel));
+    } else {
+      error = std::string(sel.status().message());
+    }
+  }
+  if (!error.empty()) {
+    bad_selectors->Increment();
+    res.status = 400;
+    res.set_content(error + "\n", "text/plain");
+    return;
+  }
+  res.set_content(RenderFederate(query.CurrentSeries(), selectors), kTextFormat);
+}
+
+}  // namespace
 
 void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, const QueryEngine& query,
                        TokenFile* federate_token) {
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.Render(), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics.Render(), kTextFormat);
   });
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
@@ -23,34 +58,11 @@ void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, const Que
       federate_token,
       metrics.GetCounter("ncclwatch_aggregator_federate_unauthenticated_total",
                          "/federate requests refused with HTTP 401 for a missing or wrong token."));
-  http.Get("/federate", [&, bad_selectors, gate](const httplib::Request& req,
-                                                 httplib::Response& res) {
-    if (!gate.Admits(req.get_header_value("Authorization"))) {
-      res.status = 401;
-      res.set_header("WWW-Authenticate", "Bearer");
-      res.set_content("a valid bearer token is required\n", "text/plain");
-      return;
-    }
-    size_t n = req.get_param_value_count("match[]");
-    std::vector<Selector> selectors;
-    std::string error = n == 0 ? "missing match[] parameter" : "";
-    for (size_t i = 0; i < n && error.empty(); ++i) {
-      auto sel = ParseSelector(req.get_param_value("match[]", i));
-      if (sel.ok()) {
-        selectors.push_back(*std::move(sel));
-      } else {
-        error = std::string(sel.status().message());
-      }
-    }
-    if (!error.empty()) {
-      bad_selectors->Increment();
-      res.status = 400;
-      res.set_content(error + "\n", "text/plain");
-      return;
-    }
-    res.set_content(RenderFederate(query.CurrentSeries(), selectors),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
+  auto federate = [&query, bad_selectors, gate](const httplib::Request& req,
+                                                httplib::Response& res) {
+    ServeFederate(query, gate, bad_selectors, req, res);
+  };
+  http.Get("/federate", federate);
 }
 
 }  // namespace ncclwatch::aggregator

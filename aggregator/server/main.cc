@@ -123,8 +123,7 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "How long batches, points and events are kept: e.g. 15d, 36h, 90m (at least 1m).");
   t.AddString("downsample-after", "", &c.downsample_after,
               "Points older than this are reduced to one mean per --downsample-step (hourly).");
-  t.AddString("downsample-step", "", &c.downsample_step,
-              "Bucket of downsampled points, e.g. 5m.");
+  t.AddString("downsample-step", "", &c.downsample_step, "Bucket of downsampled points, e.g. 5m.");
   t.AddDouble("replay-s", "", &c.replay_s,
               "At start-up, feed the batches of the last this-many seconds to the detectors again, "
               "so they resume where they stopped.");
@@ -222,8 +221,8 @@ int Main(int argc, char** argv) {
   }
   options.ingest_token = ingest_token->get();
   options.query_token = query_token->get();
-  auto credentials = MakeServerCredentials(
-      {config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file});
+  auto credentials =
+      MakeServerCredentials({config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file});
   if (!credentials.ok()) {
     LogError("%s", credentials.status().message());
     return 2;
@@ -237,9 +236,9 @@ int Main(int argc, char** argv) {
   }
   LogInfo("serving gRPC on %s:%d, HTTP on %s:%d, data in %s", config.listen_host,
           server.grpc_port(), config.listen_host, server.http_port(), config.data_dir);
-  NotifyReady(static_cast<int>(config.ready_fd),
-              absl::StrFormat("ready grpc_port=%d http_port=%d", server.grpc_port(),
-                              server.http_port()));
+  NotifyReady(
+      static_cast<int>(config.ready_fd),
+      absl::StrFormat("ready grpc_port=%d http_port=%d", server.grpc_port(), server.http_port()));
 
   const int sig = WaitForTerminationSignal();
   LogInfo("signal %d: shutting down", sig);

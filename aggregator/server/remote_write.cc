@@ -13,9 +13,10 @@ namespace ncclwatch::aggregator {
 absl::StatusOr<RemoteWriteTarget> ParseRemoteWriteUrl(const std::string& url) {
   constexpr std::string_view kHttp = "http://";
   if (url.rfind("https://", 0) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--remote-write-url=", url, ": https is not supported yet; use http:// (e.g. through a "
-        "local proxy or the receiver's in-cluster service)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--remote-write-url=", url,
+                     ": https is not supported yet; use http:// (e.g. through a "
+                     "local proxy or the receiver's in-cluster service)"));
   }
   if (url.rfind(kHttp, 0) != 0) {
     return absl::InvalidArgumentError(
@@ -86,14 +87,14 @@ absl::Status RemoteWriter::Post(const ncclwatch::remotewrite::WriteRequest& requ
                               {"User-Agent", "ncclwatch-aggregator"}};
   auto res = client.Post(target_.path, headers, body, "application/x-protobuf");
   if (!res) {
-    return absl::UnavailableError(absl::StrCat("remote-write to ", target_.host, ":",
-                                               target_.port, target_.path, ": ",
+    return absl::UnavailableError(absl::StrCat("remote-write to ", target_.host, ":", target_.port,
+                                               target_.path, ": ",
                                                httplib::to_string(res.error())));
   }
   if (res->status / 100 != 2) {
-    return absl::UnavailableError(absl::StrCat("remote-write to ", target_.host, ":",
-                                               target_.port, target_.path, ": HTTP ",
-                                               res->status, " ", res->body.substr(0, 200)));
+    return absl::UnavailableError(absl::StrCat("remote-write to ", target_.host, ":", target_.port,
+                                               target_.path, ": HTTP ", res->status, " ",
+                                               res->body.substr(0, 200)));
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,9 @@
 #include "aggregator/server/remote_write.h"
-#include "aggregator/store/store_keys.h"
 
 #include <atomic>
 #include <thread>
 
+#include "aggregator/store/store_keys.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "snappy.h"

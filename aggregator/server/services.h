@@ -33,9 +33,9 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   // <token>` (UNAUTHENTICATED otherwise, counted). `ingest` answers GetStats and carries the
   // event bus Watch subscribes to.
   QueryService(QueryEngine& query, Ingest& ingest, TokenFile* token = nullptr);
-  grpc::ServerUnaryReactor* ListStragglers(grpc::CallbackServerContext* context,
-                                           const ncclwatch::v1::ListStragglersRequest* request,
-                                           ncclwatch::v1::ListStragglersResponse* response) override;
+  grpc::ServerUnaryReactor* ListStragglers(
+      grpc::CallbackServerContext* context, const ncclwatch::v1::ListStragglersRequest* request,
+      ncclwatch::v1::ListStragglersResponse* response) override;
   grpc::ServerUnaryReactor* ListHangs(grpc::CallbackServerContext* context,
                                       const ncclwatch::v1::ListHangsRequest* request,
                                       ncclwatch::v1::ListHangsResponse* response) override;

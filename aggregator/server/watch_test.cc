@@ -41,8 +41,8 @@ TEST(WatchTest, AClientThatNeverReadsCannotStallIngestAndLosesOnlyTheOldestEvent
   builder.RegisterService(&query);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   auto query_stub = ncclwatch::v1::Query::NewStub(channel);
   auto ingest_stub = ncclwatch::v1::Ingest::NewStub(channel);
 

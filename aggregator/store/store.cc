@@ -98,7 +98,8 @@ absl::Status Store::LoadSeriesIndex() {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
     absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
-    if (!key.ok()) return absl::DataLossError(absl::StrCat("series index: ", key.status().message()));
+    if (!key.ok())
+      return absl::DataLossError(absl::StrCat("series index: ", key.status().message()));
     const uint64_t id = key->id;
     StoredSeries s;
     s.id = id;
@@ -134,12 +135,11 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
 }
 
 absl::Status Store::ReplayBatches(
-    int64_t since_ns,
-    const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
+    int64_t since_ns, const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
     int64_t until_ns) const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
-                                 .time = static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))}));
+      .time = static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))}));
        it->Valid() && it->key().starts_with("L"); it->Next()) {
     absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
     if (!key.ok()) return absl::DataLossError(absl::StrCat("batch log: ", key.status().message()));

@@ -16,18 +16,18 @@
 
 #include <atomic>
 #include <cstdint>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/sync.h"
 #include "aggregator/store/store_keys.h"
 #include "common/prom_text.h"
 #include "common/series.h"
+#include "common/sync.h"
 #include "ncclwatch/v1/ingest.pb.h"
 #include "ncclwatch/v1/query.pb.h"
 

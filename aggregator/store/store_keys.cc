@@ -107,9 +107,9 @@ absl::StatusOr<StoreKey> DecodeStoreKey(std::string_view key) {
       out.text = std::string(rest);
       return out;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "store key with unknown tag byte 0x", absl::Hex(static_cast<unsigned char>(tag),
-                                                           absl::kZeroPad2)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("store key with unknown tag byte 0x",
+                       absl::Hex(static_cast<unsigned char>(tag), absl::kZeroPad2)));
   }
 }
 

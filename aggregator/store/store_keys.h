@@ -15,13 +15,13 @@ namespace ncclwatch::aggregator {
 
 struct StoreKey {
   enum class Kind : char {
-    kBatchLog = 'L',     // time = received_ns, counter = n
-    kBatchIndex = 'B',   // text = agent_id, counter = batch_seq
-    kEvent = 'E',        // time = event time (unix ns), counter = n
+    kBatchLog = 'L',          // time = received_ns, counter = n
+    kBatchIndex = 'B',        // text = agent_id, counter = batch_seq
+    kEvent = 'E',             // time = event time (unix ns), counter = n
     kSeriesByIdentity = 'N',  // text = series identity
-    kSeriesById = 'S',   // id = series id
-    kPoint = 'P',        // id = series id, time = ms
-    kMeta = 'M',         // text = bookkeeping name
+    kSeriesById = 'S',        // id = series id
+    kPoint = 'P',             // id = series id, time = ms
+    kMeta = 'M',              // text = bookkeeping name
   };
   Kind kind = Kind::kMeta;
   uint64_t time = 0;
@@ -33,7 +33,7 @@ struct StoreKey {
 // Big-endian encoding so that byte order equals numeric order.
 std::string EncodeBe64(uint64_t v);
 void PutBe64(char* out, uint64_t v);  // writes exactly 8 bytes
-uint64_t DecodeBe64(const char* p);  // reads exactly 8 bytes
+uint64_t DecodeBe64(const char* p);   // reads exactly 8 bytes
 
 std::string EncodeStoreKey(const StoreKey& key);
 // InvalidArgument (naming the tag and the length) for a key of no known layout.

@@ -79,9 +79,8 @@ TEST_F(StoreTest, ReplaysBatchesInArrivalOrderFromAGivenTime) {
   ASSERT_TRUE(store.ok());
   std::vector<std::pair<uint64_t, int64_t>> seen;
   ASSERT_TRUE((*store)
-                  ->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b, int64_t at) {
-                    seen.emplace_back(b.batch_seq(), at);
-                  })
+                  ->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b,
+                                             int64_t at) { seen.emplace_back(b.batch_seq(), at); })
                   .ok());
   EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, int64_t>>{{2, 2'000}, {7, 3'000}}));
 }
@@ -189,7 +188,8 @@ TEST(StoreKeyTest, EveryLayoutRoundTripsAndMalformedKeysSayWhatIsWrong) {
   EXPECT_EQ(error("L123"), "store key 'L' of 4 bytes: want 17 (tag, be64 time, be64 n)");
   EXPECT_EQ(error(std::string("Bagent") + EncodeBe64(1)),  // no '\0' before the sequence
             "store key 'B' of 14 bytes: want tag, agent id, '\\0', be64 batch_seq");
-  EXPECT_EQ(error("S" + EncodeBe64(1) + "x"), "store key 'S' of 10 bytes: want 9 (tag, be64 series id)");
+  EXPECT_EQ(error("S" + EncodeBe64(1) + "x"),
+            "store key 'S' of 10 bytes: want 9 (tag, be64 series id)");
   EXPECT_EQ(error("N"), "store key 'N' of 1 bytes: want a name after the tag");
   EXPECT_EQ(error("\x7f"), "store key with unknown tag byte 0x7f");
 
@@ -198,7 +198,8 @@ TEST(StoreKeyTest, EveryLayoutRoundTripsAndMalformedKeysSayWhatIsWrong) {
   ASSERT_TRUE(ParseSeriesIdentity(SeriesIdentity("m", {{"a", "1"}, {"b", ""}}), &name, &labels));
   EXPECT_EQ(name, "m");
   EXPECT_EQ(labels, (LabelPairs{{"a", "1"}, {"b", ""}}));
-  EXPECT_FALSE(ParseSeriesIdentity(std::string("m\0a", 3), &name, &labels)) << "label without value";
+  EXPECT_FALSE(ParseSeriesIdentity(std::string("m\0a", 3), &name, &labels))
+      << "label without value";
 }
 
 }  // namespace
@@ -224,7 +225,7 @@ TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
   EXPECT_EQ((*rank0)[0].time_ms, 0);
   EXPECT_DOUBLE_EQ((*rank0)[0].value, 2.0);  // minutes 0..4
   EXPECT_EQ((*rank0)[1].time_ms, 5 * 60'000);
-  EXPECT_DOUBLE_EQ((*rank0)[1].value, 7.0);  // minutes 5..9
+  EXPECT_DOUBLE_EQ((*rank0)[1].value, 7.0);     // minutes 5..9
   EXPECT_EQ((*rank0)[2].time_ms, 10 * 60'000);  // untouched from here
   // Idempotent, and it resumes where it stopped after a restart.
   EXPECT_EQ(*(*store)->Downsample(10 * 60'000, 5 * 60'000), 0u);

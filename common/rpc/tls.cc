@@ -28,7 +28,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     options.pem_root_certs = *std::move(ca);
   }
   if (tls.cert_file.empty() != tls.key_file.empty()) {
-    return absl::InvalidArgumentError("a client certificate needs its key, and a key its certificate");
+    return absl::InvalidArgumentError(
+        "a client certificate needs its key, and a key its certificate");
   }
   if (!tls.cert_file.empty()) {
     auto cert = ReadCredentialFile(tls.cert_file, "client certificate");

@@ -22,7 +22,8 @@ absl::StatusOr<std::string> TokenFile::Read() const {
   auto data = ReadCredentialFile(path_, "token");
   if (!data.ok()) return data.status();
   std::string token(absl::StripAsciiWhitespace(*data));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("the token file ", path_, " is blank"));
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat("the token file ", path_, " is blank"));
   return token;
 }
 

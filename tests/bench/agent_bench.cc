@@ -215,8 +215,8 @@ int Main(int argc, char** argv) {
               "reports/s forwarded", "agent cores", "reports/s per core", "agent RSS (MiB)");
   std::printf("%-6d %-10s %-6s %20.0f %12.2f %22.0f %16.1f\n", ranks,
               rate > 0 ? (std::to_string(static_cast<int>(rate)) + "/s/rank").c_str() : "max",
-              spool ? "yes" : "no", per_s, agent_cores,
-              agent_cores > 0 ? per_s / agent_cores : 0.0, rss_kib / 1024.0);
+              spool ? "yes" : "no", per_s, agent_cores, agent_cores > 0 ? per_s / agent_cores : 0.0,
+              rss_kib / 1024.0);
   return 0;
 }
 

@@ -106,7 +106,6 @@ std::vector<Comm> InitComms(int n, uint64_t base_hash) {
   return comms;
 }
 
-
 // One collective as NCCL enqueues it; returns the Coll handle (the KernelCh parent).
 inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
   static int stream_marker;
@@ -127,8 +126,8 @@ inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
   void* coll = nullptr;
   EventDescrV5 c = MakeDescrV5(kColl, coll_api);
   c.rank = 3;
-  c.coll = {seq, "AllReduce", nullptr, nullptr, 1 << 20, 0, "ncclFloat32", channels, 16,
-            "RING", "SIMPLE", group};
+  c.coll = {seq,           "AllReduce", nullptr, nullptr, 1 << 20,  0,
+            "ncclFloat32", channels,    16,      "RING",  "SIMPLE", group};
   g_v5->start_event(ctx, &coll, &c);
   if (coll) g_v5->stop_event(coll);
   if (group) g_v5->stop_event(group);
@@ -177,13 +176,17 @@ void BM_KernelChPath(benchmark::State& state) {
     state.SetIterationTime(std::chrono::duration<double>(end - begin).count());
   }
   // Cost of one channel (KernelCh start + KernelChStop + stop), from the measured time only.
-  state.counters["per_channel"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kBatch * channels,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_channel"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kBatch * channels,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 BENCHMARK(BM_LaunchPath)->Repetitions(5)->ReportAggregatesOnly(true);
-BENCHMARK(BM_KernelChPath)->Arg(1)->Arg(4)->UseManualTime()->Repetitions(5)
+BENCHMARK(BM_KernelChPath)
+    ->Arg(1)
+    ->Arg(4)
+    ->UseManualTime()
+    ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 
 // 50,000 collectives/s over 8 communicators for `seconds`; returns bytes/s the agent received.

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "aggregator/analysis/analyzer.h"
-#include "aggregator/server/http_routes.h"
 #include "aggregator/query/query.h"
+#include "aggregator/server/http_routes.h"
 #include "aggregator/store/store.h"
 #include "benchmark/benchmark.h"
 #include "common/daemon.h"
@@ -32,8 +32,8 @@
 namespace ncclwatch::bench {
 namespace {
 
-using ncclwatch::SeriesPoint;
 using aggregator::Store;
+using ncclwatch::SeriesPoint;
 
 class TempDir {
  public:
@@ -49,9 +49,13 @@ class TempDir {
 };
 
 LabelPairs RankSeriesLabels(int i) {
-  return {{"job_id", "bench"}, {"comm_hash", "0x00000000000be7c4"}, {"comm_name", "world"},
-          {"rank", std::to_string(i)}, {"node", "node-" + std::to_string(i / 8)},
-          {"gpu", "GPU" + std::to_string(i % 8)}, {"collective", "AllReduce"},
+  return {{"job_id", "bench"},
+          {"comm_hash", "0x00000000000be7c4"},
+          {"comm_name", "world"},
+          {"rank", std::to_string(i)},
+          {"node", "node-" + std::to_string(i / 8)},
+          {"gpu", "GPU" + std::to_string(i % 8)},
+          {"collective", "AllReduce"},
           {"message_size", "32-33MB"}};
 }
 
@@ -78,8 +82,8 @@ void BM_AppendPoints(benchmark::State& state) {
     if (!(*store)->AppendPoints(batch).ok()) return state.SkipWithError("write failed");
     points += kBatch;
   }
-  state.counters["points_per_s"] = benchmark::Counter(static_cast<double>(points),
-                                                       benchmark::Counter::kIsRate);
+  state.counters["points_per_s"] =
+      benchmark::Counter(static_cast<double>(points), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_AppendPoints)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -90,7 +94,8 @@ void BM_QueryOneHour(benchmark::State& state) {
   // 10,000 series; the queried one (rank 4242) has 3,600 points, one per second.
   const int64_t t0 = 1'700'000'000'000;
   std::vector<SeriesPoint> batch;
-  for (int i = 0; i < 10'000; ++i) batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(i), 1, t0});
+  for (int i = 0; i < 10'000; ++i)
+    batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(i), 1, t0});
   for (int s = 0; s < 3'600; ++s) {
     batch.push_back({"nccl_bus_bandwidth_gbs", RankSeriesLabels(4242), 20.0 + s, t0 + s * 1'000});
   }
@@ -112,7 +117,9 @@ void BM_QueryOneHour(benchmark::State& state) {
   }
   state.counters["points"] = static_cast<double>(points);
 }
-BENCHMARK(BM_QueryOneHour)->Unit(benchmark::kMillisecond)->Repetitions(9)
+BENCHMARK(BM_QueryOneHour)
+    ->Unit(benchmark::kMillisecond)
+    ->Repetitions(9)
     ->ReportAggregatesOnly(true);
 
 // A report of rank `rank` of communicator `comm` (1,024 ranks) with 10 message sizes.

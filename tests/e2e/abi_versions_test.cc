@@ -23,8 +23,7 @@ TEST_P(AbiVersionTest, EveryOperationTypeIsRecorded) {
       {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--abi=" + std::to_string(abi),
        "--nodes=1", "--ranks-per-node=2", "--duration-s=1.5",
        "--agent-addr=unix://" + dir + "/no-agent.sock",  // nobody listens
-       "--env=NCCLWATCH_DUMP_DIR=" + dir + "/rank{rank}",
-       "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+       "--env=NCCLWATCH_DUMP_DIR=" + dir + "/rank{rank}", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
       dir + "/simjob.log");
   ASSERT_EQ(code, 0) << log;
 

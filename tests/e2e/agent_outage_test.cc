@@ -6,10 +6,10 @@
 #include <memory>
 #include <optional>
 
-#include "common/sync.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
+#include "common/sync.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
 #include "tests/e2e/pipeline.h"
 
@@ -82,12 +82,13 @@ TEST(AgentOutageTest, JobFinishesAndReportsResumeWithinTwoSecondsOfTheAgentsRetu
   auto first_agent = std::make_unique<RecordingAgent>(socket);
   ASSERT_TRUE(first_agent->ok());
 
-  Process simjob({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1",
-                  "--ranks-per-node=2", "--duration-s=7", "--agent-addr=unix://" + socket,
-                  "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
-                 {}, dir + "/simjob.log");
+  Process simjob(
+      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1", "--ranks-per-node=2",
+       "--duration-s=7", "--agent-addr=unix://" + socket, "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+      {}, dir + "/simjob.log");
   ASSERT_TRUE(first_agent->WaitForFirstReport(absl::Seconds(10)).has_value())
-      << "the plugins never reported\n" << simjob.Log();
+      << "the plugins never reported\n"
+      << simjob.Log();
 
   first_agent->Kill();  // mid-stream: the plugins' streams break
   // The outage itself: the agent stays away for 1.5 s while the job keeps running.

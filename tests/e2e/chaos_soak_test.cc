@@ -75,13 +75,12 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
   const auto start = std::chrono::steady_clock::now();
-  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(),
-               "--nodes=" + std::to_string(kNodes),
-               "--ranks-per-node=" + std::to_string(kRanksPerNode),
-               "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=soak",
-               "--duration-s=" + std::to_string(seconds), "--slow-rank=" + std::to_string(kSlowRank),
-               "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
-              {}, p.dir() + "/simjob.log");
+  Process job(
+      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=" + std::to_string(kNodes),
+       "--ranks-per-node=" + std::to_string(kRanksPerNode), "--agent-addr=" + p.AgentAddrTemplate(),
+       "--job-id=soak", "--duration-s=" + std::to_string(seconds),
+       "--slow-rank=" + std::to_string(kSlowRank), "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+      {}, p.dir() + "/simjob.log");
   ASSERT_TRUE(job.started());
 
   // Warm-up: the slow rank is found before faults begin, so the end state can be compared.
@@ -170,20 +169,20 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
 
   auto store = aggregator::Store::Open(p.dir() + "/db");
   ASSERT_TRUE(store.ok()) << store.status();
-  std::map<std::string, std::set<uint64_t>> seqs;  // agent run -> batch sequence numbers
+  std::map<std::string, std::set<uint64_t>> seqs;       // agent run -> batch sequence numbers
   std::map<uint64_t, std::map<uint32_t, int>> reports;  // process -> counter -> times stored
   uint64_t stored_reports = 0;
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(0,
-                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
-                                    seqs[batch.agent_id()].insert(batch.batch_seq());
-                                    for (const auto& r : batch.reports()) {
-                                      ++reports[r.report_id() >> 32]
-                                               [static_cast<uint32_t>(r.report_id())];
-                                      ++stored_reports;
-                                    }
-                                  })
-                  .ok());
+  ASSERT_TRUE(
+      (*store)
+          ->ReplayBatches(0,
+                          [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                            seqs[batch.agent_id()].insert(batch.batch_seq());
+                            for (const auto& r : batch.reports()) {
+                              ++reports[r.report_id() >> 32][static_cast<uint32_t>(r.report_id())];
+                              ++stored_reports;
+                            }
+                          })
+          .ok());
   uint64_t batches = 0, gaps = 0;
   for (const auto& [agent, s] : seqs) {
     batches += s.size();
@@ -214,12 +213,11 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       "(%.3f%%)\n"
       "  events: %d straggler (all rank %d), %d hang/silent, %d other\n"
       "  RSS agent 0 (never killed): %.1f -> %.1f MiB; aggregator's last life: %.1f -> %.1f MiB\n",
-      seconds, kNodes, kRanksPerNode, agent_kills, agent_terms, aggregator_kills,
-      aggregator_terms, static_cast<unsigned long long>(batches), seqs.size(),
+      seconds, kNodes, kRanksPerNode, agent_kills, agent_terms, aggregator_kills, aggregator_terms,
+      static_cast<unsigned long long>(batches), seqs.size(),
       static_cast<unsigned long long>(stored_reports), static_cast<unsigned long long>(gaps),
-      static_cast<unsigned long long>(duplicates),
-      aggregator_kills + aggregator_terms + 1, static_cast<unsigned long long>(acked_total),
-      static_cast<unsigned long long>(missing),
+      static_cast<unsigned long long>(duplicates), aggregator_kills + aggregator_terms + 1,
+      static_cast<unsigned long long>(acked_total), static_cast<unsigned long long>(missing),
       100.0 * static_cast<double>(missing) / static_cast<double>(stored_reports + missing),
       straggler_events, kSlowRank, hang_events, other_events, agent0_rss_start, agent0_rss_end,
       aggregator_rss_start, aggregator_rss_end);

@@ -22,8 +22,8 @@ TEST(DegradedEndToEndTest, AHalvedNicFlagsTheHybridCommunicatorOnlyWithinThreeSe
   const int64_t launch = absl::GetCurrentTimeNanos();
   auto [code, log] = RunToCompletion(
       {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2", "--ranks-per-node=4",
-       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=e2e-nic", "--duration-s=9",
-       "--node-comm", "--clock-skew-ms=50", "--degrade-node=1", "--degrade-factor=0.5",
+       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=e2e-nic", "--duration-s=9", "--node-comm",
+       "--clock-skew-ms=50", "--degrade-node=1", "--degrade-factor=0.5",
        "--degrade-after-s=" + std::to_string(kDegradeAtS),
        "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
       p.dir() + "/simjob.log");

@@ -22,8 +22,8 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -113,8 +113,8 @@ int64_t ParseT0(const std::string& log) {
 
 struct Outcome {
   std::string name;
-  bool judged = true;      // false: the simulator fell behind twice (see the file comment)
-  double max_lag_s = 0;    // of the simulator, in the run that was judged (or the last one)
+  bool judged = true;    // false: the simulator fell behind twice (see the file comment)
+  double max_lag_s = 0;  // of the simulator, in the run that was judged (or the last one)
   int expected = 0;
   int found = 0;        // expected findings that appeared
   int reported = 0;     // START events
@@ -150,18 +150,22 @@ std::vector<Scenario> Scenarios() {
   std::vector<Scenario> s;
   // Healthy jobs with realistic host jitter (+/-300 us per step) must produce nothing at all.
   for (const char* seed : {"1", "2", "3"}) {
-    s.push_back({std::string("clean, seed ") + seed, 2,
-                 {{"clean", Common({"--seed=" + std::string(seed), "--jitter-us=300",
-                                    "--node-comm"})}},
-                 {}});
+    s.push_back(
+        {std::string("clean, seed ") + seed,
+         2,
+         {{"clean", Common({"--seed=" + std::string(seed), "--jitter-us=300", "--node-comm"})}},
+         {}});
   }
-  s.push_back({"clean 3D (TP x PP x DP = 2 x 2 x 2)", 4,
+  s.push_back({"clean 3D (TP x PP x DP = 2 x 2 x 2)",
+               4,
                {{"clean3d", ThreeD({"--seed=4", "--jitter-us=300"})}},
                {}});
-  s.push_back({"slow rank", 2,
+  s.push_back({"slow rank",
+               2,
                {{"slow", Common({"--slow-rank=5"})}},
                {{Event::STRAGGLER, "slow", "world rank 5", 0}}});
-  s.push_back({"slow node (all its GPUs)", 2,
+  s.push_back({"slow node (all its GPUs)",
+               2,
                {{"slownode", Common({"--slow-node=1"})}},
                {{Event::STRAGGLER, "slownode", "world rank 4", 0},
                 {Event::STRAGGLER, "slownode", "world rank 5", 0},
@@ -171,37 +175,44 @@ std::vector<Scenario> Scenarios() {
   // Node 0's NIC halves at t0 + 3 s. Its data-parallel (dp0, dp1: nodes 0 and 2) and pipeline
   // (pp0, pp1: nodes 0 and 1) communicators degrade; its NVLink TP communicator does not; the
   // only node common to them all, and absent from the healthy dp2/dp3/pp2/pp3, is node 0.
-  s.push_back({"degraded link on one node (3D)", 4,
-               {{"nic", ThreeD({"--degrade-node=0", "--degrade-factor=0.5",
-                                "--degrade-after-s=3"})}},
-               {{Event::COMM_DEGRADED, "nic", "dp0 hybrid", 3},
-                {Event::COMM_DEGRADED, "nic", "dp1 hybrid", 3},
-                {Event::COMM_DEGRADED, "nic", "pp0 hybrid", 3},
-                {Event::COMM_DEGRADED, "nic", "pp1 hybrid", 3},
-                {Event::NODE_NETWORK_SUSPECT, "nic", std::string("node ") + kNode0, 3}}});
-  s.push_back({"rank never arrives", 2,
+  s.push_back(
+      {"degraded link on one node (3D)",
+       4,
+       {{"nic", ThreeD({"--degrade-node=0", "--degrade-factor=0.5", "--degrade-after-s=3"})}},
+       {{Event::COMM_DEGRADED, "nic", "dp0 hybrid", 3},
+        {Event::COMM_DEGRADED, "nic", "dp1 hybrid", 3},
+        {Event::COMM_DEGRADED, "nic", "pp0 hybrid", 3},
+        {Event::COMM_DEGRADED, "nic", "pp1 hybrid", 3},
+        {Event::NODE_NETWORK_SUSPECT, "nic", std::string("node ") + kNode0, 3}}});
+  s.push_back({"rank never arrives",
+               2,
                {{"hang", Common({"--hang-rank=6", "--hang-after-s=3"})}},
                {{Event::HANG, "hang", "world missing 6", 3}}});
-  s.push_back({"rank process dies", 2,
+  s.push_back({"rank process dies",
+               2,
                {{"dies", Common({"--kill-rank=2", "--kill-after-s=3"})}},
                {{Event::HANG, "dies", "world missing 2", 3},
                 {Event::RANK_SILENT, "dies", "world rank 2", 3}}});
-  s.push_back({"+/-50 ms GPU clock offsets, slow rank", 2,
+  s.push_back({"+/-50 ms GPU clock offsets, slow rank",
+               2,
                {{"skew", Common({"--clock-skew-ms=50", "--slow-rank=3"})}},
                {{Event::STRAGGLER, "skew", "world rank 3", 0}}});
-  s.push_back({"two jobs at once (one slow rank in A)", 2,
+  s.push_back({"two jobs at once (one slow rank in A)",
+               2,
                {{"jobA", Common({"--slow-rank=2", "--seed=11"})},
                 {"jobB", Common({"--seed=12", "--clock-skew-ms=50"})}},
                {{Event::STRAGGLER, "jobA", "world rank 2", 0}}});
   // World rank 5 is slow throughout; at t0 + 3 s the world splits by local-rank parity and rank 5
   // becomes rank 2 of split1 = {1, 3, 5, 7}. The idle parent must not look hung or silent.
-  s.push_back({"communicator split mid-run (slow rank 5)", 2,
+  s.push_back({"communicator split mid-run (slow rank 5)",
+               2,
                {{"split", Common({"--split-after-s=3", "--slow-rank=5"})}},
                {{Event::STRAGGLER, "split", "world rank 5", 0},
                 {Event::STRAGGLER, "split", "split1 rank 2", 3}}});
   // 5,000 collectives per second per rank (200 us per step, 4 KiB-32 KiB messages), rank 3 stops
   // arriving at t0 + 3 s.
-  s.push_back({"5,000 collectives/s per rank, rank never arrives", 2,
+  s.push_back({"5,000 collectives/s per rank, rank never arrives",
+               2,
                {{"rate",
                  {"--nodes=2", "--ranks-per-node=2", "--duration-s=6", "--gap-us=190",
                   "--jitter-us=10", "--msg-scale=0.001", "--hang-rank=3", "--hang-after-s=3"},
@@ -305,9 +316,10 @@ TEST_P(DetectionSuite, FindsExactlyTheInjectedFaults) {
   ScenarioRun run = RunScenario(sc);
   ASSERT_TRUE(run.error.empty()) << run.error;
   if (run.max_lag_s > kMaxSimulatorLagS) {
-    std::printf("%s: the simulator fell %.2f s behind its schedule (limit %.2f s): running it "
-                "again\n",
-                sc.name.c_str(), run.max_lag_s, kMaxSimulatorLagS);
+    std::printf(
+        "%s: the simulator fell %.2f s behind its schedule (limit %.2f s): running it "
+        "again\n",
+        sc.name.c_str(), run.max_lag_s, kMaxSimulatorLagS);
     run = RunScenario(sc);
     ASSERT_TRUE(run.error.empty()) << run.error;
   }
@@ -341,8 +353,7 @@ TEST_P(DetectionSuite, FindsExactlyTheInjectedFaults) {
         (static_cast<int64_t>(e.time_unix_ns()) - run.t0[job]) / 1e9 - it->second->effect_s;
     latency_sum += latency;
     out.max_latency_s = std::max(out.max_latency_s, latency);
-    EXPECT_LE(latency, kLatencyCeilingS)
-        << sc.name << ": " << key << " took " << latency << " s";
+    EXPECT_LE(latency, kLatencyCeilingS) << sc.name << ": " << key << " took " << latency << " s";
     EXPECT_GE(latency, 0) << sc.name << ": " << key << " was reported before the fault";
   }
   for (const auto& [key, want] : expected) {
@@ -361,15 +372,14 @@ std::string ScenarioName(const ::testing::TestParamInfo<Scenario>& info) {
   return std::to_string(info.index) + "_" + name.substr(0, 40);
 }
 
-INSTANTIATE_TEST_SUITE_P(Scenarios, DetectionSuite, ::testing::ValuesIn(Scenarios()),
-                         ScenarioName);
+INSTANTIATE_TEST_SUITE_P(Scenarios, DetectionSuite, ::testing::ValuesIn(Scenarios()), ScenarioName);
 
 // Prints the per-scenario table once every scenario has run.
 class SummaryPrinter : public ::testing::Environment {
  public:
   void TearDown() override {
-    std::printf("\n%-52s %8s %9s %6s %9s %9s %9s\n", "scenario", "expected", "precision",
-                "recall", "mean lat", "max lat", "sim lag");
+    std::printf("\n%-52s %8s %9s %6s %9s %9s %9s\n", "scenario", "expected", "precision", "recall",
+                "mean lat", "max lat", "sim lag");
     int expected = 0, found = 0, reported = 0, true_starts = 0, over_goal = 0, not_judged = 0;
     for (const Outcome& o : Outcomes()) {
       if (!o.judged) {
@@ -378,7 +388,8 @@ class SummaryPrinter : public ::testing::Environment {
         ++not_judged;
         continue;
       }
-      const double precision = o.reported == 0 ? 1.0 : static_cast<double>(o.true_starts) / o.reported;
+      const double precision =
+          o.reported == 0 ? 1.0 : static_cast<double>(o.true_starts) / o.reported;
       const double recall = o.expected == 0 ? 1.0 : static_cast<double>(o.found) / o.expected;
       std::printf("%-52s %8d %9.2f %6.2f", o.name.c_str(), o.expected, precision, recall);
       if (o.found > 0) {
@@ -396,9 +407,10 @@ class SummaryPrinter : public ::testing::Environment {
     std::printf("%-52s %8d %9.2f %6.2f\n", "all scenarios judged", expected,
                 reported == 0 ? 1.0 : static_cast<double>(true_starts) / reported,
                 expected == 0 ? 1.0 : static_cast<double>(found) / expected);
-    std::printf("latency: goal %.0f s, ceiling %.0f s; %d scenario(s) over the goal; %d not "
-                "judged (simulator behind schedule by more than %.1f s)\n",
-                kLatencyGoalS, kLatencyCeilingS, over_goal, not_judged, kMaxSimulatorLagS);
+    std::printf(
+        "latency: goal %.0f s, ceiling %.0f s; %d scenario(s) over the goal; %d not "
+        "judged (simulator behind schedule by more than %.1f s)\n",
+        kLatencyGoalS, kLatencyCeilingS, over_goal, not_judged, kMaxSimulatorLagS);
     std::fflush(stdout);
   }
 };

@@ -5,8 +5,8 @@
 #include <map>
 #include <regex>
 
-#include "common/sync.h"
 #include "absl/time/clock.h"
+#include "common/sync.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
@@ -139,8 +139,7 @@ TEST(EndToEndTest, CleanRunFlagsNobody) {
   Pipeline p(kNodes);
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
-  auto [code, simjob_log] =
-      RunToCompletion(SimjobArgs(p, "e2e-clean", 6), p.dir() + "/simjob.log");
+  auto [code, simjob_log] = RunToCompletion(SimjobArgs(p, "e2e-clean", 6), p.dir() + "/simjob.log");
   ASSERT_EQ(code, 0) << simjob_log;
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
 
@@ -173,8 +172,8 @@ TEST(EndToEndTest, HttpEndpointsAreWellFormed) {
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
 
   EXPECT_EQ(p.Get("/healthz").first, 200);
-  for (std::string bad : {std::string("/federate"), Federate("up{"), Federate("{}"),
-                          Federate("{x=~\"(\"}")}) {
+  for (std::string bad :
+       {std::string("/federate"), Federate("up{"), Federate("{}"), Federate("{x=~\"(\"}")}) {
     auto [status, body] = p.Get(bad);
     EXPECT_EQ(status, 400) << bad;
     EXPECT_FALSE(body.empty()) << bad;
@@ -189,17 +188,19 @@ TEST(EndToEndTest, HttpEndpointsAreWellFormed) {
     FILE* f = fopen(file.c_str(), "w");
     fwrite(body.data(), 1, body.size(), f);
     fclose(f);
-    auto [lint, findings] = RunToCompletion(
-        {"/bin/sh", "-c", "promtool check metrics < " + file}, p.dir() + "/promtool.log");
+    auto [lint, findings] = RunToCompletion({"/bin/sh", "-c", "promtool check metrics < " + file},
+                                            p.dir() + "/promtool.log");
     ASSERT_TRUE(lint == 0 || lint == 3) << path << ": promtool could not parse it:\n" << findings;
     std::istringstream lines(findings);
     std::string finding;
     while (std::getline(lines, finding)) {
       bool inspector_unit =
-          finding == "nccl_collective_exec_time_microseconds use base unit \"seconds\" instead "
-                     "of \"microseconds\"" ||
-          finding == "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of "
-                     "\"microseconds\"";
+          finding ==
+              "nccl_collective_exec_time_microseconds use base unit \"seconds\" instead "
+              "of \"microseconds\"" ||
+          finding ==
+              "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of "
+              "\"microseconds\"";
       EXPECT_TRUE(inspector_unit) << path << ": promtool: " << finding;
     }
   }

@@ -24,11 +24,15 @@ std::vector<std::string> HangPipelineFlags() {
 }
 
 std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
-  return {Binaries::Simjob(),      "--plugin=" + Binaries::Plugin(),
-          "--nodes=2",             "--ranks-per-node=4",
+  return {Binaries::Simjob(),
+          "--plugin=" + Binaries::Plugin(),
+          "--nodes=2",
+          "--ranks-per-node=4",
           "--agent-addr=" + p.AgentAddrTemplate(),
-          "--job-id=" + job,       "--duration-s=8",
-          "--clock-skew-ms=50",    "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"};
+          "--job-id=" + job,
+          "--duration-s=8",
+          "--clock-skew-ms=50",
+          "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"};
 }
 
 std::vector<EventRecorder::Received> OfKind(const std::vector<EventRecorder::Received>& all,

@@ -22,9 +22,9 @@ TEST(AggregatorOutageTest, SixtySecondsAwayAndEveryReportArrivesExactlyOnce) {
   ASSERT_TRUE(p.ok()) << p.error();
   constexpr int kRanks = 64;
   Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1",
-               "--ranks-per-node=" + std::to_string(kRanks), "--agent-addr=" + p.AgentAddrTemplate(),
-               "--job-id=outage", "--duration-s=72", "--gap-us=20000",
-               "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
+               "--ranks-per-node=" + std::to_string(kRanks),
+               "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=outage", "--duration-s=72",
+               "--gap-us=20000", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
               {}, p.dir() + "/simjob.log");
   // Let every rank's first report through, then take the aggregator away for 60 s.
   ncclwatch::v1::Stats stats;
@@ -49,20 +49,20 @@ TEST(AggregatorOutageTest, SixtySecondsAwayAndEveryReportArrivesExactlyOnce) {
   ASSERT_TRUE(store.ok()) << store.status();
   std::map<uint64_t, std::map<uint32_t, int>> by_process;  // prefix -> counter -> times stored
   ASSERT_TRUE((*store)
-                  ->ReplayBatches(0,
-                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
-                                    for (const auto& r : batch.reports()) {
-                                      ++by_process[r.report_id() >> 32]
-                                                  [static_cast<uint32_t>(r.report_id())];
-                                    }
-                                  })
+                  ->ReplayBatches(
+                      0,
+                      [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                        for (const auto& r : batch.reports()) {
+                          ++by_process[r.report_id() >> 32][static_cast<uint32_t>(r.report_id())];
+                        }
+                      })
                   .ok());
   ASSERT_EQ(by_process.size(), static_cast<size_t>(kRanks));
   size_t total = 0;
   for (const auto& [prefix, counters] : by_process) {
     ASSERT_EQ(counters.begin()->first, 1u) << "process " << prefix << " lost its first report";
-    EXPECT_EQ(counters.rbegin()->first, counters.size()) << "a gap: a report of " << prefix
-                                                          << " never arrived";
+    EXPECT_EQ(counters.rbegin()->first, counters.size())
+        << "a gap: a report of " << prefix << " never arrived";
     EXPECT_GE(counters.size(), 70u) << "one report per second for 72 s, process " << prefix;
     for (const auto& [counter, times] : counters) {
       ASSERT_EQ(times, 1) << "report " << counter << " of " << prefix << " stored " << times

@@ -37,8 +37,11 @@ Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags,
 std::unique_ptr<Process> Pipeline::StartAgent(int n) {
   const std::string name = "sim-node-" + std::to_string(n);
   std::vector<std::string> argv = {
-      Binaries::Agent(), "--listen=unix://" + dir_ + "/agent-" + std::to_string(n) + ".sock",
-      "--aggregator=" + AggregatorAddr(), "--http-port=0", "--node-name=" + name,
+      Binaries::Agent(),
+      "--listen=unix://" + dir_ + "/agent-" + std::to_string(n) + ".sock",
+      "--aggregator=" + AggregatorAddr(),
+      "--http-port=0",
+      "--node-name=" + name,
       "--batch-interval-ms=100"};
   for (const std::string& flag : extra_agent_flags_) {
     std::string f = flag;
@@ -49,8 +52,8 @@ std::unique_ptr<Process> Pipeline::StartAgent(int n) {
   }
   const std::string log =
       dir_ + "/" + name + (agent_starts_[n]++ == 0 ? "" : "-restarted") + ".log";
-  auto agent = std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log,
-                                         "--ready-fd");
+  auto agent =
+      std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log, "--ready-fd");
   if (agent->ReadyValue("http_port") <= 0) {
     error_ = name + " did not become ready:\n" + agent->Log();
     return nullptr;
@@ -68,15 +71,15 @@ bool Pipeline::RestartAgent(int node, int signal) {
 }
 
 bool Pipeline::StartAggregator() {
-  std::vector<std::string> argv = {
-      Binaries::Aggregator(), "--listen-host=127.0.0.1",
-      "--grpc-port=" + std::to_string(std::max(grpc_port_, 0)),
-      "--http-port=" + std::to_string(std::max(http_port_, 0)), "--data-dir=" + dir_ + "/db"};
+  std::vector<std::string> argv = {Binaries::Aggregator(), "--listen-host=127.0.0.1",
+                                   "--grpc-port=" + std::to_string(std::max(grpc_port_, 0)),
+                                   "--http-port=" + std::to_string(std::max(http_port_, 0)),
+                                   "--data-dir=" + dir_ + "/db"};
   argv.insert(argv.end(), extra_aggregator_flags_.begin(), extra_aggregator_flags_.end());
   const std::string log =
       dir_ + "/aggregator" + (aggregator_starts_++ == 0 ? "" : "-restarted") + ".log";
-  aggregator_ = std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log,
-                                          "--ready-fd");
+  aggregator_ =
+      std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log, "--ready-fd");
   grpc_port_ = aggregator_->ReadyValue("grpc_port");
   http_port_ = aggregator_->ReadyValue("http_port");
   if (grpc_port_ <= 0 || http_port_ <= 0) {

@@ -56,11 +56,11 @@ TEST(PodEndToEndTest, RanksAreShownWithThePodAndContainerHoldingTheirGpu) {
              {"--pod-resources-socket=" + kubelet_dir.path() + "/kubelet.sock",
               "--pod-resources-refresh-s=1"});
   ASSERT_TRUE(p.ok()) << p.error();
-  auto [code, out] = RunToCompletion(
-      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1", "--ranks-per-node=4",
-       "--gpu-uuids", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=pods",
-       "--duration-s=3", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
-      p.dir() + "/simjob.log");
+  auto [code, out] =
+      RunToCompletion({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1",
+                       "--ranks-per-node=4", "--gpu-uuids", "--agent-addr=" + p.AgentAddrTemplate(),
+                       "--job-id=pods", "--duration-s=3", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+                      p.dir() + "/simjob.log");
   ASSERT_EQ(code, 0) << out;
 
   // The aggregator keeps each rank's identity as last reported; the job's final reports are in.

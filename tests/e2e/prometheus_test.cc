@@ -117,12 +117,17 @@ class Prometheus {
 };
 
 std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
-  return {Binaries::Simjob(),  "--plugin=" + Binaries::Plugin(),
-          "--nodes=2",         "--ranks-per-node=4",
+  return {Binaries::Simjob(),
+          "--plugin=" + Binaries::Plugin(),
+          "--nodes=2",
+          "--ranks-per-node=4",
           "--agent-addr=" + p.AgentAddrTemplate(),
-          "--job-id=" + job,   "--duration-s=12",
-          "--slow-rank=5",     "--hang-rank=6",
-          "--hang-after-s=5",  "--clock-skew-ms=20",
+          "--job-id=" + job,
+          "--duration-s=12",
+          "--slow-rank=5",
+          "--hang-rank=6",
+          "--hang-after-s=5",
+          "--clock-skew-ms=20",
           "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"};
 }
 
@@ -130,14 +135,16 @@ TEST(PrometheusEndToEndTest, ARealPrometheusFederatesTheFindingsWithTheirLabels)
   Pipeline p(2, {"--hang-threshold-s=2"});
   ASSERT_TRUE(p.ok()) << p.error();
   const std::string http = "127.0.0.1:" + std::to_string(p.http_port());
-  Prometheus prom(p.dir(), "scrape_configs:\n"
-                           "  - job_name: ncclwatch\n"
-                           "    honor_labels: true\n"
-                           "    metrics_path: /federate\n"
-                           "    params:\n"
-                           "      'match[]': ['{__name__=~\"ncclwatch_.*|nccl_.*\"}']\n"
-                           "    static_configs:\n"
-                           "      - targets: ['" + http + "']\n");
+  Prometheus prom(p.dir(),
+                  "scrape_configs:\n"
+                  "  - job_name: ncclwatch\n"
+                  "    honor_labels: true\n"
+                  "    metrics_path: /federate\n"
+                  "    params:\n"
+                  "      'match[]': ['{__name__=~\"ncclwatch_.*|nccl_.*\"}']\n"
+                  "    static_configs:\n"
+                  "      - targets: ['" +
+                      http + "']\n");
   ASSERT_TRUE(prom.WaitReady()) << prom.Log();
   Process job(Job(p, "prom"), {}, p.dir() + "/simjob.log");
 
@@ -173,10 +180,10 @@ TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {
   ScopedTempDir prom_dir("ncclwatch-prom");
   Prometheus prom(prom_dir.path(), "");
   ASSERT_TRUE(prom.WaitReady()) << prom.Log();
-  Pipeline p(2, {"--hang-threshold-s=2",
-                 "--remote-write-url=http://127.0.0.1:" + std::to_string(prom.port()) +
-                     "/api/v1/write",
-                 "--remote-write-interval-s=1"});
+  Pipeline p(
+      2, {"--hang-threshold-s=2",
+          "--remote-write-url=http://127.0.0.1:" + std::to_string(prom.port()) + "/api/v1/write",
+          "--remote-write-interval-s=1"});
   ASSERT_TRUE(p.ok()) << p.error();
   Process job(Job(p, "rw"), {}, p.dir() + "/simjob.log");
 

@@ -22,11 +22,11 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   Pipeline p(2);
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
-  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2",
-               "--ranks-per-node=4", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=crash",
-               "--duration-s=8", "--slow-rank=5", "--clock-skew-ms=20",
-               "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
-              {}, p.dir() + "/simjob.log");
+  Process job(
+      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2", "--ranks-per-node=4",
+       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=crash", "--duration-s=8", "--slow-rank=5",
+       "--clock-skew-ms=20", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+      {}, p.dir() + "/simjob.log");
 
   // Once the slow rank is flagged, reports are flowing every 200 ms from 8 ranks: kill mid-ingest.
   ASSERT_TRUE(events.WaitFor([](const Event& e) { return e.kind() == Event::STRAGGLER; }, 20))
@@ -63,10 +63,10 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
       << query_out;
   EXPECT_NE(query_out.find(" points\n"), std::string::npos) << query_out;
   // The detection series are stored too: rank 5's straggler flag was 1.
-  auto [flag_code, flag_out] = RunToCompletion(
-      {Binaries::Cli(), "query", "--json", "--aggregator=" + p.AggregatorAddr(),
-       R"(ncclwatch_straggler{job_id="crash",rank="5"})"},
-      p.dir() + "/cli-query-flag.log");
+  auto [flag_code, flag_out] =
+      RunToCompletion({Binaries::Cli(), "query", "--json", "--aggregator=" + p.AggregatorAddr(),
+                       R"(ncclwatch_straggler{job_id="crash",rank="5"})"},
+                      p.dir() + "/cli-query-flag.log");
   EXPECT_EQ(flag_code, 0) << flag_out;
   EXPECT_NE(flag_out.find("\"value\":1"), std::string::npos) << flag_out;
   auto [bad_code, bad_out] =

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
@@ -60,9 +60,9 @@ void WriteReports(const std::string& socket, const std::string& job, int n) {
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto [code, out] =
-        RunToCompletion({"bash", NCCLWATCH_SOURCE_DIR "/tests/e2e/make-test-certs.sh", certs_.path()},
-                        certs_.path() + "/openssl.log");
+    auto [code, out] = RunToCompletion(
+        {"bash", NCCLWATCH_SOURCE_DIR "/tests/e2e/make-test-certs.sh", certs_.path()},
+        certs_.path() + "/openssl.log");
     ASSERT_EQ(code, 0) << out;
     std::ofstream(certs_.path() + "/token") << "s3cret-ingest-token\n";
     std::ofstream(certs_.path() + "/wrong-token") << "guess\n";
@@ -75,8 +75,10 @@ class SecurityTest : public ::testing::Test {
                                  std::vector<std::string> flags) {
     std::vector<std::string> argv = {Binaries::Agent(),
                                      "--listen=unix://" + certs_.path() + "/" + name + ".sock",
-                                     "--aggregator=" + aggregator, "--http-port=0",
-                                     "--node-name=" + name, "--batch-interval-ms=50",
+                                     "--aggregator=" + aggregator,
+                                     "--http-port=0",
+                                     "--node-name=" + name,
+                                     "--batch-interval-ms=50",
                                      "--pod-resources-socket="};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto agent = std::make_unique<Process>(argv, std::map<std::string, std::string>{},
@@ -160,9 +162,9 @@ TEST_F(SecurityTest, OnlyAnAgentWithACertificateFromTheClusterCaAndTheTokenCanWr
 
 TEST_F(SecurityTest, ThePluginSocketHasTheConfiguredModeAndTcpIsOptional) {
   const std::string dir = certs_.path() + "/sockets";  // created by the agent
-  Process agent({Binaries::Agent(), "--listen=unix://" + dir + "/agent.sock",
-                 "--socket-mode=0660", "--socket-dir-mode=0750", "--listen-tcp=127.0.0.1:0",
-                 "--aggregator=127.0.0.1:1", "--http-port=0", "--pod-resources-socket="},
+  Process agent({Binaries::Agent(), "--listen=unix://" + dir + "/agent.sock", "--socket-mode=0660",
+                 "--socket-dir-mode=0750", "--listen-tcp=127.0.0.1:0", "--aggregator=127.0.0.1:1",
+                 "--http-port=0", "--pod-resources-socket="},
                 {}, certs_.path() + "/agent.log", "--ready-fd");
   ASSERT_GT(agent.ReadyValue("http_port"), 0) << agent.Log();
   struct stat st;
@@ -178,9 +180,9 @@ TEST_F(SecurityTest, ThePluginSocketHasTheConfiguredModeAndTcpIsOptional) {
   WriteReports("127.0.0.1:" + std::to_string(tcp_port), "over-tcp", 3);
   EXPECT_EQ(AgentSample(agent, "ncclwatch_agent_reports_accepted_total"), 6);
 
-  auto [code, out] = RunToCompletion(
-      {Binaries::Agent(), "--listen=" + Socket("y"), "--socket-mode=rw-rw----"},
-      certs_.path() + "/bad-mode.log");
+  auto [code, out] =
+      RunToCompletion({Binaries::Agent(), "--listen=" + Socket("y"), "--socket-mode=rw-rw----"},
+                      certs_.path() + "/bad-mode.log");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("--socket-mode=rw-rw---- is not an octal file mode"), std::string::npos)
       << out;
@@ -203,8 +205,9 @@ TEST_F(SecurityTest, AQueryTokenGuardsTheQueryApiAndFederateButNotHealth) {
     EXPECT_FALSE(watch->Read(&event));
     EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
-  auto [code, out] = RunToCompletion({Binaries::Cli(), "--aggregator=" + p.AggregatorAddr(), "jobs"},
-                                     certs_.path() + "/cli-no-token.log");
+  auto [code, out] =
+      RunToCompletion({Binaries::Cli(), "--aggregator=" + p.AggregatorAddr(), "jobs"},
+                      certs_.path() + "/cli-no-token.log");
   EXPECT_EQ(code, 1) << out;
   std::tie(code, out) = RunToCompletion({Binaries::Cli(), "--aggregator=" + p.AggregatorAddr(),
                                          "--token-file=" + Cert("token"), "jobs"},
@@ -229,10 +232,10 @@ TEST_F(SecurityTest, AQueryTokenGuardsTheQueryApiAndFederateButNotHealth) {
 }
 
 TEST_F(SecurityTest, MisconfiguredTlsFailsAtStartWithAClearError) {
-  auto [code, out] = RunToCompletion(
-      {Binaries::Agent(), "--aggregator-cert-file=" + Cert("client.pem"),
-       "--listen=" + Socket("x")},
-      certs_.path() + "/bad-agent.log");
+  auto [code, out] =
+      RunToCompletion({Binaries::Agent(), "--aggregator-cert-file=" + Cert("client.pem"),
+                       "--listen=" + Socket("x")},
+                      certs_.path() + "/bad-agent.log");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("needs its key"), std::string::npos) << out;
   std::tie(code, out) = RunToCompletion(

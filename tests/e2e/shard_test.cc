@@ -32,8 +32,8 @@ TEST(ShardEndToEndTest, EachJobGoesWholeToTheAggregatorItsIdHashesTo) {
   ScopedTempDir dir("ncclwatch-shard");
   const std::string socket = "unix://" + dir.path() + "/agent.sock";
   Process agent({Binaries::Agent(), "--listen=" + socket,
-                 "--aggregator=" + a.AggregatorAddr() + "," + b.AggregatorAddr(),
-                 "--http-port=0", "--node-name=shard-node", "--batch-interval-ms=50",
+                 "--aggregator=" + a.AggregatorAddr() + "," + b.AggregatorAddr(), "--http-port=0",
+                 "--node-name=shard-node", "--batch-interval-ms=50",
                  "--spool-dir=" + dir.path() + "/spool", "--pod-resources-socket="},
                 {}, dir.path() + "/agent.log", "--ready-fd");
   ASSERT_GT(agent.ReadyValue("http_port"), 0) << agent.Log();
@@ -70,8 +70,7 @@ TEST(ShardEndToEndTest, EachJobGoesWholeToTheAggregatorItsIdHashesTo) {
   }
   ASSERT_FALSE(want_a.empty());  // these job ids do spread over both
   ASSERT_FALSE(want_b.empty());
-  EXPECT_TRUE(PollUntil([&] { return Jobs(a) == want_a && Jobs(b) == want_b; }, 20))
-      << agent.Log();
+  EXPECT_TRUE(PollUntil([&] { return Jobs(a) == want_a && Jobs(b) == want_b; }, 20)) << agent.Log();
   EXPECT_EQ(Jobs(a), want_a);
   EXPECT_EQ(Jobs(b), want_b);
   // Each endpoint keeps a spool of its own.

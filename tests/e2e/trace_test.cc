@@ -3,8 +3,8 @@
 // collectives that parses as JSON, with one named track per rank, the GPU clocks of the two nodes
 // (50 ms apart) aligned, and the slow rank visibly late.
 #include <fstream>
-#include <regex>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -47,18 +47,19 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   EXPECT_EQ(jobs_code, 0) << jobs_out;
   EXPECT_TRUE(std::regex_search(jobs_out, std::regex(R"(traced\s+1\s+8\s+2\s+1\s+0\s+0\s+0 )")))
       << jobs_out;
-  auto [comms_code, comms_out] =
-      RunToCompletion({Binaries::Cli(), "comms", "--job=traced", "--aggregator=" + p.AggregatorAddr()},
-                      p.dir() + "/cli-comms.log");
+  auto [comms_code, comms_out] = RunToCompletion(
+      {Binaries::Cli(), "comms", "--job=traced", "--aggregator=" + p.AggregatorAddr()},
+      p.dir() + "/cli-comms.log");
   EXPECT_EQ(comms_code, 0) << comms_out;
-  EXPECT_TRUE(std::regex_search(comms_out, std::regex(R"(world 0x[0-9a-f]{16}\s+hybrid\s+8\s+2\s+straggler )")))
+  EXPECT_TRUE(std::regex_search(
+      comms_out, std::regex(R"(world 0x[0-9a-f]{16}\s+hybrid\s+8\s+2\s+straggler )")))
       << comms_out;
 
   const std::string file = p.dir() + "/trace.json";
-  auto [cli_code, cli_out] = RunToCompletion(
-      {Binaries::Cli(), "trace", "--aggregator=" + p.AggregatorAddr(), "--job=traced",
-       "--comm=world", "--since-s=120", "--output=" + file},
-      p.dir() + "/cli.log");
+  auto [cli_code, cli_out] =
+      RunToCompletion({Binaries::Cli(), "trace", "--aggregator=" + p.AggregatorAddr(),
+                       "--job=traced", "--comm=world", "--since-s=120", "--output=" + file},
+                      p.dir() + "/cli.log");
   ASSERT_EQ(cli_code, 0) << cli_out;
   EXPECT_NE(cli_out.find("of 8 ranks (communicator world of job traced)"), std::string::npos)
       << cli_out;
@@ -109,10 +110,10 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   EXPECT_GT(compared, 5);
 
   // A communicator that does not exist: a readable error, exit 1.
-  auto [bad_code, bad_out] = RunToCompletion(
-      {Binaries::Cli(), "trace", "--aggregator=" + p.AggregatorAddr(), "--job=traced",
-       "--comm=nosuch", "--output=" + p.dir() + "/none.json"},
-      p.dir() + "/cli-bad.log");
+  auto [bad_code, bad_out] =
+      RunToCompletion({Binaries::Cli(), "trace", "--aggregator=" + p.AggregatorAddr(),
+                       "--job=traced", "--comm=nosuch", "--output=" + p.dir() + "/none.json"},
+                      p.dir() + "/cli-bad.log");
   EXPECT_EQ(bad_code, 1);
   EXPECT_NE(bad_out.find("no report of communicator nosuch of job traced"), std::string::npos)
       << bad_out;

@@ -8,13 +8,12 @@
 
 #include "google/protobuf/stubs/logging.h"
 
-#define FUZZ_CHECK(cond)                                                          \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                        \
-      std::abort();                                                               \
-    }                                                                             \
+#define FUZZ_CHECK(cond)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                      \
+    }                                                                                    \
   } while (0)
 
 // Protobuf logs every string field that is not UTF-8 as it refuses the message; the fuzzers make

@@ -72,8 +72,8 @@ class Recorder final : public ncclwatch::v1::Agent::CallbackService {
     for (const auto& s : r.stats()) {
       std::fprintf(out_, "S %llu %d %s %d %s %d %llu %llu %llu\n",
                    static_cast<unsigned long long>(id.comm_hash()), id.rank(), s.op().c_str(),
-                   s.p2p() ? 1 : 0, s.algo_proto().empty() ? "-" : s.algo_proto().c_str(),
-                   s.peer(), static_cast<unsigned long long>(s.count()),
+                   s.p2p() ? 1 : 0, s.algo_proto().empty() ? "-" : s.algo_proto().c_str(), s.peer(),
+                   static_cast<unsigned long long>(s.count()),
                    static_cast<unsigned long long>(s.untimed_count()),
                    static_cast<unsigned long long>(s.untimed_bytes()));
     }

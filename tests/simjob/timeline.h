@@ -103,9 +103,9 @@ struct TimelineConfig {
   double nvlink_gbs = 300.0;  // single-node communicators
   int degrade_node = -1;      // multi-node communicators containing it get net_gbs * factor
   double degrade_factor = 1.0;
-  int64_t degrade_at_ns = 0;  // absolute virtual time from which the NIC is degraded
-  int64_t clock_skew_ns = 0;  // node n's GPU clock is off by (n even ? -1 : +1) * this
-  int pp_stages = 0;          // 3D layout (kDp/kPp steps): pipeline stages; 0 without
+  int64_t degrade_at_ns = 0;     // absolute virtual time from which the NIC is degraded
+  int64_t clock_skew_ns = 0;     // node n's GPU clock is off by (n even ? -1 : +1) * this
+  int pp_stages = 0;             // 3D layout (kDp/kPp steps): pipeline stages; 0 without
   int64_t split_at_ns = kNever;  // world steps whose first arrival is at or after it use kSplit
   RankFault fault;
   std::vector<StepSpec> workload = DefaultWorkload(false);
@@ -119,8 +119,8 @@ struct StepTimes {
   int64_t index = -1;
   const StepSpec* spec = nullptr;
   CommScope scope = CommScope::kWorld;  // spec->scope, or kSplit for world steps after the split
-  std::vector<int64_t> arrival;  // per world rank; kNever if it never arrives
-  std::vector<int64_t> end;      // per world rank: completion of its op; kNever if never
+  std::vector<int64_t> arrival;         // per world rank; kNever if it never arrives
+  std::vector<int64_t> end;             // per world rank: completion of its op; kNever if never
   int64_t first_arrival = kNever;
   // Whether the step belongs to the run. The same for every rank, so all ranks execute the same
   // prefix of steps; once false it stays false.

@@ -285,10 +285,10 @@ TEST(TimelineLayoutTest, ADegradedNodeSlowsOnlyTheCrossNodeGroupsThroughIt) {
   const auto bw = [&](CommScope scope, int rank) {
     return timeline.BandwidthGbs(scope, timeline.InstanceOf(scope, rank), 0);
   };
-  EXPECT_DOUBLE_EQ(bw(CommScope::kDp, 1), 12.5);   // nodes 0, 2
-  EXPECT_DOUBLE_EQ(bw(CommScope::kDp, 2), 25.0);   // nodes 1, 3
-  EXPECT_DOUBLE_EQ(bw(CommScope::kPp, 1), 12.5);   // nodes 0, 1
-  EXPECT_DOUBLE_EQ(bw(CommScope::kPp, 4), 25.0);   // nodes 2, 3
+  EXPECT_DOUBLE_EQ(bw(CommScope::kDp, 1), 12.5);  // nodes 0, 2
+  EXPECT_DOUBLE_EQ(bw(CommScope::kDp, 2), 25.0);  // nodes 1, 3
+  EXPECT_DOUBLE_EQ(bw(CommScope::kPp, 1), 12.5);  // nodes 0, 1
+  EXPECT_DOUBLE_EQ(bw(CommScope::kPp, 4), 25.0);  // nodes 2, 3
   EXPECT_DOUBLE_EQ(bw(CommScope::kNode, 0), 300.0);
 }
 
