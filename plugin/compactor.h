@@ -44,8 +44,8 @@ class CommAccumulator {
   uint64_t samples_capped() const { return samples_capped_; }
 
  private:
-  // NCCL passes static strings (ABI notes §3.1): the pointers identify them, so the per-operation
-  // work needs no string copies. Labels are built once per interval in TakeInto.
+  // NCCL passes static strings (docs/nccl-profiler-abi.md §4.1): the pointers identify them, so
+  // the per-operation work needs no string copies. Labels are built once per interval in TakeInto.
   struct Key {
     const char* op;
     const char* algo;

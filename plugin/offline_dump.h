@@ -1,5 +1,5 @@
 // Offline mode (NCCLWATCH_DUMP_DIR): NCCL Inspector-compatible files, a drop-in for people who
-// read Inspector's output today (formats: ../shared/nccl-profiler-abi.md §5.4, §5.5).
+// read Inspector's output today (formats: docs/nccl-profiler-abi.md §11.1, §11.2).
 //
 //   <dir>/<host>-pid<pid>.log                        JSON Lines, one line per completed operation,
 //                                                    Inspector's "v4.0" schema
