@@ -51,7 +51,8 @@ class AggregatorServer {
   ~AggregatorServer();  // Stop()
 
   // Opens the store, replays, starts serving and the background loops. Errors name what failed
-  // (the store, the replay, a port that cannot be bound); the server is then not running.
+  // (the store, the replay, a port that cannot be bound); the server then serves nothing (its
+  // store stays open until it is destroyed).
   absl::Status Start();
   // Stops serving: gRPC health turns NOT_SERVING, the loops stop, gRPC shuts down (calls in
   // flight get 2 s), a last detection pass stores the events of what arrived since the last

@@ -6,12 +6,14 @@
 #include <string_view>
 #include <vector>
 
+#include "aggregator/query/federate.h"
 #include "aggregator/query/selector.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
 using namespace ncclwatch::aggregator;
+using ncclwatch::SeriesPoint;
 
 const std::vector<SeriesPoint>& Samples() {
   static const std::vector<SeriesPoint> samples = {

@@ -1,0 +1,192 @@
+// The aggregator run in-process: it serves Ingest, Query and HTTP on the ports it reports, its
+// detection tick runs, it answers what it stored after a restart on the same data directory, and
+// a Start that cannot bind leaves nothing running.
+#include "aggregator/server/aggregator_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "ncclwatch/v1/query.grpc.pb.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+class AggregatorServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ncclwatch-aggregator-server-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  AggregatorServerOptions Options() const {
+    AggregatorServerOptions o;
+    o.listen_host = "127.0.0.1";
+    o.grpc_port = 0;
+    o.http_port = 0;
+    o.data_dir = dir_;
+    o.tick_period = absl::Milliseconds(1);
+    return o;
+  }
+
+  static ncclwatch::v1::NodeBatch Batch(uint64_t seq) {
+    ncclwatch::v1::NodeBatch batch;
+    batch.set_agent_id("agent-1");
+    batch.set_batch_seq(seq);
+    auto* report = batch.add_reports();
+    report->set_report_id(seq);
+    auto* id = report->mutable_identity();
+    id->set_job_id("job");
+    id->set_comm_name("world");
+    id->set_comm_hash(0x77);
+    id->set_rank(0);
+    id->set_nranks(2);
+    id->set_n_nodes(1);
+    id->set_node("node-a");
+    return batch;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
+  AggregatorServer server(Options());
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_NE(server.grpc_port(), 0);
+  ASSERT_NE(server.http_port(), 0);
+  EXPECT_TRUE(server.ticker().WaitForIterations(3, absl::Seconds(30)));
+
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto ingest = ncclwatch::v1::Ingest::NewStub(channel);
+  grpc::ClientContext push;
+  ncclwatch::v1::BatchAck ack;
+  ASSERT_TRUE(ingest->Push(&push, Batch(1), &ack).ok());
+  EXPECT_EQ(ack.batch_seq(), 1u);
+  EXPECT_FALSE(ack.duplicate());
+
+  auto query = ncclwatch::v1::Query::NewStub(channel);
+  grpc::ClientContext list;
+  ncclwatch::v1::ListCommsRequest request;
+  ncclwatch::v1::ListCommsResponse comms;
+  ASSERT_TRUE(query->ListComms(&list, request, &comms).ok());
+  ASSERT_EQ(comms.comms_size(), 1);
+  EXPECT_EQ(comms.comms(0).comm_name(), "world");
+
+  httplib::Client http("127.0.0.1", server.http_port());
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto federate = http.Get("/federate?match[]=ncclwatch_hang");
+  ASSERT_TRUE(federate);
+  EXPECT_EQ(federate->status, 200);
+  EXPECT_NE(federate->body.find("ncclwatch_hang{job_id=\"job\""), std::string::npos)
+      << federate->body;
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ncclwatch_aggregator_batches_stored_total 1"), std::string::npos)
+      << metrics->body;
+
+  server.Stop();
+  server.Stop();  // idempotent
+  grpc::ClientContext after;
+  after.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  EXPECT_FALSE(ingest->Push(&after, Batch(2), &ack).ok()) << "no longer serving";
+}
+
+TEST_F(AggregatorServerTest, ARestartOnTheSameDataAcknowledgesAReplayedBatchAsADuplicate) {
+  {
+    AggregatorServer server(Options());
+    ASSERT_TRUE(server.Start().ok());
+    auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext push;
+    ncclwatch::v1::BatchAck ack;
+    ASSERT_TRUE(ingest->Push(&push, Batch(1), &ack).ok());
+    EXPECT_FALSE(ack.duplicate());
+  }  // the destructor stops it
+  AggregatorServer again(Options());
+  ASSERT_TRUE(again.Start().ok());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(again.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::ClientContext push;
+  ncclwatch::v1::BatchAck ack;
+  ASSERT_TRUE(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, Batch(1), &ack).ok());
+  EXPECT_TRUE(ack.duplicate()) << "the batch log survived the restart";
+  // The replay at start-up fed the stored batch to the detectors again.
+  grpc::ClientContext list;
+  ncclwatch::v1::ListCommsResponse comms;
+  ASSERT_TRUE(ncclwatch::v1::Query::NewStub(channel)->ListComms(&list, {}, &comms).ok());
+  EXPECT_EQ(comms.comms_size(), 1);
+}
+
+// A listening TCP socket on 127.0.0.1 without SO_REUSEPORT: nobody else can bind its port.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 1) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+  }
+  ~HeldPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST_F(AggregatorServerTest, APortInUseFailsStartWithAClearErrorAndNothingRunning) {
+  HeldPort held;
+  ASSERT_NE(held.port(), 0);
+  AggregatorServerOptions grpc_clash = Options();
+  grpc_clash.grpc_port = held.port();
+  AggregatorServer first(std::move(grpc_clash));
+  absl::Status s = first.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "cannot listen for gRPC on 127.0.0.1:" + std::to_string(held.port()));
+  first.Stop();  // a no-op: it never ran
+
+  AggregatorServerOptions http_clash = Options();
+  http_clash.http_port = held.port();  // gRPC binds (port 0), then HTTP cannot
+  http_clash.data_dir = dir_ + "/second";  // `first` keeps its store until it is destroyed
+  AggregatorServer second(std::move(http_clash));
+  s = second.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "cannot listen on 127.0.0.1:" + std::to_string(held.port()) + " for HTTP");
+  ASSERT_NE(second.grpc_port(), 0);
+  grpc::ClientContext push;
+  push.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  ncclwatch::v1::BatchAck ack;
+  EXPECT_FALSE(ncclwatch::v1::Ingest::NewStub(
+                   grpc::CreateChannel("127.0.0.1:" + std::to_string(second.grpc_port()),
+                                       grpc::InsecureChannelCredentials()))
+                   ->Push(&push, Batch(1), &ack)
+                   .ok())
+      << "the gRPC port it had bound is closed again";
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
