@@ -170,7 +170,7 @@ TEST_F(AggregatorServerTest, APortInUseFailsStartWithAClearErrorAndNothingRunnin
   first.Stop();  // a no-op: it never ran
 
   AggregatorServerOptions http_clash = Options();
-  http_clash.http_port = held.port();  // gRPC binds (port 0), then HTTP cannot
+  http_clash.http_port = held.port();      // gRPC binds (port 0), then HTTP cannot
   http_clash.data_dir = dir_ + "/second";  // `first` keeps its store until it is destroyed
   AggregatorServer second(std::move(http_clash));
   s = second.Start();
