@@ -18,7 +18,7 @@ std::string AlgoProto(const char* algo, const char* proto) {
 
 }  // namespace
 
-void CommAccumulator::Add(const Completion& c, int nranks) {
+void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) {
   const char* op = OrUnknown(c.func);
   const uint64_t bytes = MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count);
   Key key{op,
@@ -62,7 +62,7 @@ void CommAccumulator::Add(const Completion& c, int nranks) {
     ++samples_capped_;  // would have been sampled had the cap not raised the stride
   } else {
     samples_.push_back(Sample{op, c.algo, c.proto, c.seq, c.gpu_start_ns,
-                              c.gpu_stop_ns - c.gpu_start_ns, bytes, c.channels});
+                              c.gpu_stop_ns - c.gpu_start_ns, own_time_ns, bytes, c.channels});
     if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
   }
 }
@@ -111,7 +111,7 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
   SampleColumnWriter writer(report);
   for (const Sample& s : samples_) {
     writer.Add(s.op, AlgoProto(s.algo, s.proto), s.bytes, s.channels,
-               ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns});
+               ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns});
   }
   report->set_sample_stride(static_cast<uint32_t>(stride_));
   if (have_clock_) *report->mutable_clock() = clock_;

@@ -35,8 +35,9 @@ class CommAccumulator {
   CommAccumulator(int64_t sample_stride, int64_t max_samples)
       : base_stride_(sample_stride), max_samples_(max_samples), stride_(sample_stride) {}
 
-  // Adds one completed operation of a communicator of `nranks` ranks (for bus bandwidth).
-  void Add(const Completion& c, int nranks);
+  // Adds one completed operation of a communicator of `nranks` ranks (for bus bandwidth), with its
+  // own time (own_time.h; -1 when unknown), which a sampled collective carries.
+  void Add(const Completion& c, int nranks, int64_t own_time_ns = -1);
   // Moves the interval's content into `report` (stats, sample columns, sample_stride, clock) and
   // starts a new interval at the base stride.
   void TakeInto(ncclwatch::v1::RankReport* report);
@@ -78,6 +79,7 @@ class CommAccumulator {
     uint64_t seq;
     uint64_t gpu_start_ns;
     uint64_t duration_ns;
+    int64_t own_time_ns;
     uint64_t bytes;
     uint32_t channels;
   };

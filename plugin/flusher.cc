@@ -58,19 +58,41 @@ void Flusher::Loop() {
   }
 }
 
-void Flusher::DrainLocked(CommState* comm) {
+CommAccumulator& Flusher::AccumulatorLocked(CommState* comm) {
   auto& acc = accumulators_[comm];
   if (!acc) {
     acc = std::make_unique<CommAccumulator>(config_.sample_stride, config_.max_samples);
     interval_start_[comm] = RealtimeNs();
   }
-  Completion c;
-  const CommIdentity& id = comm->identity();
+  return *acc;
+}
+
+void Flusher::DrainLocked(const std::vector<CommState*>& comms) {
+  // Every ring first; then own times in GPU start order across the process's communicators
+  // (own_time.h); then the completions go to the accumulators and the sink in ring order.
+  drained_.clear();
+  for (CommState* comm : comms) {
+    AccumulatorLocked(comm);
+    Completion c;
+    while (comm->ring().Pop(&c)) drained_.push_back(Drained{comm, c, -1});
+  }
+  by_start_.clear();
+  for (size_t i = 0; i < drained_.size(); ++i) {
+    if (drained_[i].completion.timed) by_start_.push_back(i);
+  }
+  std::stable_sort(by_start_.begin(), by_start_.end(), [this](size_t a, size_t b) {
+    return drained_[a].completion.gpu_start_ns < drained_[b].completion.gpu_start_ns;
+  });
+  for (size_t i : by_start_) {
+    Drained& d = drained_[i];
+    d.own_time_ns = own_time_[d.comm->identity().cuda_device].Observe(d.completion.gpu_start_ns,
+                                                                      d.completion.gpu_stop_ns);
+  }
   // One clock read per drain, and only for a sink that looks at operations.
   const int64_t drained_unix_ns = deliver_operations_ ? RealtimeNs() : 0;
-  while (comm->ring().Pop(&c)) {
-    acc->Add(c, id.nranks);
-    if (deliver_operations_) sink_.OnOperation(*comm, c, drained_unix_ns);
+  for (const Drained& d : drained_) {
+    accumulators_[d.comm]->Add(d.completion, d.comm->identity().nranks, d.own_time_ns);
+    if (deliver_operations_) sink_.OnOperation(*d.comm, d.completion, drained_unix_ns);
   }
 }
 
@@ -94,7 +116,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   report.set_interval_start_unix_ns(interval_start_[comm]);
   report.set_interval_end_unix_ns(now_unix_ns);
   interval_start_[comm] = now_unix_ns;
-  CommAccumulator& acc = *accumulators_[comm];
+  CommAccumulator& acc = AccumulatorLocked(comm);
   acc.TakeInto(&report);
 
   // Oldest first, capped.
@@ -134,7 +156,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
 void Flusher::RunOnce(bool report) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<CommState*> comms = recorder_.Comms();
-  for (CommState* comm : comms) DrainLocked(comm);
+  DrainLocked(comms);
   if (!report) return;
   std::vector<InFlightView> in_flight;
   recorder_.ListInFlight(&in_flight);
@@ -149,7 +171,7 @@ void Flusher::RunOnce(bool report) {
 void Flusher::FinalizeComm(CommState* comm) {
   std::lock_guard<std::mutex> lock(mu_);
   recorder_.UnregisterComm(comm);
-  DrainLocked(comm);
+  DrainLocked({comm});
   std::vector<InFlightView> in_flight;
   recorder_.ListInFlight(&in_flight);
   sink_.Submit(BuildLocked(comm, in_flight, RealtimeNs(), true));

@@ -1,4 +1,5 @@
-// Off the hot path: drains the completion rings, compacts them per flush interval into one
+// Off the hot path: drains the completion rings, measures each operation's own time across the
+// process's communicators (own_time.h), compacts them per flush interval into one
 // RankReport per communicator (format: docs/wire-format.md; compaction and sampling: compactor.h)
 // and hands the reports to one ReportSink, whose optional hooks also see each drained operation,
 // the end of each reporting round and each finalized communicator (report_sink.h).
@@ -17,6 +18,7 @@
 
 #include "ncclwatch/v1/report.pb.h"
 #include "plugin/compactor.h"
+#include "plugin/own_time.h"
 #include "plugin/plugin_config.h"
 #include "plugin/recorder.h"
 #include "plugin/report_sink.h"
@@ -54,7 +56,9 @@ class Flusher {
 
  private:
   void Loop();
-  void DrainLocked(CommState* comm);  // requires mu_
+  // Pops every completion of `comms`, computes own times and feeds the accumulators (requires mu_).
+  void DrainLocked(const std::vector<CommState*>& comms);
+  CommAccumulator& AccumulatorLocked(CommState* comm);  // created on first use; requires mu_
   ncclwatch::v1::RankReport BuildLocked(CommState* comm, const std::vector<InFlightView>& in_flight,
                                         int64_t now_unix_ns, bool final);  // requires mu_
   void ReapZombiesLocked();                                                // requires mu_
@@ -66,8 +70,18 @@ class Flusher {
   const bool deliver_operations_;  // sink_.wants_operations(), asked once
 
   // std::mutex: visible to ThreadSanitizer (see recorder.h).
-  std::mutex mu_;  // guards the four members below
+  std::mutex mu_;  // guards the members below up to stop_mu_
   std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_;
+  std::map<int, OwnTimeTracker> own_time_;  // per CUDA device: one GPU clock each
+  struct Drained {
+    CommState* comm;
+    Completion completion;
+    int64_t own_time_ns;
+  };
+  // Scratch of DrainLocked, kept to reuse their capacity: the drained completions in ring order,
+  // and the indices of the timed ones in GPU start order.
+  std::vector<Drained> drained_;
+  std::vector<size_t> by_start_;
   std::map<CommState*, int64_t> interval_start_;
   std::vector<CommState*> zombies_;  // finalized, still referenced
   uint64_t next_report_counter_ = 0;

@@ -1,6 +1,8 @@
 #include "plugin/flusher.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -32,9 +34,9 @@ class FlusherTest : public ::testing::Test {
   }
   // Runs one complete operation with the given GPU start and duration on `channels` channels.
   void RunOp(const char* func, uint64_t seq, uint64_t count, uint64_t start, uint64_t dur,
-             bool p2p = false, int peer = -1) {
+             bool p2p = false, int peer = -1, CommState* comm = nullptr) {
     OpDescr d{p2p, func, seq, "ncclFloat32", count, "RING", "LL", peer, 2};
-    void* op = recorder_.StartOp(comm_, d);
+    void* op = recorder_.StartOp(comm != nullptr ? comm : comm_, d);
     recorder_.StopEvent(op);
     for (uint8_t ch = 0; ch < 2; ++ch) {
       void* h = recorder_.StartKernelChannel(op, ch, start);
@@ -125,6 +127,30 @@ TEST_F(FlusherTest, StrideDoublesToStayUnderTheSampleCapAndStaysNested) {
   ASSERT_EQ(SampleCount(r), 8u);
   ForEachSample(r, [](const auto&, const Sample& s) { EXPECT_EQ(s.seq % 4, 0u); });
   EXPECT_EQ(r.drops().samples_capped(), 22u);
+}
+
+TEST_F(FlusherTest, OwnTimeSpansTheCommunicatorsOfOneGpu) {
+  // comm_ (GPU 1) and `dp` (also GPU 1) interleave; `other` runs on GPU 2, another clock.
+  CommState* dp = recorder_.InitComm(CommIdentity{0x5678, "dp", 0, 2, 2, 1, ""});
+  CommState* other = recorder_.InitComm(CommIdentity{0x9abc, "gpu2", 0, 2, 2, 2, ""});
+  RunOp("AllReduce", 0, 1024, 1'000'000, 100'000);                   // ends 1.1 ms
+  RunOp("AllReduce", 0, 1024, 1'300'000, 50'000, false, -1, dp);     // 200 µs after it
+  RunOp("Send", 0, 1024, 1'400'000, 10'000, true, 1, dp);            // p2p: an end, no sample
+  RunOp("AllReduce", 1, 1024, 1'450'000, 100'000);                   // 40 µs after the Send
+  RunOp("AllReduce", 0, 1024, 1'450'000, 10'000, false, -1, other);  // first on GPU 2
+  RunOp("AllReduce", 1, 1024, 1'470'000, 10'000, false, -1, other);  // 10 µs after it
+  flusher_.RunOnce(true);
+  std::map<std::pair<uint64_t, uint64_t>, int64_t> own;  // (comm_hash, seq) -> own time
+  for (const auto& r : sink_.reports) {
+    ForEachSample(r, [&](const ncclwatch::v1::SampleColumn&, const Sample& s) {
+      own[{r.identity().comm_hash(), s.seq}] = s.own_time_ns;
+    });
+  }
+  EXPECT_EQ(own, (std::map<std::pair<uint64_t, uint64_t>, int64_t>{{{0x1234, 0}, -1},
+                                                                   {{0x1234, 1}, 40'000},
+                                                                   {{0x5678, 0}, 200'000},
+                                                                   {{0x9abc, 0}, -1},
+                                                                   {{0x9abc, 1}, 10'000}}));
 }
 
 TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {

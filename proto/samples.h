@@ -17,6 +17,9 @@ struct Sample {
   uint64_t seq = 0;
   uint64_t gpu_start_ns = 0;
   uint64_t duration_ns = 0;
+  // Time from the end of the process's previous operation to this one's start (SampleColumn
+  // own_time_ns); -1 when unknown, including columns written by plugins that predate it.
+  int64_t own_time_ns = -1;
 };
 
 // Appends samples to a report's columns. Samples of one column should arrive in seq order for the
@@ -37,7 +40,7 @@ class SampleColumnWriter {
   std::map<std::tuple<std::string, std::string, uint64_t, uint32_t>, Cursor> cursors_;
 };
 
-// True when every column's arrays have the same length.
+// True when every column's arrays have the same length (own_time_ns may also be empty).
 bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report);
 // Total number of samples in the report.
 size_t SampleCount(const ncclwatch::v1::RankReport& report);

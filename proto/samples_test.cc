@@ -36,15 +36,60 @@ TEST(SampleColumnsTest, RoundTripsInAnyOrderAndGroupsByColumnKey) {
   EXPECT_EQ(ops[4], "AllReduce/8192");
 }
 
-TEST(SampleColumnsTest, ConsecutiveSamplesCostAboutEightBytes) {
+TEST(SampleColumnsTest, ConsecutiveSamplesCostAboutNineBytes) {
   ncclwatch::v1::RankReport r;
   SampleColumnWriter w(&r);
   for (uint64_t seq = 0; seq < 1000; ++seq) {
     w.Add("AllReduce", "RING_SIMPLE", 1 << 25, 16,
           {seq, 1'763'000'000'000'000'000 + seq * 20'000'000, 3'000'000 + seq % 1000});
   }
+  // About 8 bytes for seq, start and duration, and 1 for the unknown (-1) own time.
   size_t bytes = r.ByteSizeLong();
-  EXPECT_LT(bytes, 1000u * 10) << bytes;
+  EXPECT_LT(bytes, 1000u * 11) << bytes;
+}
+
+TEST(SampleColumnsTest, OwnTimeRoundTripsAndCostsAFewBytesMore) {
+  ncclwatch::v1::RankReport r;
+  SampleColumnWriter w(&r);
+  for (uint64_t seq = 0; seq < 1000; ++seq) {
+    const int64_t own = seq == 0 ? -1 : 5'000'000 + static_cast<int64_t>(seq % 997) * 1000;
+    w.Add("AllReduce", "RING_SIMPLE", 1 << 25, 16,
+          {seq, 1'763'000'000'000'000'000 + seq * 20'000'000, 3'000'000 + seq % 1000, own});
+  }
+  ASSERT_TRUE(SampleColumnsWellFormed(r));
+  uint64_t seen = 0;
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn&, const Sample& s) {
+    const int64_t want = s.seq == 0 ? -1 : 5'000'000 + static_cast<int64_t>(s.seq % 997) * 1000;
+    EXPECT_EQ(s.own_time_ns, want) << s.seq;
+    ++seen;
+  });
+  EXPECT_EQ(seen, 1000u);
+  // A 5 ms own time is a 4-byte zigzag varint.
+  EXPECT_LT(r.ByteSizeLong(), 1000u * 14) << r.ByteSizeLong();
+}
+
+TEST(SampleColumnsTest, ColumnsWithoutOwnTimeReadAsUnknown) {
+  ncclwatch::v1::RankReport r;
+  auto* c = r.add_sample_columns();  // as a plugin that predates own_time_ns writes it
+  c->set_op("AllReduce");
+  c->add_seq_delta(4);
+  c->add_gpu_start_delta_ns(100);
+  c->add_duration_ns(7);
+  ASSERT_TRUE(SampleColumnsWellFormed(r));
+  int seen = 0;
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn&, const Sample& s) {
+    EXPECT_EQ(s.seq, 4u);
+    EXPECT_EQ(s.own_time_ns, -1);
+    ++seen;
+  });
+  EXPECT_EQ(seen, 1);
+  c->add_own_time_ns(-7);  // a negative own time other than -1 is read as unknown
+  ASSERT_TRUE(SampleColumnsWellFormed(r));
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn&, const Sample& s) {
+    EXPECT_EQ(s.own_time_ns, -1);
+  });
+  c->add_own_time_ns(5);  // longer than the other arrays
+  EXPECT_FALSE(SampleColumnsWellFormed(r));
 }
 
 TEST(SampleColumnsTest, MismatchedColumnsAreMalformed) {

@@ -1,0 +1,40 @@
+// A process's own time before each of its operations: how long its GPU worked on something else
+// (compute, copies) between the end of its previous NCCL operation, in any communicator, and the
+// start of this one. A rank that is late because it waited for a peer in an earlier collective
+// arrives late with a normal own time; a rank that is slow itself shows a longer own time. This is
+// what lets the aggregator tell a delay's origin from its consequences (docs/detection.md).
+//
+// Every communicator of a process on one GPU shares that GPU's %globaltimer, so starts and ends of
+// different communicators compare directly. Operations may be observed out of order (the flusher
+// drains one ring per communicator): the own time of an operation is its start minus the latest end
+// at or before that start among the last kHistory operations seen, whatever order they came in.
+//
+// Thread safety: none; the flusher owns one tracker per CUDA device and uses it under its lock.
+#ifndef NCCLWATCH_PLUGIN_OWN_TIME_H_
+#define NCCLWATCH_PLUGIN_OWN_TIME_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace ncclwatch::plugin {
+
+class OwnTimeTracker {
+ public:
+  // Enough for every operation that can overlap the one being measured (streams in flight at once)
+  // plus the reordering of one drain round.
+  static constexpr size_t kHistory = 64;
+
+  // Records an operation that ran on the GPU from `start_ns` to `stop_ns` and returns its own time:
+  // start_ns minus the latest end <= start_ns seen so far, or -1 if no earlier end is known.
+  int64_t Observe(uint64_t start_ns, uint64_t stop_ns);
+
+ private:
+  std::array<uint64_t, kHistory> ends_{};  // ring of the most recent ends, in arrival order
+  size_t next_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace ncclwatch::plugin
+
+#endif  // NCCLWATCH_PLUGIN_OWN_TIME_H_
