@@ -1,0 +1,182 @@
+// Which GPUs are slow themselves: the origin half of job-level root cause (docs/detection.md).
+//
+// Input: every collective the correlator joined, with each rank's own time before it (the plugin's
+// SampleColumn.own_time_ns: GPU start minus the end of the process's previous operation, in any
+// communicator). In synchronous training a rank that waited for a peer arrives late at its next
+// collective with a normal own time; only the origin of a delay spends longer on its own work.
+// Lateness spreads across communicators; own time does not.
+//
+// Method, per communicator c, collective class k = (op, bytes) and communicator rank r:
+//   - per collective: excess_r = own_r - the smallest own time of its ranks (ranks that do the
+//     same step at the same moment are compared like with like; unlike a quantile, the minimum
+//     does not move when one member of a small communicator slows down);
+//   - E(c,k,r): the median of r's last `window` excesses (one-off hiccups and job-wide stalls,
+//     which every rank takes, vanish in it), once it holds `min_groups` of them;
+//   - design D(c,k,r): what is nobody's fault. Communicators of one job with the same class, size
+//     and node span form a family (the DP groups of every stage and TP position, the model-parallel
+//     groups of every replica, ...); a rank's counterparts are the ranks at its index in the other
+//     members of the family, on other nodes. Design differences (pipeline drains, stage imbalance)
+//     are the same in every replica, so D = the smallest counterpart E. A communicator without
+//     counterparts (the world) compares r with its own members on other nodes: D = the largest E
+//     not clearly above r's (within half the threshold), which is what a replica of r shows;
+//   - fault F = E - D. A rank is slow itself when F >= max(min_excess_ns, relative * its typical
+//     own time); it stays so until F < clear_ratio of that. A GPU (process) is slow when any of
+//     its communicator ranks is, with the largest F as its evidence. Evidence without counterparts
+//     is weaker (in the world of a 3D job, a replica that is slow itself hides the design of the
+//     others): it does not count when a smaller multi-node communicator of the same process (its
+//     DP group) finds the process not slow.
+// Counterparts and members on the rank's own node are never used as the design reference: a slow
+// node slows all of them alike.
+//
+// Memory: per (communicator, class, rank) one window; classes per communicator are capped.
+// Plain structs, no protobuf or gRPC; not thread-safe (the Analyzer serialises calls).
+#ifndef NCCLWATCH_AGGREGATOR_ROOTCAUSE_OWN_TIME_H_
+#define NCCLWATCH_AGGREGATOR_ROOTCAUSE_OWN_TIME_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "aggregator/detect/types.h"
+
+namespace ncclwatch::aggregator {
+
+// The process behind a communicator rank: one GPU, whatever communicators it is in.
+struct ProcessKey {
+  std::string job_id;
+  std::string host;
+  uint32_t pid = 0;
+  int cuda_device = -1;
+  bool operator<(const ProcessKey& o) const {
+    return std::tie(job_id, host, pid, cuda_device) <
+           std::tie(o.job_id, o.host, o.pid, o.cuda_device);
+  }
+  bool operator==(const ProcessKey& o) const = default;
+};
+
+struct OwnTimeOptions {
+  int window = 16;
+  int min_groups = 8;
+  double min_excess_ns = 300'000;  // 0.3 ms: above the own-time jitter of a healthy step
+  double relative = 0.15;          // and 15% of the rank's typical own time
+  double clear_ratio = 0.5;
+  size_t max_classes_per_comm = 16;
+};
+
+// One joined collective, as the own-time analysis needs it.
+struct OwnTimeGroup {
+  CommKey comm;
+  std::string op;
+  uint64_t bytes = 0;
+  int n_nodes = 0;
+  std::vector<int64_t> own_time_ns;  // per communicator rank; -1 when unknown
+};
+
+// A GPU's verdict and the evidence behind it.
+struct SlowProcess {
+  ProcessKey process;
+  std::string node;
+  bool slow = false;
+  CommKey comm;    // where the evidence is strongest
+  int rank = -1;   // the process's rank there
+  std::string op;  // and the collective class
+  uint64_t bytes = 0;
+  double excess_ns = 0;    // F: own time beyond the design reference
+  double own_time_ns = 0;  // the typical own time of the rank's peers there
+};
+
+class OwnTimeAnalyzer {
+ public:
+  explicit OwnTimeAnalyzer(OwnTimeOptions options = {}) : options_(options) {}
+
+  // Who the ranks of `comm` are (index = communicator rank) and on which node each runs. Call
+  // when a communicator is first seen and whenever a rank's identity changes.
+  void SetMembers(const CommKey& comm, std::vector<ProcessKey> processes,
+                  std::vector<std::string> nodes);
+  // Feeds one joined collective; returns the processes whose verdict changed.
+  std::vector<SlowProcess> Observe(const OwnTimeGroup& group);
+  // Every process of `job_id` (all jobs if empty) that is slow now.
+  std::vector<SlowProcess> Slow(const std::string& job_id) const;
+  bool IsSlow(const ProcessKey& p) const;
+  // Drops a communicator (its job ended, or it was re-created); returns the processes that are
+  // no longer slow without its evidence.
+  std::vector<SlowProcess> Forget(const CommKey& comm);
+
+ private:
+  struct ClassKey {
+    std::string op;
+    uint64_t bytes;
+    bool operator<(const ClassKey& o) const {
+      return std::tie(op, bytes) < std::tie(o.op, o.bytes);
+    }
+  };
+  struct FamilyKey {
+    std::string job_id;
+    std::string op;
+    uint64_t bytes;
+    int nranks;
+    int n_nodes;
+    bool operator<(const FamilyKey& o) const {
+      return std::tie(job_id, op, bytes, nranks, n_nodes) <
+             std::tie(o.job_id, o.op, o.bytes, o.nranks, o.n_nodes);
+    }
+  };
+  struct Ring {
+    std::vector<double> values;  // <= window
+    size_t next = 0;
+    double median = 0;
+    void Push(double v, int window);
+  };
+  struct ClassState {
+    std::vector<Ring> excess;  // per rank
+    Ring base;                 // the smallest own time of each collective
+    int n_nodes = 0;
+  };
+  struct CommState {
+    std::vector<ProcessKey> processes;
+    std::vector<std::string> nodes;
+    std::map<ClassKey, ClassState> classes;
+  };
+  struct Evidence {
+    double fault_ns = 0;
+    double threshold_ns = 0;
+    double own_time_ns = 0;
+    bool replicas = false;  // the design reference came from counterparts
+    int nranks = 0;         // of the communicator
+    bool multi_node = false;
+  };
+  struct ProcessState {
+    std::string node;
+    bool slow = false;
+    // Latest evidence per (communicator, class, rank).
+    std::map<std::tuple<CommKey, ClassKey, int>, Evidence> evidence;
+  };
+
+  // F and its threshold for rank r of `comm` in class `k`; false if not judged yet.
+  bool Judge(const CommKey& comm, const CommState& cs, const ClassKey& k, const ClassState& st,
+             int r, Evidence* out) const;
+  // D for rank r (see the method above); false while the ranks it needs have too few collectives.
+  // Without counterparts, a member within `tolerance_ns` above r still counts as a replica of r.
+  // *counterparts tells whether the reference came from the family's other communicators.
+  bool DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
+                       const ClassState& st, int r, double tolerance_ns, double* reference_ns,
+                       bool* counterparts) const;
+  // Whether evidence `e` of a process counts: always with counterparts; without, unless a smaller
+  // multi-node communicator of the process finds it not slow (see the method above).
+  bool Counts(const ProcessState& ps, const Evidence& e) const;
+  // The process's verdict from its evidence, with hysteresis on its current one.
+  bool Verdict(const ProcessState& ps) const;
+  SlowProcess ViewOf(const ProcessKey& p, const ProcessState& ps) const;
+
+  const OwnTimeOptions options_;
+  std::map<CommKey, CommState> comms_;
+  std::map<FamilyKey, std::set<CommKey>> families_;
+  std::map<ProcessKey, ProcessState> processes_;
+};
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_ROOTCAUSE_OWN_TIME_H_

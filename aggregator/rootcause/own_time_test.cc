@@ -1,0 +1,268 @@
+#include "aggregator/rootcause/own_time.h"
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// A job as the own-time analysis sees it: communicators of world ranks, each rank a process on
+// node rank / gpus_per_node, and a rule giving each rank's own time before each collective.
+class FakeJob {
+ public:
+  struct Comm {
+    CommKey key;
+    std::string op;
+    uint64_t bytes;
+    std::vector<int> members;  // world ranks; index = communicator rank
+    int n_nodes;
+  };
+  // own(world rank, communicator, collective index) in ns.
+  using OwnFn = std::function<int64_t(int, const Comm&, int)>;
+
+  FakeJob(int ranks, int gpus_per_node) : ranks_(ranks), gpus_per_node_(gpus_per_node) {}
+
+  void AddComm(const std::string& name, const std::string& op, uint64_t bytes,
+               std::vector<int> members) {
+    std::set<int> nodes;
+    for (int m : members) nodes.insert(m / gpus_per_node_);
+    comms_.push_back(Comm{CommKey{"job", std::hash<std::string>()(name)}, op, bytes,
+                          std::move(members), static_cast<int>(nodes.size())});
+  }
+
+  // Registers the members, then runs `groups` collectives on every communicator; returns the
+  // world ranks that are slow at the end.
+  std::set<int> Run(OwnTimeAnalyzer& a, int groups, const OwnFn& own) {
+    for (const Comm& c : comms_) {
+      std::vector<ProcessKey> processes;
+      std::vector<std::string> nodes;
+      for (int m : c.members) {
+        processes.push_back(Process(m));
+        nodes.push_back("node" + std::to_string(m / gpus_per_node_));
+      }
+      a.SetMembers(c.key, processes, nodes);
+    }
+    for (int g = 0; g < groups; ++g) {
+      for (const Comm& c : comms_) {
+        OwnTimeGroup group{c.key, c.op, c.bytes, c.n_nodes, {}};
+        for (int m : c.members) group.own_time_ns.push_back(own(m, c, next_index_));
+        a.Observe(group);
+      }
+      ++next_index_;
+    }
+    std::set<int> slow;
+    for (int r = 0; r < ranks_; ++r) {
+      if (a.IsSlow(Process(r))) slow.insert(r);
+    }
+    return slow;
+  }
+
+  static ProcessKey Process(int rank) {
+    return ProcessKey{"job", "host" + std::to_string(rank), static_cast<uint32_t>(1000 + rank), 0};
+  }
+
+ private:
+  int ranks_;
+  int gpus_per_node_;
+  std::vector<Comm> comms_;
+  int next_index_ = 0;
+};
+
+// Deterministic jitter in [-amplitude, amplitude].
+int64_t Jitter(int rank, int index, const std::string& comm, int64_t amplitude) {
+  uint64_t x = std::hash<std::string>()(comm) ^ (static_cast<uint64_t>(rank) << 32) ^
+               static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return static_cast<int64_t>(x % (2 * amplitude + 1)) - amplitude;
+}
+
+// 4 nodes x 2 GPUs, TP 2 (inside a node), DP 2 and PP 2 across nodes, Megatron order
+// (rank = tp + 2 * dp + 4 * pp): node 0 holds stage 0 of replica 0, node 1 stage 0 of replica 1,
+// nodes 2 and 3 stage 1. Stage 0 carries the embedding: by design it spends 1.5x as long before
+// the cross-stage collectives (model-parallel groups, world).
+FakeJob ThreeD() {
+  FakeJob job(8, 2);
+  for (int i = 0; i < 4; ++i)
+    job.AddComm("tp" + std::to_string(i), "AllReduce", 16 << 20, {2 * i, 2 * i + 1});
+  job.AddComm("dp0", "ReduceScatter", 8 << 20, {0, 2});
+  job.AddComm("dp1", "ReduceScatter", 8 << 20, {1, 3});
+  job.AddComm("dp2", "ReduceScatter", 4 << 20, {4, 6});  // stage 1 holds fewer parameters
+  job.AddComm("dp3", "ReduceScatter", 4 << 20, {5, 7});
+  job.AddComm("mp0", "AllReduce", 8, {0, 1, 4, 5});
+  job.AddComm("mp1", "AllReduce", 8, {2, 3, 6, 7});
+  job.AddComm("world", "AllReduce", 4, {0, 1, 2, 3, 4, 5, 6, 7});
+  return job;
+}
+
+int Stage(int rank) { return rank / 4; }
+
+// Own time of a healthy 3D rank: 2 ms of work before each collective, 1.5x for stage 0 before
+// the cross-stage ones, +-100 us of jitter.
+int64_t HealthyOwn(int rank, const FakeJob::Comm& c, int index) {
+  double own = 2'000'000;
+  const bool cross_stage = c.op == "AllReduce" && c.bytes <= 8;
+  if (cross_stage && Stage(rank) == 0) own *= 1.5;
+  return static_cast<int64_t>(own) + Jitter(rank, index, std::to_string(c.key.comm_hash), 100'000);
+}
+
+TEST(OwnTimeAnalyzerTest, AHealthy3DJobWithAnImbalancedStageHasNoSlowGpu) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  EXPECT_EQ(job.Run(a, 64, HealthyOwn), std::set<int>{});
+}
+
+TEST(OwnTimeAnalyzerTest, ASlowGpuIn3DIsTheOnlyOneFlaggedNotItsPartnersOrItsStage) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  // Rank 2 (node 1, stage 0, replica 1) works 1.4x longer before everything.
+  auto own = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = HealthyOwn(rank, c, i);
+    return rank == 2 ? t * 14 / 10 : t;
+  };
+  EXPECT_EQ(job.Run(a, 64, own), std::set<int>{2});
+  const std::vector<SlowProcess> slow = a.Slow("job");
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(slow[0].node, "node1");
+  EXPECT_GT(slow[0].excess_ns, 600'000);  // 0.4 x 2 ms, less jitter
+  EXPECT_TRUE(slow[0].slow);
+}
+
+TEST(OwnTimeAnalyzerTest, BothGpusOfASlowNodeIn3D) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  auto own = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = HealthyOwn(rank, c, i);
+    return rank / 2 == 1 ? t * 14 / 10 : t;  // node 1: ranks 2 and 3
+  };
+  EXPECT_EQ(job.Run(a, 64, own), (std::set<int>{2, 3}));
+}
+
+TEST(OwnTimeAnalyzerTest, JobWideStallsAreNobodysFault) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  // Every 8th collective every rank pauses 50 ms, each a slightly different amount.
+  auto own = [](int rank, const FakeJob::Comm& c, int i) {
+    int64_t t = HealthyOwn(rank, c, i);
+    if (i % 8 == 0) t += 50'000'000 + Jitter(rank, i, "stall", 5'000'000);
+    return t;
+  };
+  EXPECT_EQ(job.Run(a, 64, own), std::set<int>{});
+}
+
+TEST(OwnTimeAnalyzerTest, AFaultThatEndsClearsAndOneThatStartsLaterIsFound) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  auto slow5 = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = HealthyOwn(rank, c, i);
+    return rank == 5 ? t * 2 : t;
+  };
+  EXPECT_EQ(job.Run(a, 32, HealthyOwn), std::set<int>{});  // healthy first: it appears mid-run
+  EXPECT_EQ(job.Run(a, 32, slow5), std::set<int>{5});
+  EXPECT_EQ(job.Run(a, 32, HealthyOwn), std::set<int>{});
+}
+
+TEST(OwnTimeAnalyzerTest, TwoSlowGpusOnDifferentNodesAreBothFound) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  auto own = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = HealthyOwn(rank, c, i);
+    return rank == 2 || rank == 5 ? t * 14 / 10 : t;
+  };
+  EXPECT_EQ(job.Run(a, 64, own), (std::set<int>{2, 5}));
+}
+
+TEST(OwnTimeAnalyzerTest, WithoutCrossStageGroupsTheWorldDoesNotBlameASlowNodesReplicas) {
+  // The 3D job without model-parallel groups: the only cross-stage collective is the world's,
+  // where stage 0's design and node 1's slowness mix; the DP groups settle it.
+  FakeJob job(8, 2);
+  for (int i = 0; i < 4; ++i)
+    job.AddComm("tp" + std::to_string(i), "AllReduce", 16 << 20, {2 * i, 2 * i + 1});
+  job.AddComm("dp0", "ReduceScatter", 8 << 20, {0, 2});
+  job.AddComm("dp1", "ReduceScatter", 8 << 20, {1, 3});
+  job.AddComm("dp2", "ReduceScatter", 4 << 20, {4, 6});
+  job.AddComm("dp3", "ReduceScatter", 4 << 20, {5, 7});
+  job.AddComm("world", "AllReduce", 4, {0, 1, 2, 3, 4, 5, 6, 7});
+  OwnTimeAnalyzer a;
+  auto own = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = HealthyOwn(rank, c, i);
+    return rank / 2 == 1 ? t * 14 / 10 : t;
+  };
+  EXPECT_EQ(job.Run(a, 64, own), (std::set<int>{2, 3}));
+}
+
+// The world + per-node layout of a data-parallel job: 2 nodes x 4 GPUs.
+FakeJob WorldAndNodes() {
+  FakeJob job(8, 4);
+  job.AddComm("world", "AllReduce", 32 << 20, {0, 1, 2, 3, 4, 5, 6, 7});
+  job.AddComm("node0", "AllReduce", 16 << 20, {0, 1, 2, 3});
+  job.AddComm("node1", "AllReduce", 16 << 20, {4, 5, 6, 7});
+  return job;
+}
+
+TEST(OwnTimeAnalyzerTest, DataParallelSlowRankAndSlowNode) {
+  auto flat = [](int rank, const FakeJob::Comm& c, int i) {
+    return 5'000'000 + Jitter(rank, i, std::to_string(c.key.comm_hash), 300'000);
+  };
+  {
+    OwnTimeAnalyzer a;
+    FakeJob job = WorldAndNodes();
+    auto own = [&](int rank, const FakeJob::Comm& c, int i) {
+      return flat(rank, c, i) + (rank == 5 ? 2'000'000 : 0);
+    };
+    EXPECT_EQ(job.Run(a, 64, own), std::set<int>{5});
+  }
+  {
+    OwnTimeAnalyzer a;
+    FakeJob job = WorldAndNodes();
+    auto own = [&](int rank, const FakeJob::Comm& c, int i) {
+      return flat(rank, c, i) + (rank >= 4 ? 2'000'000 : 0);
+    };
+    EXPECT_EQ(job.Run(a, 64, own), (std::set<int>{4, 5, 6, 7}));
+  }
+  {
+    OwnTimeAnalyzer a;
+    FakeJob job = WorldAndNodes();
+    EXPECT_EQ(job.Run(a, 64, flat), std::set<int>{});
+  }
+}
+
+TEST(OwnTimeAnalyzerTest, UnknownOwnTimesAndUnknownMembersAreNotJudged) {
+  OwnTimeAnalyzer a;
+  const CommKey comm{"job", 1};
+  OwnTimeGroup g{comm, "AllReduce", 1024, 2, {-1, 9'000'000}};
+  EXPECT_TRUE(a.Observe(g).empty());  // members not known yet
+  a.SetMembers(comm, {FakeJob::Process(0), FakeJob::Process(1)}, {"n0", "n1"});
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(a.Observe(g).empty());
+  EXPECT_TRUE(a.Slow("").empty());
+}
+
+TEST(OwnTimeAnalyzerTest, ForgettingTheOnlyEvidenceEndsTheVerdict) {
+  OwnTimeAnalyzer a;
+  const CommKey comm{"job", 1};
+  a.SetMembers(comm, {FakeJob::Process(0), FakeJob::Process(1)}, {"n0", "n0"});
+  std::vector<SlowProcess> changes;
+  for (int i = 0; i < 16; ++i) {
+    for (const SlowProcess& c : a.Observe({comm, "AllReduce", 1024, 1, {1'000'000, 4'000'000}})) {
+      changes.push_back(c);
+    }
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].process, FakeJob::Process(1));
+  EXPECT_EQ(changes[0].comm, comm);
+  EXPECT_EQ(changes[0].rank, 1);
+  EXPECT_DOUBLE_EQ(changes[0].excess_ns, 3'000'000);
+  const std::vector<SlowProcess> ended = a.Forget(comm);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_FALSE(ended[0].slow);
+  EXPECT_FALSE(a.IsSlow(FakeJob::Process(1)));
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
