@@ -12,7 +12,10 @@ RankInterval ToRankInterval(const ncclwatch::v1::RankReport& report) {
   r.final = report.final();
   r.in_flight.reserve(report.in_flight_size());
   for (const auto& op : report.in_flight()) {
-    r.in_flight.push_back(InFlightOp{op.op(), op.seq(), op.p2p(), op.peer(), op.age_ns()});
+    // Plugins report how many channels started; an operation without channels (none reported)
+    // is taken as started, which is what the hang verdicts assumed before the field mattered.
+    r.in_flight.push_back(InFlightOp{op.op(), op.seq(), op.p2p(), op.peer(), op.age_ns(),
+                                     op.channels() == 0 || op.channels_started() > 0});
   }
   r.stats.reserve(report.stats_size());
   for (const auto& s : report.stats()) {

@@ -28,7 +28,7 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
   if (rs.finalized) return;
   for (const InFlightOp& op : report.in_flight) {
     rs.in_flight.push_back(InFlight{std::string(op.op), op.p2p ? 0 : op.seq, op.p2p, op.peer,
-                                    now_ns - static_cast<int64_t>(op.age_ns)});
+                                    now_ns - static_cast<int64_t>(op.age_ns), op.started});
   }
 }
 
@@ -167,6 +167,16 @@ bool HangDetector::Missing(const CommKey& comm, int rank) const {
   if (it == comms_.end() || !it->second.hung) return false;
   const auto& m = it->second.hang.missing;
   return std::find(m.begin(), m.end(), rank) != m.end();
+}
+
+std::vector<HangDetector::InFlight> HangDetector::InFlightOf(const CommKey& comm, int rank) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end() || rank < 0 || rank >= static_cast<int>(it->second.ranks.size())) {
+    return {};
+  }
+  const RankState& rs = it->second.ranks[rank];
+  if (!rs.seen || rs.finalized || rs.silent) return {};
+  return rs.in_flight;
 }
 
 bool HangDetector::IsSilent(const CommKey& comm, int rank) const {

@@ -87,14 +87,20 @@ class HangDetector {
   bool Missing(const CommKey& comm, int rank) const;
   bool IsSilent(const CommKey& comm, int rank) const;
 
- private:
+  // An operation a rank had in flight at its last report.
   struct InFlight {
     std::string op;
     uint64_t seq = 0;  // collectives
     bool p2p = false;
     int peer = -1;  // p2p
     int64_t enqueued_ns = 0;
+    bool started = true;  // its kernel started on the GPU
   };
+  // What `rank` of `comm` had in flight at its last report, oldest first (empty when unknown,
+  // finalized or silent).
+  std::vector<InFlight> InFlightOf(const CommKey& comm, int rank) const;
+
+ private:
   struct RankState {
     bool seen = false;
     bool finalized = false;

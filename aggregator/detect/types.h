@@ -30,6 +30,7 @@ struct InFlightOp {
   bool p2p = false;
   int peer = -1;        // point-to-point: the other rank
   uint64_t age_ns = 0;  // time since it was enqueued, on the rank's clock
+  bool started = true;  // a channel of its kernel started on the GPU (false: queued behind others)
 };
 
 // The interval statistics of one (operation, message-size bucket[, algorithm]) of the rank.

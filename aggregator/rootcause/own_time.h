@@ -41,21 +41,9 @@
 #include <vector>
 
 #include "aggregator/detect/types.h"
+#include "aggregator/rootcause/process_index.h"
 
 namespace ncclwatch::aggregator {
-
-// The process behind a communicator rank: one GPU, whatever communicators it is in.
-struct ProcessKey {
-  std::string job_id;
-  std::string host;
-  uint32_t pid = 0;
-  int cuda_device = -1;
-  bool operator<(const ProcessKey& o) const {
-    return std::tie(job_id, host, pid, cuda_device) <
-           std::tie(o.job_id, o.host, o.pid, o.cuda_device);
-  }
-  bool operator==(const ProcessKey& o) const = default;
-};
 
 struct OwnTimeOptions {
   int window = 16;

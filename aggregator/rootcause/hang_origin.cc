@@ -1,0 +1,113 @@
+#include "aggregator/rootcause/hang_origin.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace ncclwatch::aggregator {
+namespace {
+
+bool IsMissing(const HangView& h, int rank) {
+  return std::find(h.missing.begin(), h.missing.end(), rank) != h.missing.end();
+}
+
+// The operation of `h` that `ops` (one rank's in-flight list) holds, or nullptr.
+const HangDetector::InFlight* OpOf(const HangView& h,
+                                   const std::vector<HangDetector::InFlight>& ops) {
+  for (const HangDetector::InFlight& op : ops) {
+    if (h.op == kP2pHangOp ? op.p2p : (!op.p2p && op.op == h.op && op.seq == h.seq)) return &op;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
+                                          const ProcessIndex& processes,
+                                          const InFlightLookup& in_flight) {
+  std::map<CommKey, size_t> hang_of;  // communicator -> index in `hangs`
+  for (size_t i = 0; i < hangs.size(); ++i) hang_of[hangs[i].comm] = i;
+
+  // depends[i]: the hang that hang i is stuck behind (the oldest such), or i itself.
+  std::vector<size_t> depends(hangs.size());
+  for (size_t i = 0; i < hangs.size(); ++i) {
+    const HangView& h = hangs[i];
+    depends[i] = i;
+    int64_t best_enqueued = 0;
+    auto consider = [&](size_t j, int64_t enqueued_ns) {
+      if (j == i) return;
+      if (depends[i] == i || enqueued_ns < best_enqueued) {
+        depends[i] = j;
+        best_enqueued = enqueued_ns;
+      }
+    };
+    for (int r = 0; r < processes.Ranks(h.comm); ++r) {
+      const ProcessKey* p = processes.Of(h.comm, r);
+      if (p == nullptr) continue;
+      const bool missing = IsMissing(h, r);
+      int64_t before_ns = h.enqueued_ns;
+      if (!missing) {
+        const std::vector<HangDetector::InFlight> mine = in_flight(h.comm, r);
+        const HangDetector::InFlight* op = OpOf(h, mine);
+        if (op == nullptr || op->started) continue;  // it is running: waiting, not queued
+        before_ns = op->enqueued_ns;
+      }
+      for (const auto& [comm, rank] : processes.RanksOf(*p)) {
+        if (comm == h.comm) continue;
+        auto other = hang_of.find(comm);
+        if (other == hang_of.end()) continue;
+        const HangView& h2 = hangs[other->second];
+        bool stuck_there = false;
+        int64_t since = h2.enqueued_ns;
+        for (const HangDetector::InFlight& op : in_flight(comm, rank)) {
+          if (op.enqueued_ns < before_ns) {
+            stuck_there = true;
+            since = std::min(since, op.enqueued_ns);
+          }
+        }
+        if (!stuck_there && missing && IsMissing(h2, rank) && h2.enqueued_ns < h.enqueued_ns) {
+          stuck_there = true;  // it never reached the earlier one either
+        }
+        if (stuck_there) consider(other->second, since);
+      }
+    }
+  }
+
+  // Follow the links to the origin; a cycle (two hangs each behind the other, as can happen with
+  // stale reports) ends at its oldest member.
+  std::vector<size_t> origin(hangs.size());
+  for (size_t i = 0; i < hangs.size(); ++i) {
+    std::set<size_t> seen{i};
+    size_t at = i;
+    while (depends[at] != at && seen.insert(depends[at]).second) at = depends[at];
+    if (depends[at] != at) {  // a cycle: its oldest member
+      size_t oldest = at;
+      for (size_t k = depends[at]; k != at; k = depends[k]) {
+        if (hangs[k].enqueued_ns < hangs[oldest].enqueued_ns) oldest = k;
+      }
+      at = oldest;
+    }
+    origin[i] = at;
+  }
+  std::map<size_t, HangGroup> groups;
+  for (size_t i = 0; i < hangs.size(); ++i) {
+    HangGroup& g = groups[origin[i]];
+    if (origin[i] == i) {
+      g.origin = hangs[i];
+    } else {
+      g.consequences.push_back(hangs[i]);
+    }
+  }
+  std::vector<HangGroup> out;
+  for (auto& [i, g] : groups) {
+    std::sort(g.consequences.begin(), g.consequences.end(),
+              [](const HangView& a, const HangView& b) { return a.enqueued_ns < b.enqueued_ns; });
+    out.push_back(std::move(g));
+  }
+  std::sort(out.begin(), out.end(), [](const HangGroup& a, const HangGroup& b) {
+    return a.origin.enqueued_ns < b.origin.enqueued_ns;
+  });
+  return out;
+}
+
+}  // namespace ncclwatch::aggregator
