@@ -63,6 +63,14 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     detectors_.correlator.Forget(key);
     detectors_.stragglers.Forget(key);
     detectors_.slow_nodes.Forget(key);
+    processes_.Forget(key);
+    own_time_.Forget(key);
+  }
+  const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
+  if (const ProcessKey* known = processes_.Of(key, id.rank());
+      known == nullptr || !(*known == process)) {
+    processes_.Set(key, id.rank(), process);
+    own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
   }
   Ingested out;
   series_.AddReport(CommRegistry::RankLabels(key, entry->who, id.rank()), report, now_ns,
@@ -77,8 +85,10 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
                             const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto group = detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
-                                           s.duration_ns, s.gpu_start_ns, now_ns);
+                                           s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns);
     if (!group) return;
+    own_time_.Observe(OwnTimeGroup{key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()),
+                                   group->own_time_ns});
     const std::vector<FlagChange> changes = detectors_.stragglers.Observe(*group);
     for (const FlagChange& change : changes) {
       out.events.push_back(StragglerEventLocked(key, *entry, change, now_ns));
@@ -98,14 +108,24 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   }
   detectors_.correlator.Expire(now_ns);
   series_.Expire(now_ns);
-  registry_.Expire(now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    detectors_.correlator.Forget(key);
-    detectors_.stragglers.Forget(key);
-    detectors_.slow_nodes.Forget(key);
-    detectors_.hangs.Forget(key);
-    detectors_.degraded.Forget(key);
-  });
+  registry_.Expire(
+      now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   return events;
+}
+
+void Analyzer::ForgetLocked(const CommKey& key) {
+  detectors_.correlator.Forget(key);
+  detectors_.stragglers.Forget(key);
+  detectors_.slow_nodes.Forget(key);
+  detectors_.hangs.Forget(key);
+  detectors_.degraded.Forget(key);
+  processes_.Forget(key);
+  own_time_.Forget(key);
+}
+
+std::vector<SlowProcess> Analyzer::SlowProcesses(const std::string& job_id) const {
+  ncclwatch::MutexLock lock(&mu_);
+  return own_time_.Slow(job_id);
 }
 
 std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {

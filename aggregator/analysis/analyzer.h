@@ -20,6 +20,8 @@
 #include "aggregator/analysis/series_table.h"
 #include "aggregator/detect/detectors.h"
 #include "aggregator/findings/findings.h"
+#include "aggregator/rootcause/own_time.h"
+#include "aggregator/rootcause/process_index.h"
 #include "common/series.h"
 #include "common/sync.h"
 #include "ncclwatch/v1/query.pb.h"
@@ -75,6 +77,9 @@ class Analyzer {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Jobs, summarised from their communicators.
   std::vector<ncclwatch::v1::JobInfo> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+  // GPUs slow themselves (the own-time analysis, aggregator/rootcause); `job_id` empty: every job.
+  // Being built (issue 17): computed, not yet turned into findings.
+  std::vector<SlowProcess> SlowProcesses(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Counters {
     uint64_t reports = 0;
@@ -92,6 +97,8 @@ class Analyzer {
   ncclwatch::v1::Event StragglerEventLocked(const CommKey& key, CommEntry& entry,
                                             const FlagChange& change, int64_t now_ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
+  void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Node-level verdicts after the rank flags of `key` changed.
   void JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
                         std::vector<ncclwatch::v1::Event>* events)
@@ -107,6 +114,8 @@ class Analyzer {
   CommRegistry registry_ ABSL_GUARDED_BY(mu_);
   SeriesTable series_ ABSL_GUARDED_BY(mu_);
   Detectors detectors_ ABSL_GUARDED_BY(mu_);
+  ProcessIndex processes_ ABSL_GUARDED_BY(mu_);  // the process behind each communicator rank
+  OwnTimeAnalyzer own_time_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
 };

@@ -298,3 +298,45 @@ TEST(AnalyzerTest, OneSlowRankDoesNotMakeItsNodeSlow) {
 
 }  // namespace
 }  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
+  // Eight ranks on two nodes; every rank starts each AllReduce at the same moment, but rank 5
+  // spent 3 ms more on its own work before it (the ranks it delayed would show normal own times).
+  Analyzer analyzer;
+  for (int interval = 0; interval < 3; ++interval) {
+    for (int rank = 0; rank < 8; ++rank) {
+      ncclwatch::v1::RankReport r;
+      auto* id = r.mutable_identity();
+      id->set_job_id("job-7");
+      id->set_host(rank < 4 ? "host-a" : "host-b");
+      id->set_pid(100 + rank);
+      id->set_cuda_device(rank % 4);
+      id->set_comm_hash(0xfeed);
+      id->set_rank(rank);
+      id->set_nranks(8);
+      id->set_n_nodes(2);
+      id->set_node(rank < 4 ? "node-a" : "node-b");
+      SampleColumnWriter writer(&r);
+      for (int i = 0; i < 10; ++i) {
+        const int64_t own = 5'000'000 + (rank == 5 ? 3'000'000 : rank * 10'000);
+        writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
+                   Sample{static_cast<uint64_t>(interval * 10 + i), 1'000'000, 4'000'000, own});
+      }
+      analyzer.Ingest(r, 1'000'000'000);
+    }
+  }
+  const std::vector<SlowProcess> slow = analyzer.SlowProcesses("job-7");
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(slow[0].process, (ProcessKey{"job-7", "host-b", 105, 1}));
+  EXPECT_EQ(slow[0].node, "node-b");
+  EXPECT_EQ(slow[0].rank, 5);
+  EXPECT_EQ(slow[0].comm, (CommKey{"job-7", 0xfeed}));
+  EXPECT_NEAR(slow[0].excess_ns, 3'000'000 - 30'000, 1);  // over the fastest on the other node
+  EXPECT_TRUE(analyzer.SlowProcesses("other-job").empty());
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator

@@ -27,6 +27,7 @@ struct CompletedGroup {
   uint64_t seq = 0;
   std::vector<uint64_t> duration_ns;
   std::vector<uint64_t> gpu_start_ns;
+  std::vector<int64_t> own_time_ns;  // the plugin's own time before it; -1 when unknown
 };
 
 struct CorrelatorOptions {
@@ -42,7 +43,8 @@ class Correlator {
   // A repeated record of the same rank is ignored (replays are harmless).
   std::optional<CompletedGroup> Add(const CommKey& comm, int nranks, const std::string& op,
                                     uint64_t seq, int rank, uint64_t duration_ns,
-                                    uint64_t gpu_start_ns, int64_t now_ns);
+                                    uint64_t gpu_start_ns, int64_t now_ns,
+                                    int64_t own_time_ns = -1);
   // Drops incomplete groups first seen before now - grace. Returns how many were dropped.
   size_t Expire(int64_t now_ns);
   // Forgets a communicator entirely (e.g. its job ended).
@@ -56,6 +58,7 @@ class Correlator {
   struct Group {
     std::vector<uint64_t> duration_ns;
     std::vector<uint64_t> gpu_start_ns;
+    std::vector<int64_t> own_time_ns;
     std::vector<bool> seen;
     int arrived = 0;
     int64_t first_seen_ns = 0;

@@ -28,15 +28,26 @@ void OwnTimeAnalyzer::Ring::Push(double v, int window) {
   median = Median(values);
 }
 
-void OwnTimeAnalyzer::SetMembers(const CommKey& comm, std::vector<ProcessKey> processes,
-                                 std::vector<std::string> nodes) {
+void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
+                                const ProcessKey& process, const std::string& node) {
+  if (nranks <= 0 || rank < 0 || rank >= nranks) return;
   CommState& cs = comms_[comm];
-  cs.processes = std::move(processes);
-  cs.nodes = std::move(nodes);
-  cs.nodes.resize(cs.processes.size());
-  for (size_t r = 0; r < cs.processes.size(); ++r) {
-    processes_[cs.processes[r]].node = cs.nodes[r];
+  if (static_cast<int>(cs.processes.size()) != nranks) {
+    if (!cs.classes.empty()) Forget(comm);  // re-created with another size: start over
+    CommState& fresh = comms_[comm];
+    fresh.processes.assign(nranks, ProcessKey{});
+    fresh.nodes.assign(nranks, "");
+    fresh.known.assign(nranks, false);
+    fresh.unknown = nranks;
   }
+  CommState& c = comms_[comm];
+  if (!c.known[rank]) {
+    c.known[rank] = true;
+    --c.unknown;
+  }
+  c.processes[rank] = process;
+  c.nodes[rank] = node;
+  processes_[process].node = node;
 }
 
 bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
@@ -148,7 +159,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   if (it == comms_.end()) return changes;  // members not known yet
   CommState& cs = it->second;
   const int n = static_cast<int>(group.own_time_ns.size());
-  if (n < 2 || n != static_cast<int>(cs.processes.size())) return changes;
+  if (n < 2 || n != static_cast<int>(cs.processes.size()) || cs.unknown > 0) return changes;
   std::vector<double> known;
   for (int64_t t : group.own_time_ns) {
     if (t >= 0) known.push_back(static_cast<double>(t));

@@ -80,10 +80,11 @@ class OwnTimeAnalyzer {
  public:
   explicit OwnTimeAnalyzer(OwnTimeOptions options = {}) : options_(options) {}
 
-  // Who the ranks of `comm` are (index = communicator rank) and on which node each runs. Call
-  // when a communicator is first seen and whenever a rank's identity changes.
-  void SetMembers(const CommKey& comm, std::vector<ProcessKey> processes,
-                  std::vector<std::string> nodes);
+  // Who rank `rank` of `comm` (of `nranks` ranks) is and on which node it runs. Call when the rank
+  // first reports and whenever its identity changes; a communicator is judged once all its ranks
+  // are known.
+  void SetMember(const CommKey& comm, int nranks, int rank, const ProcessKey& process,
+                 const std::string& node);
   // Feeds one joined collective; returns the processes whose verdict changed.
   std::vector<SlowProcess> Observe(const OwnTimeGroup& group);
   // Every process of `job_id` (all jobs if empty) that is slow now.
@@ -126,6 +127,8 @@ class OwnTimeAnalyzer {
   struct CommState {
     std::vector<ProcessKey> processes;
     std::vector<std::string> nodes;
+    std::vector<bool> known;
+    int unknown = 0;  // ranks not set yet
     std::map<ClassKey, ClassState> classes;
   };
   struct Evidence {

@@ -39,13 +39,11 @@ class FakeJob {
   // world ranks that are slow at the end.
   std::set<int> Run(OwnTimeAnalyzer& a, int groups, const OwnFn& own) {
     for (const Comm& c : comms_) {
-      std::vector<ProcessKey> processes;
-      std::vector<std::string> nodes;
-      for (int m : c.members) {
-        processes.push_back(Process(m));
-        nodes.push_back("node" + std::to_string(m / gpus_per_node_));
+      const int n = static_cast<int>(c.members.size());
+      for (int r = 0; r < n; ++r) {
+        a.SetMember(c.key, n, r, Process(c.members[r]),
+                    "node" + std::to_string(c.members[r] / gpus_per_node_));
       }
-      a.SetMembers(c.key, processes, nodes);
     }
     for (int g = 0; g < groups; ++g) {
       for (const Comm& c : comms_) {
@@ -238,7 +236,9 @@ TEST(OwnTimeAnalyzerTest, UnknownOwnTimesAndUnknownMembersAreNotJudged) {
   const CommKey comm{"job", 1};
   OwnTimeGroup g{comm, "AllReduce", 1024, 2, {-1, 9'000'000}};
   EXPECT_TRUE(a.Observe(g).empty());  // members not known yet
-  a.SetMembers(comm, {FakeJob::Process(0), FakeJob::Process(1)}, {"n0", "n1"});
+  a.SetMember(comm, 2, 1, FakeJob::Process(1), "n1");
+  EXPECT_TRUE(a.Observe(g).empty());  // rank 0 not known yet
+  a.SetMember(comm, 2, 0, FakeJob::Process(0), "n0");
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(a.Observe(g).empty());
   EXPECT_TRUE(a.Slow("").empty());
 }
@@ -246,7 +246,8 @@ TEST(OwnTimeAnalyzerTest, UnknownOwnTimesAndUnknownMembersAreNotJudged) {
 TEST(OwnTimeAnalyzerTest, ForgettingTheOnlyEvidenceEndsTheVerdict) {
   OwnTimeAnalyzer a;
   const CommKey comm{"job", 1};
-  a.SetMembers(comm, {FakeJob::Process(0), FakeJob::Process(1)}, {"n0", "n0"});
+  a.SetMember(comm, 2, 0, FakeJob::Process(0), "n0");
+  a.SetMember(comm, 2, 1, FakeJob::Process(1), "n0");
   std::vector<SlowProcess> changes;
   for (int i = 0; i < 16; ++i) {
     for (const SlowProcess& c : a.Observe({comm, "AllReduce", 1024, 1, {1'000'000, 4'000'000}})) {
