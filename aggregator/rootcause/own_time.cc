@@ -31,72 +31,91 @@ void OwnTimeAnalyzer::Ring::Push(double v, int window) {
 void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
                                 const ProcessKey& process, const std::string& node) {
   if (nranks <= 0 || rank < 0 || rank >= nranks) return;
-  CommState& cs = comms_[comm];
-  if (static_cast<int>(cs.processes.size()) != nranks) {
-    if (!cs.classes.empty()) Forget(comm);  // re-created with another size: start over
-    CommState& fresh = comms_[comm];
+  auto it = comms_.find(comm);
+  if (it != comms_.end() && static_cast<int>(it->second.processes.size()) != nranks) {
+    Forget(comm);  // re-created with another size: start over
+    it = comms_.end();
+  }
+  if (it == comms_.end()) {
+    it = comms_.emplace(comm, CommState{}).first;
+    CommState& fresh = it->second;
     fresh.processes.assign(nranks, ProcessKey{});
     fresh.nodes.assign(nranks, "");
     fresh.known.assign(nranks, false);
     fresh.unknown = nranks;
   }
-  CommState& c = comms_[comm];
-  if (!c.known[rank]) {
-    c.known[rank] = true;
-    --c.unknown;
+  CommState& cs = it->second;
+  if (cs.known[rank] && cs.nodes[rank] != node) {
+    Forget(comm);  // a rank moved: what was learnt about its node is void
+    SetMember(comm, nranks, rank, process, node);
+    return;
   }
-  c.processes[rank] = process;
-  c.nodes[rank] = node;
+  if (!cs.known[rank]) {
+    cs.known[rank] = true;
+    --cs.unknown;
+  }
+  cs.processes[rank] = process;
+  cs.nodes[rank] = node;
   processes_[process].node = node;
+}
+
+void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const ClassKey& k,
+                           ClassState& st, int r, double excess_ns) {
+  Ring& ring = st.excess[r];
+  const bool was_judged = static_cast<int>(ring.values.size()) >= options_.min_groups;
+  const double old_median = ring.median;
+  ring.Push(excess_ns, options_.window);
+  const bool judged = static_cast<int>(ring.values.size()) >= options_.min_groups;
+  const int nranks = static_cast<int>(cs.processes.size());
+  Slot& slot = slots_[SlotOf(comm, k, nranks, st.n_nodes, r)];
+  if (was_judged) {
+    st.judged.erase(st.judged.find({old_median, r}));
+    slot.judged.erase(slot.judged.find({old_median, cs.nodes[r], comm}));
+  } else if (judged) {
+    --st.unjudged;
+    --slot.unjudged;
+  }
+  if (judged) {
+    st.judged.insert({ring.median, r});
+    slot.judged.insert({ring.median, cs.nodes[r], comm});
+  }
 }
 
 bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
                                       const ClassState& st, int r, double tolerance_ns,
                                       double* reference_ns, bool* counterparts) const {
   const std::string& node = cs.nodes[r];
-  // Counterparts: rank r of the family's other communicators, on another node. While one of them
-  // has too few collectives yet, r is not judged: the design reference would be a guess.
-  const FamilyKey fk{comm.job_id, k.op, k.bytes, static_cast<int>(cs.processes.size()), st.n_nodes};
-  bool any = false;
-  double lowest = std::numeric_limits<double>::max();
-  if (auto fam = families_.find(fk); fam != families_.end()) {
-    for (const CommKey& other : fam->second) {
-      if (other == comm) continue;
-      auto oc = comms_.find(other);
-      if (oc == comms_.end() || oc->second.nodes.size() != cs.nodes.size()) continue;
-      if (oc->second.nodes[r] == node) continue;
-      auto ok = oc->second.classes.find(k);
-      if (ok == oc->second.classes.end()) continue;
-      const Ring& ring = ok->second.excess[r];
-      if (static_cast<int>(ring.values.size()) < options_.min_groups) return false;
-      lowest = std::min(lowest, ring.median);
-      any = true;
+  const double mine = st.excess[r].median;
+  // Counterparts: rank r of the family's other communicators, on another node; the smallest E.
+  // While a member of the family is not judged yet, r is not either: the reference would be a
+  // guess.
+  const auto slot =
+      slots_.find(SlotOf(comm, k, static_cast<int>(cs.processes.size()), st.n_nodes, r));
+  *counterparts = false;
+  if (slot != slots_.end()) {
+    for (const auto& [e, n, c] : slot->second.judged) {
+      if (c == comm || n == node) continue;
+      if (slot->second.unjudged > 0) return false;
+      *counterparts = true;
+      *reference_ns = e;
+      return true;
     }
-  }
-  *counterparts = any;
-  if (any) {
-    *reference_ns = lowest;
-    return true;
   }
   // No counterparts: the members of this communicator on other nodes. The highest one not
   // clearly above r is what a replica of r shows; if none is, r is not above anybody there.
-  const double mine = st.excess[r].median;
-  bool other_node = false;
-  double reference = std::numeric_limits<double>::lowest();
-  for (size_t q = 0; q < cs.nodes.size(); ++q) {
-    if (static_cast<int>(q) == r || cs.nodes[q] == node) continue;
-    const Ring& ring = st.excess[q];
-    if (static_cast<int>(ring.values.size()) < options_.min_groups) return false;
-    other_node = true;
-    if (ring.median <= mine + tolerance_ns) reference = std::max(reference, ring.median);
-  }
-  if (!other_node) {
+  if (st.n_nodes <= 1) {
     *reference_ns = 0;  // the whole communicator is on one node: compare within it
-  } else if (reference == std::numeric_limits<double>::lowest()) {
-    *reference_ns = mine;
-  } else {
-    *reference_ns = std::min(mine, reference);
+    return true;
   }
+  if (st.unjudged > 0) return false;
+  auto it = st.judged.upper_bound({mine + tolerance_ns, std::numeric_limits<int>::max()});
+  while (it != st.judged.begin()) {
+    --it;
+    if (it->second == r || cs.nodes[it->second] == node) continue;
+    *reference_ns = std::min(mine, it->first);
+    return true;
+  }
+  *reference_ns = mine;
   return true;
 }
 
@@ -115,23 +134,29 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
   return true;
 }
 
-bool OwnTimeAnalyzer::Counts(const ProcessState& ps, const Evidence& e) const {
-  if (e.replicas) return true;
-  for (const auto& [where, other] : ps.evidence) {
-    if (other.multi_node && other.nranks < e.nranks &&
-        other.fault_ns < options_.clear_ratio * other.threshold_ns) {
-      return false;
+bool OwnTimeAnalyzer::Verdict(
+    const ProcessState& ps,
+    const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>** best) const {
+  // The smallest multi-node communicator whose evidence says "not slow".
+  int smallest_fine = std::numeric_limits<int>::max();
+  for (const auto& [where, e] : ps.evidence) {
+    if (e.multi_node && e.fault_ns < options_.clear_ratio * e.threshold_ns) {
+      smallest_fine = std::min(smallest_fine, e.nranks);
     }
   }
-  return true;
-}
-
-bool OwnTimeAnalyzer::Verdict(const ProcessState& ps) const {
-  for (const auto& [where, e] : ps.evidence) {
+  bool slow = false;
+  double margin = std::numeric_limits<double>::lowest();
+  for (const auto& entry : ps.evidence) {
+    const Evidence& e = entry.second;
+    if (!e.replicas && smallest_fine < e.nranks) continue;
     const double needed = ps.slow ? options_.clear_ratio * e.threshold_ns : e.threshold_ns;
-    if (e.fault_ns >= needed && Counts(ps, e)) return true;
+    slow = slow || e.fault_ns >= needed;
+    if (best != nullptr && e.fault_ns - e.threshold_ns > margin) {
+      margin = e.fault_ns - e.threshold_ns;
+      *best = &entry;
+    }
   }
-  return false;
+  return slow;
 }
 
 SlowProcess OwnTimeAnalyzer::ViewOf(const ProcessKey& p, const ProcessState& ps) const {
@@ -139,16 +164,19 @@ SlowProcess OwnTimeAnalyzer::ViewOf(const ProcessKey& p, const ProcessState& ps)
   v.process = p;
   v.node = ps.node;
   v.slow = ps.slow;
-  double best = std::numeric_limits<double>::lowest();
-  for (const auto& [where, ev] : ps.evidence) {
-    if (!Counts(ps, ev) || ev.fault_ns - ev.threshold_ns <= best) continue;
-    best = ev.fault_ns - ev.threshold_ns;
-    v.comm = std::get<0>(where);
-    v.op = std::get<1>(where).op;
-    v.bytes = std::get<1>(where).bytes;
-    v.rank = std::get<2>(where);
-    v.excess_ns = ev.fault_ns;
-    v.own_time_ns = ev.own_time_ns;
+  const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>* best = nullptr;
+  Verdict(ps, &best);
+  if (best != nullptr) {
+    v.comm = std::get<0>(best->first);
+    v.op = std::get<1>(best->first).op;
+    v.bytes = std::get<1>(best->first).bytes;
+    v.rank = std::get<2>(best->first);
+    v.excess_ns = best->second.fault_ns;
+    v.own_time_ns = best->second.own_time_ns;
+    auto c = comms_.find(v.comm);
+    if (c != comms_.end() && v.rank < static_cast<int>(c->second.nodes.size())) {
+      v.node = c->second.nodes[v.rank];
+    }
   }
   return v;
 }
@@ -160,28 +188,32 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   CommState& cs = it->second;
   const int n = static_cast<int>(group.own_time_ns.size());
   if (n < 2 || n != static_cast<int>(cs.processes.size()) || cs.unknown > 0) return changes;
-  std::vector<double> known;
+  int64_t base = std::numeric_limits<int64_t>::max();
+  int known = 0;
   for (int64_t t : group.own_time_ns) {
-    if (t >= 0) known.push_back(static_cast<double>(t));
+    if (t < 0) continue;
+    base = std::min(base, t);
+    ++known;
   }
-  if (known.size() < 2) return changes;
+  if (known < 2) return changes;
   const ClassKey k{group.op, group.bytes};
   auto cls = cs.classes.find(k);
   if (cls == cs.classes.end()) {
     if (cs.classes.size() >= options_.max_classes_per_comm) return changes;
     cls = cs.classes.emplace(k, ClassState{}).first;
-    cls->second.excess.resize(n);
-    cls->second.n_nodes = group.n_nodes;
-    families_[FamilyKey{group.comm.job_id, k.op, k.bytes, n, group.n_nodes}].insert(group.comm);
+    ClassState& fresh = cls->second;
+    fresh.excess.resize(n);
+    fresh.n_nodes = group.n_nodes;
+    fresh.unjudged = n;
+    for (int r = 0; r < n; ++r) ++slots_[SlotOf(group.comm, k, n, group.n_nodes, r)].unjudged;
   }
   ClassState& st = cls->second;
-  // The earliest finisher of its own work: a reference that a slow member cannot move, whereas a
-  // quantile shifts when one member of a small communicator slows down.
-  const double base = *std::min_element(known.begin(), known.end());
-  st.base.Push(base, options_.window);
+  // The earliest finisher of its own work is the reference: unlike a quantile, the minimum does
+  // not move when one member of a small communicator slows down.
+  st.base.Push(static_cast<double>(base), options_.window);
   for (int r = 0; r < n; ++r) {
     if (group.own_time_ns[r] >= 0) {
-      st.excess[r].Push(static_cast<double>(group.own_time_ns[r]) - base, options_.window);
+      Push(group.comm, cs, k, st, r, static_cast<double>(group.own_time_ns[r] - base));
     }
   }
   for (int r = 0; r < n; ++r) {
@@ -189,7 +221,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     if (!Judge(group.comm, cs, k, st, r, &ev)) continue;
     ProcessState& ps = processes_[cs.processes[r]];
     ps.evidence[{group.comm, k, r}] = ev;
-    const bool slow = Verdict(ps);
+    const bool slow = Verdict(ps, nullptr);
     if (slow != ps.slow) {
       ps.slow = slow;
       changes.push_back(ViewOf(cs.processes[r], ps));
@@ -215,27 +247,34 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
   std::vector<SlowProcess> changes;
   auto it = comms_.find(comm);
   if (it == comms_.end()) return changes;
-  for (const auto& [k, st] : it->second.classes) {
-    const FamilyKey fk{comm.job_id, k.op, k.bytes, static_cast<int>(it->second.processes.size()),
-                       st.n_nodes};
-    auto fam = families_.find(fk);
-    if (fam != families_.end()) {
-      fam->second.erase(comm);
-      if (fam->second.empty()) families_.erase(fam);
+  CommState& cs = it->second;
+  const int nranks = static_cast<int>(cs.processes.size());
+  for (const auto& [k, st] : cs.classes) {
+    for (int r = 0; r < nranks; ++r) {
+      auto slot = slots_.find(SlotOf(comm, k, nranks, st.n_nodes, r));
+      if (slot == slots_.end()) continue;
+      if (static_cast<int>(st.excess[r].values.size()) >= options_.min_groups) {
+        auto e = slot->second.judged.find({st.excess[r].median, cs.nodes[r], comm});
+        if (e != slot->second.judged.end()) slot->second.judged.erase(e);
+      } else {
+        --slot->second.unjudged;
+      }
+      if (slot->second.judged.empty() && slot->second.unjudged <= 0) slots_.erase(slot);
     }
   }
-  for (const ProcessKey& p : it->second.processes) {
-    auto ps = processes_.find(p);
+  for (int r = 0; r < nranks; ++r) {
+    if (!cs.known[r]) continue;
+    auto ps = processes_.find(cs.processes[r]);
     if (ps == processes_.end()) continue;
     std::erase_if(ps->second.evidence,
                   [&](const auto& entry) { return std::get<0>(entry.first) == comm; });
-    if (ps->second.slow && !Verdict(ps->second)) {
-      SlowProcess v = ViewOf(p, ps->second);
+    if (ps->second.slow && !Verdict(ps->second, nullptr)) {
+      SlowProcess v = ViewOf(cs.processes[r], ps->second);
       v.slow = false;
       ps->second.slow = false;
       changes.push_back(std::move(v));
     }
-    if (ps->second.evidence.empty()) processes_.erase(ps);
+    if (ps->second.evidence.empty() && !ps->second.slow) processes_.erase(ps);
   }
   comms_.erase(it);
   return changes;

@@ -28,6 +28,8 @@
 // Counterparts and members on the rank's own node are never used as the design reference: a slow
 // node slows all of them alike.
 //
+// Cost: a collective of n ranks costs O(n log n) (windows, sorted indexes of the judged ranks per
+// communicator and per family slot), whatever the number of communicators in a family.
 // Memory: per (communicator, class, rank) one window; classes per communicator are capped.
 // Plain structs, no protobuf or gRPC; not thread-safe (the Analyzer serialises calls).
 #ifndef NCCLWATCH_AGGREGATOR_ROOTCAUSE_OWN_TIME_H_
@@ -102,16 +104,24 @@ class OwnTimeAnalyzer {
       return std::tie(op, bytes) < std::tie(o.op, o.bytes);
     }
   };
-  struct FamilyKey {
+  // A family member's slot: rank `index` of the family's communicators.
+  struct SlotKey {
     std::string job_id;
     std::string op;
     uint64_t bytes;
     int nranks;
     int n_nodes;
-    bool operator<(const FamilyKey& o) const {
-      return std::tie(job_id, op, bytes, nranks, n_nodes) <
-             std::tie(o.job_id, o.op, o.bytes, o.nranks, o.n_nodes);
+    int index;
+    bool operator<(const SlotKey& o) const {
+      return std::tie(job_id, op, bytes, nranks, n_nodes, index) <
+             std::tie(o.job_id, o.op, o.bytes, o.nranks, o.n_nodes, o.index);
     }
+  };
+  // The judged E of every communicator at one slot, sorted, and how many are not judged yet: a
+  // rank's design reference is the first entry from another communicator on another node.
+  struct Slot {
+    std::multiset<std::tuple<double, std::string, CommKey>> judged;  // (E, node, communicator)
+    int unjudged = 0;
   };
   struct Ring {
     std::vector<double> values;  // <= window
@@ -123,6 +133,9 @@ class OwnTimeAnalyzer {
     std::vector<Ring> excess;  // per rank
     Ring base;                 // the smallest own time of each collective
     int n_nodes = 0;
+    // The judged ranks by E (for the reference without counterparts) and how many are not yet.
+    std::multiset<std::pair<double, int>> judged;
+    int unjudged = 0;
   };
   struct CommState {
     std::vector<ProcessKey> processes;
@@ -146,6 +159,12 @@ class OwnTimeAnalyzer {
     std::map<std::tuple<CommKey, ClassKey, int>, Evidence> evidence;
   };
 
+  static SlotKey SlotOf(const CommKey& comm, const ClassKey& k, int nranks, int n_nodes, int r) {
+    return SlotKey{comm.job_id, k.op, k.bytes, nranks, n_nodes, r};
+  }
+  // Adds one excess to rank r's window and keeps the sorted indexes in step.
+  void Push(const CommKey& comm, const CommState& cs, const ClassKey& k, ClassState& st, int r,
+            double excess_ns);
   // F and its threshold for rank r of `comm` in class `k`; false if not judged yet.
   bool Judge(const CommKey& comm, const CommState& cs, const ClassKey& k, const ClassState& st,
              int r, Evidence* out) const;
@@ -155,16 +174,17 @@ class OwnTimeAnalyzer {
   bool DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
                        const ClassState& st, int r, double tolerance_ns, double* reference_ns,
                        bool* counterparts) const;
-  // Whether evidence `e` of a process counts: always with counterparts; without, unless a smaller
-  // multi-node communicator of the process finds it not slow (see the method above).
-  bool Counts(const ProcessState& ps, const Evidence& e) const;
-  // The process's verdict from its evidence, with hysteresis on its current one.
-  bool Verdict(const ProcessState& ps) const;
+  // The process's verdict from its evidence, with hysteresis on its current one. Evidence counts
+  // always with counterparts; without, unless a smaller multi-node communicator of the process
+  // finds it not slow (see the method above). `best`, if not null, gets the counted evidence
+  // furthest above its threshold.
+  bool Verdict(const ProcessState& ps,
+               const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>** best) const;
   SlowProcess ViewOf(const ProcessKey& p, const ProcessState& ps) const;
 
   const OwnTimeOptions options_;
   std::map<CommKey, CommState> comms_;
-  std::map<FamilyKey, std::set<CommKey>> families_;
+  std::map<SlotKey, Slot> slots_;
   std::map<ProcessKey, ProcessState> processes_;
 };
 
