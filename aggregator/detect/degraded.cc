@@ -62,6 +62,8 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
   for (const OpStats& s : report.stats) {
     if (s.p2p || s.count == 0 || s.exec_time_us_min <= 0) continue;
     const uint64_t mean_bytes = s.bytes / s.count;
+    // Small messages are latency-bound: their bus bandwidth says nothing about the wire.
+    if (mean_bytes < options_.min_message_bytes) continue;
     const auto exec_ns = static_cast<uint64_t>(s.exec_time_us_min * 1000);
     const double gbs = ComputeBandwidth(s.op, report.nranks, mean_bytes, exec_ns).bus_gbs;
     double& best = values[{std::string(s.op), std::string(s.message_size)}];

@@ -6,7 +6,9 @@
 //   network is in the path).
 // - A rank's value for an interval is the bus bandwidth of its fastest operation of each
 //   (collective, message-size bucket): kernel times include waiting for late peers, and the
-//   operation that waited least is the best view of the wire.
+//   operation that waited least is the best view of the wire. Buckets whose operations average
+//   less than `min_message_bytes` are latency-bound (a few bytes of gradient norm, a barrier) and
+//   never judged: their bandwidth moves with latency, not with the wire.
 // - Baseline per (class, collective, message-size bucket, nranks): the median of the last
 //   `baseline_window` healthy rank values of every communicator of that key, learned online;
 //   judged only after `min_baseline` values. A value feeds the baseline only if it is not low and
@@ -43,6 +45,8 @@ struct DegradedOptions {
   int intervals = 1;         // consecutive low intervals (K)
   int baseline_window = 64;  // healthy values kept per baseline key
   int min_baseline = 8;      // values needed before judging
+  // Operations smaller than this are latency-bound: not judged on bandwidth at all.
+  uint64_t min_message_bytes = 1 << 20;
 };
 
 struct DegradedView {

@@ -184,5 +184,43 @@ TEST(DegradedWaitingTest, PeersWaitingForASlowRankAreNotADegradedWire) {
   EXPECT_TRUE(flagged);
 }
 
+TEST(DegradedLatencyBoundTest, SmallCollectivesAreNeverJudgedOnBandwidth) {
+  // A 4-byte AllReduce across two nodes, whose "bandwidth" swings with latency and jitter, and a
+  // 16 MiB one: only the latter can make the communicator degraded.
+  DegradedDetector d;
+  const CommKey key{"job", 7};
+  auto report = [&](int rank, double small_gbs, double large_gbs) {
+    RankInterval r;
+    r.rank = rank;
+    r.nranks = 2;
+    r.n_nodes = 2;
+    r.node = rank == 0 ? "a" : "b";
+    r.stats.push_back(OpStats{"AllReduce", "0-1KB", false, 10, 40, 4.0 / small_gbs / 1000});
+    const double bus_bytes = 1.0 * (16 << 20);
+    r.stats.push_back(OpStats{"AllReduce", "16-17MB", false, 10, 10ull * (16 << 20),
+                              bus_bytes / large_gbs / 1000});
+    return r;
+  };
+  std::vector<DegradedChange> changes;
+  for (int i = 0; i < 16; ++i) {  // learn the baselines
+    for (int r = 0; r < 2; ++r) {
+      for (auto& c : d.Observe(key, report(r, 0.001, 20))) changes.push_back(c);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {  // the small one at a tenth: latency, not the wire
+    for (int r = 0; r < 2; ++r) {
+      for (auto& c : d.Observe(key, report(r, 0.0001, 20))) changes.push_back(c);
+    }
+  }
+  EXPECT_TRUE(changes.empty());
+  EXPECT_FALSE(d.IsDegraded(key));
+  for (int r = 0; r < 2; ++r) {  // the large one at half: degraded
+    for (auto& c : d.Observe(key, report(r, 0.001, 10))) changes.push_back(c);
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].comm.op, "AllReduce");
+  EXPECT_EQ(changes[0].comm.message_size, "16-17MB");
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator

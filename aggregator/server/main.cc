@@ -31,6 +31,7 @@ struct AggregatorConfig {
   double silent_after_s = 5;
   double degraded_fraction = 0.2;
   int64_t degraded_intervals = 1;
+  int64_t degraded_min_bytes = 1 << 20;
   std::string retention = "15d";
   std::string downsample_after = "1d";
   std::string downsample_step = "5m";
@@ -119,6 +120,9 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "baseline of its kind (0..1).");
   t.AddInt("degraded-intervals", "", &c.degraded_intervals,
            "Consecutive low report intervals before a communicator is flagged degraded.");
+  t.AddInt("degraded-min-bytes", "", &c.degraded_min_bytes,
+           "Collectives smaller than this (bytes, on average in their size bucket) are "
+           "latency-bound and never judged on bandwidth.");
   t.AddString("retention", "NCCLWATCH_RETENTION", &c.retention,
               "How long batches, points and events are kept: e.g. 15d, 36h, 90m (at least 1m).");
   t.AddString("downsample-after", "", &c.downsample_after,
@@ -144,6 +148,9 @@ std::optional<std::string> CheckRanges(const AggregatorConfig& c) {
   if (c.degraded_fraction <= 0 || c.degraded_fraction >= 1 || c.degraded_intervals < 1) {
     return "--degraded-fraction must be in (0, 1) and --degraded-intervals at least 1";
   }
+  if (c.degraded_min_bytes < 0) {
+    return "--degraded-min-bytes must be 0 or more";
+  }
   if (c.max_jobs < 1 || c.max_comms_per_job < 1 || c.max_series < 1) {
     return "--max-jobs, --max-comms-per-job and --max-series must be positive";
   }
@@ -160,6 +167,7 @@ AnalyzerOptions AnalyzerOptionsOf(const AggregatorConfig& c) {
   a.hang.silent_after_ns = static_cast<int64_t>(c.silent_after_s * 1e9);
   a.degraded.fraction = c.degraded_fraction;
   a.degraded.intervals = static_cast<int>(c.degraded_intervals);
+  a.degraded.min_message_bytes = static_cast<uint64_t>(c.degraded_min_bytes);
   a.max_jobs = static_cast<size_t>(c.max_jobs);
   a.max_comms_per_job = static_cast<size_t>(c.max_comms_per_job);
   a.max_series = static_cast<size_t>(c.max_series);

@@ -4,7 +4,8 @@
 // BM_Ingest/<nranks>: every rank of one communicator sends one report per interval holding 256
 // sampled collectives (the plugin's default cap), with Inspector statistics and an in-flight
 // list; the Analyzer correlates the samples into groups, runs the straggler, hang and degraded
-// detectors and updates the series. The rate counter is sampled collective records per second.
+// detectors and the own-time (root-cause) analysis and updates the series. The rate counter is
+// sampled collective records per second.
 //
 // Before the benchmarks, the program prints the resident memory the Analyzer holds for a
 // 4,096-rank job after 8 intervals (steady state: windows full, series populated).
@@ -43,6 +44,8 @@ ncclwatch::v1::RankReport MakeReport(int rank, int nranks, int interval) {
   id->set_nranks(nranks);
   id->set_n_nodes(std::max(1, nranks / 8));
   id->set_node("node-" + std::to_string(rank / 8));
+  id->set_host("host-" + std::to_string(rank / 8));
+  id->set_pid(1000 + rank);
   id->set_cuda_device(rank % 8);
   auto* st = r.add_stats();
   st->set_op("AllReduce");
@@ -62,8 +65,10 @@ ncclwatch::v1::RankReport MakeReport(int rank, int nranks, int interval) {
   for (int i = 0; i < kSamplesPerReport; ++i) {
     uint64_t seq = static_cast<uint64_t>(interval) * kSamplesPerReport + i;
     uint64_t start = seq * 1'000'000 + (rank == 3 ? 2'000'000 : (rank % 7) * 20'000);
+    // The own time before it (which the root-cause analysis compares): rank 3 is slow itself.
+    const int64_t own = 3'000'000 + (rank == 3 ? 2'000'000 : (rank % 7) * 20'000);
     writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 8,
-               Sample{seq, start, seq * 1'000'000 + 5'000'000 - start});
+               Sample{seq, start, seq * 1'000'000 + 5'000'000 - start, own});
   }
   r.set_sample_stride(1);
   return r;
