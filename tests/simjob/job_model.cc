@@ -53,7 +53,7 @@ struct JobModel::Rendezvous {
   std::vector<std::pair<int, int>> parties;  // (rank, task index)
 };
 
-JobModel::JobModel(JobModelConfig config, std::vector<int> output_ranks)
+JobModel::JobModel(JobModelConfig config, std::optional<std::vector<int>> output_ranks)
     : config_(std::move(config)),
       layout_(config_.tp, config_.pp, config_.dp, config_.gpus_per_node) {
   has_fabric_hang_ = !config_.fabric_hang_comm.empty() &&
@@ -71,8 +71,8 @@ JobModel::JobModel(JobModelConfig config, std::vector<int> output_ranks)
   for (int r = 0; r < world_size(); ++r) {
     auto rs = std::make_unique<Rank>();
     rs->rank = r;
-    rs->output = output_ranks.empty() ||
-                 std::find(output_ranks.begin(), output_ranks.end(), r) != output_ranks.end();
+    rs->output = !output_ranks.has_value() ||
+                 std::find(output_ranks->begin(), output_ranks->end(), r) != output_ranks->end();
     rs->prev_end = config_.t0_ns;
     rs->last_enq = config_.t0_ns - config_.host_overhead_ns;
     rs->ends.assign(ring, config_.t0_ns);
@@ -118,6 +118,12 @@ bool JobModel::hung() const {
     if (Fate(r) != RankFate::kCompleted) return true;
   }
   return false;
+}
+
+int64_t JobModel::iterations_in_run() const {
+  int64_t n = 0;
+  while (n < static_cast<int64_t>(decisions_.size()) && decisions_[n].in_run) ++n;
+  return n;
 }
 
 void JobModel::Wake(int r) {

@@ -50,6 +50,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -118,9 +119,10 @@ enum class RankFate {
 
 class JobModel {
  public:
-  // output_ranks: the ranks whose ops Next returns (empty: every rank). Other ranks are simulated
-  // all the same but their ops are not kept.
-  explicit JobModel(JobModelConfig config, std::vector<int> output_ranks = {});
+  // output_ranks: the ranks whose ops Next returns (nullopt: every rank; empty: none, to run the
+  // model for its end only). Other ranks are simulated all the same but their ops are not kept.
+  explicit JobModel(JobModelConfig config,
+                    std::optional<std::vector<int>> output_ranks = std::nullopt);
   ~JobModel();
 
   const JobModelConfig& config() const { return config_; }
@@ -140,7 +142,8 @@ class JobModel {
   bool hung() const;
   int64_t ops_finalized() const { return ops_finalized_; }
   int64_t last_end_ns() const { return last_end_ns_; }  // latest finite op end so far
-  int64_t iterations_decided() const { return static_cast<int64_t>(decisions_.size()); }
+  // Iterations that belong to the run, as far as decided (all of them once finished()).
+  int64_t iterations_in_run() const;
 
   // Transfer time of one task once its last party arrived at `at_ns`. `rank` is the task's
   // issuer; for p2p the peer is task.peer in comm.

@@ -309,7 +309,7 @@ TEST(JobModelTest, DeterministicWhateverTheConsumer) {
   c.stall_every_ns = 300 * kMs;
   c.stall_ns = 20 * kMs;
   const RankOps all = RunAll(c);
-  JobModel only3(c, {3});
+  JobModel only3(c, std::vector<int>{3});
   std::vector<JobOp> got;
   while (const JobOp* op = only3.Next(3)) got.push_back(*op);
   ASSERT_EQ(got.size(), all[3].size());
@@ -348,7 +348,7 @@ TEST(JobModelTest, SequenceNumbersCountPerCommunicatorAndKind) {
 // Cost of the schedule as one rank process computes it: the whole job, keeping one rank's ops.
 double CpuSecondsFor(const JobModelConfig& c, int rank, int64_t* ops) {
   const auto start = std::chrono::steady_clock::now();
-  JobModel model(c, {rank});
+  JobModel model(c, std::vector<int>{rank});
   *ops = 0;
   while (model.Next(rank) != nullptr) ++*ops;
   EXPECT_FALSE(model.hung());
