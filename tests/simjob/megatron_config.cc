@@ -1,4 +1,5 @@
-// --layout megatron's flags: their cross-checks, the faults in words, and the job model they
+// --layout megatron's flags: their cross-checks (Validate has already checked that every flag
+// given applies to this layout), the faults in words, and the job model they
 // describe (job_model.h). The flag table itself is options.cc's; the contract is in options.h.
 #include <algorithm>
 #include <cmath>
@@ -33,11 +34,6 @@ uint64_t Scaled(uint64_t bytes, double scale) {
 }  // namespace
 
 void ValidateMegatron(const Options& o) {
-  static const char* const kOtherLayouts[] = {"gap-us", "jitter-us", "slow-us", "node-comm",
-                                              "split-after-s"};
-  for (const char* flag : kOtherLayouts) {
-    if (Given(o, flag)) UsageError(std::string("--") + flag + " applies to --layout world|3d only");
-  }
   const int world = o.nodes * o.ranks_per_node;
   const Shape s = ShapeOf(o);
   if (o.ranks_per_node % s.tp != 0) {

@@ -73,14 +73,20 @@ bool Enable(bool* flag) {
   return true;
 }
 
-// One row of the flag table: parsing and --help both come from it.
+// The layouts a flag applies to; giving it with another layout is an error.
+enum LayoutMask : unsigned { kWorldOr3d = 1, kMegatron = 2, kAnyLayout = 3 };
+
+// One row of the flag table: parsing, --help and the layout check all come from it.
 struct Flag {
   const char* name;   // without the leading "--"
   const char* value;  // placeholder shown in --help; nullptr for a switch
   const char* default_text;
   const char* help;
   bool (*set)(Options* o, const char* v);  // false: the value is invalid
+  unsigned layouts = kAnyLayout;
 };
+
+const Flag* FindFlag(const std::string& name);
 
 const Flag kFlags[] = {
     {"plugin", "PATH", "(required)", "profiler plugin .so, dlopen'ed like NCCL does",
@@ -101,29 +107,36 @@ const Flag kFlags[] = {
     {"seed", "N", "1", "seed of the deterministic jitter",
      [](Options* o, const char* v) { return ParseInt(v, 0, INT64_MAX, &o->seed); }},
     {"gap-us", "US", "5000", "world/3d: base host gap before every step (compute time)",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->gap_us); }},
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->gap_us); },
+     kWorldOr3d},
     {"jitter-us", "US", "200", "world/3d: gap jitter, uniform in +/- this, per (rank, step)",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->jitter_us); }},
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->jitter_us); },
+     kWorldOr3d},
     {"slow-rank", "R[,R...]", "(none)",
      "slow ranks (repeatable): --slow-us late every step; megatron: --slow-factor x compute",
      [](Options* o, const char* v) { return ParseRankList(v, &o->slow_ranks); }},
     {"slow-node", "N", "-1", "node whose ranks all arrive --slow-us late (-1: none)",
      [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->slow_node); }},
     {"slow-us", "US", "2000", "world/3d: extra gap of the slow rank/node",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->slow_us); }},
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->slow_us); },
+     kWorldOr3d},
     {"slow-factor", "F", "2.0", "megatron: slow ranks/node compute F x as long",
-     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->slow_factor); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->slow_factor); },
+     kMegatron},
     {"slow-after-s", "S", "0", "megatron: slow from t0 + S (0: from the start)",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->slow_after_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->slow_after_s); }, kMegatron},
     {"throttle-rank", "R[,R...]", "(none)",
      "megatron: ranks throttled in bursts (repeatable): --throttle-factor x compute",
-     [](Options* o, const char* v) { return ParseRankList(v, &o->throttle_ranks); }},
+     [](Options* o, const char* v) { return ParseRankList(v, &o->throttle_ranks); }, kMegatron},
     {"throttle-factor", "F", "2.0", "megatron: compute factor while throttled",
-     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->throttle_factor); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->throttle_factor); },
+     kMegatron},
     {"throttle-on-s", "S", "2", "megatron: throttled for S, from t0 on ...",
-     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->throttle_on_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->throttle_on_s); },
+     kMegatron},
     {"throttle-off-s", "S", "2", "megatron: ... then normal for S, repeating",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->throttle_off_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->throttle_off_s); },
+     kMegatron},
     {"net-gbs", "GB/S", "25", "bandwidth of communicators spanning several nodes",
      [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 1e9, &o->net_gbs); }},
     {"nvlink-gbs", "GB/S", "300", "bandwidth of single-node communicators",
@@ -167,7 +180,7 @@ const Flag kFlags[] = {
        return true;
      }},
     {"node-comm", nullptr, "off", "add a per-node communicator with an AllReduce 16 MiB step",
-     [](Options* o, const char*) { return Enable(&o->node_comm); }},
+     [](Options* o, const char*) { return Enable(&o->node_comm); }, kWorldOr3d},
     {"gpu-uuids", nullptr, "off",
      "NVIDIA_VISIBLE_DEVICES per rank: its node's fake GPU UUIDs, as the device plugin sets it",
      [](Options* o, const char*) { return Enable(&o->gpu_uuids); }},
@@ -181,43 +194,51 @@ const Flag kFlags[] = {
     {"pp-stages", "P", "2", "3d, megatron: pipeline stages (3d: nodes a multiple, >= 2 x P)",
      [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->pp_stages); }},
     {"pp", "P", "2", "megatron: pipeline stages (the same as --pp-stages)",
-     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->pp_stages); }},
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->pp_stages); }, kMegatron},
     {"tp", "N", "(K)", "megatron: tensor-parallel size, divides --ranks-per-node (default K)",
-     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->tp); }},
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->tp); }, kMegatron},
     {"dp", "N", "(derived)", "megatron: data-parallel size; tp x pp x dp = nodes x K",
-     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->dp); }},
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->dp); }, kMegatron},
     {"microbatches", "M", "4", "megatron: microbatches per iteration (1F1B)",
-     [](Options* o, const char* v) { return ParseInt(v, 1, 4096, &o->microbatches); }},
+     [](Options* o, const char* v) { return ParseInt(v, 1, 4096, &o->microbatches); }, kMegatron},
     {"layers", "L", "2", "megatron: layers per stage, each compute + a TP AllReduce",
-     [](Options* o, const char* v) { return ParseInt(v, 1, 4096, &o->layers); }},
+     [](Options* o, const char* v) { return ParseInt(v, 1, 4096, &o->layers); }, kMegatron},
     {"layer-us", "US", "1000", "megatron: forward compute per layer and microbatch (backward 2x)",
-     [](Options* o, const char* v) { return ParseInt(v, 1, int64_t{1} << 30, &o->layer_us); }},
+     [](Options* o, const char* v) { return ParseInt(v, 1, int64_t{1} << 30, &o->layer_us); },
+     kMegatron},
     {"stage-factors", "A,B,...", "(all 1)",
      "megatron: per-stage compute (and gradient size) factors, one per stage",
-     [](Options* o, const char* v) { return ParseFactorList(v, &o->stage_factors); }},
+     [](Options* o, const char* v) { return ParseFactorList(v, &o->stage_factors); }, kMegatron},
     {"world-every", "N", "50", "megatron: a 4-byte world AllReduce every N iterations (0: never)",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 30, &o->world_every); }},
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 30, &o->world_every); },
+     kMegatron},
     {"host-ahead", "N", "4", "megatron: ops the host enqueues ahead of the oldest unfinished one",
-     [](Options* o, const char* v) { return ParseInt(v, 0, 4096, &o->host_ahead); }},
+     [](Options* o, const char* v) { return ParseInt(v, 0, 4096, &o->host_ahead); }, kMegatron},
     {"warmup-iterations", "N", "3", "megatron: first N iterations slower and uneven",
-     [](Options* o, const char* v) { return ParseInt(v, 0, 1 << 30, &o->warmup_iterations); }},
+     [](Options* o, const char* v) { return ParseInt(v, 0, 1 << 30, &o->warmup_iterations); },
+     kMegatron},
     {"compute-jitter", "F", "0.02", "megatron: compute jitter, uniform in +/- F x compute",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 0.5, &o->compute_jitter); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 0.5, &o->compute_jitter); },
+     kMegatron},
     {"stall-every-s", "S", "(none)", "megatron: a job-wide stall every S seconds ...",
-     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->stall_every_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->stall_every_s); },
+     kMegatron},
     {"stall-ms", "MS", "200", "megatron: ... of MS +/- 10% per rank, at an iteration boundary",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->stall_ms); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->stall_ms); }, kMegatron},
     {"fabric-hang-comm", "NAME", "(none)",
      "megatron: communicator (tp0, dp3, pp1, mp0, emb1, world) whose ops never end ...",
      [](Options* o, const char* v) {
        o->fabric_hang_comm = v;
        return !o->fabric_hang_comm.empty();
-     }},
+     },
+     kMegatron},
     {"fabric-hang-after-s", "S", "0", "megatron: ... from t0 + S on",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->fabric_hang_after_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->fabric_hang_after_s); },
+     kMegatron},
     {"split-after-s", "S", "(none)",
      "world steps from t0 + S run on two split communicators (local rank parity)",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->split_after_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->split_after_s); },
+     kWorldOr3d},
     {"msg-scale", "F", "1", "multiply every message size by F (at least 4 KiB)",
      [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 64, &o->msg_scale); }},
     {"start-delay-ms", "MS", "300", "t0 = now + this, so that all ranks start together",
@@ -229,6 +250,13 @@ const Flag kFlags[] = {
 };
 
 int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
+
+const Flag* FindFlag(const std::string& name) {
+  for (const Flag& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -269,10 +297,7 @@ Options ParseArgs(int argc, char** argv) {
       name.resize(eq);
       value = inline_value.c_str();
     }
-    const Flag* flag = nullptr;
-    for (const Flag& f : kFlags) {
-      if (name == f.name) flag = &f;
-    }
+    const Flag* flag = FindFlag(name);
     if (flag == nullptr) UsageError("unknown option '--" + name + "'");
     if (flag->value == nullptr && value != nullptr) UsageError("--" + name + " takes no value");
     if (flag->value != nullptr && value == nullptr) {
@@ -308,31 +333,14 @@ void Validate(const Options& o) {
   if (o.hang_rank >= 0 && o.kill_rank >= 0) {
     UsageError("--hang-rank and --kill-rank cannot be combined");
   }
-  if (o.layout_megatron) return ValidateMegatron(o);
-  static const char* const kMegatronOnly[] = {"tp",
-                                              "pp",
-                                              "dp",
-                                              "microbatches",
-                                              "layers",
-                                              "layer-us",
-                                              "stage-factors",
-                                              "world-every",
-                                              "host-ahead",
-                                              "warmup-iterations",
-                                              "compute-jitter",
-                                              "stall-every-s",
-                                              "stall-ms",
-                                              "slow-factor",
-                                              "slow-after-s",
-                                              "throttle-rank",
-                                              "throttle-factor",
-                                              "throttle-on-s",
-                                              "throttle-off-s",
-                                              "fabric-hang-comm",
-                                              "fabric-hang-after-s"};
-  for (const char* flag : kMegatronOnly) {
-    if (Given(o, flag)) UsageError(std::string("--") + flag + " applies to --layout megatron only");
+  const unsigned layout = o.layout_megatron ? kMegatron : kWorldOr3d;
+  for (const std::string& name : o.given) {
+    const unsigned applies = FindFlag(name)->layouts;
+    if ((applies & layout) != 0) continue;
+    UsageError("--" + name + " applies to --layout " +
+               (applies == kMegatron ? "megatron" : "world|3d") + " only");
   }
+  if (o.layout_megatron) return ValidateMegatron(o);
   if (o.layout_3d) {
     if (o.pp_stages < 2) UsageError("--layout 3d needs --pp-stages >= 2");
     if (o.nodes % o.pp_stages != 0 || o.nodes < 2 * o.pp_stages) {
