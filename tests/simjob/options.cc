@@ -1,4 +1,5 @@
-// The flag table and the mapping from flags to the time model.
+// The flag table and the mapping from flags to the time model of the world and 3d layouts
+// (megatron_config.cc maps them to the megatron job model).
 #include "tests/simjob/options.h"
 
 #include <algorithm>
