@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 
 namespace ncclwatch::simjob {
 
@@ -20,6 +22,15 @@ void SleepUntil(int64_t deadline_ns) {
                        static_cast<long>(deadline_ns % 1'000'000'000)};
   while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
+}
+
+std::string StrFormat(const char* fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
 }
 
 std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {

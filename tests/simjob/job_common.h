@@ -19,6 +19,9 @@ int64_t NowNs();
 // Sleeps until an absolute CLOCK_REALTIME deadline (returns at once if it has passed).
 void SleepUntil(int64_t deadline_ns);
 
+// printf into a std::string (at most 255 characters).
+std::string StrFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
 // `s` with every occurrence of `from` replaced by `to`.
 std::string ReplaceAll(std::string s, const std::string& from, const std::string& to);
 

@@ -1,14 +1,18 @@
-// The flag table and the mapping from flags to the time model.
+// The flag table and the mapping from flags to the time model of the world and 3d layouts
+// (megatron_config.cc maps them to the megatron job model).
 #include "tests/simjob/options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include "tests/simjob/job_common.h"
 
 namespace ncclwatch::simjob {
 namespace {
@@ -32,19 +36,58 @@ bool ParseDouble(const char* text, double lo, double hi, double* out) {
   return true;
 }
 
+// A comma-separated list of ranks, appended to *out (a rank of -1 adds nothing).
+bool ParseRankList(const char* text, std::vector<int>* out) {
+  std::string item;
+  for (const char* p = text;; ++p) {
+    if (*p != ',' && *p != '\0') {
+      item += *p;
+      continue;
+    }
+    int r = -1;
+    if (!ParseInt(item.c_str(), -1, kMaxRanks, &r)) return false;
+    if (r >= 0) out->push_back(r);
+    item.clear();
+    if (*p == '\0') return true;
+  }
+}
+
+// A comma-separated list of positive factors.
+bool ParseFactorList(const char* text, std::vector<double>* out) {
+  out->clear();
+  std::string item;
+  for (const char* p = text;; ++p) {
+    if (*p != ',' && *p != '\0') {
+      item += *p;
+      continue;
+    }
+    double f = 0;
+    if (!ParseDouble(item.c_str(), 1e-3, 1e3, &f)) return false;
+    out->push_back(f);
+    item.clear();
+    if (*p == '\0') return true;
+  }
+}
+
 bool Enable(bool* flag) {
   *flag = true;
   return true;
 }
 
-// One row of the flag table: parsing and --help both come from it.
+// The layouts a flag applies to; giving it with another layout is an error.
+enum LayoutMask : unsigned { kWorldOr3d = 1, kMegatron = 2, kAnyLayout = 3 };
+
+// One row of the flag table: parsing, --help and the layout check all come from it.
 struct Flag {
   const char* name;   // without the leading "--"
   const char* value;  // placeholder shown in --help; nullptr for a switch
   const char* default_text;
   const char* help;
   bool (*set)(Options* o, const char* v);  // false: the value is invalid
+  unsigned layouts = kAnyLayout;
 };
+
+const Flag* FindFlag(const std::string& name);
 
 const Flag kFlags[] = {
     {"plugin", "PATH", "(required)", "profiler plugin .so, dlopen'ed like NCCL does",
@@ -64,16 +107,37 @@ const Flag kFlags[] = {
      [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->iterations); }},
     {"seed", "N", "1", "seed of the deterministic jitter",
      [](Options* o, const char* v) { return ParseInt(v, 0, INT64_MAX, &o->seed); }},
-    {"gap-us", "US", "5000", "base host gap before every step (compute time)",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->gap_us); }},
-    {"jitter-us", "US", "200", "gap jitter, uniform in +/- this, per (rank, step)",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->jitter_us); }},
-    {"slow-rank", "R", "-1", "rank that arrives --slow-us late at every step (-1: none)",
-     [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->slow_rank); }},
+    {"gap-us", "US", "5000", "world/3d: base host gap before every step (compute time)",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->gap_us); },
+     kWorldOr3d},
+    {"jitter-us", "US", "200", "world/3d: gap jitter, uniform in +/- this, per (rank, step)",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->jitter_us); },
+     kWorldOr3d},
+    {"slow-rank", "R[,R...]", "(none)",
+     "slow ranks (repeatable): --slow-us late every step; megatron: --slow-factor x compute",
+     [](Options* o, const char* v) { return ParseRankList(v, &o->slow_ranks); }},
     {"slow-node", "N", "-1", "node whose ranks all arrive --slow-us late (-1: none)",
      [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->slow_node); }},
-    {"slow-us", "US", "2000", "extra gap of the slow rank/node",
-     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->slow_us); }},
+    {"slow-us", "US", "2000", "world/3d: extra gap of the slow rank/node",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->slow_us); },
+     kWorldOr3d},
+    {"slow-factor", "F", "2.0", "megatron: slow ranks/node compute F x as long",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->slow_factor); },
+     kMegatron},
+    {"slow-after-s", "S", "0", "megatron: slow from t0 + S (0: from the start)",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->slow_after_s); }, kMegatron},
+    {"throttle-rank", "R[,R...]", "(none)",
+     "megatron: ranks throttled in bursts (repeatable): --throttle-factor x compute",
+     [](Options* o, const char* v) { return ParseRankList(v, &o->throttle_ranks); }, kMegatron},
+    {"throttle-factor", "F", "2.0", "megatron: compute factor while throttled",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->throttle_factor); },
+     kMegatron},
+    {"throttle-on-s", "S", "2", "megatron: throttled for S, from t0 on ...",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->throttle_on_s); },
+     kMegatron},
+    {"throttle-off-s", "S", "2", "megatron: ... then normal for S, repeating",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->throttle_off_s); },
+     kMegatron},
     {"net-gbs", "GB/S", "25", "bandwidth of communicators spanning several nodes",
      [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 1e9, &o->net_gbs); }},
     {"nvlink-gbs", "GB/S", "300", "bandwidth of single-node communicators",
@@ -88,7 +152,8 @@ const Flag kFlags[] = {
      [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->clock_skew_ms); }},
     {"channels", "C", "4", "channels per collective/p2p (KernelCh events per op)",
      [](Options* o, const char* v) { return ParseInt(v, 1, 64, &o->channels); }},
-    {"hang-rank", "R", "-1", "rank that stops arriving at steps after --hang-after-s",
+    {"hang-rank", "R", "-1",
+     "rank that stops arriving at steps after --hang-after-s (megatron: stops enqueuing)",
      [](Options* o, const char* v) { return ParseInt(v, -1, kMaxRanks, &o->hang_rank); }},
     {"hang-after-s", "S", "0", "hang time, seconds after t0",
      [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->hang_after_s); }},
@@ -116,21 +181,65 @@ const Flag kFlags[] = {
        return true;
      }},
     {"node-comm", nullptr, "off", "add a per-node communicator with an AllReduce 16 MiB step",
-     [](Options* o, const char*) { return Enable(&o->node_comm); }},
+     [](Options* o, const char*) { return Enable(&o->node_comm); }, kWorldOr3d},
     {"gpu-uuids", nullptr, "off",
      "NVIDIA_VISIBLE_DEVICES per rank: its node's fake GPU UUIDs, as the device plugin sets it",
      [](Options* o, const char*) { return Enable(&o->gpu_uuids); }},
-    {"layout", "world|3d", "world",
-     "world: every step on one world communicator; 3d: TP within nodes, PP and DP across them",
+    {"layout", "world|3d|megatron", "world",
+     "world: one world communicator; 3d: TP in nodes, PP/DP across; megatron: a 1F1B job",
      [](Options* o, const char* v) {
        o->layout_3d = std::strcmp(v, "3d") == 0;
-       return o->layout_3d || std::strcmp(v, "world") == 0;
+       o->layout_megatron = std::strcmp(v, "megatron") == 0;
+       return o->layout_3d || o->layout_megatron || std::strcmp(v, "world") == 0;
      }},
-    {"pp-stages", "P", "2", "3d layout: pipeline stages (nodes must be a multiple, >= 2 x P)",
-     [](Options* o, const char* v) { return ParseInt(v, 2, kMaxRanks, &o->pp_stages); }},
+    {"pp-stages", "P", "2", "3d, megatron: pipeline stages (3d: nodes a multiple, >= 2 x P)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->pp_stages); }},
+    {"pp", "P", "2", "megatron: pipeline stages (the same as --pp-stages)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->pp_stages); }, kMegatron},
+    {"tp", "N", "(K)", "megatron: tensor-parallel size, divides --ranks-per-node (default K)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->tp); }, kMegatron},
+    {"dp", "N", "(derived)", "megatron: data-parallel size; tp x pp x dp = nodes x K",
+     [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->dp); }, kMegatron},
+    {"microbatches", "M", "4", "megatron: microbatches per iteration (1F1B)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, 4096, &o->microbatches); }, kMegatron},
+    {"layers", "L", "2", "megatron: layers per stage, each compute + a TP AllReduce",
+     [](Options* o, const char* v) { return ParseInt(v, 1, 4096, &o->layers); }, kMegatron},
+    {"layer-us", "US", "1000", "megatron: forward compute per layer and microbatch (backward 2x)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, int64_t{1} << 30, &o->layer_us); },
+     kMegatron},
+    {"stage-factors", "A,B,...", "(all 1)",
+     "megatron: per-stage compute (and gradient size) factors, one per stage",
+     [](Options* o, const char* v) { return ParseFactorList(v, &o->stage_factors); }, kMegatron},
+    {"world-every", "N", "50", "megatron: a 4-byte world AllReduce every N iterations (0: never)",
+     [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 30, &o->world_every); },
+     kMegatron},
+    {"host-ahead", "N", "4", "megatron: ops the host enqueues ahead of the oldest unfinished one",
+     [](Options* o, const char* v) { return ParseInt(v, 0, 4096, &o->host_ahead); }, kMegatron},
+    {"warmup-iterations", "N", "3", "megatron: first N iterations slower and uneven",
+     [](Options* o, const char* v) { return ParseInt(v, 0, 1 << 30, &o->warmup_iterations); },
+     kMegatron},
+    {"compute-jitter", "F", "0.02", "megatron: compute jitter, uniform in +/- F x compute",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 0.5, &o->compute_jitter); },
+     kMegatron},
+    {"stall-every-s", "S", "(none)", "megatron: a job-wide stall every S seconds ...",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->stall_every_s); },
+     kMegatron},
+    {"stall-ms", "MS", "200", "megatron: ... of MS +/- 10% per rank, at an iteration boundary",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->stall_ms); }, kMegatron},
+    {"fabric-hang-comm", "NAME", "(none)",
+     "megatron: communicator (tp0, dp3, pp1, mp0, emb1, world) whose ops never end ...",
+     [](Options* o, const char* v) {
+       o->fabric_hang_comm = v;
+       return !o->fabric_hang_comm.empty();
+     },
+     kMegatron},
+    {"fabric-hang-after-s", "S", "0", "megatron: ... from t0 + S on",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->fabric_hang_after_s); },
+     kMegatron},
     {"split-after-s", "S", "(none)",
      "world steps from t0 + S run on two split communicators (local rank parity)",
-     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->split_after_s); }},
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->split_after_s); },
+     kWorldOr3d},
     {"msg-scale", "F", "1", "multiply every message size by F (at least 4 KiB)",
      [](Options* o, const char* v) { return ParseDouble(v, 1e-6, 64, &o->msg_scale); }},
     {"start-delay-ms", "MS", "300", "t0 = now + this, so that all ranks start together",
@@ -141,36 +250,37 @@ const Flag kFlags[] = {
      [](Options* o, const char*) { return Enable(&o->help); }},
 };
 
-[[noreturn]] void UsageError(const std::string& message) {
+int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
+
+const Flag* FindFlag(const std::string& name) {
+  for (const Flag& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void UsageError(const std::string& message) {
   std::fprintf(stderr, "simjob: error: %s\nRun 'simjob --help' for the list of options.\n",
                message.c_str());
   std::exit(2);
 }
 
-std::string StrFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string StrFormat(const char* fmt, ...) {
-  char buf[256];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
+bool Given(const Options& o, const char* flag) {
+  return std::find(o.given.begin(), o.given.end(), flag) != o.given.end();
 }
-
-int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
-
-}  // namespace
 
 void PrintHelp() {
   std::printf(
       "Usage: simjob --plugin PATH --nodes M --ranks-per-node K [options]\n\n"
       "Simulates an NCCL training job (one process per rank) driving a real profiler plugin.\n\n"
-      "  %-26s %-11s %s\n",
+      "  %-30s %-11s %s\n",
       "option", "default", "meaning");
   for (const Flag& f : kFlags) {
     std::string left = std::string("--") + f.name;
     if (f.value != nullptr) left += std::string(" ") + f.value;
-    std::printf("  %-26s %-11s %s\n", left.c_str(), f.default_text, f.help);
+    std::printf("  %-30s %-11s %s\n", left.c_str(), f.default_text, f.help);
   }
   std::fflush(stdout);
 }
@@ -188,16 +298,14 @@ Options ParseArgs(int argc, char** argv) {
       name.resize(eq);
       value = inline_value.c_str();
     }
-    const Flag* flag = nullptr;
-    for (const Flag& f : kFlags) {
-      if (name == f.name) flag = &f;
-    }
+    const Flag* flag = FindFlag(name);
     if (flag == nullptr) UsageError("unknown option '--" + name + "'");
     if (flag->value == nullptr && value != nullptr) UsageError("--" + name + " takes no value");
     if (flag->value != nullptr && value == nullptr) {
       if (i + 1 >= argc) UsageError("--" + name + " needs a value (" + flag->value + ")");
       value = argv[++i];
     }
+    o.given.push_back(name);
     if (!flag->set(&o, value)) {
       UsageError("invalid value '" + std::string(value) + "' for --" + name + " (expected " +
                  flag->value + ")");
@@ -218,7 +326,7 @@ void Validate(const Options& o) {
   auto check_node = [&o](int n, const char* flag) {
     if (n >= o.nodes) UsageError(std::string(flag) + " must be < " + std::to_string(o.nodes));
   };
-  check_rank(o.slow_rank, "--slow-rank");
+  for (int r : o.slow_ranks) check_rank(r, "--slow-rank");
   check_rank(o.hang_rank, "--hang-rank");
   check_rank(o.kill_rank, "--kill-rank");
   check_node(o.slow_node, "--slow-node");
@@ -226,7 +334,16 @@ void Validate(const Options& o) {
   if (o.hang_rank >= 0 && o.kill_rank >= 0) {
     UsageError("--hang-rank and --kill-rank cannot be combined");
   }
+  const unsigned layout = o.layout_megatron ? kMegatron : kWorldOr3d;
+  for (const std::string& name : o.given) {
+    const unsigned applies = FindFlag(name)->layouts;
+    if ((applies & layout) != 0) continue;
+    UsageError("--" + name + " applies to --layout " +
+               (applies == kMegatron ? "megatron" : "world|3d") + " only");
+  }
+  if (o.layout_megatron) return ValidateMegatron(o);
   if (o.layout_3d) {
+    if (o.pp_stages < 2) UsageError("--layout 3d needs --pp-stages >= 2");
     if (o.nodes % o.pp_stages != 0 || o.nodes < 2 * o.pp_stages) {
       UsageError("--layout 3d needs --nodes to be a multiple of --pp-stages and at least twice it");
     }
@@ -246,8 +363,9 @@ std::string FakeGpuUuid(int node, int rank) {
 
 std::string DescribeFaults(const Options& o) {
   std::string s;
+  if (o.layout_megatron) return DescribeMegatronFaults(o);
   const auto slow_us = static_cast<long long>(o.slow_us);
-  if (o.slow_rank >= 0) s += StrFormat(" slow rank %d +%lld us/step;", o.slow_rank, slow_us);
+  for (int r : o.slow_ranks) s += StrFormat(" slow rank %d +%lld us/step;", r, slow_us);
   if (o.slow_node >= 0) s += StrFormat(" slow node %d +%lld us/step;", o.slow_node, slow_us);
   if (o.degrade_node >= 0 && o.degrade_factor != 1.0) {
     s += StrFormat(" node %d network x%.3f from t0+%.3f s;", o.degrade_node, o.degrade_factor,
@@ -274,7 +392,7 @@ TimelineConfig MakeTimelineConfig(const Options& o, int64_t t0_ns) {
   c.t0_ns = t0_ns;
   c.gap_ns = o.gap_us * 1000;
   c.jitter_ns = o.jitter_us * 1000;
-  if (o.slow_rank >= 0) c.slow_ranks.push_back(o.slow_rank);
+  c.slow_ranks = o.slow_ranks;
   for (int l = 0; o.slow_node >= 0 && l < o.ranks_per_node; ++l) {
     c.slow_ranks.push_back(o.slow_node * o.ranks_per_node + l);
   }

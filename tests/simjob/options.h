@@ -1,4 +1,5 @@
-// simjob's command line: one table of flags (defaults and meanings printed by --help), parsed once.
+// simjob's command line: one table of flags (defaults and meanings printed by --help), parsed once;
+// the mapping from flags to the time models.
 #ifndef NCCLWATCH_TESTS_SIMJOB_OPTIONS_H_
 #define NCCLWATCH_TESTS_SIMJOB_OPTIONS_H_
 
@@ -6,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/simjob/job_model.h"
 #include "tests/simjob/timeline.h"
 
 namespace ncclwatch::simjob {
@@ -21,7 +23,7 @@ struct Options {
   uint64_t seed = 1;
   int64_t gap_us = 5000;
   int64_t jitter_us = 200;
-  int slow_rank = -1;
+  std::vector<int> slow_ranks;  // --slow-rank, repeatable or a list
   int slow_node = -1;
   int64_t slow_us = 2000;
   double net_gbs = 25;
@@ -40,20 +42,47 @@ struct Options {
   std::string job_id;  // empty: not given
   std::vector<std::string> env;
   bool node_comm = false;
-  bool gpu_uuids = false;  // --gpu-uuids
-  bool layout_3d = false;  // --layout 3d
-  int pp_stages = 2;
+  bool gpu_uuids = false;        // --gpu-uuids
+  bool layout_3d = false;        // --layout 3d
+  bool layout_megatron = false;  // --layout megatron
+  int pp_stages = 2;             // --pp-stages or --pp
+  // --layout megatron (megatron_config.cc):
+  int tp = 0;  // 0: --ranks-per-node
+  int dp = 0;  // 0: nodes x ranks-per-node / (tp x pp)
+  int microbatches = 4;
+  int layers = 2;
+  int64_t layer_us = 1000;
+  std::vector<double> stage_factors;  // empty: all 1
+  int world_every = 50;
+  int host_ahead = 4;
+  int warmup_iterations = 3;
+  double compute_jitter = 0.02;
+  double stall_every_s = 0;  // 0: no stalls
+  double stall_ms = 200;
+  double slow_factor = 2.0;
+  double slow_after_s = 0;
+  std::vector<int> throttle_ranks;
+  double throttle_factor = 2.0;
+  double throttle_on_s = 2;
+  double throttle_off_s = 2;
+  std::string fabric_hang_comm;
+  double fabric_hang_after_s = 0;
   double split_after_s = -1;  // < 0: no split
   double msg_scale = 1.0;
   int64_t start_delay_ms = 300;
   bool verbose = false;
   bool help = false;
+  std::vector<std::string> given;  // the flags on the command line, without "--"
 };
 
 inline constexpr int kMaxRanks = 4096;
 
 // Parses argv. On an unknown flag or a bad value prints a one-line error to stderr and exits 2.
 Options ParseArgs(int argc, char** argv);
+// Prints "simjob: error: <message>" and a hint to stderr and exits 2.
+[[noreturn]] void UsageError(const std::string& message);
+// Whether `flag` (without "--") was on the command line.
+bool Given(const Options& o, const char* flag);
 // Checks cross-flag constraints (ranks in range, ...); exits 2 with a message if violated.
 void Validate(const Options& o);
 // Prints the usage line and the flag table to stdout.
@@ -67,8 +96,14 @@ std::string FakeGpuUuid(int node, int rank);
 std::string JobId(const Options& o);
 // " slow rank 3 +2000 us/step; ..." or " none".
 std::string DescribeFaults(const Options& o);
-// The time model of this job, starting at t0_ns.
+// The time model of this job (world and 3d layouts), starting at t0_ns.
 TimelineConfig MakeTimelineConfig(const Options& o, int64_t t0_ns);
+
+// --layout megatron (megatron_config.cc): the flags' cross-checks (exits 2 like Validate), the
+// faults in words, and the job model, starting at t0_ns.
+void ValidateMegatron(const Options& o);
+std::string DescribeMegatronFaults(const Options& o);
+JobModelConfig MakeJobModelConfig(const Options& o, int64_t t0_ns);
 
 }  // namespace ncclwatch::simjob
 

@@ -37,10 +37,14 @@ void ProxyThread::Run() {
       work = std::move(queue_.front());
       queue_.pop_front();
     }
-    SleepUntil(work.start_ns);
-    std::vector<void*> handles = StartChannels(work);
-    if (work.stop_ns == kNever) {
-      // The collective never completes: its channels stay open until the job ends.
+    std::vector<void*> handles;
+    if (work.start_ns != kNever) {
+      SleepUntil(work.start_ns);
+      handles = StartChannels(work);
+    }
+    if (work.start_ns == kNever || work.stop_ns == kNever) {
+      // The kernel never completes (or never starts, behind one that never completes): its
+      // channels stay as they are until the job ends.
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return done_; });
       continue;

@@ -5,7 +5,8 @@
 // the task's Coll/P2p handle as parent, rank 0 and the channel's start pTimer; at stop_ns, for each
 // of those handles in the same order, KernelChStop (with the stop pTimer) and stop, back to back.
 // Work whose stop_ns is kNever (a hung collective) keeps its channels open and blocks the queue
-// until Finish().
+// until Finish(). Work whose start_ns is kNever (queued on a stream that is stuck) never starts:
+// its channels get no events at all, and it blocks the queue the same way.
 //
 // Thread safety: Push and Finish are called by the rank's user thread; the counters may be read
 // from any thread. The plugin is called from the proxy thread only.
@@ -30,7 +31,8 @@ namespace ncclwatch::simjob {
 struct KernelWork {
   void* context = nullptr;
   std::vector<void*> parents;          // Coll/P2p handles, one per task (may be null)
-  int64_t start_ns = 0;                // real time the kernel starts: the rank's arrival
+  int64_t start_ns = 0;                // real time the kernel starts: the rank's arrival;
+                                       // kNever if it never starts
   int64_t stop_ns = kNever;            // real time the op completes, kNever if it never does
   std::vector<uint64_t> start_timers;  // per channel GPU timer at start
   std::vector<uint64_t> stop_timers;   // per channel GPU timer at stop (empty if never)

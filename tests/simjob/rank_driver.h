@@ -1,10 +1,10 @@
-// The user thread of one simjob rank process: it creates the rank's communicators through the
-// plugin, replays every step of the Timeline at the rank's arrival times with NCCL's user-thread
-// event sequence (GroupApi, CollApi/P2pApi, Group, KernelLaunch, Coll/P2p;
-// docs/nccl-profiler-abi.md §7.4), hands each kernel to a ProxyThread for its KernelCh events, and
-// finalizes the communicators at the end. Events are emitted only as the activation mask and the
-// ABI version allow (§6.2; v4 has no API-level events); communicators whose init failed get no
-// events.
+// The user thread of one simjob rank process in the world and 3d layouts (--layout megatron:
+// megatron_driver.h): it creates the rank's communicators through the plugin, replays every step of
+// the Timeline at the rank's arrival times with NCCL's user-thread event sequence (nccl_events.h:
+// GroupApi, CollApi/P2pApi, Group, KernelLaunch, Coll/P2p; docs/nccl-profiler-abi.md §7.4), hands
+// each kernel to a ProxyThread for its KernelCh events, and finalizes the communicators at the
+// end. Events are emitted only as the activation mask and the ABI version allow (§6.2; v4 has no
+// API-level events); communicators whose init failed get no events.
 //
 // Faults (timeline.h): a hung rank stops arriving and idles until the job's end; --kill-rank makes
 // the process _exit(0) at the kill time, with no finalize.

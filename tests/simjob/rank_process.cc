@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tests/simjob/job_common.h"
+#include "tests/simjob/megatron_driver.h"
 #include "tests/simjob/profiler_host.h"
 #include "tests/simjob/rank_driver.h"
 
@@ -72,7 +73,8 @@ void RankLog(abi::LogLevel level, unsigned long /*flags*/, const char* /*file*/,
   if (write(STDERR_FILENO, buf, n) < 0) return;
 }
 
-int RunRank(const Options& o, const TimelineConfig& config, int rank, int report_fd) {
+int RunRank(const Options& o, const TimelineConfig& config, const JobModelConfig& model_config,
+            int rank, int report_fd) {
   g_rank = rank;
   g_verbose = o.verbose;
   SetRankEnvironment(o, rank);
@@ -83,7 +85,8 @@ int RunRank(const Options& o, const TimelineConfig& config, int rank, int report
             error.c_str());
     return 1;
   }
-  const RankReport report = DriveRank(o, config, rank, host.get());
+  const RankReport report = o.layout_megatron ? DriveMegatronRank(o, model_config, rank, host.get())
+                                              : DriveRank(o, config, rank, host.get());
   host.reset();  // dlclose, after the last finalize, as NCCL does
   char line[256];
   const int n = std::snprintf(

@@ -3,8 +3,9 @@
 // It stands in for NCCL plus a data-parallel training job: the parent process forks one process
 // per rank (before any dlopen or thread, so children inherit nothing but memory), and every rank
 // process loads the plugin exactly as NCCL does and replays NCCL's callback sequences in real time,
-// with the schedule taken from the deterministic Timeline (timeline.h). Ranks never talk to each
-// other: each computes the same global schedule from the same seed.
+// with the schedule taken from the deterministic Timeline (timeline.h), or with --layout megatron
+// from the closed-loop job model (job_model.h). Ranks never talk to each other: each computes the
+// same global schedule from the same seed.
 //
 // Inside a rank process two threads call the plugin, as in NCCL: the user thread emits the API,
 // Group and Coll/P2p events when the rank "arrives" at a step, and the proxy thread emits the
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "tests/simjob/job_common.h"
+#include "tests/simjob/job_model.h"
 #include "tests/simjob/options.h"
 #include "tests/simjob/rank_process.h"
 #include "tests/simjob/timeline.h"
@@ -114,6 +116,65 @@ void PrintSummary(const Options& o, const TimelineConfig& config) {
   std::fflush(stdout);
 }
 
+// --layout megatron: the layout, its communicators, one iteration's work and the forecast, from
+// one run of the job model over the whole job.
+void PrintMegatronSummary(const Options& o, const JobModelConfig& config) {
+  JobModel model(config, std::vector<int>{});
+  const MegatronLayout& l = model.layout();
+  std::printf(
+      "simjob: %d ranks = %d nodes x %d ranks/node = tp %d x pp %d x dp %d (megatron), ABI v%d, "
+      "plugin %s\n",
+      l.world_size(), o.nodes, o.ranks_per_node, l.tp(), l.pp(), l.dp(), o.abi, o.plugin.c_str());
+  for (int n = 0; n < o.nodes; ++n) {
+    std::printf("  node %d: ranks %d-%d, GPU clock offset %+.3f ms", n, n * o.ranks_per_node,
+                (n + 1) * o.ranks_per_node - 1, model.ClockOffsetNs(n) / 1e6);
+    if (o.has_agent_addr) {
+      std::printf(", NCCLWATCH_AGENT_ADDR=%s",
+                  ReplaceAll(o.agent_addr, "{node}", std::to_string(n)).c_str());
+    }
+    std::printf("\n");
+  }
+  const std::string job = JobId(o);
+  const std::vector<CommRef> comms = l.AllComms();
+  for (size_t i = 0; i < comms.size() && i < 24; ++i) {
+    const std::vector<int>& m = l.Members(comms[i].family, comms[i].instance);
+    std::string members;
+    for (size_t k = 0; k < m.size() && k < 8; ++k) members += (k ? "," : "") + std::to_string(m[k]);
+    if (m.size() > 8) members += ",...";
+    const std::string name = l.CommName(comms[i]);
+    std::printf("  comm %-7s hash 0x%016llx  nranks %zu  nnodes %d  ranks %s\n", name.c_str(),
+                static_cast<unsigned long long>(CommHash(job, name)), m.size(),
+                l.NodesSpanned(comms[i]), members.c_str());
+  }
+  if (comms.size() > 24) std::printf("  ... and %zu more communicators\n", comms.size() - 24);
+  const ProgramSpec& p = config.program;
+  std::printf(
+      "  iteration: 1F1B, %d microbatches x %d layers/stage, %lld us fwd + %.0f us bwd per layer; "
+      "TP AllReduce %.3g MiB/layer, PP Send/Recv %.3g MiB, DP ReduceScatter+AllGather %.3g MiB, "
+      "emb AllReduce %.3g MiB, mp AllReduce 8 B, world AllReduce 4 B every %d\n",
+      p.microbatches, p.layers, static_cast<long long>(p.layer_fwd_ns / 1000),
+      p.layer_fwd_ns * p.backward_factor / 1000, p.tp_bytes / 1048576.0, p.pp_bytes / 1048576.0,
+      p.dp_bytes / 1048576.0, p.emb_bytes / 1048576.0, p.world_every);
+  std::string factors;
+  for (double f : p.stage_factors) factors += StrFormat("%s%.3g", factors.empty() ? "" : ",", f);
+  std::printf("  job id %s, seed %llu, %d channels, host ahead %d, warm-up %d iterations%s%s\n",
+              job.c_str(), static_cast<unsigned long long>(o.seed), o.channels, config.host_ahead,
+              config.warmup_iterations, factors.empty() ? "" : ", stage factors ", factors.c_str());
+  std::printf("  faults:%s\n", DescribeFaults(o).c_str());
+  // The whole job, unless that is more than the parent should compute up front.
+  const bool complete = model.RunToEnd(/*max_ops=*/20'000'000);
+  const int64_t t0 = config.t0_ns;
+  const int64_t end =
+      model.hung() ? std::max(model.last_end_ns(), config.end_ns) : model.last_end_ns();
+  std::printf("  t0 %lld.%09lld (now + %lld ms); %s end t0 + %.3f s after %lld iterations%s\n",
+              static_cast<long long>(t0 / 1'000'000'000),
+              static_cast<long long>(t0 % 1'000'000'000), static_cast<long long>(o.start_delay_ms),
+              complete ? "expected" : "forecast stopped at", (end - t0) / 1e9,
+              static_cast<long long>(model.iterations_in_run()),
+              model.hung() ? " (hangs, then idles until --duration-s)" : "");
+  std::fflush(stdout);
+}
+
 struct Child {
   int rank;
   pid_t pid;
@@ -144,7 +205,13 @@ bool ReportChild(const Options& o, const Child& child, int status) {
 int RunParent(const Options& o) {
   const int64_t t0 = NowNs() + o.start_delay_ms * 1'000'000;
   const TimelineConfig config = MakeTimelineConfig(o, t0);
-  PrintSummary(o, config);
+  const JobModelConfig model_config =
+      o.layout_megatron ? MakeJobModelConfig(o, t0) : JobModelConfig{};
+  if (o.layout_megatron) {
+    PrintMegatronSummary(o, model_config);
+  } else {
+    PrintSummary(o, config);
+  }
   std::fflush(stderr);
 
   std::vector<Child> children;
@@ -167,7 +234,7 @@ int RunParent(const Options& o) {
       if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
       close(fds[0]);
       for (const Child& c : children) close(c.report_fd);
-      const int code = RunRank(o, config, rank, fds[1]);
+      const int code = RunRank(o, config, model_config, rank, fds[1]);
       std::fflush(nullptr);
       _exit(code);  // skip the parent's atexit handlers and stdio buffers
     }

@@ -3,7 +3,7 @@
 #
 # Usage: simjob_trace_test.sh SIMJOB_BINARY TRACE_PLUGIN_SO
 #
-# Each scenario is a 2 nodes x 2 ranks job. The plugin appends one line per rank to a trace file
+# Each scenario is a 2 nodes x 2 ranks job; the megatron ones are 4 nodes x 2 ranks. The plugin appends one line per rank to a trace file
 # (format: see trace_plugin.cc); every line must report violations=0, and the event counts must be
 # consistent with the workload, the ABI version, the activation mask and the injected fault.
 set -euo pipefail
@@ -190,6 +190,76 @@ for line in "${LINES[@]}"; do
 done
 grep -q "rank 2 node 1 .*killed by --kill-rank" "$WORK/kill.log" || fail "kill not reported"
 
+# --- megatron: 4 nodes x 2 GPUs = tp 2 x pp 2 x dp 2, the closed-loop job model ---------------------
+MEGATRON=(--layout megatron --nodes 4 --ranks-per-node 2)
+
+# Per iteration each rank launches 16 TP AllReduces, 5 pipeline groups holding 8 Send/Recv tasks,
+# DP ReduceScatter + AllGather and the emb and mp AllReduces; a world AllReduce every 2nd one.
+run megatron_iterations "${MEGATRON[@]}" --iterations 3 --world-every 2
+expect_ranks 8
+check_clean
+check_counts 5 4
+for line in "${LINES[@]}"; do
+  expect "$line" comms 6
+  expect "$line" Coll 61
+  expect "$line" P2p 24
+  expect "$line" GroupApi 76
+  expect "$line" KernelCh 340
+done
+run megatron_abi4 "${MEGATRON[@]}" --abi 4 --iterations 2
+expect_ranks 8
+check_clean
+check_counts 4 4
+
+# A slow GPU (rank 3) has the shortest kernels; its TP partner (rank 2) waits in every layer.
+run megatron_slow "${MEGATRON[@]}" --duration-s 1.5 --slow-rank 3 --slow-factor 2
+expect_ranks 8
+check_clean
+check_counts 5 4
+slow_us=$(field "$(line_of 3)" kch_mean_us)
+partner_us=$(field "$(line_of 2)" kch_mean_us)
+awk -v s="$slow_us" -v o="$partner_us" 'BEGIN { exit !(s + 300 < o) }' ||
+  fail "slow rank 3 mean kernel ${slow_us} us is not well below its TP partner's ${partner_us} us"
+
+# Stuck ranks: one op each with its channels open (4, or 8 for a Send/Recv group), and the
+# --host-ahead 4 ops queued behind it launched but never started.
+check_stuck() {
+  local line=$1 coll p2p kch open queued_channels
+  coll=$(field "$line" Coll)
+  p2p=$(field "$line" P2p)
+  kch=$(field "$line" KernelCh)
+  open=$(field "$line" unstopped)
+  ((open == 4 || open == 8)) || fail "rank $(field "$line" rank): expected 4 or 8 open KernelCh: $line"
+  queued_channels=$((4 * (coll + p2p) - kch))
+  ((queued_channels >= 16 && queued_channels <= 32)) ||
+    fail "rank $(field "$line" rank): expected 4 queued ops that never start: $line"
+  expect "$line" CollApi "$coll"
+  expect "$line" GroupApi "$(field "$line" Group)"
+}
+
+# A fabric hang of dp0 at 1 s: every member arrives, it never completes; the job stalls behind it.
+run megatron_fabric_hang "${MEGATRON[@]}" --duration-s 2 --fabric-hang-comm dp0 \
+  --fabric-hang-after-s 1
+expect_ranks 8
+check_clean yes
+for line in "${LINES[@]}"; do check_stuck "$line"; done
+grep -q "communicator dp0 hangs" "$WORK/megatron_fabric_hang.log" || fail "fault not announced"
+
+# Rank 5 stops enqueuing at 1 s: what it launched completes, everybody else gets stuck.
+run megatron_hang "${MEGATRON[@]}" --duration-s 2 --hang-rank 5 --hang-after-s 1
+expect_ranks 8
+check_clean yes
+line=$(line_of 5)
+expect "$line" unstopped 0
+expect "$line" KernelCh $((4 * ($(field "$line" Coll) + $(field "$line" P2p))))
+for rank in 0 1 2 3 4 6 7; do check_stuck "$(line_of $rank)"; done
+
+# Rank 2 dies at 1 s without finalize; the others report and exit cleanly.
+run megatron_kill "${MEGATRON[@]}" --duration-s 2 --kill-rank 2 --kill-after-s 1
+expect_ranks 7
+check_clean yes
+grep -q "rank 2 node 1 .*killed by --kill-rank" "$WORK/megatron_kill.log" || fail "kill not reported"
+
 # --- command line ----------------------------------------------------------------------------------
 SCENARIO=cli
 "$SIMJOB" --help >/dev/null || fail "--help failed"
@@ -199,5 +269,23 @@ rc=$?
 set -e
 ((rc == 2)) || fail "an unknown flag gave exit status $rc, expected 2"
 grep -q "unknown option '--no-such-flag'" "$WORK/cli.err" || fail "unclear error for a bad flag"
+# Flags that do not fit the layout: exit 2 with the flag named.
+expect_usage_error() {
+  local expected=$1 rc
+  shift
+  set +e
+  "$SIMJOB" --plugin "$PLUGIN" "$@" >/dev/null 2>"$WORK/cli.err"
+  rc=$?
+  set -e
+  ((rc == 2)) || fail "'$*' gave exit status $rc, expected 2"
+  grep -q -- "$expected" "$WORK/cli.err" || fail "'$*': no '$expected' in: $(cat "$WORK/cli.err")"
+}
+expect_usage_error "--tp 2 x --pp 2 x --dp 3 must equal" "${MEGATRON[@]}" --dp 3
+expect_usage_error "--tp must divide" "${MEGATRON[@]}" --tp 4
+expect_usage_error "--gap-us applies to --layout world|3d only" "${MEGATRON[@]}" --gap-us 10
+expect_usage_error "no communicator 'dp9'" "${MEGATRON[@]}" --fabric-hang-comm dp9
+expect_usage_error "--stage-factors needs 2 factors" "${MEGATRON[@]}" --stage-factors 1,2,3
+expect_usage_error "--microbatches applies to --layout megatron only" --microbatches 8
 
-echo "simjob_trace_test: PASS (ABI v4, v5, v6; counts; NULL handles; masks; slow; hang; kill; CLI)"
+echo "simjob_trace_test: PASS (ABI v4, v5, v6; counts; NULL handles; masks; slow; hang; kill;" \
+  "megatron: counts, slow, fabric hang, hang, kill; CLI)"

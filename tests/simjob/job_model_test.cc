@@ -1,0 +1,377 @@
+// Unit tests of the closed-loop job model (job_model.h): the closed-loop rule, how delay
+// propagates, the patterns that are nobody's fault, determinism and cost (hangs:
+// job_model_hang_test.cc; the layout: megatron_layout_test.cc). Everything is virtual time: no
+// sleeps, no clocks except to measure the model's own cost.
+#include "tests/simjob/job_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/simjob/job_model_test_util.h"
+#include "tests/simjob/megatron_layout.h"
+
+namespace ncclwatch::simjob {
+namespace {
+
+using testing::BaseConfig;
+using testing::kMs;
+using testing::kS;
+using testing::kT0;
+using testing::RankOps;
+using testing::RankTimes;
+using testing::RunAll;
+using testing::Times;
+
+// The start of op i of every rank must obey the host and stream rules, and every collective and
+// p2p pair must end at its last arrival plus its transfer time.
+void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
+  const JobModelConfig& c = model.config();
+  const int H = c.host_ahead;
+  std::map<std::tuple<int, int, int64_t>, std::vector<const JobOp*>> colls;
+  std::map<std::tuple<int, int, int, int64_t>, std::pair<int, const JobOp*>> sends, recvs;
+  for (int r = 0; r < model.world_size(); ++r) {
+    const std::vector<JobOp>& v = ops[r];
+    for (size_t i = 0; i < v.size(); ++i) {
+      const JobOp& op = v[i];
+      ASSERT_EQ(op.index, static_cast<int64_t>(i));
+      const int64_t prev_end = i == 0 ? c.t0_ns : v[i - 1].gpu_end_ns;
+      const int64_t blocker = i < static_cast<size_t>(H) + 1 ? c.t0_ns : v[i - H - 1].gpu_end_ns;
+      const int64_t prev_enq = i == 0 ? c.t0_ns - c.host_overhead_ns : v[i - 1].host_enqueue_ns;
+      EXPECT_EQ(op.host_enqueue_ns, std::max(prev_enq + c.host_overhead_ns, blocker));
+      EXPECT_LE(op.host_enqueue_ns, op.gpu_start_ns);
+      EXPECT_EQ(op.gpu_start_ns,
+                std::max(std::max(prev_end, prev_enq + c.host_overhead_ns) + op.compute_ns,
+                         op.host_enqueue_ns));
+      EXPECT_GT(op.gpu_end_ns, op.gpu_start_ns);
+      const int id = model.layout().CommId(op.comm);
+      for (int t = 0; t < op.n_tasks; ++t) {
+        const JobTask& task = op.tasks[t];
+        if (task.kind == JobOpKind::kSend) {
+          EXPECT_TRUE(
+              sends.emplace(std::tuple{id, op.comm_rank, task.peer, task.seq}, std::pair{r, &op})
+                  .second);
+        } else if (task.kind == JobOpKind::kRecv) {
+          EXPECT_TRUE(
+              recvs.emplace(std::tuple{id, task.peer, op.comm_rank, task.seq}, std::pair{r, &op})
+                  .second);
+        } else {
+          colls[{id, static_cast<int>(task.kind), task.seq}].push_back(&op);
+        }
+      }
+    }
+  }
+  for (const auto& [key, members] : colls) {
+    const JobOp& first = *members[0];
+    ASSERT_EQ(members.size(),
+              model.layout().Members(first.comm.family, first.comm.instance).size());
+    int64_t last = 0;
+    for (const JobOp* op : members) last = std::max(last, op->gpu_start_ns);
+    const int64_t end = last + model.TransferNs(first.comm, 0, first.tasks[0], last);
+    for (const JobOp* op : members) {
+      EXPECT_EQ(op->gpu_end_ns, end);
+      // The last arriver has the shortest kernel: only the transfer.
+      if (op->gpu_start_ns == last) {
+        EXPECT_EQ(op->gpu_end_ns - op->gpu_start_ns, end - last);
+      } else {
+        EXPECT_GT(op->gpu_end_ns - op->gpu_start_ns, end - last);
+      }
+    }
+  }
+  ASSERT_EQ(sends.size(), recvs.size());
+  for (const auto& [key, send] : sends) {
+    const auto it = recvs.find(key);
+    ASSERT_NE(it, recvs.end());
+    const auto [sender, s] = send;
+    const JobOp& r = *it->second.second;
+    const int64_t last = std::max(s->gpu_start_ns, r.gpu_start_ns);
+    // Megatron's batched pairs match op to op, so both tasks of a pair share their parties: the
+    // two ops end together, at the last arrival plus the transfer.
+    const JobTask& task = s->tasks[s->tasks[0].kind == JobOpKind::kSend ? 0 : 1];
+    EXPECT_EQ(s->gpu_end_ns, last + model.TransferNs(s->comm, sender, task, last));
+    EXPECT_EQ(s->gpu_end_ns, r.gpu_end_ns);
+  }
+}
+
+TEST(JobModelTest, EndIsLastArrivalPlusTransfer) {
+  JobModelConfig c = BaseConfig();
+  c.max_iterations = 12;
+  JobModel model(c);
+  const RankOps ops = RunAll(&model);
+  EXPECT_TRUE(model.finished());
+  EXPECT_FALSE(model.hung());
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(model.Fate(r), RankFate::kCompleted);
+    EXPECT_EQ(ops[r].back().iteration, 11);
+  }
+  CheckClosedLoop(model, ops);
+}
+
+TEST(JobModelTest, DeeperPipelinesAndOtherLayoutsNeverDeadlock) {
+  for (const auto& [tp, pp, dp, gpus, m] : std::vector<std::tuple<int, int, int, int, int>>{
+           {1, 4, 2, 4, 4}, {2, 4, 1, 4, 8}, {1, 8, 1, 2, 3}, {4, 1, 2, 4, 4}, {1, 1, 4, 1, 2}}) {
+    JobModelConfig c = BaseConfig();
+    c.tp = tp;
+    c.pp = pp;
+    c.dp = dp;
+    c.gpus_per_node = gpus;
+    c.program.microbatches = m;
+    c.max_iterations = 6;
+    JobModel model(c);
+    const RankOps ops = RunAll(&model);
+    EXPECT_FALSE(model.hung()) << tp << "x" << pp << "x" << dp;
+    CheckClosedLoop(model, ops);
+  }
+}
+
+// Mean arrival of `rank` minus that of `other` at their ops on `family` with task `kind`.
+double MeanLateness(const RankOps& ops, int rank, int other, CommFamily family, JobOpKind kind) {
+  std::map<int64_t, int64_t> at;  // seq -> arrival of `other`
+  for (const JobOp& op : ops[other]) {
+    if (op.comm.family == family && op.tasks[0].kind == kind) at[op.tasks[0].seq] = op.gpu_start_ns;
+  }
+  double sum = 0;
+  int n = 0;
+  for (const JobOp& op : ops[rank]) {
+    if (op.comm.family != family || op.tasks[0].kind != kind || op.iteration < 2) continue;
+    sum += static_cast<double>(op.gpu_start_ns - at.at(op.tasks[0].seq));
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+// The property the root-cause detector relies on: a slow GPU makes innocent ranks arrive late
+// (its TP partner, the downstream stage), but only the slow GPU's own compute grows.
+TEST(JobModelTest, SlowGpuIsTheOnlyRankWhoseOwnTimeGrows) {
+  JobModelConfig healthy = BaseConfig();
+  healthy.max_iterations = 20;
+  healthy.compute_jitter = 0.01;
+  JobModelConfig slow = healthy;
+  slow.slow.push_back({0, 1.5, 0});  // rank 0: stage 0, replica 0, tp_i 0
+  const RankOps h = RunAll(healthy);
+  const RankOps s = RunAll(slow);
+  for (int r = 0; r < 8; ++r) {
+    const RankTimes th = Times(h[r], kT0, 2, 20);
+    const RankTimes ts = Times(s[r], kT0, 2, 20);
+    const double own_ratio = static_cast<double>(ts.own_ns) / th.own_ns;
+    if (r == 0) {
+      EXPECT_NEAR(own_ratio, 1.5, 0.02) << "rank " << r;
+    } else {
+      EXPECT_NEAR(own_ratio, 1.0, 0.02) << "rank " << r;
+    }
+  }
+  // The slow GPU's TP partner waits in every TP AllReduce: long kernels, normal own time.
+  EXPECT_GT(Times(s[1], kT0, 2, 20).kernel_ns, Times(s[0], kT0, 2, 20).kernel_ns + 100 * kMs);
+  // In DP the partner arrives as late as the slow GPU itself, against the healthy replica.
+  const double partner_late = MeanLateness(s, 1, 3, CommFamily::kDp, JobOpKind::kReduceScatter);
+  const double slow_late = MeanLateness(s, 0, 2, CommFamily::kDp, JobOpKind::kReduceScatter);
+  EXPECT_GT(partner_late, 5 * kMs);
+  EXPECT_NEAR(partner_late, slow_late, 0.1 * kMs);
+  // Downstream, stage 1 of the slow replica arrives late too (it waited in its Recvs).
+  EXPECT_GT(MeanLateness(s, 4, 6, CommFamily::kDp, JobOpKind::kReduceScatter), 5 * kMs);
+  EXPECT_GT(MeanLateness(s, 5, 7, CommFamily::kDp, JobOpKind::kReduceScatter), 5 * kMs);
+  // The healthy job has no such lateness.
+  EXPECT_LT(std::abs(MeanLateness(h, 1, 3, CommFamily::kDp, JobOpKind::kReduceScatter)), kMs);
+}
+
+TEST(JobModelTest, SlowGpuFromATimeOnlyAfterIt) {
+  JobModelConfig c = BaseConfig();
+  c.max_iterations = 40;
+  c.slow.push_back({5, 2.0, kT0 + 500 * kMs});
+  const RankOps ops = RunAll(c);
+  // Before the onset rank 5's own compute is nominal, after it twice as long (2% jitter).
+  const int64_t before = Times(ops[5], kT0, 2, 8).own_ns;
+  int64_t after_from = 0;
+  for (const JobOp& op : ops[5]) {
+    if (after_from == 0 && op.gpu_start_ns > kT0 + 600 * kMs) after_from = op.iteration + 1;
+  }
+  ASSERT_GT(after_from, 8);
+  const int64_t after = Times(ops[5], kT0, after_from, after_from + 6).own_ns;
+  EXPECT_NEAR(static_cast<double>(after) / before, 2.0, 0.05);
+}
+
+// Arrival of the first member minus that of the last member of each tied-embedding AllReduce.
+std::vector<int64_t> EmbSpread(const RankOps& ops, int first, int last) {
+  std::vector<int64_t> d;
+  for (size_t i = 0, j = 0; i < ops[first].size() && j < ops[last].size();) {
+    const JobOp& a = ops[first][i];
+    const JobOp& b = ops[last][j];
+    if (a.comm.family != CommFamily::kEmb) {
+      ++i;
+    } else if (b.comm.family != CommFamily::kEmb) {
+      ++j;
+    } else {
+      d.push_back(a.gpu_start_ns - b.gpu_start_ns);
+      ++i;
+      ++j;
+    }
+  }
+  return d;
+}
+
+TEST(JobModelTest, StageImbalanceIsConsistentFromTheStartAndAcrossReplicas) {
+  JobModelConfig c = BaseConfig();
+  c.max_iterations = 10;
+  c.program.stage_factors = {1.5, 1.0};
+  const RankOps ops = RunAll(c);
+  // emb0 = ranks 0 and 4 (replica 0), emb2 = ranks 2 and 6 (replica 1).
+  const std::vector<int64_t> r0 = EmbSpread(ops, 0, 4);
+  const std::vector<int64_t> r1 = EmbSpread(ops, 2, 6);
+  ASSERT_EQ(r0.size(), 10u);
+  ASSERT_EQ(r1.size(), 10u);
+  for (size_t k = 1; k < r0.size(); ++k) {
+    // The first stage drains last and is heavier: it reaches the embedding AllReduce well after
+    // the last stage, by the same amount in both replicas and every iteration.
+    EXPECT_GT(r0[k], 5 * kMs) << k;
+    EXPECT_NEAR(r0[k], r1[k], 0.1 * r0[k]) << k;
+    EXPECT_NEAR(r0[k], r0[1], 0.1 * r0[1]) << k;
+  }
+}
+
+TEST(JobModelTest, WarmupIterationsAreSlowerAndUneven) {
+  JobModelConfig c = BaseConfig();
+  c.max_iterations = 8;
+  c.warmup_iterations = 3;
+  const RankOps ops = RunAll(c);
+  const int64_t first = Times(ops[0], kT0, 0, 1).own_ns;
+  const int64_t steady = Times(ops[0], kT0, 5, 6).own_ns;
+  EXPECT_GT(first, 1.4 * steady);
+  // Uneven: ranks differ by more than the 2% jitter in the first iteration.
+  const int64_t other = Times(ops[2], kT0, 0, 1).own_ns;
+  EXPECT_GT(std::abs(first - other), 0.05 * steady);
+}
+
+TEST(JobModelTest, JobWideStallsPauseEveryRankSlightlyDifferently) {
+  JobModelConfig c = BaseConfig();
+  c.end_ns = kT0 + 3500 * kMs;
+  c.stall_every_ns = 1 * kS;
+  c.stall_ns = 200 * kMs;
+  const RankOps ops = RunAll(c);
+  std::vector<int64_t> stalled_iterations;
+  for (int r = 0; r < 8; ++r) {
+    std::vector<int64_t> its;
+    for (size_t i = 1; i < ops[r].size(); ++i) {
+      const int64_t idle = ops[r][i].gpu_start_ns - ops[r][i - 1].gpu_end_ns - ops[r][i].compute_ns;
+      if (idle > 150 * kMs) its.push_back(ops[r][i].iteration);
+    }
+    if (r == 0) stalled_iterations = its;
+    EXPECT_EQ(its, stalled_iterations) << "rank " << r;
+  }
+  EXPECT_EQ(stalled_iterations.size(), 3u);  // at about 1, 2 and 3 s
+}
+
+TEST(JobModelTest, DegradedNicSlowsOnlyNetworkTransfersThroughItsNode) {
+  JobModelConfig c = BaseConfig();
+  c.degrade_node = 1;  // ranks 2 and 3
+  c.degrade_factor = 0.1;
+  c.degrade_at_ns = kT0 + kS;
+  const JobModel m(c);
+  const JobTask rs{JobOpKind::kReduceScatter, -1, 48ull << 20, 0};
+  const JobTask ar{JobOpKind::kAllReduce, -1, 4ull << 20, 0};
+  const CommRef dp0{CommFamily::kDp, 0};  // ranks 0, 2: nodes 0 and 1
+  const CommRef dp2{CommFamily::kDp, 2};  // ranks 4, 6: nodes 2 and 3
+  const CommRef tp1{CommFamily::kTp, 1};  // ranks 2, 3: node 1, NVLink
+  EXPECT_DOUBLE_EQ(m.BandwidthGbs(dp0, 0, rs, kT0), 25.0);
+  EXPECT_DOUBLE_EQ(m.BandwidthGbs(dp0, 0, rs, kT0 + kS), 2.5);
+  EXPECT_DOUBLE_EQ(m.BandwidthGbs(dp2, 4, rs, kT0 + kS), 25.0);
+  EXPECT_DOUBLE_EQ(m.BandwidthGbs(tp1, 2, ar, kT0 + kS), 300.0);
+  // p2p by the peers' nodes: pp0 = ranks 0 (node 0) and 4 (node 2).
+  const JobTask send{JobOpKind::kSend, 1, 2ull << 20, 0};
+  EXPECT_DOUBLE_EQ(m.BandwidthGbs({CommFamily::kPp, 0}, 0, send, kT0 + kS), 25.0);
+  EXPECT_DOUBLE_EQ(m.BandwidthGbs({CommFamily::kPp, 2}, 2, send, kT0 + kS), 2.5);
+  // ReduceScatter 48 MiB over 2 ranks: 20 us + 1/2 x 48 MiB / 25 bytes per ns.
+  EXPECT_EQ(m.TransferNs(dp0, 0, rs, kT0), 20'000 + 1'006'633);
+}
+
+TEST(JobModelTest, ThrottledGpuIsSlowOnlyInItsOnPeriods) {
+  JobModelConfig c = BaseConfig();
+  c.throttled.push_back({3, 2.0, 500 * kMs, 500 * kMs, kT0});
+  const JobModel m(c);
+  EXPECT_DOUBLE_EQ(m.FaultFactor(3, kT0), 2.0);
+  EXPECT_DOUBLE_EQ(m.FaultFactor(3, kT0 + 499 * kMs), 2.0);
+  EXPECT_DOUBLE_EQ(m.FaultFactor(3, kT0 + 500 * kMs), 1.0);
+  EXPECT_DOUBLE_EQ(m.FaultFactor(3, kT0 + 1000 * kMs), 2.0);
+  EXPECT_DOUBLE_EQ(m.FaultFactor(2, kT0), 1.0);
+}
+
+TEST(JobModelTest, DeterministicWhateverTheConsumer) {
+  JobModelConfig c = BaseConfig();
+  c.end_ns = kT0 + kS;
+  c.warmup_iterations = 3;
+  c.slow.push_back({6, 1.3, kT0 + 200 * kMs});
+  c.stall_every_ns = 300 * kMs;
+  c.stall_ns = 20 * kMs;
+  const RankOps all = RunAll(c);
+  JobModel only3(c, std::vector<int>{3});
+  std::vector<JobOp> got;
+  while (const JobOp* op = only3.Next(3)) got.push_back(*op);
+  ASSERT_EQ(got.size(), all[3].size());
+  ASSERT_GT(got.size(), 500u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const JobOp& a = got[i];
+    const JobOp& b = all[3][i];
+    EXPECT_TRUE(a.index == b.index && a.iteration == b.iteration && a.comm == b.comm &&
+                a.comm_rank == b.comm_rank && a.n_tasks == b.n_tasks &&
+                a.tasks[0].seq == b.tasks[0].seq && a.tasks[0].bytes == b.tasks[0].bytes &&
+                a.compute_ns == b.compute_ns && a.host_enqueue_ns == b.host_enqueue_ns &&
+                a.gpu_start_ns == b.gpu_start_ns && a.gpu_end_ns == b.gpu_end_ns)
+        << "op " << i;
+  }
+}
+
+TEST(JobModelTest, SequenceNumbersCountPerCommunicatorAndKind) {
+  JobModelConfig c = BaseConfig();
+  c.max_iterations = 3;
+  const RankOps ops = RunAll(c);
+  std::map<std::tuple<int, int, int>, int64_t> next;  // (comm family/instance, kind, peer)
+  for (const JobOp& op : ops[4]) {
+    for (int t = 0; t < op.n_tasks; ++t) {
+      const JobTask& task = op.tasks[t];
+      const auto key = std::tuple{static_cast<int>(op.comm.family) * 1000 + op.comm.instance,
+                                  static_cast<int>(task.kind), task.peer};
+      EXPECT_EQ(task.seq, next[key]++);
+    }
+  }
+  // Rank 4 (stage 1): 16 TP AllReduces per iteration, 8 Recv + 8 Send with stage 0.
+  EXPECT_EQ((next[{0 * 1000 + 2, 0, -1}]), 48);
+  EXPECT_EQ((next[{2 * 1000 + 0, static_cast<int>(JobOpKind::kRecv), 0}]), 12);
+  EXPECT_EQ((next[{2 * 1000 + 0, static_cast<int>(JobOpKind::kSend), 0}]), 12);
+}
+
+// Cost of the schedule as one rank process computes it: the whole job, keeping one rank's ops.
+double CpuSecondsFor(const JobModelConfig& c, int rank, int64_t* ops) {
+  const auto start = std::chrono::steady_clock::now();
+  JobModel model(c, std::vector<int>{rank});
+  *ops = 0;
+  while (model.Next(rank) != nullptr) ++*ops;
+  EXPECT_FALSE(model.hung());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST(JobModelTest, TenSecondsOfEightAndSixtyFourRanksAreCheap) {
+  JobModelConfig c = BaseConfig();
+  c.end_ns = kT0 + 10 * kS;
+  int64_t ops = 0;
+  const double eight = CpuSecondsFor(c, 5, &ops);
+  std::printf("8 ranks, 10 s: %lld ops of rank 5, %.3f s\n", static_cast<long long>(ops), eight);
+  EXPECT_GT(ops, 5'000);  // about 280 iterations of 25 ops
+  EXPECT_LT(eight, 1.0);
+  c.tp = 4;
+  c.pp = 4;
+  c.dp = 4;
+  c.gpus_per_node = 8;
+  const double sixty_four = CpuSecondsFor(c, 17, &ops);
+  std::printf("64 ranks, 10 s: %lld ops of rank 17, %.3f s\n", static_cast<long long>(ops),
+              sixty_four);
+  EXPECT_LT(sixty_four, 10.0);
+}
+
+}  // namespace
+}  // namespace ncclwatch::simjob

@@ -1,0 +1,160 @@
+// --layout megatron's flags: their cross-checks (Validate has already checked that every flag
+// given applies to this layout), the faults in words, and the job model they
+// describe (job_model.h). The flag table itself is options.cc's; the contract is in options.h.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tests/simjob/job_common.h"
+#include "tests/simjob/megatron_layout.h"
+#include "tests/simjob/options.h"
+
+namespace ncclwatch::simjob {
+namespace {
+
+struct Shape {
+  int tp = 1, pp = 1, dp = 1;
+};
+
+// --tp defaults to a node's GPUs, --dp to what the world leaves.
+Shape ShapeOf(const Options& o) {
+  Shape s;
+  s.tp = o.tp > 0 ? o.tp : o.ranks_per_node;
+  s.pp = o.pp_stages;
+  s.dp = o.dp > 0 ? o.dp : o.nodes * o.ranks_per_node / std::max(1, s.tp * s.pp);
+  return s;
+}
+
+int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
+
+uint64_t Scaled(uint64_t bytes, double scale) {
+  return std::max<uint64_t>(4096, std::llround(static_cast<double>(bytes) * scale));
+}
+
+}  // namespace
+
+void ValidateMegatron(const Options& o) {
+  const int world = o.nodes * o.ranks_per_node;
+  const Shape s = ShapeOf(o);
+  if (o.ranks_per_node % s.tp != 0) {
+    UsageError("--tp must divide --ranks-per-node (tensor-parallel groups stay inside a node)");
+  }
+  if (s.tp * s.pp * s.dp != world) {
+    UsageError(StrFormat("--tp %d x --pp %d x --dp %d must equal nodes x ranks-per-node = %d", s.tp,
+                         s.pp, s.dp, world));
+  }
+  if (!o.stage_factors.empty() && static_cast<int>(o.stage_factors.size()) != s.pp) {
+    UsageError(StrFormat("--stage-factors needs %d factors, one per stage", s.pp));
+  }
+  for (int r : o.throttle_ranks) {
+    if (r >= world) UsageError("--throttle-rank must be < " + std::to_string(world));
+  }
+  if (Given(o, "fabric-hang-after-s") && o.fabric_hang_comm.empty()) {
+    UsageError("--fabric-hang-after-s needs --fabric-hang-comm");
+  }
+  if (!o.fabric_hang_comm.empty()) {
+    const MegatronLayout layout(s.tp, s.pp, s.dp, o.ranks_per_node);
+    CommRef comm;
+    if (!layout.FindComm(o.fabric_hang_comm, &comm)) {
+      UsageError("--fabric-hang-comm: this layout has no communicator '" + o.fabric_hang_comm +
+                 "' (names: tp<i>, dp<i>, pp<i>, mp<i>, emb<i>, world; see the summary)");
+    }
+  }
+}
+
+std::string DescribeMegatronFaults(const Options& o) {
+  std::string s;
+  for (int r : o.slow_ranks) {
+    s +=
+        StrFormat(" slow rank %d: compute x%.2f from t0+%.3f s;", r, o.slow_factor, o.slow_after_s);
+  }
+  if (o.slow_node >= 0) {
+    s += StrFormat(" slow node %d: compute x%.2f from t0+%.3f s;", o.slow_node, o.slow_factor,
+                   o.slow_after_s);
+  }
+  for (int r : o.throttle_ranks) {
+    s += StrFormat(" rank %d throttled x%.2f, %.3f s on / %.3f s off;", r, o.throttle_factor,
+                   o.throttle_on_s, o.throttle_off_s);
+  }
+  if (o.degrade_node >= 0 && o.degrade_factor != 1.0) {
+    s += StrFormat(" node %d network x%.3f from t0+%.3f s;", o.degrade_node, o.degrade_factor,
+                   o.degrade_after_s);
+  }
+  if (o.clock_skew_ms != 0) s += StrFormat(" GPU clock skew +/-%.3f ms;", o.clock_skew_ms);
+  if (o.hang_rank >= 0) {
+    s += StrFormat(" rank %d stops enqueuing at t0+%.3f s;", o.hang_rank, o.hang_after_s);
+  }
+  if (o.kill_rank >= 0) {
+    s += StrFormat(" rank %d killed at t0+%.3f s;", o.kill_rank, o.kill_after_s);
+  }
+  if (!o.fabric_hang_comm.empty()) {
+    s += StrFormat(" communicator %s hangs from t0+%.3f s;", o.fabric_hang_comm.c_str(),
+                   o.fabric_hang_after_s);
+  }
+  if (o.stall_every_s > 0) {
+    s += StrFormat(" job-wide stalls of %.0f ms every %.3f s (not a fault);", o.stall_ms,
+                   o.stall_every_s);
+  }
+  return s.empty() ? " none" : s;
+}
+
+JobModelConfig MakeJobModelConfig(const Options& o, int64_t t0_ns) {
+  const Shape shape = ShapeOf(o);
+  JobModelConfig c;
+  c.tp = shape.tp;
+  c.pp = shape.pp;
+  c.dp = shape.dp;
+  c.gpus_per_node = o.ranks_per_node;
+  ProgramSpec& p = c.program;
+  p.microbatches = o.microbatches;
+  p.layers = o.layers;
+  p.layer_fwd_ns = o.layer_us * 1000;
+  p.optimizer_ns = p.layers * p.layer_fwd_ns;
+  p.stage_factors = o.stage_factors;
+  p.world_every = o.world_every;
+  p.tp_bytes = Scaled(p.tp_bytes, o.msg_scale);
+  p.pp_bytes = Scaled(p.pp_bytes, o.msg_scale);
+  p.dp_bytes = Scaled(p.dp_bytes, o.msg_scale);
+  p.emb_bytes = Scaled(p.emb_bytes, o.msg_scale);
+  c.seed = o.seed;
+  c.t0_ns = t0_ns;
+  c.end_ns = t0_ns + SecondsToNs(o.duration_s);
+  if (o.iterations > 0) c.max_iterations = o.iterations;
+  c.compute_jitter = o.compute_jitter;
+  c.warmup_iterations = o.warmup_iterations;
+  c.host_ahead = o.host_ahead;
+  c.net_gbs = o.net_gbs;
+  c.nvlink_gbs = o.nvlink_gbs;
+  if (o.stall_every_s > 0) {
+    c.stall_every_ns = SecondsToNs(o.stall_every_s);
+    c.stall_ns = std::llround(o.stall_ms * 1e6);
+  }
+  const int64_t slow_at = t0_ns + SecondsToNs(o.slow_after_s);
+  for (int r : o.slow_ranks) c.slow.push_back({r, o.slow_factor, slow_at});
+  for (int l = 0; o.slow_node >= 0 && l < o.ranks_per_node; ++l) {
+    c.slow.push_back({o.slow_node * o.ranks_per_node + l, o.slow_factor, slow_at});
+  }
+  for (int r : o.throttle_ranks) {
+    c.throttled.push_back(
+        {r, o.throttle_factor, SecondsToNs(o.throttle_on_s), SecondsToNs(o.throttle_off_s), t0_ns});
+  }
+  c.degrade_node = o.degrade_node;
+  c.degrade_factor = o.degrade_factor;
+  c.degrade_at_ns = t0_ns + SecondsToNs(o.degrade_after_s);
+  if (o.hang_rank >= 0) {
+    c.hang_rank = o.hang_rank;
+    c.hang_at_ns = t0_ns + SecondsToNs(o.hang_after_s);
+  }
+  if (o.kill_rank >= 0) {
+    c.kill_rank = o.kill_rank;
+    c.kill_at_ns = t0_ns + SecondsToNs(o.kill_after_s);
+  }
+  if (!o.fabric_hang_comm.empty()) {
+    c.fabric_hang_comm = o.fabric_hang_comm;
+    c.fabric_hang_at_ns = t0_ns + SecondsToNs(o.fabric_hang_after_s);
+  }
+  c.clock_skew_ns = std::llround(o.clock_skew_ms * 1e6);
+  return c;
+}
+
+}  // namespace ncclwatch::simjob

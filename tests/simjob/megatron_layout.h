@@ -1,0 +1,164 @@
+// The layout of a Megatron-style 3D-parallel job and the program of NCCL operations one rank issues
+// per training iteration: which communicators exist, who is in them, and in which order a rank
+// calls which collective or point-to-point operation (/work/shared/TRAINING-PATTERNS.md describes
+// the real jobs this follows). Times are not decided here; job_model.h runs these programs.
+//
+// Layout: nodes x gpus_per_node = tp x pp x dp ranks, in Megatron's order (tensor parallel fastest,
+// then data parallel, then pipeline stage):
+//   rank = tp_i + tp * (dp_i + dp * stage),   node = rank / gpus_per_node.
+// With gpus_per_node a multiple of tp, TP groups stay inside a node; DP and PP cross nodes.
+//
+// Communicator families (each instance has ordered members; a member's index is its comm rank):
+//   tp<i>   i = dp_i + dp * stage     the TP group of one (stage, replica)
+//   dp<i>   i = tp_i + tp * stage     the same (stage, tp_i) in every replica
+//   pp<i>   i = tp_i + tp * dp_i      every stage of one (replica, tp_i); comm rank = stage
+//   mp<i>   i = dp_i                  all tp x pp ranks of one replica (grad norm, loss)
+//   emb<i>  i = tp_i + tp * dp_i      first and last stage of one (replica, tp_i) (tied embeddings)
+//   world                             every rank
+// A family exists only if its instances have at least two members (tp > 1, dp > 1, pp > 1, ...).
+//
+// One iteration of a rank at `stage` (P stages, M microbatches, L layers per stage) is Megatron's
+// 1F1B schedule with batched point-to-point exchanges (one NCCL group holding a Send and a Recv
+// with the same neighbour, as batch_isend_irecv does; two separate blocking Send and Recv on one
+// stream would deadlock 1F1B):
+//   warm-up   W = min(P - stage - 1, M) times: [Recv from stage-1] F [Send to stage+1]
+//   steady    M - W times: F, {Send, Recv} with stage+1, B, {Send, Recv} with stage-1
+//             (the first forward's Recv before the loop, the last backward's Send alone)
+//   cool-down W times: [Recv from stage+1] B [Send to stage-1]
+//   then      DP ReduceScatter (grads), emb AllReduce (first/last stage), mp AllReduce (8 bytes),
+//             optimizer compute, DP AllGather (params), every world_every iterations a world
+//             AllReduce (4 bytes)
+// F and B are L layers of compute, each followed by a TP AllReduce (if tp > 1); B computes
+// backward_factor x as long as F. Each op carries the nominal compute that precedes it on the GPU.
+//
+// Pure computation; an object is immutable after construction and safe to share between threads.
+#ifndef NCCLWATCH_TESTS_SIMJOB_MEGATRON_LAYOUT_H_
+#define NCCLWATCH_TESTS_SIMJOB_MEGATRON_LAYOUT_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ncclwatch::simjob {
+
+enum class CommFamily { kTp, kDp, kPp, kMp, kEmb, kWorld };
+inline constexpr int kCommFamilies = 6;
+// "tp", "dp", "pp", "mp", "emb", "world".
+const char* FamilyName(CommFamily family);
+
+struct CommRef {
+  CommFamily family = CommFamily::kWorld;
+  int instance = 0;
+  bool operator==(const CommRef&) const = default;
+};
+
+enum class JobOpKind { kAllReduce, kReduceScatter, kAllGather, kSend, kRecv };
+// NCCL's function name: "AllReduce", "ReduceScatter", "AllGather", "Send", "Recv".
+const char* JobOpKindName(JobOpKind kind);
+inline bool IsP2p(JobOpKind kind) { return kind == JobOpKind::kSend || kind == JobOpKind::kRecv; }
+
+// One NCCL call inside an op.
+struct JobTask {
+  JobOpKind kind = JobOpKind::kAllReduce;
+  int peer = -1;       // p2p: the peer's comm rank; -1 for collectives
+  uint64_t bytes = 0;  // nccl-tests size: AllReduce the buffer, AllGather the total output,
+                       // ReduceScatter the total input, Send/Recv the message
+  // NCCL-like sequence number: collectives per (communicator, kind) from 0; p2p per
+  // (communicator, peer, direction) from 0. Set by the job model.
+  int64_t seq = -1;
+};
+
+// One group launch (one GPU kernel) of one rank: a collective, or one or two p2p tasks.
+struct JobOp {
+  int64_t index = -1;      // per rank, program order from 0 across iterations
+  int64_t iteration = -1;  // training iteration
+  CommRef comm;
+  int comm_rank = -1;  // this rank's index in the communicator
+  int n_tasks = 1;
+  std::array<JobTask, 2> tasks;
+  // Program: the nominal compute before this op on this rank's GPU (stage factor applied).
+  // Model output: the compute the GPU actually ran before it (jitter, warm-up, faults, stalls).
+  int64_t compute_ns = 0;
+  // Model output (job_model.h), absolute virtual ns; kNever when it never happens.
+  int64_t host_enqueue_ns = 0;
+  int64_t gpu_start_ns = 0;
+  int64_t gpu_end_ns = 0;
+};
+
+// What one iteration consists of (sizes in bytes, times in ns).
+struct ProgramSpec {
+  int microbatches = 4;
+  int layers = 2;                     // per pipeline stage
+  int64_t layer_fwd_ns = 1'000'000;   // forward compute of one layer for one microbatch
+  double backward_factor = 2.0;       // backward = this x forward
+  int64_t optimizer_ns = 2'000'000;   // optimizer step
+  std::vector<double> stage_factors;  // per stage compute (and gradient size) factor; empty: 1
+  uint64_t tp_bytes = 4ull << 20;     // TP AllReduce per layer (activations)
+  uint64_t pp_bytes = 2ull << 20;     // activations / gradients between stages
+  uint64_t dp_bytes = 48ull << 20;    // gradients (ReduceScatter) = parameters (AllGather)
+  uint64_t emb_bytes = 16ull << 20;   // tied-embedding gradients
+  uint64_t mp_bytes = 8;              // grad norm
+  uint64_t world_bytes = 4;           // the rare world AllReduce
+  int world_every = 50;               // 0: never
+};
+
+class MegatronLayout {
+ public:
+  // tp x pp x dp ranks on nodes of gpus_per_node GPUs (the caller validates the product).
+  MegatronLayout(int tp, int pp, int dp, int gpus_per_node);
+
+  int tp() const { return tp_; }
+  int pp() const { return pp_; }
+  int dp() const { return dp_; }
+  int world_size() const { return tp_ * pp_ * dp_; }
+  int gpus_per_node() const { return gpus_per_node_; }
+  int nodes() const { return (world_size() + gpus_per_node_ - 1) / gpus_per_node_; }
+
+  int TpIndex(int rank) const { return rank % tp_; }
+  int DpIndex(int rank) const { return rank / tp_ % dp_; }
+  int Stage(int rank) const { return rank / (tp_ * dp_); }
+  int RankAt(int tp_i, int dp_i, int stage) const { return tp_i + tp_ * (dp_i + dp_ * stage); }
+  int NodeOf(int rank) const { return rank / gpus_per_node_; }
+
+  // Whether the family's instances have at least two members (else nothing runs on it).
+  bool Exists(CommFamily family) const;
+  int Instances(CommFamily family) const;
+  // The instance of `family` that `rank` belongs to; -1 if none (emb: middle stages).
+  int InstanceOf(CommFamily family, int rank) const;
+  const std::vector<int>& Members(CommFamily family, int instance) const;
+  // `rank`'s index among the members of its instance of `family` (-1 if none).
+  int CommRank(CommFamily family, int rank) const;
+  int NodesSpanned(CommRef comm) const;
+  // "tp0", "dp3", "pp1", "mp0", "emb1", "world".
+  std::string CommName(CommRef comm) const;
+  // Parses a CommName of an existing communicator; false if there is no such communicator.
+  bool FindComm(std::string_view name, CommRef* comm) const;
+  // The existing communicators `rank` belongs to, in the order it creates them: world, tp, dp, pp,
+  // mp, emb.
+  std::vector<CommRef> CommsOf(int rank) const;
+  // Every existing communicator, in that family order.
+  std::vector<CommRef> AllComms() const;
+  // A dense id over all instances of all families, in [0, NumCommIds()).
+  int CommId(CommRef comm) const { return offset_[static_cast<int>(comm.family)] + comm.instance; }
+  int NumCommIds() const { return offset_[kCommFamilies]; }
+
+ private:
+  int tp_, pp_, dp_, gpus_per_node_;
+  std::vector<std::vector<int>> members_[kCommFamilies];  // [family][instance]
+  int offset_[kCommFamilies + 1] = {};
+};
+
+// Appends to *ops the program of `rank` for training iteration `iteration` (fields index, seq
+// and the times are left for the job model). Compute left after the last op (none with the
+// default program) is added to *carry_ns; compute already in *carry_ns goes before the first op.
+void BuildIteration(const MegatronLayout& layout, const ProgramSpec& spec, int rank,
+                    int64_t iteration, std::vector<JobOp>* ops, int64_t* carry_ns);
+
+// The stage factor of `stage` (1 if spec.stage_factors is empty).
+double StageFactor(const ProgramSpec& spec, int stage);
+
+}  // namespace ncclwatch::simjob
+
+#endif  // NCCLWATCH_TESTS_SIMJOB_MEGATRON_LAYOUT_H_
