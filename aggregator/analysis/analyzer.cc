@@ -88,7 +88,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
                                            s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns);
     if (!group) return;
     own_time_.Observe(OwnTimeGroup{key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()),
-                                   group->own_time_ns});
+                                   group->own_time_ns, now_ns});
     const std::vector<FlagChange> changes = detectors_.stragglers.Observe(*group);
     for (const FlagChange& change : changes) {
       out.events.push_back(StragglerEventLocked(key, *entry, change, now_ns));
@@ -126,6 +126,54 @@ void Analyzer::ForgetLocked(const CommKey& key) {
 std::vector<SlowProcess> Analyzer::SlowProcesses(const std::string& job_id) const {
   ncclwatch::MutexLock lock(&mu_);
   return own_time_.Slow(job_id);
+}
+
+std::vector<ncclwatch::v1::RootCauseInfo> Analyzer::RootCauses(const std::string& job_id) const {
+  ncclwatch::MutexLock lock(&mu_);
+  std::vector<SlowProcess> slow = own_time_.Slow(job_id);
+  std::sort(slow.begin(), slow.end(), [](const SlowProcess& a, const SlowProcess& b) {
+    return std::tie(a.process.job_id, a.since_ns, a.process) <
+           std::tie(b.process.job_id, b.since_ns, b.process);
+  });
+  std::vector<ncclwatch::v1::RootCauseInfo> out;
+  std::map<ProcessKey, size_t> index;  // root-cause process -> its answer
+  for (const SlowProcess& s : slow) {
+    index[s.process] = out.size();
+    out.push_back(RootCauseInfoOf(s, registry_.FindWho(s.comm)));
+  }
+  // Late ranks that are not slow themselves: to the root cause with a rank in the same
+  // communicator, else to one sharing any communicator with the late rank's process, else to the
+  // job's first root cause.
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
+      if (!score.flagged) continue;
+      const ProcessKey* late = processes_.Of(key, score.rank);
+      if (late != nullptr && index.count(*late)) continue;  // a root cause itself
+      size_t to = out.size();
+      for (int r = 0; r < processes_.Ranks(key) && to == out.size(); ++r) {
+        const ProcessKey* p = processes_.Of(key, r);
+        if (p != nullptr && index.count(*p)) to = index[*p];
+      }
+      if (to == out.size() && late != nullptr) {
+        for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
+          for (int r = 0; r < processes_.Ranks(comm) && to == out.size(); ++r) {
+            const ProcessKey* p = processes_.Of(comm, r);
+            if (p != nullptr && index.count(*p)) to = index[*p];
+          }
+        }
+      }
+      if (to == out.size()) {
+        for (size_t i = 0; i < out.size() && to == out.size(); ++i) {
+          if (out[i].job_id() == key.job_id) to = i;
+        }
+      }
+      if (to == out.size()) continue;  // no root cause in this job (yet)
+      *out[to].add_consequences() =
+          StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank));
+    }
+  }
+  return out;
 }
 
 std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {

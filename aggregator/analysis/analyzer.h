@@ -80,6 +80,10 @@ class Analyzer {
   // GPUs slow themselves (the own-time analysis, aggregator/rootcause); `job_id` empty: every job.
   // Being built (issue 17): computed, not yet turned into findings.
   std::vector<SlowProcess> SlowProcesses(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same as answers, each with the late ranks it explains (ranks flagged late by the
+  // straggler detector whose process is not slow itself), ordered by job and when found.
+  std::vector<ncclwatch::v1::RootCauseInfo> RootCauses(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Counters {
     uint64_t reports = 0;

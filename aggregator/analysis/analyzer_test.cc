@@ -322,8 +322,11 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
       SampleColumnWriter writer(&r);
       for (int i = 0; i < 10; ++i) {
         const int64_t own = 5'000'000 + (rank == 5 ? 3'000'000 : rank * 10'000);
+        // Ranks 4 and 5 arrive 3 ms late; only rank 5 because of its own work (rank 4 waited for
+        // it in a collective of another communicator).
+        const uint64_t start = 1'000'000 + (rank == 4 || rank == 5 ? 3'000'000 : 0);
         writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
-                   Sample{static_cast<uint64_t>(interval * 10 + i), 1'000'000, 4'000'000, own});
+                   Sample{static_cast<uint64_t>(interval * 10 + i), start, 9'000'000 - start, own});
       }
       analyzer.Ingest(r, 1'000'000'000);
     }
@@ -336,6 +339,24 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
   EXPECT_EQ(slow[0].comm, (CommKey{"job-7", 0xfeed}));
   EXPECT_NEAR(slow[0].excess_ns, 3'000'000 - 30'000, 1);  // over the fastest on the other node
   EXPECT_TRUE(analyzer.SlowProcesses("other-job").empty());
+
+  // As the Query API answers it: rank 5's GPU, with rank 4's lateness attached to it.
+  const std::vector<ncclwatch::v1::RootCauseInfo> roots = analyzer.RootCauses("");
+  ASSERT_EQ(roots.size(), 1u);
+  EXPECT_EQ(roots[0].host(), "host-b");
+  EXPECT_EQ(roots[0].pid(), 105u);
+  EXPECT_EQ(roots[0].rank(), 5);
+  EXPECT_EQ(roots[0].collective(), "AllReduce");
+  EXPECT_EQ(roots[0].bytes(), 1u << 25);
+  EXPECT_NEAR(roots[0].own_excess_seconds(), 0.00297, 1e-9);
+  EXPECT_EQ(roots[0].since_unix_ns(), 1'000'000'000u);
+  ASSERT_EQ(roots[0].consequences_size(), 1);
+  EXPECT_EQ(roots[0].consequences(0).rank(), 4);
+  EXPECT_NEAR(roots[0].consequences(0).lateness_seconds(), 0.003, 1e-6);
+  // Both ranks are still late ranks in the straggler answer.
+  std::set<int> late;
+  for (const auto& s : analyzer.Stragglers("job-7")) late.insert(s.rank());
+  EXPECT_EQ(late, (std::set<int>{4, 5}));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "aggregator/detect/hang.h"
 #include "aggregator/findings/findings.h"
+#include "common/op_math.h"
 #include "proto/inspector.h"
 
 // The formats are those the CLI has always printed with printf: scripts and people read these
@@ -54,11 +55,38 @@ std::string RankText(const ncclwatch::v1::RankRef& r) {
   return text + ")";
 }
 
+std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response) {
+  std::string out;
+  for (const auto& r : response.root_causes()) {
+    absl::StrAppendFormat(
+        &out,
+        "Root cause: %s on node %s (host %s, pid %u%s) of job %s is slow itself: before %s %s "
+        "in communicator %s (its rank %d) it spends %.2f ms more on its own work than its "
+        "replicas (%.2f ms)%s.\n",
+        GpuLabel(r.cuda_device()), NodeOrUnknown(r.node()), r.host(), r.pid(),
+        r.pod().empty() ? "" : absl::StrCat(", pod ", r.pod_namespace(), "/", r.pod()), r.job_id(),
+        r.collective(), MessageSizeBucket(r.bytes()), CommWord(r.comm_name(), r.comm_hash()),
+        r.rank(), r.own_excess_seconds() * 1e3, r.own_time_seconds() * 1e3,
+        r.since_unix_ns() == 0 ? "" : absl::StrCat(", since ", ClockText(r.since_unix_ns())));
+    for (const auto& c : r.consequences()) {
+      absl::StrAppendFormat(
+          &out, "  consequence: rank %d of %s on node %s (%s) arrives %.2f ms late\n", c.rank(),
+          CommWord(c.comm_name(), c.comm_hash()), NodeOrUnknown(c.node()),
+          GpuLabel(c.cuda_device()), c.lateness_seconds() * 1e3);
+    }
+  }
+  if (!out.empty()) out += "\n";
+  return out;
+}
+
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response) {
-  if (response.stragglers_size() == 0) return "No rank is flagged as a straggler.\n";
-  std::string out = absl::StrFormat("%-20s %-28s %5s %-16s %-8s %10s %10s %7s %7s %13s %9s\n",
-                                    "JOB", "COMMUNICATOR", "RANK", "NODE", "GPU", "LATENESS",
-                                    "EXCESS", "PEER-Z", "VS-OWN", "ARRIVED-LAST", "SINCE");
+  if (response.stragglers_size() == 0) {
+    return RootCausesText(response) + "No rank is flagged as a straggler.\n";
+  }
+  std::string out = RootCausesText(response);
+  out += absl::StrFormat("%-20s %-28s %5s %-16s %-8s %10s %10s %7s %7s %13s %9s\n", "JOB",
+                         "COMMUNICATOR", "RANK", "NODE", "GPU", "LATENESS", "EXCESS", "PEER-Z",
+                         "VS-OWN", "ARRIVED-LAST", "SINCE");
   for (const auto& s : response.stragglers()) {
     absl::StrAppendFormat(
         &out, "%-20s %-28s %5d %-16s %-8s %7.2f ms %7.2f ms %7.1f %6.1fx %12.0f%% %9s\n",

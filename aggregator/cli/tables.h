@@ -24,7 +24,11 @@ std::string RankText(const ncclwatch::v1::RankRef& rank);
 
 // `ncclwatch stragglers`: a table of the flagged ranks and one "Finding:" sentence per rank, or
 // "No rank is flagged as a straggler.".
+// Root causes first (each GPU slow itself, with the late ranks it explains under it), then every
+// late rank's row and finding.
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response);
+// Just the root-cause lines ("" when there is none).
+std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response);
 
 // `ncclwatch hangs`: the hung collectives (a point-to-point hang reads "Send/Recv", seq "-"), the
 // silent ranks, then one "Finding:" sentence each; or "No hung collective and no silent rank.".

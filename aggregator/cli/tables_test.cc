@@ -67,6 +67,38 @@ TEST_F(TablesTest, Stragglers) {
             "all along.\n");
 }
 
+TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
+  ncclwatch::v1::ListStragglersResponse r = TwoStragglers();
+  auto* root = r.add_root_causes();
+  root->set_job_id("job-a");
+  root->set_host("host-1");
+  root->set_pid(4242);
+  root->set_cuda_device(1);
+  root->set_node("node-1");
+  root->set_pod("trainer-1");
+  root->set_pod_namespace("ml");
+  root->set_comm_name("tp0");
+  root->set_comm_hash(0xef);
+  root->set_rank(1);
+  root->set_collective("AllReduce");
+  root->set_bytes(16 << 20);
+  root->set_own_excess_seconds(0.0031);
+  root->set_own_time_seconds(0.002);
+  root->set_since_unix_ns(3723 * kSecond);
+  *root->add_consequences() = r.stragglers(1);
+  const std::string text = StragglersText(r);
+  const std::string first =
+      "Root cause: GPU1 on node node-1 (host host-1, pid 4242, pod ml/trainer-1) of job job-a is "
+      "slow itself: before AllReduce 16-17MB in communicator tp0 (its rank 1) it spends 3.10 ms "
+      "more on its own work than its replicas (2.00 ms), since 01:02:03.\n"
+      "  consequence: rank 2 of 0x00000000000000cd on node unknown (unknown) arrives 2.00 ms "
+      "late\n\n";
+  EXPECT_EQ(text.substr(0, first.size()), first);
+  EXPECT_EQ(text.substr(first.size()), StragglersText(TwoStragglers()));
+  r.clear_stragglers();
+  EXPECT_EQ(StragglersText(r), first + "No rank is flagged as a straggler.\n");
+}
+
 TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
   EXPECT_EQ(HangsText(ThreeHangsAndASilentRank()),
             "JOB                  COMMUNICATOR                 COLLECTIVE          SEQ "

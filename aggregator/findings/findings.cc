@@ -103,6 +103,32 @@ ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& 
   return info;
 }
 
+ncclwatch::v1::RootCauseInfo RootCauseInfoOf(const SlowProcess& slow, const CommWho* who) {
+  ncclwatch::v1::RootCauseInfo info;
+  info.set_job_id(slow.process.job_id);
+  info.set_host(slow.process.host);
+  info.set_pid(slow.process.pid);
+  info.set_cuda_device(slow.process.cuda_device);
+  info.set_node(slow.node);
+  info.set_comm_hash(slow.comm.comm_hash);
+  info.set_rank(slow.rank);
+  if (who != nullptr) {
+    info.set_comm_name(who->comm_name);
+    if (slow.rank >= 0 && slow.rank < static_cast<int>(who->ranks.size())) {
+      const RankWho& r = who->ranks[slow.rank];
+      info.set_gpu_uuid(r.gpu_uuid);
+      info.set_pod(r.pod);
+      info.set_pod_namespace(r.pod_namespace);
+    }
+  }
+  info.set_collective(slow.op);
+  info.set_bytes(slow.bytes);
+  info.set_own_excess_seconds(slow.excess_ns * 1e-9);
+  info.set_own_time_seconds(slow.own_time_ns * 1e-9);
+  if (slow.since_ns != 0) info.set_since_unix_ns(slow.since_ns);
+  return info;
+}
+
 ncclwatch::v1::HangInfo HangInfoOf(const HangView& hang, const CommWho* who, int64_t now_ns) {
   ncclwatch::v1::HangInfo info;
   info.set_job_id(hang.comm.job_id);

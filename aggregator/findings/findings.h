@@ -16,6 +16,7 @@
 #include "aggregator/detect/straggler.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/findings/who.h"
+#include "aggregator/rootcause/own_time.h"
 #include "ncclwatch/v1/query.pb.h"
 
 namespace ncclwatch::aggregator {
@@ -34,6 +35,9 @@ struct CommHealth {
 // A rank's straggler details; `since_ns` is when it was flagged (0: not flagged).
 ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& who,
                                              const RankScore& score, int64_t since_ns);
+// A GPU slow itself; `who` names the communicator of its strongest evidence (may be null).
+// Consequences are the caller's to attach.
+ncclwatch::v1::RootCauseInfo RootCauseInfoOf(const SlowProcess& slow, const CommWho* who);
 ncclwatch::v1::HangInfo HangInfoOf(const HangView& hang, const CommWho* who, int64_t now_ns);
 ncclwatch::v1::SilentRankInfo SilentInfoOf(const SilentView& silent, const CommWho* who);
 ncclwatch::v1::DegradedCommInfo DegradedInfoOf(const DegradedView& view, const CommWho* who);

@@ -23,6 +23,7 @@ ncclwatch::v1::ListStragglersResponse QueryEngine::ListStragglers(
     const ncclwatch::v1::ListStragglersRequest& request) const {
   ncclwatch::v1::ListStragglersResponse out;
   for (auto& s : analyzer_.Stragglers(request.job_id())) *out.add_stragglers() = std::move(s);
+  for (auto& r : analyzer_.RootCauses(request.job_id())) *out.add_root_causes() = std::move(r);
   return out;
 }
 

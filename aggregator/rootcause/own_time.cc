@@ -164,6 +164,7 @@ SlowProcess OwnTimeAnalyzer::ViewOf(const ProcessKey& p, const ProcessState& ps)
   v.process = p;
   v.node = ps.node;
   v.slow = ps.slow;
+  v.since_ns = ps.since_ns;
   const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>* best = nullptr;
   Verdict(ps, &best);
   if (best != nullptr) {
@@ -224,6 +225,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     const bool slow = Verdict(ps, nullptr);
     if (slow != ps.slow) {
       ps.slow = slow;
+      ps.since_ns = group.now_ns;
       changes.push_back(ViewOf(cs.processes[r], ps));
     }
   }

@@ -63,6 +63,7 @@ struct OwnTimeGroup {
   uint64_t bytes = 0;
   int n_nodes = 0;
   std::vector<int64_t> own_time_ns;  // per communicator rank; -1 when unknown
+  int64_t now_ns = 0;                // when it was joined (for `since`)
 };
 
 // A GPU's verdict and the evidence behind it.
@@ -76,6 +77,7 @@ struct SlowProcess {
   uint64_t bytes = 0;
   double excess_ns = 0;    // F: own time beyond the design reference
   double own_time_ns = 0;  // the typical own time of the rank's peers there
+  int64_t since_ns = 0;    // when the verdict last changed
 };
 
 class OwnTimeAnalyzer {
@@ -155,6 +157,7 @@ class OwnTimeAnalyzer {
   struct ProcessState {
     std::string node;
     bool slow = false;
+    int64_t since_ns = 0;
     // Latest evidence per (communicator, class, rank).
     std::map<std::tuple<CommKey, ClassKey, int>, Evidence> evidence;
   };
