@@ -61,8 +61,8 @@ std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response
     absl::StrAppendFormat(
         &out,
         "Root cause: %s on node %s (host %s, pid %u%s) of job %s is slow itself: before %s %s "
-        "in communicator %s (its rank %d) it spends %.2f ms more on its own work than its "
-        "replicas (%.2f ms)%s.\n",
+        "in communicator %s (its rank %d) it spends %.2f ms more on its own work than peers "
+        "doing the same work (%.2f ms)%s.\n",
         GpuLabel(r.cuda_device()), NodeOrUnknown(r.node()), r.host(), r.pid(),
         r.pod().empty() ? "" : absl::StrCat(", pod ", r.pod_namespace(), "/", r.pod()), r.job_id(),
         r.collective(), MessageSizeBucket(r.bytes()), CommWord(r.comm_name(), r.comm_hash()),

@@ -90,7 +90,7 @@ TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
   const std::string first =
       "Root cause: GPU1 on node node-1 (host host-1, pid 4242, pod ml/trainer-1) of job job-a is "
       "slow itself: before AllReduce 16-17MB in communicator tp0 (its rank 1) it spends 3.10 ms "
-      "more on its own work than its replicas (2.00 ms), since 01:02:03.\n"
+      "more on its own work than peers doing the same work (2.00 ms), since 01:02:03.\n"
       "  consequence: rank 2 of 0x00000000000000cd on node unknown (unknown) arrives 2.00 ms "
       "late\n\n";
   EXPECT_EQ(text.substr(0, first.size()), first);
