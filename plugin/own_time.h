@@ -7,7 +7,8 @@
 // Every communicator of a process on one GPU shares that GPU's %globaltimer, so starts and ends of
 // different communicators compare directly. Operations may be observed out of order (the flusher
 // drains one ring per communicator): the own time of an operation is its start minus the latest end
-// at or before that start among the last kHistory operations seen, whatever order they came in.
+// at or before that start (give or take kOverlapNs) among the last kHistory operations seen,
+// whatever order they came in.
 //
 // Thread safety: none; the flusher owns one tracker per CUDA device and uses it under its lock.
 #ifndef NCCLWATCH_PLUGIN_OWN_TIME_H_
@@ -25,8 +26,14 @@ class OwnTimeTracker {
   // plus the reordering of one drain round.
   static constexpr size_t kHistory = 64;
 
+  // An end this far after a start still counts as before it: the channels of one kernel start and
+  // stop a few microseconds apart, so the next kernel's first channel can start before the
+  // previous kernel's last channel stopped.
+  static constexpr uint64_t kOverlapNs = 100'000;
+
   // Records an operation that ran on the GPU from `start_ns` to `stop_ns` and returns its own time:
-  // start_ns minus the latest end <= start_ns seen so far, or -1 if no earlier end is known.
+  // start_ns minus the latest end <= start_ns + kOverlapNs seen so far (0 if that end is after
+  // the start), or -1 if no such end is known.
   int64_t Observe(uint64_t start_ns, uint64_t stop_ns);
 
  private:

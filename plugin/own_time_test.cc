@@ -11,23 +11,40 @@ TEST(OwnTimeTrackerTest, TheFirstOperationHasNoOwnTime) {
 }
 
 TEST(OwnTimeTrackerTest, MeasuresFromTheLatestEarlierEndWhateverTheOrderSeen) {
+  constexpr int64_t kMs = 1'000'000;
   OwnTimeTracker t;
-  EXPECT_EQ(t.Observe(1000, 2000), -1);
+  EXPECT_EQ(t.Observe(10 * kMs, 20 * kMs), -1);
   // A communicator drained later: its operation ran before the one above ended.
-  EXPECT_EQ(t.Observe(500, 900), -1);
-  EXPECT_EQ(t.Observe(2500, 3000), 500);  // after the end at 2000, not the one at 900
+  EXPECT_EQ(t.Observe(5 * kMs, 9 * kMs), -1);
+  EXPECT_EQ(t.Observe(25 * kMs, 30 * kMs), 5 * kMs);  // after the end at 20, not the one at 9
   // An operation that overlaps a long one on another stream counts from the last end before it.
-  EXPECT_EQ(t.Observe(2800, 9000), 2800 - 2000);
-  EXPECT_EQ(t.Observe(3100, 3200), 100);  // the end at 3000; 9000 is still in the future
-  EXPECT_EQ(t.Observe(9500, 9600), 500);
+  EXPECT_EQ(t.Observe(28 * kMs, 90 * kMs), 8 * kMs);
+  EXPECT_EQ(t.Observe(31 * kMs, 32 * kMs), 1 * kMs);  // the end at 30; 90 is still in the future
+  EXPECT_EQ(t.Observe(95 * kMs, 96 * kMs), 5 * kMs);
+}
+
+TEST(OwnTimeTrackerTest, TheNextKernelMayStartAFewMicrosecondsBeforeThePreviousOneStopped) {
+  // The previous kernel's last channel stops 3 us after the next kernel's first channel started:
+  // no own time in between, not the gap to the kernel before.
+  OwnTimeTracker t;
+  t.Observe(0, 1'000'000);
+  t.Observe(3'000'000, 5'000'003);
+  EXPECT_EQ(t.Observe(5'000'000, 6'000'000), 0);
+  // An operation of another stream that ends long after this one started does not count.
+  t.Observe(6'500'000, 9'000'000);
+  EXPECT_EQ(t.Observe(7'000'000, 7'100'000), 1'000'000);
 }
 
 TEST(OwnTimeTrackerTest, ForgetsEndsBeyondItsHistory) {
+  constexpr uint64_t kMs = 1'000'000;
   OwnTimeTracker t;
-  t.Observe(0, 10);  // the only end before 15, pushed out by later operations below
-  for (uint64_t i = 0; i < OwnTimeTracker::kHistory; ++i) t.Observe(1000 + i * 10, 1005 + i * 10);
-  EXPECT_EQ(t.Observe(15, 20), -1);
-  EXPECT_EQ(t.Observe(100'000, 100'001), 100'000 - (1005 + (OwnTimeTracker::kHistory - 1) * 10));
+  t.Observe(0, 1 * kMs);  // the only end before 2 ms, pushed out by later operations below
+  for (uint64_t i = 0; i < OwnTimeTracker::kHistory; ++i) {
+    t.Observe((10 + i) * kMs, (10 + i) * kMs + kMs / 2);
+  }
+  EXPECT_EQ(t.Observe(2 * kMs, 3 * kMs), -1);
+  const uint64_t last_end = (10 + OwnTimeTracker::kHistory - 1) * kMs + kMs / 2;
+  EXPECT_EQ(t.Observe(1000 * kMs, 1001 * kMs), static_cast<int64_t>(1000 * kMs - last_end));
 }
 
 }  // namespace
