@@ -209,6 +209,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     for (int r = 0; r < n; ++r) ++slots_[SlotOf(group.comm, k, n, group.n_nodes, r)].unjudged;
   }
   ClassState& st = cls->second;
+  if (++st.seen <= options_.warmup_groups) return changes;
   // The earliest finisher of its own work is the reference: unlike a quantile, the minimum does
   // not move when one member of a small communicator slows down.
   st.base.Push(static_cast<double>(base), options_.window);

@@ -48,6 +48,9 @@
 namespace ncclwatch::aggregator {
 
 struct OwnTimeOptions {
+  // The first collectives of each (communicator, class) are not judged: warm-up (compilation,
+  // allocator growth, connection set-up) is slow and uneven, and nobody's fault.
+  int warmup_groups = 16;
   int window = 16;
   int min_groups = 8;
   double min_excess_ns = 300'000;  // 0.3 ms: above the own-time jitter of a healthy step
@@ -138,6 +141,7 @@ class OwnTimeAnalyzer {
     // The judged ranks by E (for the reference without counterparts) and how many are not yet.
     std::multiset<std::pair<double, int>> judged;
     int unjudged = 0;
+    int64_t seen = 0;  // collectives observed, warm-up included
   };
   struct CommState {
     std::vector<ProcessKey> processes;
