@@ -10,6 +10,7 @@
 //   - per collective: excess_r = own_r - the smallest own time of its ranks (ranks that do the
 //     same step at the same moment are compared like with like; unlike a quantile, the minimum
 //     does not move when one member of a small communicator slows down);
+//   - the first `warmup_groups` collectives of each (c, k) are warm-up: not judged;
 //   - E(c,k,r): the median of r's last `window` excesses (one-off hiccups and job-wide stalls,
 //     which every rank takes, vanish in it), once it holds `min_groups` of them;
 //   - design D(c,k,r): what is nobody's fault. Communicators of one job with the same class, size
