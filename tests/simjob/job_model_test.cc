@@ -355,14 +355,15 @@ double CpuSecondsFor(const JobModelConfig& c, int rank, int64_t* ops) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-TEST(JobModelTest, TenSecondsOfEightAndSixtyFourRanksAreCheap) {
+// The cost is printed, not asserted (speed is measured, not timed in tests): 8-15 ms for 8 ranks
+// and 55-88 ms for 64 on the 2-core machine when written.
+TEST(JobModelTest, TenSecondsOfEightAndSixtyFourRanksComputeToTheEnd) {
   JobModelConfig c = BaseConfig();
   c.end_ns = kT0 + 10 * kS;
   int64_t ops = 0;
   const double eight = CpuSecondsFor(c, 5, &ops);
   std::printf("8 ranks, 10 s: %lld ops of rank 5, %.3f s\n", static_cast<long long>(ops), eight);
   EXPECT_GT(ops, 5'000);  // about 280 iterations of 25 ops
-  EXPECT_LT(eight, 1.0);
   c.tp = 4;
   c.pp = 4;
   c.dp = 4;
@@ -370,7 +371,7 @@ TEST(JobModelTest, TenSecondsOfEightAndSixtyFourRanksAreCheap) {
   const double sixty_four = CpuSecondsFor(c, 17, &ops);
   std::printf("64 ranks, 10 s: %lld ops of rank 17, %.3f s\n", static_cast<long long>(ops),
               sixty_four);
-  EXPECT_LT(sixty_four, 10.0);
+  EXPECT_GT(ops, 1'000);
 }
 
 }  // namespace
