@@ -18,7 +18,7 @@ int64_t SinceOf(const CommEntry& entry, int rank) {
 }
 
 DetectorOptions DetectorOptionsOf(const AnalyzerOptions& o) {
-  return DetectorOptions{o.correlator, o.straggler, o.hang, o.degraded};
+  return DetectorOptions{o.correlator, o.straggler, o.hang, o.degraded, o.coverage};
 }
 
 }  // namespace
@@ -27,7 +27,113 @@ Analyzer::Analyzer(AnalyzerOptions options)
     : registry_(
           RegistryOptions{options.max_jobs, options.max_comms_per_job, options.series_ttl_ns}),
       series_(options.max_series, options.series_ttl_ns),
-      detectors_(DetectorOptionsOf(options)) {}
+      detectors_(DetectorOptionsOf(options)),
+      own_time_(options.own_time),
+      verdicts_(options.root_cause) {}
+
+RootCauseVerdicts::GpusOnNode Analyzer::GpusOnNodeLocked() const {
+  return [this](const std::string& job, const std::string& node)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called within the caller's lock
+               return own_time_.ProcessesOnNode(job, node);
+             };
+}
+
+const ProcessKey* Analyzer::ReportedInLocked(const CommKey& comm) const {
+  for (int r = 0; r < processes_.Ranks(comm); ++r) {
+    const ProcessKey* p = processes_.Of(comm, r);
+    if (p != nullptr && verdicts_.IsReported(*p)) return p;
+  }
+  return nullptr;
+}
+
+std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> Analyzer::ConsequencesLocked(
+    const std::string& job_id) const {
+  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> out;
+  std::map<std::string, const ProcessKey*> first;  // by job: the earliest reported GPU
+  for (const auto& [p, gpu] : verdicts_.gpus()) {
+    const ProcessKey*& f = first[p.job_id];
+    if (f == nullptr || gpu.since_ns < verdicts_.gpus().at(*f).since_ns) f = &p;
+  }
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
+      if (!score.flagged) continue;
+      const ProcessKey* late = processes_.Of(key, score.rank);
+      if (late != nullptr && verdicts_.IsReported(*late)) continue;  // a root cause itself
+      const ProcessKey* root = ReportedInLocked(key);
+      if (root == nullptr && late != nullptr) {
+        for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
+          if ((root = ReportedInLocked(comm)) != nullptr) break;
+        }
+      }
+      if (root == nullptr) {
+        auto f = first.find(key.job_id);
+        if (f == first.end()) continue;  // no root cause in this job (yet)
+        root = f->second;
+      }
+      out[*root].push_back(StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank)));
+    }
+  }
+  return out;
+}
+
+std::vector<ncclwatch::v1::HangInfo> Analyzer::HangInfosLocked(const std::vector<HangView>& hangs,
+                                                               int64_t now_ns) const {
+  std::vector<ncclwatch::v1::HangInfo> out;
+  for (const HangView& h : hangs) out.push_back(HangInfoOf(h, registry_.FindWho(h.comm), now_ns));
+  return out;
+}
+
+void Analyzer::HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
+  std::vector<HangGroup> groups = GroupHangsByOrigin(
+      detectors_.hangs.Hangs(), processes_,
+      [this](const CommKey& comm, int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // within our lock
+        return detectors_.hangs.InFlightOf(comm, rank);
+      });
+  for (const HangGroupChange& change : hang_origins_.Update(std::move(groups))) {
+    const HangView& origin = change.group.origin;
+    events->push_back(HangOriginEvent(change.start, origin, registry_.FindWho(origin.comm),
+                                      HangInfosLocked(change.group.consequences, now_ns), now_ns));
+  }
+}
+
+void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
+  std::vector<CommCoverage> comms;
+  for (const auto& [key, entry] : registry_.comms()) {
+    CommCoverage& c = comms.emplace_back();
+    c.comm = key;
+    c.comm_name = entry.who.comm_name;
+    c.nranks = entry.who.nranks;
+    c.n_nodes = entry.who.n_nodes;
+    c.first_report_ns = entry.first_seen_ns;
+    for (int r = 0; r < static_cast<int>(entry.last_seen_ns.size()); ++r) {
+      if (entry.last_seen_ns[r] == 0) {
+        c.unreported.push_back(r);
+      } else if (!entry.who.ranks[r].node.empty()) {
+        c.reporting.insert(entry.who.ranks[r].node);
+      }
+    }
+  }
+  for (const CoverageChange& change : detectors_.coverage.Evaluate(comms, now_ns)) {
+    events->push_back(CoverageEvent(change, now_ns));
+  }
+}
+
+void Analyzer::VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,
+                                   std::vector<ncclwatch::v1::Event>* events) {
+  if (changes.empty()) return;
+  static const std::vector<ncclwatch::v1::StragglerInfo> kNone;
+  for (const GpuChange& change : changes.gpus) {
+    const ProcessKey& p = change.gpu.evidence.process;
+    const auto consequences = ConsequencesLocked(p.job_id);
+    auto it = consequences.find(p);
+    events->push_back(RootCauseEvent(change, registry_.FindWho(change.gpu.evidence.comm),
+                                     it == consequences.end() ? kNone : it->second, now_ns));
+  }
+  for (const NodeChange& change : changes.nodes) {
+    events->push_back(SlowGpusNodeEvent(change, now_ns));
+  }
+}
 
 ncclwatch::v1::Event Analyzer::StragglerEventLocked(const CommKey& key, CommEntry& entry,
                                                     const FlagChange& change, int64_t now_ns) {
@@ -78,8 +184,12 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
 
   const RankInterval interval = ToRankInterval(report);
   detectors_.hangs.Update(key, interval, now_ns);
-  for (const DegradedChange& change : detectors_.degraded.Observe(key, interval)) {
-    out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
+  // A communicator some of whose ranks never reported is not judged on bandwidth: "every rank
+  // low" needs every rank (coverage reports the gap).
+  if (entry->unreported == 0) {
+    for (const DegradedChange& change : detectors_.degraded.Observe(key, interval)) {
+      out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
+    }
   }
   // Under mu_: the lambda runs within this call.
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
@@ -87,13 +197,23 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     auto group = detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
                                            s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns);
     if (!group) return;
-    own_time_.Observe(OwnTimeGroup{key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()),
-                                   group->own_time_ns, now_ns});
+    if (!entry->own_times) {
+      entry->own_times = std::count_if(group->own_time_ns.begin(), group->own_time_ns.end(),
+                                       [](int64_t t) { return t >= 0; }) >= 2;
+    }
+    const std::vector<SlowProcess> verdicts = own_time_.Observe(OwnTimeGroup{
+        key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()), group->own_time_ns, now_ns});
     const std::vector<FlagChange> changes = detectors_.stragglers.Observe(*group);
     for (const FlagChange& change : changes) {
-      out.events.push_back(StragglerEventLocked(key, *entry, change, now_ns));
+      // With own times, lateness is a consequence and pages only through its root cause.
+      ncclwatch::v1::Event event = StragglerEventLocked(key, *entry, change, now_ns);
+      if (!entry->own_times) out.events.push_back(std::move(event));
     }
-    if (!changes.empty()) JudgeNodesLocked(key, *entry, now_ns, &out.events);
+    if (!changes.empty() && !entry->own_times) JudgeNodesLocked(key, *entry, now_ns, &out.events);
+    if (!verdicts.empty()) {
+      VerdictEventsLocked(verdicts_.Observe(verdicts, now_ns, GpusOnNodeLocked()), now_ns,
+                          &out.events);
+    }
   });
   return out;
 }
@@ -103,13 +223,16 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   clock_ns_ = std::max(clock_ns_, now_ns);
   std::vector<ncclwatch::v1::Event> events;
   for (const HangChange& change : detectors_.hangs.Evaluate(now_ns)) {
-    const CommKey& comm = change.silent ? change.rank.comm : change.hang.comm;
-    events.push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
+    if (change.silent)
+      events.push_back(HangEvent(change, registry_.FindWho(change.rank.comm), now_ns));
   }
+  HangEventsLocked(now_ns, &events);
+  CoverageEventsLocked(now_ns, &events);
   detectors_.correlator.Expire(now_ns);
   series_.Expire(now_ns);
   registry_.Expire(
       now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
+  VerdictEventsLocked(verdicts_.Tick(now_ns, GpusOnNodeLocked()), now_ns, &events);
   return events;
 }
 
@@ -120,7 +243,8 @@ void Analyzer::ForgetLocked(const CommKey& key) {
   detectors_.hangs.Forget(key);
   detectors_.degraded.Forget(key);
   processes_.Forget(key);
-  own_time_.Forget(key);
+  // GPUs no longer slow without this communicator's evidence: their findings end after the hold.
+  verdicts_.Observe(own_time_.Forget(key), clock_ns_, GpusOnNodeLocked());
 }
 
 std::vector<SlowProcess> Analyzer::SlowProcesses(const std::string& job_id) const {
@@ -130,48 +254,24 @@ std::vector<SlowProcess> Analyzer::SlowProcesses(const std::string& job_id) cons
 
 std::vector<ncclwatch::v1::RootCauseInfo> Analyzer::RootCauses(const std::string& job_id) const {
   ncclwatch::MutexLock lock(&mu_);
-  std::vector<SlowProcess> slow = own_time_.Slow(job_id);
-  std::sort(slow.begin(), slow.end(), [](const SlowProcess& a, const SlowProcess& b) {
-    return std::tie(a.process.job_id, a.since_ns, a.process) <
-           std::tie(b.process.job_id, b.since_ns, b.process);
-  });
-  std::vector<ncclwatch::v1::RootCauseInfo> out;
-  std::map<ProcessKey, size_t> index;  // root-cause process -> its answer
-  for (const SlowProcess& s : slow) {
-    index[s.process] = out.size();
-    out.push_back(RootCauseInfoOf(s, registry_.FindWho(s.comm)));
+  std::vector<const ReportedGpu*> gpus;
+  for (const auto& [p, gpu] : verdicts_.gpus()) {
+    if (job_id.empty() || p.job_id == job_id) gpus.push_back(&gpu);
   }
-  // Late ranks that are not slow themselves: to the root cause with a rank in the same
-  // communicator, else to one sharing any communicator with the late rank's process, else to the
-  // job's first root cause.
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (!job_id.empty() && key.job_id != job_id) continue;
-    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
-      if (!score.flagged) continue;
-      const ProcessKey* late = processes_.Of(key, score.rank);
-      if (late != nullptr && index.count(*late)) continue;  // a root cause itself
-      size_t to = out.size();
-      for (int r = 0; r < processes_.Ranks(key) && to == out.size(); ++r) {
-        const ProcessKey* p = processes_.Of(key, r);
-        if (p != nullptr && index.count(*p)) to = index[*p];
-      }
-      if (to == out.size() && late != nullptr) {
-        for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
-          for (int r = 0; r < processes_.Ranks(comm) && to == out.size(); ++r) {
-            const ProcessKey* p = processes_.Of(comm, r);
-            if (p != nullptr && index.count(*p)) to = index[*p];
-          }
-        }
-      }
-      if (to == out.size()) {
-        for (size_t i = 0; i < out.size() && to == out.size(); ++i) {
-          if (out[i].job_id() == key.job_id) to = i;
-        }
-      }
-      if (to == out.size()) continue;  // no root cause in this job (yet)
-      *out[to].add_consequences() =
-          StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank));
-    }
+  std::sort(gpus.begin(), gpus.end(), [](const ReportedGpu* a, const ReportedGpu* b) {
+    return std::tie(a->evidence.process.job_id, a->since_ns, a->evidence.process) <
+           std::tie(b->evidence.process.job_id, b->since_ns, b->evidence.process);
+  });
+  auto consequences = ConsequencesLocked(job_id);
+  std::vector<ncclwatch::v1::RootCauseInfo> out;
+  for (const ReportedGpu* gpu : gpus) {
+    // The evidence now, where the analysis still has some; else what it was reported with.
+    SlowProcess now = own_time_.View(gpu->evidence.process);
+    if (now.rank < 0) now = gpu->evidence;
+    ncclwatch::v1::RootCauseInfo info = RootCauseInfoOf(now, registry_.FindWho(now.comm));
+    info.set_since_unix_ns(gpu->since_ns);
+    for (auto& c : consequences[gpu->evidence.process]) *info.add_consequences() = std::move(c);
+    out.push_back(std::move(info));
   }
   return out;
 }
@@ -180,7 +280,7 @@ std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {
   ncclwatch::MutexLock lock(&mu_);
   std::vector<SeriesPoint> out;
   if (!detection_only) series_.AppendTo(&out);
-  AppendDetectionSeries(registry_, detectors_, clock_ns_, &out);
+  AppendDetectionSeries(registry_, detectors_, verdicts_, hang_origins_, clock_ns_, &out);
   return out;
 }
 
@@ -188,7 +288,8 @@ std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string
   ncclwatch::MutexLock lock(&mu_);
   std::vector<ncclwatch::v1::StragglerInfo> out;
   for (const auto& [key, entry] : registry_.comms()) {
-    if (!job_id.empty() && key.job_id != job_id) continue;
+    // With own times, lateness is a consequence: answered under its root cause.
+    if ((!job_id.empty() && key.job_id != job_id) || entry.own_times) continue;
     for (const RankScore& score : detectors_.stragglers.Scores(key)) {
       if (score.flagged) {
         out.push_back(StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank)));
@@ -215,9 +316,13 @@ ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id
 ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id, int64_t now_ns) const {
   ncclwatch::MutexLock lock(&mu_);
   ncclwatch::v1::ListHangsResponse out;
-  for (const HangView& h : detectors_.hangs.Hangs()) {
-    if (job_id.empty() || h.comm.job_id == job_id) {
-      *out.add_hangs() = HangInfoOf(h, registry_.FindWho(h.comm), now_ns);
+  for (const auto& [comm, group] : hang_origins_.origins()) {
+    if (job_id.empty() || comm.job_id == job_id) {
+      ncclwatch::v1::HangInfo info = HangInfoOf(group.origin, registry_.FindWho(comm), now_ns);
+      for (auto& c : HangInfosLocked(group.consequences, now_ns)) {
+        *info.add_consequences() = std::move(c);
+      }
+      *out.add_hangs() = std::move(info);
     }
   }
   for (const SilentView& s : detectors_.hangs.Silent()) {
@@ -233,10 +338,15 @@ CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) co
   for (int r = 0; r < static_cast<int>(entry.who.ranks.size()); ++r) {
     health.silent_ranks += detectors_.hangs.IsSilent(key, r) ? 1 : 0;
   }
-  for (const RankScore& s : detectors_.stragglers.Scores(key)) {
-    health.stragglers += s.flagged ? 1 : 0;
+  if (entry.own_times) {
+    for (const auto& [p, gpu] : verdicts_.gpus()) health.stragglers += gpu.evidence.comm == key;
+  } else {
+    for (const RankScore& s : detectors_.stragglers.Scores(key)) {
+      health.stragglers += s.flagged ? 1 : 0;
+    }
   }
   health.hung = detectors_.hangs.Hung(key);
+  if (detectors_.coverage.Incomplete(key)) health.unreported = entry.unreported;
   health.degraded = detectors_.degraded.IsDegraded(key);
   return health;
 }
@@ -280,6 +390,7 @@ std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
     j.set_silent_ranks(j.silent_ranks() + health.silent_ranks);
     j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
     j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
+    j.set_unreported_ranks(std::max<uint32_t>(j.unreported_ranks(), health.unreported));
     for (const auto& r : c.ranks()) {
       if (!r.node().empty()) nodes[key.job_id].insert(r.node());
     }

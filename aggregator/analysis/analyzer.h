@@ -12,6 +12,7 @@
 #define NCCLWATCH_AGGREGATOR_ANALYSIS_ANALYZER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,10 @@
 #include "aggregator/analysis/series_table.h"
 #include "aggregator/detect/detectors.h"
 #include "aggregator/findings/findings.h"
+#include "aggregator/rootcause/hang_origin.h"
 #include "aggregator/rootcause/own_time.h"
 #include "aggregator/rootcause/process_index.h"
+#include "aggregator/rootcause/verdicts.h"
 #include "common/series.h"
 #include "common/sync.h"
 #include "ncclwatch/v1/query.pb.h"
@@ -34,6 +37,9 @@ struct AnalyzerOptions {
   StragglerOptions straggler;
   HangOptions hang;
   DegradedOptions degraded;
+  CoverageOptions coverage;
+  OwnTimeOptions own_time;
+  RootCauseOptions root_cause;
   int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
   // Cardinality caps: a report of a job (or communicator) beyond them is not analysed, and a
   // series beyond them is not exported; each is counted. They bound memory whatever the input.
@@ -63,10 +69,12 @@ class Analyzer {
   // Every exported series, current values; with `detection_only`, just the ncclwatch_* families
   // computed from the detectors (not the per-report statistics).
   std::vector<SeriesPoint> Series(bool detection_only = false) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Ranks flagged slow right now; `job_id` empty means every job.
+  // Ranks flagged late right now in communicators without own times (those page themselves);
+  // `job_id` empty means every job. With own times, late ranks are RootCauses' consequences.
   std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Hung collectives and silent ranks right now; `job_id` empty means every job.
+  // Hung collectives (the origins, each with the hangs stuck behind it) and silent ranks right
+  // now; `job_id` empty means every job.
   ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Degraded communicators and network suspects right now; `job_id` empty means every job.
@@ -77,11 +85,12 @@ class Analyzer {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Jobs, summarised from their communicators.
   std::vector<ncclwatch::v1::JobInfo> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
-  // GPUs slow themselves (the own-time analysis, aggregator/rootcause); `job_id` empty: every job.
-  // Being built (issue 17): computed, not yet turned into findings.
+  // GPUs the own-time analysis finds slow themselves now (aggregator/rootcause), before the
+  // findings' hold; `job_id` empty: every job.
   std::vector<SlowProcess> SlowProcesses(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The same as answers, each with the late ranks it explains (ranks flagged late by the
-  // straggler detector whose process is not slow itself), ordered by job and when found.
+  // The root-cause findings (GPUs reported slow themselves), each with the late ranks it explains
+  // (ranks flagged late by the straggler detector whose process is not slow itself), ordered by
+  // job and when found.
   std::vector<ncclwatch::v1::RootCauseInfo> RootCauses(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -101,6 +110,27 @@ class Analyzer {
   ncclwatch::v1::Event StragglerEventLocked(const CommKey& key, CommEntry& entry,
                                             const FlagChange& change, int64_t now_ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The events of root-cause verdict changes, consequences attached.
+  void VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,
+                           std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The late ranks of `job_id` (every job if empty) that are not slow themselves, by the
+  // reported GPU they are attached to: one with a rank in the same communicator, else one
+  // sharing any communicator with the late rank's process, else the job's first.
+  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> ConsequencesLocked(
+      const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hang findings' changes now: one per origin.
+  void HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ncclwatch::v1::HangInfo> HangInfosLocked(const std::vector<HangView>& hangs,
+                                                       int64_t now_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The coverage finding's changes now (communicators some of whose ranks never reported).
+  void CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reported GPU with a rank in `comm`, or nullptr.
+  const ProcessKey* ReportedInLocked(const CommKey& comm) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RootCauseVerdicts::GpusOnNode GpusOnNodeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
   void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Node-level verdicts after the rank flags of `key` changed.
@@ -120,6 +150,8 @@ class Analyzer {
   Detectors detectors_ ABSL_GUARDED_BY(mu_);
   ProcessIndex processes_ ABSL_GUARDED_BY(mu_);  // the process behind each communicator rank
   OwnTimeAnalyzer own_time_ ABSL_GUARDED_BY(mu_);
+  RootCauseVerdicts verdicts_ ABSL_GUARDED_BY(mu_);  // what of own_time_'s verdicts pages
+  HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
 };

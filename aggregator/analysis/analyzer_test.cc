@@ -340,6 +340,22 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
   EXPECT_NEAR(slow[0].excess_ns, 3'000'000 - 30'000, 1);  // over the fastest on the other node
   EXPECT_TRUE(analyzer.SlowProcesses("other-job").empty());
 
+  // Found at 1 s, but a finding (event, answer, series) only once it held for a second.
+  EXPECT_TRUE(analyzer.RootCauses("").empty());
+  const std::vector<ncclwatch::v1::Event> events = analyzer.Tick(2'000'000'000);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), ncclwatch::v1::Event::STRAGGLER);
+  EXPECT_EQ(events[0].phase(), ncclwatch::v1::Event::START);
+  EXPECT_EQ(events[0].root_cause().pid(), 105u);
+  EXPECT_EQ(events[0].straggler().rank(), 5);
+  EXPECT_EQ(events[0].straggler().comm_hash(), 0xfeedu);
+  ASSERT_EQ(events[0].root_cause().consequences_size(), 1);
+  EXPECT_EQ(events[0].root_cause().consequences(0).rank(), 4);
+  EXPECT_NE(events[0].summary().find("GPU1 on node node-b (host host-b, pid 105) of job job-7 is "
+                                     "slow itself"),
+            std::string::npos)
+      << events[0].summary();
+
   // As the Query API answers it: rank 5's GPU, with rank 4's lateness attached to it.
   const std::vector<ncclwatch::v1::RootCauseInfo> roots = analyzer.RootCauses("");
   ASSERT_EQ(roots.size(), 1u);
@@ -353,9 +369,19 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
   ASSERT_EQ(roots[0].consequences_size(), 1);
   EXPECT_EQ(roots[0].consequences(0).rank(), 4);
   EXPECT_NEAR(roots[0].consequences(0).lateness_seconds(), 0.003, 1e-6);
-  // Both ranks are still late ranks in the straggler answer.
+  // With own times, late ranks are consequences, not stragglers of their own.
+  EXPECT_TRUE(analyzer.Stragglers("job-7").empty());
+  // The paging series: rank 5 alone; its lateness and rank 4's stay visible.
+  std::set<int> flagged;
   std::set<int> late;
-  for (const auto& s : analyzer.Stragglers("job-7")) late.insert(s.rank());
+  for (const auto& s : analyzer.Series(true)) {
+    if (s.name == "ncclwatch_straggler" && s.value == 1)
+      flagged.insert(std::stoi(*Label(s, "rank")));
+    if (s.name == "ncclwatch_rank_lateness_seconds" && s.value > 0.002) {
+      late.insert(std::stoi(*Label(s, "rank")));
+    }
+  }
+  EXPECT_EQ(flagged, (std::set<int>{5}));
   EXPECT_EQ(late, (std::set<int>{4, 5}));
 }
 

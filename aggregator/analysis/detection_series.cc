@@ -3,15 +3,20 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 
 namespace ncclwatch::aggregator {
 
-void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d, int64_t now_ns,
-                           std::vector<SeriesPoint>* out) {
+void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
+                           const RootCauseVerdicts& verdicts, const HangOrigins& hang_origins,
+                           int64_t now_ns, std::vector<SeriesPoint>* out) {
   const int64_t now_ms = now_ns / 1'000'000;
-  std::map<CommKey, const HangView*> hung;
-  const std::vector<HangView> hangs = d.hangs.Hangs();
-  for (const HangView& h : hangs) hung[h.comm] = &h;
+  std::set<std::pair<CommKey, int>> root_ranks;  // each reported GPU's rank in its evidence
+  for (const auto& [p, gpu] : verdicts.gpus()) {
+    root_ranks.emplace(gpu.evidence.comm, gpu.evidence.rank);
+  }
+  std::map<CommKey, const HangView*> hung;  // the origins of hangs
+  for (const auto& [comm, group] : hang_origins.origins()) hung[comm] = &group.origin;
   for (const auto& [key, entry] : registry.comms()) {
     const CommWho& who = entry.who;
     LabelPairs comm_labels = CommRegistry::CommLabels(key, who);
@@ -25,7 +30,11 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d, int
       LabelPairs node_labels = comm_labels;
       node_labels.emplace_back("node", node);
       out->push_back({"ncclwatch_node_straggler", std::move(node_labels),
-                      d.slow_nodes.IsSlow(key, node) ? 1.0 : 0.0, now_ms});
+                      (entry.own_times ? verdicts.IsNodeSlow(key.job_id, node)
+                                       : d.slow_nodes.IsSlow(key, node))
+                          ? 1.0
+                          : 0.0,
+                      now_ms});
     }
     LabelPairs class_labels = comm_labels;
     class_labels.emplace_back("class", d.degraded.IsHybrid(key) ? "hybrid" : "nvlink");
@@ -35,15 +44,17 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d, int
                     h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0, now_ms});
     for (int r = 0; r < static_cast<int>(who.ranks.size()); ++r) {
       LabelPairs labels = CommRegistry::RankLabels(key, who, r);
-      out->push_back(
-          {"ncclwatch_rank_missing", labels, d.hangs.Missing(key, r) ? 1.0 : 0.0, now_ms});
+      out->push_back({"ncclwatch_rank_missing", labels,
+                      h != hung.end() && d.hangs.Missing(key, r) ? 1.0 : 0.0, now_ms});
       out->push_back({"ncclwatch_rank_silent", std::move(labels),
                       d.hangs.IsSilent(key, r) ? 1.0 : 0.0, now_ms});
     }
     for (const RankScore& score : d.stragglers.Scores(key)) {
       if (score.rank >= static_cast<int>(who.ranks.size())) continue;
       LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
-      out->push_back({"ncclwatch_straggler", labels, score.flagged ? 1.0 : 0.0, now_ms});
+      const bool flagged =
+          entry.own_times ? root_ranks.count({key, score.rank}) > 0 : score.flagged;
+      out->push_back({"ncclwatch_straggler", labels, flagged ? 1.0 : 0.0, now_ms});
       out->push_back(
           {"ncclwatch_rank_lateness_seconds", std::move(labels), score.lateness_ns * 1e-9, now_ms});
     }

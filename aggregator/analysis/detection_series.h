@@ -8,6 +8,8 @@
 
 #include "aggregator/analysis/registry.h"
 #include "aggregator/detect/detectors.h"
+#include "aggregator/rootcause/hang_origin.h"
+#include "aggregator/rootcause/verdicts.h"
 #include "common/series.h"
 
 namespace ncclwatch::aggregator {
@@ -16,8 +18,15 @@ namespace ncclwatch::aggregator {
 // analyzer passes its clock (the latest Ingest or Tick), at which alone a value can change, so a
 // new value always comes with a new timestamp (Prometheus drops a changed value that repeats a
 // timestamp).
-void AppendDetectionSeries(const CommRegistry& registry, const Detectors& detectors, int64_t now_ns,
-                           std::vector<SeriesPoint>* out);
+//
+// ncclwatch_straggler and ncclwatch_node_straggler page: for a communicator with own times they
+// come from the root-cause findings (`verdicts`: 1 for a reported GPU's rank in the communicator
+// it was reported in, and for a node reported slow), else from the lateness flags. Likewise
+// ncclwatch_hang, ncclwatch_hang_age_seconds and ncclwatch_rank_missing are set for the origins
+// of hangs (`hangs`) only, not for the operations stuck behind them.
+void AppendDetectionSeries(const CommRegistry& registry, const Detectors& detectors,
+                           const RootCauseVerdicts& verdicts, const HangOrigins& hangs,
+                           int64_t now_ns, std::vector<SeriesPoint>* out);
 
 }  // namespace ncclwatch::aggregator
 

@@ -28,6 +28,8 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     who.nranks = id.nranks();
     who.ranks.assign(id.nranks(), RankWho{});
     entry.last_seen_ns.assign(id.nranks(), 0);
+    entry.first_seen_ns = now_ns;
+    entry.unreported = id.nranks();
     entry.flagged_since_ns.clear();
     *restarted = true;
   }
@@ -40,6 +42,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   rank.pod = id.pod();
   rank.pod_namespace = id.pod_namespace();
   rank.container = id.container();
+  if (entry.last_seen_ns[id.rank()] == 0) --entry.unreported;
   entry.last_seen_ns[id.rank()] = now_ns;
   return &entry;
 }

@@ -28,7 +28,12 @@ struct RegistryOptions {
 struct CommEntry {
   CommWho who;
   std::vector<int64_t> last_seen_ns;        // index = rank; 0 until it reports
+  int64_t first_seen_ns = 0;                // its first report (of any rank)
+  int unreported = 0;                       // ranks that never reported
   std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
+  // Its plugin reports own times: root-cause findings page for it; its lateness flags are
+  // consequences (without own times, an older plugin, the lateness flags page themselves).
+  bool own_times = false;
 };
 
 class CommRegistry {

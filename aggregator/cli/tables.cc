@@ -58,16 +58,10 @@ std::string RankText(const ncclwatch::v1::RankRef& r) {
 std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response) {
   std::string out;
   for (const auto& r : response.root_causes()) {
-    absl::StrAppendFormat(
-        &out,
-        "Root cause: %s on node %s (host %s, pid %u%s) of job %s is slow itself: before %s %s "
-        "in communicator %s (its rank %d) it spends %.2f ms more on its own work than peers "
-        "doing the same work (%.2f ms)%s.\n",
-        GpuLabel(r.cuda_device()), NodeOrUnknown(r.node()), r.host(), r.pid(),
-        r.pod().empty() ? "" : absl::StrCat(", pod ", r.pod_namespace(), "/", r.pod()), r.job_id(),
-        r.collective(), MessageSizeBucket(r.bytes()), CommWord(r.comm_name(), r.comm_hash()),
-        r.rank(), r.own_excess_seconds() * 1e3, r.own_time_seconds() * 1e3,
-        r.since_unix_ns() == 0 ? "" : absl::StrCat(", since ", ClockText(r.since_unix_ns())));
+    absl::StrAppend(
+        &out, "Root cause: ", aggregator::RootCauseSentence(r),
+        r.since_unix_ns() == 0 ? "" : absl::StrCat(", since ", ClockText(r.since_unix_ns())),
+        ".\n");
     for (const auto& c : r.consequences()) {
       absl::StrAppendFormat(
           &out, "  consequence: rank %d of %s on node %s (%s) arrives %.2f ms late\n", c.rank(),
@@ -81,7 +75,12 @@ std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response
 
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response) {
   if (response.stragglers_size() == 0) {
-    return RootCausesText(response) + "No rank is flagged as a straggler.\n";
+    if (response.root_causes_size() == 0) {
+      return "No GPU is slow itself and no rank is flagged as a straggler.\n";
+    }
+    std::string roots = RootCausesText(response);
+    roots.pop_back();  // no blank line: nothing follows
+    return roots;
   }
   std::string out = RootCausesText(response);
   out += absl::StrFormat("%-20s %-28s %5s %-16s %-8s %10s %10s %7s %7s %13s %9s\n", "JOB",
@@ -154,15 +153,25 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
           "%u ranks reached it: suspect the network or NVLink fabric.\n",
           aggregator::HangOpText(h).c_str(), comm.c_str(), h.job_id().c_str(), h.age_seconds(),
           h.arrived());
-      continue;
+    } else {
+      std::vector<std::string> missing;
+      for (const auto& r : h.missing()) missing.push_back(RankText(r));
+      absl::StrAppendFormat(&out,
+                            "Finding: %s of communicator %s in job %s has been stuck for %.1f s: "
+                            "%s never reached it.\n",
+                            aggregator::HangOpText(h).c_str(), comm.c_str(), h.job_id().c_str(),
+                            h.age_seconds(), absl::StrJoin(missing, ", ").c_str());
     }
-    std::vector<std::string> missing;
-    for (const auto& r : h.missing()) missing.push_back(RankText(r));
-    absl::StrAppendFormat(&out,
-                          "Finding: %s of communicator %s in job %s has been stuck for %.1f s: %s "
-                          "never reached it.\n",
-                          aggregator::HangOpText(h).c_str(), comm.c_str(), h.job_id().c_str(),
-                          h.age_seconds(), absl::StrJoin(missing, ", ").c_str());
+    for (const auto& c : h.consequences()) {
+      absl::StrAppendFormat(&out, "  consequence: %s of communicator %s is stuck behind it (%s)\n",
+                            aggregator::HangOpText(c).c_str(),
+                            CommWord(c.comm_name(), c.comm_hash()).c_str(),
+                            c.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
+                                ? "queued on the same GPUs"
+                                : absl::StrCat("waiting for ranks stuck in it: ", c.missing_size(),
+                                               " of ", c.nranks())
+                                      .c_str());
+    }
   }
   for (const auto& s : response.silent()) {
     absl::StrAppendFormat(&out,

@@ -22,8 +22,9 @@ std::string ClockText(uint64_t unix_ns);
 // "unknown", an empty pod namespace "-".
 std::string RankText(const ncclwatch::v1::RankRef& rank);
 
-// `ncclwatch stragglers`: a table of the flagged ranks and one "Finding:" sentence per rank, or
-// "No rank is flagged as a straggler.".
+// `ncclwatch stragglers`: the root causes with their consequences, then a table of the ranks
+// flagged late in communicators without own times (older plugins) and one "Finding:" sentence
+// per such rank; "No GPU is slow itself and no rank is flagged as a straggler." when neither.
 // Root causes first (each GPU slow itself, with the late ranks it explains under it), then every
 // late rank's row and finding.
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response);

@@ -4,6 +4,7 @@
 #define NCCLWATCH_AGGREGATOR_DETECT_DETECTORS_H_
 
 #include "aggregator/detect/correlator.h"
+#include "aggregator/detect/coverage.h"
 #include "aggregator/detect/degraded.h"
 #include "aggregator/detect/hang.h"
 #include "aggregator/detect/slow_nodes.h"
@@ -16,17 +17,23 @@ struct DetectorOptions {
   StragglerOptions straggler;
   HangOptions hang;
   DegradedOptions degraded;
+  CoverageOptions coverage;
 };
 
 struct Detectors {
   explicit Detectors(const DetectorOptions& o)
-      : correlator(o.correlator), stragglers(o.straggler), hangs(o.hang), degraded(o.degraded) {}
+      : correlator(o.correlator),
+        stragglers(o.straggler),
+        hangs(o.hang),
+        degraded(o.degraded),
+        coverage(o.coverage) {}
 
   Correlator correlator;         // joins the ranks' samples of each collective
   StragglerDetector stragglers;  // fed the joined collectives
   SlowNodeDetector slow_nodes;   // fed the straggler flags
   HangDetector hangs;            // fed what each rank has in flight
   DegradedDetector degraded;     // fed each rank's interval statistics
+  CoverageDetector coverage;     // fed which ranks of each communicator ever reported
 };
 
 }  // namespace ncclwatch::aggregator

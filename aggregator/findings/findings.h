@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "aggregator/detect/coverage.h"
 #include "aggregator/detect/degraded.h"
 #include "aggregator/detect/hang.h"
 #include "aggregator/detect/slow_nodes.h"
@@ -17,6 +19,7 @@
 #include "aggregator/detect/types.h"
 #include "aggregator/findings/who.h"
 #include "aggregator/rootcause/own_time.h"
+#include "aggregator/rootcause/verdicts.h"
 #include "ncclwatch/v1/query.pb.h"
 
 namespace ncclwatch::aggregator {
@@ -27,6 +30,7 @@ struct CommHealth {
   uint32_t silent_ranks = 0;
   bool hung = false;
   bool degraded = false;
+  int unreported = 0;  // ranks that never reported, once coverage flags it
 };
 
 // `who` may be null where the communicator is no longer (or not yet) known: the answer then
@@ -53,6 +57,24 @@ ncclwatch::v1::Event StragglerEvent(const CommKey& key, const CommWho& who,
                                     const FlagChange& change, int64_t since_ns, int64_t now_ns);
 ncclwatch::v1::Event SlowNodeEvent(const CommKey& key, const CommWho& who,
                                    const SlowNodeChange& change, int64_t now_ns);
+// STRAGGLER for a GPU slow itself (root-cause analysis): `straggler` names its rank in the
+// evidence's communicator, `root_cause` the GPU, its evidence and `consequences`.
+ncclwatch::v1::Event RootCauseEvent(const GpuChange& change, const CommWho* who,
+                                    const std::vector<ncclwatch::v1::StragglerInfo>& consequences,
+                                    int64_t now_ns);
+// NODE_STRAGGLER from several GPUs of a node each slow themselves.
+ncclwatch::v1::Event SlowGpusNodeEvent(const NodeChange& change, int64_t now_ns);
+// "GPU1 on node n (host h, pid p) of job j is slow itself: before AllReduce 1-2MB in communicator
+// tp0 (its rank 1) it spends 2.00 ms more on its own work than peers doing the same work
+// (4.00 ms)": the finding's sentence, shared by the event and the CLI.
+std::string RootCauseSentence(const ncclwatch::v1::RootCauseInfo& info);
+ncclwatch::v1::CoverageInfo CoverageInfoOf(const CoverageView& view);
+// RANKS_UNREPORTED: a job with communicators some of whose ranks never reported.
+ncclwatch::v1::Event CoverageEvent(const CoverageChange& change, int64_t now_ns);
+// HANG of an origin (rootcause/hang_origin.h), with the hangs stuck behind it.
+ncclwatch::v1::Event HangOriginEvent(bool start, const HangView& origin, const CommWho* who,
+                                     const std::vector<ncclwatch::v1::HangInfo>& consequences,
+                                     int64_t now_ns);
 // HANG or RANK_SILENT.
 ncclwatch::v1::Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns);
 // COMM_DEGRADED or NODE_NETWORK_SUSPECT.

@@ -124,7 +124,7 @@ void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
   StorePoints(points);
 }
 
-absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns) {
+absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns) {
   absl::StatusOr<int64_t> last_event = store_.LastEventTime();
   if (!last_event.ok()) return last_event.status();
   // Replay re-derives the findings of the replayed window, at slightly different times (its ticks
@@ -164,6 +164,11 @@ absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns) {
         Analyse(batch, received_ns, handle_replayed);
       });
   if (!s.ok()) return s;
+  // And once at start-up time, as the first live tick would: verdicts that were waiting to be
+  // confirmed (or to end) when the aggregator stopped are settled before the first query.
+  if (batches > 0) {
+    for (const auto& event : analyzer_.Tick(now_ns)) handle_replayed(event);
+  }
   return batches;
 }
 

@@ -40,8 +40,9 @@ class Ingest {
   void Tick(int64_t now_ns);
   // At start-up: feeds the batches stored since `since_ns` to the analyzer again, so that the
   // detectors resume where they were and every acknowledged point is in the store (rewriting one
-  // is harmless). Events already stored are not stored again. Returns the batches replayed.
-  absl::StatusOr<uint64_t> Replay(int64_t since_ns);
+  // is harmless), then ticks the analyzer once at `now_ns` (start-up time). Events already
+  // stored are not stored again. Returns the batches replayed.
+  absl::StatusOr<uint64_t> Replay(int64_t since_ns, int64_t now_ns);
 
   // Where every new detection event is published (the Watch streams subscribe here).
   EventBus& events() { return events_; }

@@ -1,6 +1,7 @@
 #include "aggregator/rootcause/hang_origin.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -30,6 +31,7 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
 
   // depends[i]: the hang that hang i is stuck behind (the oldest such), or i itself.
   std::vector<size_t> depends(hangs.size());
+  std::vector<bool> settled(hangs.size(), true);
   for (size_t i = 0; i < hangs.size(); ++i) {
     const HangView& h = hangs[i];
     depends[i] = i;
@@ -45,7 +47,7 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
       const ProcessKey* p = processes.Of(h.comm, r);
       if (p == nullptr) continue;
       const bool missing = IsMissing(h, r);
-      int64_t before_ns = h.enqueued_ns;
+      int64_t before_ns = 0;
       if (!missing) {
         const std::vector<HangDetector::InFlight> mine = in_flight(h.comm, r);
         const HangDetector::InFlight* op = OpOf(h, mine);
@@ -55,16 +57,26 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
       for (const auto& [comm, rank] : processes.RanksOf(*p)) {
         if (comm == h.comm) continue;
         auto other = hang_of.find(comm);
-        if (other == hang_of.end()) continue;
-        const HangView& h2 = hangs[other->second];
         bool stuck_there = false;
-        int64_t since = h2.enqueued_ns;
+        int64_t since = INT64_MAX;
         for (const HangDetector::InFlight& op : in_flight(comm, rank)) {
-          if (op.enqueued_ns < before_ns) {
+          // A rank missing from H that is stuck in any operation has not reached H in its
+          // program order yet: that operation is older, whenever its peers enqueued H. A rank
+          // queued in H is held by an operation enqueued before, or by one whose kernel started
+          // and never ended (one stream per GPU; enqueues of one burst can carry equal times).
+          if (missing || op.enqueued_ns < before_ns || op.started) {
             stuck_there = true;
             since = std::min(since, op.enqueued_ns);
           }
         }
+        if (other == hang_of.end()) {
+          // Held by an operation whose own hang is not declared yet (it may be, soon: it is
+          // older), or that is about to end: not an origin until that is known.
+          if (stuck_there) settled[i] = false;
+          continue;
+        }
+        const HangView& h2 = hangs[other->second];
+        since = std::min(since, h2.enqueued_ns);
         if (!stuck_there && missing && IsMissing(h2, rank) && h2.enqueued_ns < h.enqueued_ns) {
           stuck_there = true;  // it never reached the earlier one either
         }
@@ -94,6 +106,7 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
     HangGroup& g = groups[origin[i]];
     if (origin[i] == i) {
       g.origin = hangs[i];
+      g.settled = settled[i];
     } else {
       g.consequences.push_back(hangs[i]);
     }
@@ -108,6 +121,49 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
     return a.origin.enqueued_ns < b.origin.enqueued_ns;
   });
   return out;
+}
+
+bool HangOrigins::Reported(const HangView& h) const {
+  auto it = origins_.find(h.comm);
+  return it != origins_.end() && it->second.origin.op == h.op && it->second.origin.seq == h.seq;
+}
+
+std::vector<HangGroupChange> HangOrigins::Update(std::vector<HangGroup> groups) {
+  std::vector<HangGroupChange> changes;
+  std::map<CommKey, HangGroup> now;
+  for (HangGroup& g : groups) {
+    if (!g.settled) continue;  // not an origin until what holds its ranks is known
+    // A reported origin that is still hung stays the origin: hangs missing the same stopped
+    // rank are equally old, and which one looks oldest can change from report to report.
+    if (!Reported(g.origin)) {
+      auto old = std::find_if(g.consequences.begin(), g.consequences.end(),
+                              [this](const HangView& c) { return Reported(c); });
+      if (old != g.consequences.end()) {
+        std::swap(g.origin, *old);
+        std::sort(
+            g.consequences.begin(), g.consequences.end(),
+            [](const HangView& a, const HangView& b) { return a.enqueued_ns < b.enqueued_ns; });
+      }
+    }
+    const CommKey comm = g.origin.comm;
+    now.emplace(comm, std::move(g));
+  }
+  for (auto& [comm, old] : origins_) {
+    auto it = now.find(comm);
+    if (it == now.end() || it->second.origin.op != old.origin.op ||
+        it->second.origin.seq != old.origin.seq) {
+      changes.push_back({false, std::move(old)});
+    }
+  }
+  for (const auto& [comm, g] : now) {
+    auto it = origins_.find(comm);
+    if (it == origins_.end() || it->second.origin.op != g.origin.op ||
+        it->second.origin.seq != g.origin.seq) {
+      changes.push_back({true, g});
+    }
+  }
+  origins_ = std::move(now);
+  return changes;
 }
 
 }  // namespace ncclwatch::aggregator

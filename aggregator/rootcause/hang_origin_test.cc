@@ -43,13 +43,16 @@ class Job {
     return h;
   }
   // The groups as "origin <- consequence, consequence".
+  std::vector<HangGroup> Grouped(const std::vector<HangView>& hangs) const {
+    return GroupHangsByOrigin(hangs, index_, [this](const CommKey& c, int r) {
+      auto it = in_flight_.find({c, r});
+      return it == in_flight_.end() ? std::vector<HangDetector::InFlight>{} : it->second;
+    });
+  }
   std::vector<std::string> Groups(const std::vector<HangView>& hangs) const {
     std::vector<std::string> out;
-    for (const HangGroup& g : GroupHangsByOrigin(hangs, index_, [this](const CommKey&c, int r) {
-           auto it = in_flight_.find({c, r});
-           return it == in_flight_.end() ? std::vector<HangDetector::InFlight>{} : it->second;
-         })) {
-      std::string line = names_.at(g.origin.comm);
+    for (const HangGroup& g : Grouped(hangs)) {
+      std::string line = names_.at(g.origin.comm) + (g.settled ? "" : " (unsettled)");
       for (size_t i = 0; i < g.consequences.size(); ++i) {
         line += (i == 0 ? " <- " : ", ") + names_.at(g.consequences[i].comm);
       }
@@ -140,6 +143,69 @@ TEST(HangOriginTest, HangsThatPointAtEachOtherEndAtTheOldest) {
   EXPECT_EQ(job.Groups({Job::Hang(x, "AllReduce", 1, {}, 2, 3 * kS),
                         Job::Hang(y, "AllReduce", 1, {}, 2, 2 * kS)}),
             std::vector<std::string>{"y <- x"});
+}
+
+TEST(HangOriginTest, ARankMissingInAPipelineIsStuckInWhatItEnqueuedLater) {
+  // 1F1B: the last stage (rank 1) reaches the step's DP ReduceScatter at 10 s, long before the
+  // first stage (rank 0), which enqueued its pipeline Send at 12 s and is stuck in it because its
+  // peer (rank 2) stopped. In rank 0's program order the Send comes first: dp is a consequence.
+  Job job("j");
+  const CommKey dp = job.Comm("dp", {0, 1});
+  const CommKey pp = job.Comm("pp", {0, 2});
+  job.InFlight(dp, 1, "ReduceScatter", 8, 10 * kS, true);
+  job.InFlight(pp, 0, "Send", 0, 12 * kS, true);
+  EXPECT_EQ(job.Groups({Job::Hang(dp, "ReduceScatter", 8, {0}, 1, 10 * kS),
+                        Job::Hang(pp, "Send", 0, {1}, 1, 12 * kS)}),
+            std::vector<std::string>{"pp <- dp"});
+}
+
+TEST(HangOriginTest, AHangHeldByAnOperationNotDeclaredHungIsNotSettled) {
+  // Rank 0 is missing from x and has an operation of y in flight that is not (yet) a hang: x may
+  // be stuck behind y's hang once that is declared, so x is no origin yet.
+  Job job("j");
+  const CommKey x = job.Comm("x", {0, 1}), y = job.Comm("y", {0, 1});
+  job.InFlight(x, 1, "AllReduce", 3, 5 * kS, true);
+  job.InFlight(y, 0, "AllGather", 2, 6 * kS, true);
+  EXPECT_EQ(job.Groups({Job::Hang(x, "AllReduce", 3, {0}, 1, 5 * kS)}),
+            std::vector<std::string>{"x (unsettled)"});
+}
+
+TEST(HangOriginsTest, OneFindingPerOriginThatStaysPut) {
+  Job job("j");
+  const CommKey a = job.Comm("a", {0, 1}), b = job.Comm("b", {0, 2});
+  HangOrigins origins;
+  const HangView ha = Job::Hang(a, "AllReduce", 4, {1}, 1, 5 * kS);
+  const HangView hb = Job::Hang(b, "AllReduce", 9, {1}, 1, 6 * kS);
+  // a alone: reported.
+  std::vector<HangGroupChange> changes = origins.Update({HangGroup{ha, true, {}}});
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_TRUE(changes[0].start);
+  EXPECT_EQ(changes[0].group.origin.comm, a);
+  // An unsettled origin is not reported.
+  EXPECT_TRUE(origins.Update({HangGroup{ha, true, {}}, HangGroup{hb, false, {}}}).empty());
+  // A later grouping puts a under b (the same stopped rank, equally old): a stays the origin,
+  // b joins it as a consequence, nothing pages again.
+  EXPECT_TRUE(origins.Update({HangGroup{hb, true, {ha}}}).empty());
+  ASSERT_EQ(origins.origins().size(), 1u);
+  EXPECT_EQ(origins.origins().begin()->second.origin.comm, a);
+  ASSERT_EQ(origins.origins().begin()->second.consequences.size(), 1u);
+  EXPECT_EQ(origins.origins().begin()->second.consequences[0].comm, b);
+  EXPECT_TRUE(origins.IsOrigin(a));
+  EXPECT_FALSE(origins.IsOrigin(b));
+  // a hangs in a later operation: the old finding ends, a new one starts.
+  HangView later = ha;
+  later.seq = 5;
+  changes = origins.Update({HangGroup{later, true, {}}});
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_FALSE(changes[0].start);
+  EXPECT_EQ(changes[0].group.origin.seq, 4u);
+  EXPECT_TRUE(changes[1].start);
+  EXPECT_EQ(changes[1].group.origin.seq, 5u);
+  // The hang ends.
+  changes = origins.Update({});
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].start);
+  EXPECT_TRUE(origins.origins().empty());
 }
 
 }  // namespace

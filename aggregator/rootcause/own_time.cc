@@ -246,6 +246,23 @@ bool OwnTimeAnalyzer::IsSlow(const ProcessKey& p) const {
   return it != processes_.end() && it->second.slow;
 }
 
+SlowProcess OwnTimeAnalyzer::View(const ProcessKey& p) const {
+  auto it = processes_.find(p);
+  if (it != processes_.end()) return ViewOf(p, it->second);
+  SlowProcess none;
+  none.process = p;
+  return none;
+}
+
+int OwnTimeAnalyzer::ProcessesOnNode(const std::string& job_id, const std::string& node) const {
+  int n = 0;
+  for (auto it = processes_.lower_bound(ProcessKey{job_id, "", 0, -1});
+       it != processes_.end() && it->first.job_id == job_id; ++it) {
+    n += it->second.node == node ? 1 : 0;
+  }
+  return n;
+}
+
 std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
   std::vector<SlowProcess> changes;
   auto it = comms_.find(comm);

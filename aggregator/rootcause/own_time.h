@@ -98,6 +98,10 @@ class OwnTimeAnalyzer {
   // Every process of `job_id` (all jobs if empty) that is slow now.
   std::vector<SlowProcess> Slow(const std::string& job_id) const;
   bool IsSlow(const ProcessKey& p) const;
+  // The process's verdict and its strongest evidence now (slow false, rank -1 if unknown).
+  SlowProcess View(const ProcessKey& p) const;
+  // How many processes (GPUs) of `job_id` the analysis knows on `node`.
+  int ProcessesOnNode(const std::string& job_id, const std::string& node) const;
   // Drops a communicator (its job ended, or it was re-created); returns the processes that are
   // no longer slow without its evidence.
   std::vector<SlowProcess> Forget(const CommKey& comm);

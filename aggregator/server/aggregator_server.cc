@@ -26,7 +26,7 @@ absl::Status AggregatorServer::OpenAndReplay() {
   ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_);
   query_ = std::make_unique<QueryEngine>(*store_, *analyzer_);
   const int64_t started = absl::GetCurrentTimeNanos();
-  auto replayed = ingest_->Replay(started - options_.replay_ns);
+  auto replayed = ingest_->Replay(started - options_.replay_ns, started);
   if (!replayed.ok()) {
     return absl::Status(
         replayed.status().code(),

@@ -114,7 +114,8 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "reached it are named missing.");
   t.AddDouble("silent-after-s", "", &c.silent_after_s,
               "A rank whose reports stopped this long while its communicator's other ranks "
-              "carry on is flagged silent.");
+              "carry on is flagged silent; a communicator with reports for this long while some "
+              "of its ranks never reported makes its job's coverage finding.");
   t.AddDouble("degraded-fraction", "", &c.degraded_fraction,
               "A communicator is degraded when its bus bandwidth stays this fraction below the "
               "baseline of its kind (0..1).");
@@ -165,6 +166,7 @@ AnalyzerOptions AnalyzerOptionsOf(const AggregatorConfig& c) {
   a.correlator.grace_ns = static_cast<int64_t>(c.group_grace_s * 1e9);
   a.hang.threshold_ns = static_cast<int64_t>(c.hang_threshold_s * 1e9);
   a.hang.silent_after_ns = static_cast<int64_t>(c.silent_after_s * 1e9);
+  a.coverage.after_ns = a.hang.silent_after_ns;  // as long as a rank may go quiet
   a.degraded.fraction = c.degraded_fraction;
   a.degraded.intervals = static_cast<int>(c.degraded_intervals);
   a.degraded.min_message_bytes = static_cast<uint64_t>(c.degraded_min_bytes);

@@ -141,14 +141,15 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   const double agent0_rss_end = RssMiB(p.agent_pid(0));
   const double aggregator_rss_end = RssMiB(p.aggregator_pid());
 
-  // Detections: the slow rank and only it is flagged now, and no other rank was ever reported.
+  // Detections: the slow rank's GPU and only it is a root cause now, and no other rank was ever
+  // reported.
   grpc::ClientContext ctx;
   ncclwatch::v1::ListStragglersRequest request;
   request.set_job_id("soak");
   ncclwatch::v1::ListStragglersResponse stragglers;
   ASSERT_TRUE(p.query().ListStragglers(&ctx, request, &stragglers).ok());
-  ASSERT_EQ(stragglers.stragglers_size(), 1) << stragglers.DebugString();
-  EXPECT_EQ(stragglers.stragglers(0).rank(), kSlowRank);
+  ASSERT_EQ(stragglers.root_causes_size(), 1) << stragglers.DebugString();
+  EXPECT_EQ(stragglers.root_causes(0).rank(), kSlowRank);
   int straggler_events = 0, hang_events = 0, other_events = 0;
   for (const auto& r : events.Stop()) {
     if (r.event.kind() == Event::STRAGGLER) {

@@ -81,15 +81,18 @@ TEST(EndToEndTest, SlowRankIsFlaggedWithinFiveSecondsAndNobodyElseEver) {
   ASSERT_EQ(code, 0) << simjob_log;
   ASSERT_TRUE(p.StopAgents()) << p.Logs();  // agents forward everything they hold, then exit
 
-  // The Query API: exactly rank 5, on the second node.
+  // The Query API: exactly rank 5's GPU, on the second node, slow itself by the 2 ms it adds.
   grpc::ClientContext ctx;
   ncclwatch::v1::ListStragglersResponse list;
   ASSERT_TRUE(p.query().ListStragglers(&ctx, {}, &list).ok());
-  ASSERT_EQ(list.stragglers_size(), 1) << list.DebugString() << p.Logs();
-  EXPECT_EQ(list.stragglers(0).rank(), 5);
-  EXPECT_EQ(list.stragglers(0).node(), "sim-node-1");
-  EXPECT_EQ(list.stragglers(0).job_id(), "e2e-slow");
-  EXPECT_NEAR(list.stragglers(0).lateness_seconds(), 0.002, 0.0006);
+  ASSERT_EQ(list.root_causes_size(), 1) << list.DebugString() << p.Logs();
+  EXPECT_EQ(list.root_causes(0).rank(), 5);
+  EXPECT_EQ(list.root_causes(0).cuda_device(), 1);
+  EXPECT_EQ(list.root_causes(0).node(), "sim-node-1");
+  EXPECT_EQ(list.root_causes(0).job_id(), "e2e-slow");
+  EXPECT_NEAR(list.root_causes(0).own_excess_seconds(), 0.002, 0.0006);
+  // Its lateness is a consequence of its own time, not a straggler of its own.
+  EXPECT_EQ(list.stragglers_size(), 0) << list.DebugString();
 
   // /federate: straggler=1 for rank 5 only, every one of the 8 ranks present.
   auto [status, body] = p.Get(Federate("ncclwatch_straggler"));
@@ -128,11 +131,13 @@ TEST(EndToEndTest, SlowRankIsFlaggedWithinFiveSecondsAndNobodyElseEver) {
     EXPECT_NE(inspector.find(needle), std::string::npos) << needle << "\n" << inspector;
   }
 
-  // The CLI names the rank and its node.
+  // The CLI names the GPU, its node and its rank.
   auto [cli_code, cli_out] = RunToCompletion(
       {Binaries::Cli(), "stragglers", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
   EXPECT_EQ(cli_code, 0) << cli_out;
-  EXPECT_NE(cli_out.find("rank 5 on node sim-node-1 (GPU1)"), std::string::npos) << cli_out;
+  EXPECT_NE(cli_out.find("Root cause: GPU1 on node sim-node-1 (host "), std::string::npos)
+      << cli_out;
+  EXPECT_NE(cli_out.find("in communicator world (its rank 5)"), std::string::npos) << cli_out;
 }
 
 TEST(EndToEndTest, CleanRunFlagsNobody) {

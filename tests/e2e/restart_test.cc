@@ -34,19 +34,19 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   grpc::ClientContext before_ctx;
   ncclwatch::v1::ListStragglersResponse before;
   ASSERT_TRUE(p.query().ListStragglers(&before_ctx, {}, &before).ok());
-  ASSERT_EQ(before.stragglers_size(), 1);
+  ASSERT_EQ(before.root_causes_size(), 1);
   events.Stop();
   ASSERT_TRUE(p.RestartAggregator(SIGKILL)) << p.error();
 
   // The restarted aggregator rebuilt the detectors from the stored batches before serving: the
-  // rank is flagged since the original moment, not since new data arrived.
+  // GPU is a root cause since the original moment, not since new data arrived.
   grpc::ClientContext after_ctx;
   ncclwatch::v1::ListStragglersResponse after;
   const grpc::Status after_status = p.query().ListStragglers(&after_ctx, {}, &after);
   ASSERT_TRUE(after_status.ok()) << after_status.error_message() << "\n" << p.Logs();
-  ASSERT_EQ(after.stragglers_size(), 1) << p.Logs();
-  EXPECT_EQ(after.stragglers(0).rank(), 5);
-  EXPECT_EQ(after.stragglers(0).since_unix_ns(), before.stragglers(0).since_unix_ns());
+  ASSERT_EQ(after.root_causes_size(), 1) << p.Logs();
+  EXPECT_EQ(after.root_causes(0).rank(), 5);
+  EXPECT_EQ(after.root_causes(0).since_unix_ns(), before.root_causes(0).since_unix_ns());
 
   ASSERT_EQ(job.Wait(), 0) << job.Log();
   ASSERT_TRUE(p.StopAgents()) << p.Logs();  // everything the agents held is acknowledged now
