@@ -30,6 +30,7 @@
 
 #include "aggregator/findings/findings.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/detection_scenarios.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
@@ -47,38 +48,23 @@ const std::vector<std::string> kAggregatorFlags = {"--hang-threshold-s=1", "--si
 // could make its peers' collectives look hung.
 constexpr double kMaxSimulatorLagS = 0.5;
 
-struct Job {
-  std::string id;
-  std::vector<std::string> args;  // simjob flags beyond plugin, agents, job id and flush interval
-  int64_t min_steps = 0;          // collectives/p2p steps every rank must have run
-};
-
-// A finding the scenario must produce: kind, job and subject as Subject() renders them, and when
-// the fault first takes effect, in seconds after the job's t0.
-struct Expected {
-  Event::Kind kind;
-  std::string job;
-  std::string subject;
-  double effect_s;
-};
-
-struct Scenario {
-  std::string name;
-  int nodes;
-  std::vector<Job> jobs;
-  std::vector<Expected> expected;
-};
-
-// gtest prints a failing parameter with this instead of its bytes.
-void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
-
 // The subject of a finding: what on-call would go and look at.
 std::string Subject(const Event& e) {
   switch (e.kind()) {
     case Event::STRAGGLER:
+      if (e.has_root_cause()) {  // a GPU slow itself
+        return e.root_cause().node() + " GPU" + std::to_string(e.root_cause().cuda_device());
+      }
       return e.straggler().comm_name() + " rank " + std::to_string(e.straggler().rank());
     case Event::NODE_STRAGGLER:
+      if (e.node_straggler().comm_name().empty()) return "node " + e.node_straggler().node();
       return e.node_straggler().comm_name() + " node " + e.node_straggler().node();
+    case Event::RANKS_UNREPORTED: {
+      if (e.coverage().comms_size() == 0) return "?";
+      std::string s = e.coverage().comms(0).comm_name() + " ranks";
+      for (int r : e.coverage().comms(0).unreported()) s += " " + std::to_string(r);
+      return s;
+    }
     case Event::HANG: {
       std::string s = e.hang().comm_name();
       if (e.hang().kind() == ncclwatch::v1::HangInfo::NO_PROGRESS) return s + " no progress";
@@ -126,99 +112,6 @@ struct Outcome {
 std::vector<Outcome>& Outcomes() {
   static std::vector<Outcome> outcomes;
   return outcomes;
-}
-
-std::vector<std::string> With(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-// 2 nodes x 4 GPUs, one world communicator.
-std::vector<std::string> Common(const std::vector<std::string>& more) {
-  return With({"--nodes=2", "--ranks-per-node=4", "--duration-s=7"}, more);
-}
-
-// 4 nodes x 2 GPUs, TP x PP x DP = 2 x 2 x 2.
-std::vector<std::string> ThreeD(const std::vector<std::string>& more) {
-  return With({"--layout=3d", "--nodes=4", "--ranks-per-node=2", "--pp-stages=2", "--duration-s=7"},
-              more);
-}
-
-const char* kNode0 = "sim-node-0";
-
-std::vector<Scenario> Scenarios() {
-  std::vector<Scenario> s;
-  // Healthy jobs with realistic host jitter (+/-300 us per step) must produce nothing at all.
-  for (const char* seed : {"1", "2", "3"}) {
-    s.push_back(
-        {std::string("clean, seed ") + seed,
-         2,
-         {{"clean", Common({"--seed=" + std::string(seed), "--jitter-us=300", "--node-comm"})}},
-         {}});
-  }
-  s.push_back({"clean 3D (TP x PP x DP = 2 x 2 x 2)",
-               4,
-               {{"clean3d", ThreeD({"--seed=4", "--jitter-us=300"})}},
-               {}});
-  s.push_back({"slow rank",
-               2,
-               {{"slow", Common({"--slow-rank=5"})}},
-               {{Event::STRAGGLER, "slow", "world rank 5", 0}}});
-  s.push_back({"slow node (all its GPUs)",
-               2,
-               {{"slownode", Common({"--slow-node=1"})}},
-               {{Event::STRAGGLER, "slownode", "world rank 4", 0},
-                {Event::STRAGGLER, "slownode", "world rank 5", 0},
-                {Event::STRAGGLER, "slownode", "world rank 6", 0},
-                {Event::STRAGGLER, "slownode", "world rank 7", 0},
-                {Event::NODE_STRAGGLER, "slownode", "world node sim-node-1", 0}}});
-  // Node 0's NIC halves at t0 + 3 s. Its data-parallel (dp0, dp1: nodes 0 and 2) and pipeline
-  // (pp0, pp1: nodes 0 and 1) communicators degrade; its NVLink TP communicator does not; the
-  // only node common to them all, and absent from the healthy dp2/dp3/pp2/pp3, is node 0.
-  s.push_back(
-      {"degraded link on one node (3D)",
-       4,
-       {{"nic", ThreeD({"--degrade-node=0", "--degrade-factor=0.5", "--degrade-after-s=3"})}},
-       {{Event::COMM_DEGRADED, "nic", "dp0 hybrid", 3},
-        {Event::COMM_DEGRADED, "nic", "dp1 hybrid", 3},
-        {Event::COMM_DEGRADED, "nic", "pp0 hybrid", 3},
-        {Event::COMM_DEGRADED, "nic", "pp1 hybrid", 3},
-        {Event::NODE_NETWORK_SUSPECT, "nic", std::string("node ") + kNode0, 3}}});
-  s.push_back({"rank never arrives",
-               2,
-               {{"hang", Common({"--hang-rank=6", "--hang-after-s=3"})}},
-               {{Event::HANG, "hang", "world missing 6", 3}}});
-  s.push_back({"rank process dies",
-               2,
-               {{"dies", Common({"--kill-rank=2", "--kill-after-s=3"})}},
-               {{Event::HANG, "dies", "world missing 2", 3},
-                {Event::RANK_SILENT, "dies", "world rank 2", 3}}});
-  s.push_back({"+/-50 ms GPU clock offsets, slow rank",
-               2,
-               {{"skew", Common({"--clock-skew-ms=50", "--slow-rank=3"})}},
-               {{Event::STRAGGLER, "skew", "world rank 3", 0}}});
-  s.push_back({"two jobs at once (one slow rank in A)",
-               2,
-               {{"jobA", Common({"--slow-rank=2", "--seed=11"})},
-                {"jobB", Common({"--seed=12", "--clock-skew-ms=50"})}},
-               {{Event::STRAGGLER, "jobA", "world rank 2", 0}}});
-  // World rank 5 is slow throughout; at t0 + 3 s the world splits by local-rank parity and rank 5
-  // becomes rank 2 of split1 = {1, 3, 5, 7}. The idle parent must not look hung or silent.
-  s.push_back({"communicator split mid-run (slow rank 5)",
-               2,
-               {{"split", Common({"--split-after-s=3", "--slow-rank=5"})}},
-               {{Event::STRAGGLER, "split", "world rank 5", 0},
-                {Event::STRAGGLER, "split", "split1 rank 2", 3}}});
-  // 5,000 collectives per second per rank (200 us per step, 4 KiB-32 KiB messages), rank 3 stops
-  // arriving at t0 + 3 s.
-  s.push_back({"5,000 collectives/s per rank, rank never arrives",
-               2,
-               {{"rate",
-                 {"--nodes=2", "--ranks-per-node=2", "--duration-s=6", "--gap-us=190",
-                  "--jitter-us=10", "--msg-scale=0.001", "--hang-rank=3", "--hang-after-s=3"},
-                 15'000}},
-               {{Event::HANG, "rate", "world missing 3", 3}}});
-  return s;
 }
 
 // What one run of a scenario produced.
