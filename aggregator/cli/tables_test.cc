@@ -6,6 +6,7 @@
 #include <string>
 
 #include "aggregator/cli/answers_test_util.h"
+#include "aggregator/detect/hang.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::cli {
@@ -125,6 +126,45 @@ TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
             "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
             "reporting at 00:59:50 while the other ranks carry on (process dead or stuck outside "
             "NCCL?).\n");
+}
+
+TEST_F(TablesTest, AHangsConsequencesFollowItsFinding) {
+  ncclwatch::v1::ListHangsResponse r;
+  auto* origin = r.add_hangs();
+  origin->set_job_id("job-h");
+  origin->set_comm_name("dp1");
+  origin->set_comm_hash(0x11);
+  origin->set_nranks(2);
+  origin->set_op("AllGather");
+  origin->set_seq(80);
+  origin->set_kind(ncclwatch::v1::HangInfo::NO_PROGRESS);
+  origin->set_arrived(2);
+  origin->set_age_seconds(3.0);
+  origin->set_since_unix_ns(3600 * kSecond);
+  auto* queued = origin->add_consequences();
+  queued->set_comm_name("tp0");
+  queued->set_op("AllReduce");
+  queued->set_seq(1296);
+  queued->set_kind(ncclwatch::v1::HangInfo::NO_PROGRESS);
+  auto* waiting = origin->add_consequences();
+  waiting->set_comm_name("pp1");
+  waiting->set_op(ncclwatch::aggregator::kP2pHangOp);
+  waiting->set_kind(ncclwatch::v1::HangInfo::MISSING_RANKS);
+  waiting->set_nranks(2);
+  waiting->add_missing()->set_rank(0);
+  const std::string text = HangsText(r);
+  const std::string findings =
+      "Finding: AllGather #80 of communicator dp1 in job job-h has been stuck for 3.0 s although "
+      "all 2 ranks reached it: suspect the network or NVLink fabric.\n"
+      "  consequence: AllReduce #1296 of communicator tp0 is stuck behind it (queued on the same "
+      "GPUs)\n"
+      "  consequence: Send/Recv of communicator pp1 is stuck behind it (waiting for ranks stuck in "
+      "it: 1 of 2)\n";
+  ASSERT_GE(text.size(), findings.size());
+  EXPECT_EQ(text.substr(text.size() - findings.size()), findings) << text;
+  // The table lists the origin only: tp0 appears once, in its consequence line.
+  EXPECT_EQ(text.find("tp0"), text.rfind("tp0")) << text;
+  EXPECT_NE(text.find("dp1 0x0000000000000011"), std::string::npos) << text;
 }
 
 TEST_F(TablesTest, HangsWithOnlyASilentRankHaveNoHangTable) {
