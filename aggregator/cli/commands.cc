@@ -164,7 +164,9 @@ std::string RpcError(const grpc::Status& status, const std::string& aggregator) 
 int Stragglers(QueryStub& stub, const CommandConfig& config, const Console& console) {
   return ListCommand(
       stub, config, console, &QueryStub::ListStragglers, {Event::STRAGGLER},
-      [](const ncclwatch::v1::ListStragglersResponse& r) { return r.stragglers_size() == 0; },
+      [](const ncclwatch::v1::ListStragglersResponse& r) {
+        return r.stragglers_size() == 0 && r.root_causes_size() == 0;
+      },
       &StragglersText);
 }
 

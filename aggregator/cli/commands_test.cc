@@ -218,6 +218,19 @@ TEST_F(CommandsTest, WaitDoesNotWaitWhenSomethingIsFlaggedAlready) {
   EXPECT_EQ(fake_.calls("ListHangs"), 1);
 }
 
+TEST_F(CommandsTest, WaitDoesNotWaitWhenARootCauseIsFoundAlready) {
+  ncclwatch::v1::ListStragglersResponse roots;
+  auto* root = roots.add_root_causes();
+  root->set_job_id("job-a");
+  root->set_cuda_device(1);
+  fake_.stragglers = {roots};
+  Serve();
+  config_.wait_s = 60;
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(captured_.out(), StragglersText(roots));
+  EXPECT_EQ(fake_.calls("ListStragglers"), 1);
+}
+
 TEST_F(CommandsTest, WaitForHangsEndsOnASilentRank) {
   fake_.hangs = {ncclwatch::v1::ListHangsResponse(), ThreeHangsAndASilentRank()};
   fake_.watch_events = {MakeEvent(Event::RANK_SILENT, Event::START, "job-h", 1, "silent")};
