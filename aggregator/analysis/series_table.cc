@@ -9,10 +9,43 @@
 namespace ncclwatch::aggregator {
 namespace {
 
+// A series' name and labels as one string, each part preceded by its length: unambiguous
+// whatever the label values hold, and the only copy of them the table keeps (a series is decoded
+// back when exported), which is most of its memory at thousands of ranks.
+void AppendPart(std::string* key, const std::string& part) {
+  absl::StrAppend(key, part.size(), ":", part);
+}
+
 std::string SeriesKey(const std::string& name, const LabelPairs& labels) {
-  std::string key = name;
-  for (const auto& [k, v] : labels) absl::StrAppend(&key, "\x1f", k, "=", v);
+  std::string key;
+  AppendPart(&key, name);
+  for (const auto& [k, v] : labels) {
+    AppendPart(&key, k);
+    AppendPart(&key, v);
+  }
   return key;
+}
+
+// The next part of `key` from `*at`, advancing it.
+std::string NextPart(const std::string& key, size_t* at) {
+  const size_t colon = key.find(':', *at);
+  const size_t length = std::stoul(key.substr(*at, colon - *at));
+  std::string part = key.substr(colon + 1, length);
+  *at = colon + 1 + length;
+  return part;
+}
+
+SeriesPoint DecodeSeries(const std::string& key, double value, int64_t time_ms) {
+  SeriesPoint p;
+  size_t at = 0;
+  p.name = NextPart(key, &at);
+  while (at < key.size()) {
+    std::string k = NextPart(key, &at);
+    p.labels.emplace_back(std::move(k), NextPart(key, &at));
+  }
+  p.value = value;
+  p.time_ms = time_ms;
+  return p;
 }
 
 }  // namespace
@@ -29,9 +62,10 @@ void SeriesTable::Set(std::string name, LabelPairs labels, double value, int64_t
     it = series_.try_emplace(std::move(key)).first;
   }
   const int64_t sample_ms = sample_ns / 1'000'000;
-  if (points != nullptr) points->push_back({name, labels, value, sample_ms});
+  if (points != nullptr) points->push_back({std::move(name), std::move(labels), value, sample_ms});
   Entry& e = it->second;
-  e.latest = SeriesPoint{std::move(name), std::move(labels), value, sample_ms};
+  e.value = value;
+  e.time_ms = sample_ms;
   e.updated_ns = now_ns;
 }
 
@@ -70,7 +104,7 @@ void SeriesTable::Expire(int64_t now_ns) {
 
 void SeriesTable::AppendTo(std::vector<SeriesPoint>* out) const {
   out->reserve(out->size() + series_.size());
-  for (const auto& [key, e] : series_) out->push_back(e.latest);
+  for (const auto& [key, e] : series_) out->push_back(DecodeSeries(key, e.value, e.time_ms));
 }
 
 }  // namespace ncclwatch::aggregator

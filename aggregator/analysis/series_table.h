@@ -37,8 +37,9 @@ class SeriesTable {
   uint64_t capped() const { return capped_; }
 
  private:
-  struct Entry {
-    SeriesPoint latest;
+  struct Entry {  // the series itself is its key (series_table.cc)
+    double value = 0;
+    int64_t time_ms = 0;
     int64_t updated_ns = 0;
   };
   void Set(std::string name, LabelPairs labels, double value, int64_t sample_ns, int64_t now_ns,
@@ -46,7 +47,7 @@ class SeriesTable {
 
   const size_t max_series_;
   const int64_t ttl_ns_;
-  std::map<std::string, Entry> series_;  // by name and labels
+  std::map<std::string, Entry> series_;  // by name and labels, encoded
   uint64_t capped_ = 0;
 };
 

@@ -8,11 +8,15 @@
 // sampled collective records per second.
 //
 // Before the benchmarks, the program prints the resident memory the Analyzer holds for a
-// 4,096-rank job after 8 intervals (steady state: windows full, series populated).
+// 4,096-rank job after 8 intervals (steady state: windows full, series populated): once as one
+// communicator, once as a 3D-parallel job (8 GPUs per node, TP 8 in a node, PP 8, DP the rest:
+// every rank in a TP, a PP, a DP communicator and the world, each reporting its own collectives).
 //
 // Usage: detect_bench [--memory-ranks=N] [Google Benchmark flags]
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +27,7 @@
 
 #include "aggregator/analysis/analyzer.h"
 #include "benchmark/benchmark.h"
+#include "common/op_math.h"
 #include "proto/samples.h"
 
 namespace ncclwatch::bench {
@@ -125,6 +130,83 @@ void PrintMemory(int nranks) {
   std::fflush(stdout);
 }
 
+// One report of rank `rank` (world rank `world`) of a communicator of the 3D job: `count` samples
+// of `op` at `bytes` per interval (none for a pipeline communicator, whose Send/Recv the
+// correlator does not join), its statistics and one operation in flight.
+ncclwatch::v1::RankReport Make3DReport(const std::string& name, uint64_t hash, int rank, int nranks,
+                                       int n_nodes, int world, const char* op, uint64_t bytes,
+                                       int count, int interval) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("bench-3d");
+  id->set_comm_hash(hash);
+  id->set_comm_name(name);
+  id->set_rank(rank);
+  id->set_nranks(nranks);
+  id->set_n_nodes(n_nodes);
+  id->set_node("node-" + std::to_string(world / 8));
+  id->set_host("host-" + std::to_string(world / 8));
+  id->set_pid(1000 + world);
+  id->set_cuda_device(world % 8);
+  auto* st = r.add_stats();
+  st->set_op(count > 0 ? op : "Send");
+  st->set_algo_proto("RING_SIMPLE");
+  st->set_message_size(MessageSizeBucket(bytes));
+  st->set_peer(count > 0 ? -1 : (rank + 1) % nranks);
+  st->set_count(std::max(count, 64));
+  st->set_exec_time_us_sum(std::max(count, 64) * 900.0);
+  st->set_bus_bw_gbs_log_sum(std::max(count, 64) * std::log(20.0));
+  st->set_bw_samples(std::max(count, 64));
+  SampleColumnWriter writer(&r);
+  for (int i = 0; i < count; ++i) {
+    const uint64_t seq = static_cast<uint64_t>(interval) * count + i;
+    const int64_t own = 3'000'000 + (world == 3 ? 2'000'000 : (world % 7) * 20'000);
+    const uint64_t start = seq * 1'000'000 + (world == 3 ? 2'000'000 : (world % 7) * 20'000);
+    writer.Add(op, "RING_SIMPLE", bytes, 8,
+               Sample{seq, start, seq * 1'000'000 + 5'000'000 - start, own});
+  }
+  r.set_sample_stride(1);
+  return r;
+}
+
+void Print3DMemory(int nranks) {
+  constexpr int kTp = 8, kPp = 8;
+  const int dp = nranks / (kTp * kPp);
+  if (dp < 1 || nranks % (kTp * kPp) != 0) return;
+  const long before = ResidentKiB();
+  auto analyzer = std::make_unique<Analyzer>();
+  // World rank w: TP position w % 8 (one node), stage (w / 8) % 8, replica w / 64.
+  for (int interval = 0; interval < 8; ++interval) {
+    const int64_t now = (interval + 1) * 1'000'000'000ll;
+    for (int w = 0; w < nranks; ++w) {
+      const int tp = w % kTp, stage = (w / kTp) % kPp, replica = w / (kTp * kPp);
+      analyzer->Ingest(Make3DReport("tp" + std::to_string(w / kTp), 0x100000 + w / kTp, tp, kTp, 1,
+                                    w, "AllReduce", 4 << 20, 64, interval),
+                       now);
+      analyzer->Ingest(
+          Make3DReport("pp" + std::to_string(replica * kTp + tp), 0x200000 + replica * kTp + tp,
+                       stage, kPp, kPp, w, "Send", 8 << 20, 0, interval),
+          now);
+      const int dp_comm = stage * kTp + tp;
+      analyzer->Ingest(Make3DReport("dp" + std::to_string(dp_comm), 0x300000 + dp_comm, replica, dp,
+                                    dp, w, "ReduceScatter", 64 << 20, 8, interval),
+                       now);
+      analyzer->Ingest(
+          Make3DReport("world", 0x400000, w, nranks, nranks / 8, w, "AllReduce", 4, 1, interval),
+          now);
+    }
+  }
+  const long after = ResidentKiB();
+  const auto c = analyzer->counters();
+  std::printf(
+      "aggregator memory at %d ranks as a 3D job (TP %d x PP %d x DP %d: %d communicators, 8 "
+      "intervals): %.1f MiB resident growth, %llu groups completed, %zu root cause(s)\n",
+      nranks, kTp, kPp, dp, nranks / kTp + nranks / kPp + kTp * kPp + 1, (after - before) / 1024.0,
+      static_cast<unsigned long long>(c.groups_completed),
+      analyzer->SlowProcesses("bench-3d").size());
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace ncclwatch::bench
 
@@ -145,7 +227,17 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  if (memory_ranks > 0) ncclwatch::bench::PrintMemory(memory_ranks);
+  if (memory_ranks > 0) {
+    // The 3D job in a child process: freed memory of the first measurement would otherwise be
+    // reused by the second and hide its growth.
+    const pid_t child = fork();
+    if (child == 0) {
+      ncclwatch::bench::Print3DMemory(memory_ranks);
+      _exit(0);
+    }
+    if (child > 0) waitpid(child, nullptr, 0);
+    ncclwatch::bench::PrintMemory(memory_ranks);
+  }
   int bench_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&bench_argc, rest.data());
   benchmark::RunSpecifiedBenchmarks();
