@@ -92,15 +92,18 @@ std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
         baseline.values.pop_front();
       }
     }
-    // Degraded when every reporting rank (at least half of the communicator) is low: one rank
-    // that still sees full speed shows the wire is fine and the others were waiting for peers.
+    // Degraded when every reporting rank is low: one rank that still sees full speed shows the
+    // wire is fine and the others were waiting for peers. Every rank of a small communicator
+    // must have reported the key (in a pair, the one rank heard from may be the one that waited);
+    // at least half of a large one.
     int lows = 0, oks = 0;
     for (const auto& [rank, rt] : ks.ranks) {
       lows += rt.low_streak >= options_.intervals ? 1 : 0;
       oks += rt.ok_streak >= options_.intervals ? 1 : 0;
     }
     const int reporting = static_cast<int>(ks.ranks.size());
-    if (!ks.degraded && lows == reporting && 2 * reporting >= cs.nranks) {
+    const bool enough = cs.nranks <= 8 ? reporting == cs.nranks : 2 * reporting >= cs.nranks;
+    if (!ks.degraded && lows == reporting && enough) {
       ks.degraded = true;
     } else if (ks.degraded && oks > 0) {
       ks.degraded = false;

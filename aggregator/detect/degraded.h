@@ -15,7 +15,8 @@
 //   within `fraction` of the best current value of its communicator (a rank that waited on every
 //   operation does not teach the baseline).
 // - A rank's interval is low when its value is below (1 - fraction) x baseline. A communicator is
-//   degraded for that key when every reporting rank (at least half of the communicator) had
+//   degraded for that key when every reporting rank (all ranks of a communicator of up to 8, at
+//   least half of a larger one) had
 //   `intervals` low intervals in a row -- one rank still at full speed means the others were
 //   waiting for peers, not for the wire; it recovers when any rank had as many intervals back
 //   above (1 - fraction/2) x baseline. Low intervals never feed the baseline.

@@ -184,6 +184,25 @@ TEST(DegradedWaitingTest, PeersWaitingForASlowRankAreNotADegradedWire) {
   EXPECT_TRUE(flagged);
 }
 
+TEST(DegradedWaitingTest, APairIsJudgedOnlyOnceBothItsRanksReported) {
+  // Data-parallel pairs of a job teach the baseline; then in one pair the rank that waits for a
+  // slow GPU reports first (low). The slow GPU itself, heard from next, sees the wire at full
+  // speed: never degraded.
+  DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
+  for (int p = 0; p < 4; ++p) {
+    Comm pair{{"job", 0x400u + p}, {"a", "b"}};
+    for (int r = 0; r < 2; ++r) detector.Observe(pair.key, Report(pair, r, 20.0));
+  }
+  Comm pair{{"job", 0x500}, {"c", "d"}};
+  EXPECT_TRUE(detector.Observe(pair.key, Report(pair, 0, 8.0)).empty());
+  EXPECT_FALSE(detector.IsDegraded(pair.key));
+  EXPECT_TRUE(detector.Observe(pair.key, Report(pair, 1, 20.0)).empty());
+  EXPECT_FALSE(detector.IsDegraded(pair.key));
+  // Both low: the wire.
+  EXPECT_FALSE(detector.Observe(pair.key, Report(pair, 1, 8.0)).empty());
+  EXPECT_TRUE(detector.IsDegraded(pair.key));
+}
+
 TEST(DegradedLatencyBoundTest, SmallCollectivesAreNeverJudgedOnBandwidth) {
   // A 4-byte AllReduce across two nodes, whose "bandwidth" swings with latency and jitter, and a
   // 16 MiB one: only the latter can make the communicator degraded.
