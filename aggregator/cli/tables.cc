@@ -224,6 +224,14 @@ std::string JobsText(const ncclwatch::v1::ListJobsResponse& response) {
                           j.hung_communicators(), j.degraded_communicators(), j.silent_ranks(),
                           ClockText(j.last_report_unix_ns()).c_str());
   }
+  for (const auto& j : response.jobs()) {
+    if (j.unreported_ranks() == 0) continue;
+    absl::StrAppendFormat(&out,
+                          "\nJob %s is incomplete: %u ranks of a communicator never reported, so "
+                          "its incomplete communicators are not judged (`ncclwatch comms`, "
+                          "RANKS_UNREPORTED in `ncclwatch events`).\n",
+                          j.job_id(), j.unreported_ranks());
+  }
   return out;
 }
 

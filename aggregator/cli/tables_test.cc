@@ -201,6 +201,15 @@ TEST_F(TablesTest, DegradedWithAndWithoutASuspectNode) {
           "Finding: 1 communicator(s) degraded; the evidence does not single out a node yet.\n");
 }
 
+TEST_F(TablesTest, AnIncompleteJobIsSaidUnderTheTable) {
+  ncclwatch::v1::ListJobsResponse jobs = OneJob();
+  jobs.mutable_jobs(0)->set_unreported_ranks(2);
+  EXPECT_EQ(JobsText(jobs), JobsText(OneJob()) +
+                                "\nJob job-a is incomplete: 2 ranks of a communicator never "
+                                "reported, so its incomplete communicators are not judged "
+                                "(`ncclwatch comms`, RANKS_UNREPORTED in `ncclwatch events`).\n");
+}
+
 TEST_F(TablesTest, JobsAndComms) {
   EXPECT_EQ(JobsText(OneJob()),
             "JOB                      COMMS  RANKS  NODES STRAGGLERS  HUNG DEGRADED SILENT  LAST "
