@@ -97,6 +97,29 @@ void Analyzer::HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event
   }
 }
 
+void Analyzer::SilentEventLocked(const HangChange& change, int64_t now_ns,
+                                 std::vector<ncclwatch::v1::Event>* events) {
+  const CommKey& comm = change.rank.comm;
+  const ProcessKey* p = processes_.Of(comm, change.rank.rank);
+  if (p == nullptr) {  // who it is is unknown: one finding per communicator rank
+    events->push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
+    return;
+  }
+  // A process that stopped is silent in every communicator it has: one finding, from the first.
+  std::set<CommKey>& comms = silent_processes_[*p];
+  const bool first = comms.empty();
+  if (change.start) {
+    comms.insert(comm);
+    if (first) events->push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
+    return;
+  }
+  comms.erase(comm);
+  if (comms.empty()) {
+    if (!first) events->push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
+    silent_processes_.erase(*p);
+  }
+}
+
 void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
   std::vector<CommCoverage> comms;
   for (const auto& [key, entry] : registry_.comms()) {
@@ -223,8 +246,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   clock_ns_ = std::max(clock_ns_, now_ns);
   std::vector<ncclwatch::v1::Event> events;
   for (const HangChange& change : detectors_.hangs.Evaluate(now_ns)) {
-    if (change.silent)
-      events.push_back(HangEvent(change, registry_.FindWho(change.rank.comm), now_ns));
+    if (change.silent) SilentEventLocked(change, now_ns, &events);
   }
   HangEventsLocked(now_ns, &events);
   CoverageEventsLocked(now_ns, &events);
@@ -243,6 +265,10 @@ void Analyzer::ForgetLocked(const CommKey& key) {
   detectors_.hangs.Forget(key);
   detectors_.degraded.Forget(key);
   processes_.Forget(key);
+  for (auto it = silent_processes_.begin(); it != silent_processes_.end();) {
+    it->second.erase(key);
+    it = it->second.empty() ? silent_processes_.erase(it) : std::next(it);
+  }
   // GPUs no longer slow without this communicator's evidence: their findings end after the hold.
   verdicts_.Observe(own_time_.Forget(key), clock_ns_, GpusOnNodeLocked());
 }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,11 @@ class Analyzer {
   std::vector<ncclwatch::v1::HangInfo> HangInfosLocked(const std::vector<HangView>& hangs,
                                                        int64_t now_ns) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RANK_SILENT, once per process: its first silent communicator rank starts the finding, its
+  // last one back ends it.
+  void SilentEventLocked(const HangChange& change, int64_t now_ns,
+                         std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The coverage finding's changes now (communicators some of whose ranks never reported).
   void CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +158,8 @@ class Analyzer {
   OwnTimeAnalyzer own_time_ ABSL_GUARDED_BY(mu_);
   RootCauseVerdicts verdicts_ ABSL_GUARDED_BY(mu_);  // what of own_time_'s verdicts pages
   HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
+  // Silent processes -> their communicators flagged silent (one RANK_SILENT per process).
+  std::map<ProcessKey, std::set<CommKey>> silent_processes_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
 };

@@ -387,3 +387,47 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
 
 }  // namespace
 }  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST(AnalyzerTest, AProcessThatStopsIsSilentOnceWhateverItsCommunicators) {
+  AnalyzerOptions options;
+  options.hang.silent_after_ns = 2'000'000'000;
+  Analyzer analyzer(options);
+  // Two processes, each a rank of communicators "tp" and "dp"; process 1 stops reporting at 1 s
+  // and comes back at 8 s.
+  auto report = [](uint64_t hash, const char* name, int rank) {
+    ncclwatch::v1::RankReport r;
+    auto* id = r.mutable_identity();
+    id->set_job_id("job-s");
+    id->set_comm_hash(hash);
+    id->set_comm_name(name);
+    id->set_rank(rank);
+    id->set_nranks(2);
+    id->set_n_nodes(2);
+    id->set_host("host-" + std::to_string(rank));
+    id->set_pid(100 + rank);
+    id->set_cuda_device(0);
+    id->set_node("node-" + std::to_string(rank));
+    return r;
+  };
+  std::map<ncclwatch::v1::Event::Phase, int> silent;
+  for (int64_t t = 0; t <= 12'000'000'000; t += 500'000'000) {
+    for (int rank = 0; rank < 2; ++rank) {
+      if (rank == 1 && t > 1'000'000'000 && t < 8'000'000'000) continue;
+      analyzer.Ingest(report(0x71, "tp", rank), t);
+      analyzer.Ingest(report(0xd1, "dp", rank), t);
+    }
+    for (const auto& e : analyzer.Tick(t)) {
+      ASSERT_EQ(e.kind(), ncclwatch::v1::Event::RANK_SILENT) << e.summary();
+      EXPECT_EQ(e.silent().rank().rank(), 1);
+      ++silent[e.phase()];
+    }
+  }
+  EXPECT_EQ(silent[ncclwatch::v1::Event::START], 1);
+  EXPECT_EQ(silent[ncclwatch::v1::Event::END], 1);
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
