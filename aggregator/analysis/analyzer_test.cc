@@ -340,7 +340,8 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
   EXPECT_NEAR(slow[0].excess_ns, 3'000'000 - 30'000, 1);  // over the fastest on the other node
   EXPECT_TRUE(analyzer.SlowProcesses("other-job").empty());
 
-  // Found at 1 s, but a finding (event, answer, series) only once it held for a second.
+  // Found at 1 s, but a finding (event, answer, series) only once it held for the confirmation
+  // time (0.5 s).
   EXPECT_TRUE(analyzer.RootCauses("").empty());
   const std::vector<ncclwatch::v1::Event> events = analyzer.Tick(2'000'000'000);
   ASSERT_EQ(events.size(), 1u);

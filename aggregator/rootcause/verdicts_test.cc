@@ -28,8 +28,8 @@ RootCauseVerdicts::GpusOnNode Nodes(int per_node) {
 TEST(RootCauseVerdictsTest, AGpuIsReportedOnceFoundSlowForTheConfirmationTime) {
   RootCauseVerdicts v;
   EXPECT_TRUE(v.Observe({Verdict(1, true)}, 10 * kS, Nodes(8)).empty());
-  EXPECT_TRUE(v.Tick(10 * kS + kS / 2, Nodes(8)).empty());
-  const VerdictChanges changes = v.Tick(11 * kS, Nodes(8));
+  EXPECT_TRUE(v.Tick(10 * kS + kS / 4, Nodes(8)).empty());
+  const VerdictChanges changes = v.Tick(10 * kS + kS / 2, Nodes(8));
   ASSERT_EQ(changes.gpus.size(), 1u);
   EXPECT_TRUE(changes.gpus[0].start);
   EXPECT_EQ(changes.gpus[0].gpu.since_ns, 10 * kS);  // since it was first found slow
@@ -40,7 +40,7 @@ TEST(RootCauseVerdictsTest, AGpuIsReportedOnceFoundSlowForTheConfirmationTime) {
 TEST(RootCauseVerdictsTest, AHiccupShorterThanTheConfirmationTimeIsNotReported) {
   RootCauseVerdicts v;
   EXPECT_TRUE(v.Observe({Verdict(1, true)}, 10 * kS, Nodes(8)).empty());
-  EXPECT_TRUE(v.Observe({Verdict(1, false)}, 10 * kS + kS / 2, Nodes(8)).empty());
+  EXPECT_TRUE(v.Observe({Verdict(1, false)}, 10 * kS + kS / 4, Nodes(8)).empty());
   EXPECT_TRUE(v.Tick(20 * kS, Nodes(8)).empty());
   EXPECT_TRUE(v.gpus().empty());
 }
