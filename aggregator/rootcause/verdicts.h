@@ -32,7 +32,7 @@ namespace ncclwatch::aggregator {
 
 struct RootCauseOptions {
   int64_t confirm_ns = 500'000'000;  // 0.5 s found slow before a GPU is reported
-  int64_t hold_ns = 30'000'000'000;    // 30 s found not slow before a finding ends
+  int64_t hold_ns = 30'000'000'000;  // 30 s found not slow before a finding ends
   int node_min_gpus = 2;
   double node_fraction = 0.5;
 };
