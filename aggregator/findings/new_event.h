@@ -1,0 +1,22 @@
+// A detection event's header (kind, phase, time): shared by the findings' .cc files. Internal to
+// aggregator/findings.
+#ifndef NCCLWATCH_AGGREGATOR_FINDINGS_NEW_EVENT_H_
+#define NCCLWATCH_AGGREGATOR_FINDINGS_NEW_EVENT_H_
+
+#include <cstdint>
+
+#include "ncclwatch/v1/query.pb.h"
+
+namespace ncclwatch::aggregator {
+
+inline ncclwatch::v1::Event NewEvent(ncclwatch::v1::Event::Kind kind, bool start, int64_t now_ns) {
+  ncclwatch::v1::Event event;
+  event.set_kind(kind);
+  event.set_phase(start ? ncclwatch::v1::Event::START : ncclwatch::v1::Event::END);
+  event.set_time_unix_ns(now_ns);
+  return event;
+}
+
+}  // namespace ncclwatch::aggregator
+
+#endif  // NCCLWATCH_AGGREGATOR_FINDINGS_NEW_EVENT_H_
