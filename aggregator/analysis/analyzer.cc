@@ -121,8 +121,15 @@ void Analyzer::SilentEventLocked(const HangChange& change, int64_t now_ns,
 }
 
 void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
+  // Only the jobs with a rank that never reported need a view (and every communicator of
+  // those, for the nodes that do report); the others are complete.
+  std::set<std::string> gaps;
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (entry.unreported > 0) gaps.insert(key.job_id);
+  }
   std::vector<CommCoverage> comms;
   for (const auto& [key, entry] : registry_.comms()) {
+    if (!gaps.count(key.job_id)) continue;
     CommCoverage& c = comms.emplace_back();
     c.comm = key;
     c.comm_name = entry.who.comm_name;
@@ -145,26 +152,33 @@ void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::E
 void Analyzer::VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,
                                    std::vector<ncclwatch::v1::Event>* events) {
   if (changes.empty()) return;
-  static const std::vector<ncclwatch::v1::StragglerInfo> kNone;
+  // The late ranks of each job concerned, by root cause: computed once per job.
+  std::map<std::string, std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>>> by_job;
   for (const GpuChange& change : changes.gpus) {
     const ProcessKey& p = change.gpu.evidence.process;
-    const auto consequences = ConsequencesLocked(p.job_id);
-    auto it = consequences.find(p);
+    auto job = by_job.find(p.job_id);
+    if (job == by_job.end()) job = by_job.emplace(p.job_id, ConsequencesLocked(p.job_id)).first;
     events->push_back(RootCauseEvent(change, registry_.FindWho(change.gpu.evidence.comm),
-                                     it == consequences.end() ? kNone : it->second, now_ns));
+                                     job->second[p], now_ns));
   }
   for (const NodeChange& change : changes.nodes) {
     events->push_back(SlowGpusNodeEvent(change, now_ns));
   }
 }
 
-ncclwatch::v1::Event Analyzer::StragglerEventLocked(const CommKey& key, CommEntry& entry,
-                                                    const FlagChange& change, int64_t now_ns) {
-  const int rank = change.score.rank;
-  if (change.score.flagged) entry.flagged_since_ns[rank] = now_ns;
-  ncclwatch::v1::Event event = StragglerEvent(key, entry.who, change, SinceOf(entry, rank), now_ns);
-  if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
-  return event;
+void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
+                                     const std::vector<FlagChange>& changes, int64_t now_ns,
+                                     std::vector<ncclwatch::v1::Event>* events) {
+  for (const FlagChange& change : changes) {
+    const int rank = change.score.rank;
+    if (change.score.flagged) entry.flagged_since_ns[rank] = now_ns;
+    // With own times, lateness is a consequence: it pages only through its root cause.
+    if (!entry.own_times) {
+      events->push_back(StragglerEvent(key, entry.who, change, SinceOf(entry, rank), now_ns));
+    }
+    if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
+  }
+  if (!changes.empty() && !entry.own_times) JudgeNodesLocked(key, entry, now_ns, events);
 }
 
 void Analyzer::JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
@@ -226,13 +240,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     }
     const std::vector<SlowProcess> verdicts = own_time_.Observe(OwnTimeGroup{
         key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()), group->own_time_ns, now_ns});
-    const std::vector<FlagChange> changes = detectors_.stragglers.Observe(*group);
-    for (const FlagChange& change : changes) {
-      // With own times, lateness is a consequence and pages only through its root cause.
-      ncclwatch::v1::Event event = StragglerEventLocked(key, *entry, change, now_ns);
-      if (!entry->own_times) out.events.push_back(std::move(event));
-    }
-    if (!changes.empty() && !entry->own_times) JudgeNodesLocked(key, *entry, now_ns, &out.events);
+    LatenessChangesLocked(key, *entry, detectors_.stragglers.Observe(*group), now_ns, &out.events);
     if (!verdicts.empty()) {
       VerdictEventsLocked(verdicts_.Observe(verdicts, now_ns, GpusOnNodeLocked()), now_ns,
                           &out.events);

@@ -107,9 +107,11 @@ class Analyzer {
   Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // The STRAGGLER event of `change`, keeping the entry's flagged-since times.
-  ncclwatch::v1::Event StragglerEventLocked(const CommKey& key, CommEntry& entry,
-                                            const FlagChange& change, int64_t now_ns)
+  // Keeps the entry's flagged-since times for the lateness detector's `changes`; where they page
+  // (a communicator without own times), their STRAGGLER events and node verdicts.
+  void LatenessChangesLocked(const CommKey& key, CommEntry& entry,
+                             const std::vector<FlagChange>& changes, int64_t now_ns,
+                             std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The events of root-cause verdict changes, consequences attached.
   void VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,

@@ -23,13 +23,26 @@ std::string CommColumn(const std::string& name, uint64_t hash) {
   return absl::StrFormat("%s %s", name.empty() ? "-" : name, CommHashText(hash));
 }
 
-// The communicator as a sentence names it: its name, else its hash.
-std::string CommWord(const std::string& name, uint64_t hash) {
-  return name.empty() ? CommHashText(hash) : name;
-}
-
 const char* NodeOrUnknown(const std::string& node) {
   return node.empty() ? "unknown" : node.c_str();
+}
+
+// The root-cause lines, each followed by its consequences ("" when there is none).
+std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response) {
+  std::string out;
+  for (const auto& r : response.root_causes()) {
+    absl::StrAppend(
+        &out, "Root cause: ", aggregator::RootCauseSentence(r),
+        r.since_unix_ns() == 0 ? "" : absl::StrCat(", since ", ClockText(r.since_unix_ns())),
+        ".\n");
+    for (const auto& c : r.consequences()) {
+      absl::StrAppendFormat(
+          &out, "  consequence: rank %d of %s on node %s (%s) arrives %.2f ms late\n", c.rank(),
+          aggregator::CommWord(c.comm_name(), c.comm_hash()), NodeOrUnknown(c.node()),
+          GpuLabel(c.cuda_device()), c.lateness_seconds() * 1e3);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -55,34 +68,12 @@ std::string RankText(const ncclwatch::v1::RankRef& r) {
   return text + ")";
 }
 
-std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response) {
-  std::string out;
-  for (const auto& r : response.root_causes()) {
-    absl::StrAppend(
-        &out, "Root cause: ", aggregator::RootCauseSentence(r),
-        r.since_unix_ns() == 0 ? "" : absl::StrCat(", since ", ClockText(r.since_unix_ns())),
-        ".\n");
-    for (const auto& c : r.consequences()) {
-      absl::StrAppendFormat(
-          &out, "  consequence: rank %d of %s on node %s (%s) arrives %.2f ms late\n", c.rank(),
-          CommWord(c.comm_name(), c.comm_hash()), NodeOrUnknown(c.node()),
-          GpuLabel(c.cuda_device()), c.lateness_seconds() * 1e3);
-    }
+std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response) {
+  std::string out = RootCausesText(response);
+  if (response.stragglers_size() == 0) {
+    return out.empty() ? "No GPU is slow itself and no rank is flagged as a straggler.\n" : out;
   }
   if (!out.empty()) out += "\n";
-  return out;
-}
-
-std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response) {
-  if (response.stragglers_size() == 0) {
-    if (response.root_causes_size() == 0) {
-      return "No GPU is slow itself and no rank is flagged as a straggler.\n";
-    }
-    std::string roots = RootCausesText(response);
-    roots.pop_back();  // no blank line: nothing follows
-    return roots;
-  }
-  std::string out = RootCausesText(response);
   out += absl::StrFormat("%-20s %-28s %5s %-16s %-8s %10s %10s %7s %7s %13s %9s\n", "JOB",
                          "COMMUNICATOR", "RANK", "NODE", "GPU", "LATENESS", "EXCESS", "PEER-Z",
                          "VS-OWN", "ARRIVED-LAST", "SINCE");
@@ -102,7 +93,7 @@ std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response
         "collectives %.2f ms after the first rank (median of its last %u collectives), %.2f ms "
         "later than its punctual peers; %s.\n",
         s.rank(), NodeOrUnknown(s.node()), GpuLabel(s.cuda_device()).c_str(),
-        CommWord(s.comm_name(), s.comm_hash()).c_str(), s.job_id().c_str(),
+        aggregator::CommWord(s.comm_name(), s.comm_hash()).c_str(), s.job_id().c_str(),
         s.lateness_seconds() * 1e3, s.window_collectives(), s.excess_seconds() * 1e3,
         s.history_ratio() >= 2 ? "this is new: far later than its own usual"
                                : "it has been this late all along");
@@ -145,7 +136,7 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
   }
   out += "\n";
   for (const auto& h : response.hangs()) {
-    const std::string comm = CommWord(h.comm_name(), h.comm_hash());
+    const std::string comm = aggregator::CommWord(h.comm_name(), h.comm_hash());
     if (h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS) {
       absl::StrAppendFormat(
           &out,
@@ -165,7 +156,7 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
     for (const auto& c : h.consequences()) {
       absl::StrAppendFormat(&out, "  consequence: %s of communicator %s is stuck behind it (%s)\n",
                             aggregator::HangOpText(c).c_str(),
-                            CommWord(c.comm_name(), c.comm_hash()).c_str(),
+                            aggregator::CommWord(c.comm_name(), c.comm_hash()).c_str(),
                             c.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
                                 ? "queued on the same GPUs"
                                 : absl::StrCat("waiting for ranks stuck in it: ", c.missing_size(),
@@ -178,8 +169,8 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
                           "Finding: %s of communicator %s in job %s stopped reporting at %s while "
                           "the other ranks carry on (process dead or stuck outside NCCL?).\n",
                           RankText(s.rank()).c_str(),
-                          CommWord(s.comm_name(), s.comm_hash()).c_str(), s.job_id().c_str(),
-                          ClockText(s.last_report_unix_ns()).c_str());
+                          aggregator::CommWord(s.comm_name(), s.comm_hash()).c_str(),
+                          s.job_id().c_str(), ClockText(s.last_report_unix_ns()).c_str());
   }
   return out;
 }

@@ -28,8 +28,6 @@ std::string RankText(const ncclwatch::v1::RankRef& rank);
 // Root causes first (each GPU slow itself, with the late ranks it explains under it), then every
 // late rank's row and finding.
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response);
-// Just the root-cause lines ("" when there is none).
-std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response);
 
 // `ncclwatch hangs`: the hung collectives (a point-to-point hang reads "Send/Recv", seq "-"), the
 // silent ranks, then one "Finding:" sentence each; or "No hung collective and no silent rank.".

@@ -317,6 +317,10 @@ std::string EventIdentity(const Event& e) {
                       EventJobId(e), "/", subject);
 }
 
+std::string CommWord(const std::string& name, uint64_t hash) {
+  return name.empty() ? CommHashText(hash) : name;
+}
+
 std::string HangOpText(const ncclwatch::v1::HangInfo& h) {
   if (h.op() == kP2pHangOp) return "Send/Recv";
   return absl::StrFormat("%s #%d", h.op(), h.seq());

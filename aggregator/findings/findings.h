@@ -89,6 +89,9 @@ const std::string& EventJobId(const ncclwatch::v1::Event& event);
 // identity.
 std::string EventIdentity(const ncclwatch::v1::Event& event);
 
+// A communicator as a sentence names it: its name, or its hash when it has none.
+std::string CommWord(const std::string& name, uint64_t hash);
+
 // "AllReduce #12", or "Send/Recv" for a point-to-point hang (no seqNumber).
 std::string HangOpText(const ncclwatch::v1::HangInfo& hang);
 

@@ -24,9 +24,8 @@ std::string RootCauseSentence(const ncclwatch::v1::RootCauseInfo& r) {
       "(%.2f ms)",
       GpuLabel(r.cuda_device()), OrUnknown(r.node()), OrUnknown(r.host()), r.pid(),
       r.pod().empty() ? "" : absl::StrCat(", pod ", r.pod_namespace(), "/", r.pod()), r.job_id(),
-      r.collective(), MessageSizeBucket(r.bytes()),
-      r.comm_name().empty() ? CommHashText(r.comm_hash()) : r.comm_name(), r.rank(),
-      r.own_excess_seconds() * 1e3, r.own_time_seconds() * 1e3);
+      r.collective(), MessageSizeBucket(r.bytes()), CommWord(r.comm_name(), r.comm_hash()),
+      r.rank(), r.own_excess_seconds() * 1e3, r.own_time_seconds() * 1e3);
 }
 
 Event RootCauseEvent(const GpuChange& change, const CommWho* who,
@@ -118,7 +117,7 @@ Event CoverageEvent(const CoverageChange& change, int64_t now_ns) {
   const auto& largest = c.comms(0);
   std::vector<std::string> names;
   for (const auto& comm : c.comms()) {
-    names.push_back(comm.comm_name().empty() ? CommHashText(comm.comm_hash()) : comm.comm_name());
+    names.push_back(CommWord(comm.comm_name(), comm.comm_hash()));
   }
   const int missing_nodes = largest.n_nodes() - largest.reporting_nodes_size();
   event.set_summary(absl::StrFormat(
@@ -145,7 +144,7 @@ Event HangOriginEvent(bool start, const HangView& origin, const CommWho* who,
   if (start && !consequences.empty()) {
     std::set<std::string> comms;
     for (const auto& c : consequences) {
-      comms.insert(c.comm_name().empty() ? CommHashText(c.comm_hash()) : c.comm_name());
+      comms.insert(CommWord(c.comm_name(), c.comm_hash()));
     }
     event.set_summary(absl::StrFormat("%s; stuck behind it: %d operation(s) of %s", event.summary(),
                                       consequences.size(), absl::StrJoin(comms, ", ")));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -19,6 +20,16 @@ const HangDetector::InFlight* OpOf(const HangView& h,
     if (h.op == kP2pHangOp ? op.p2p : (!op.p2p && op.op == h.op && op.seq == h.seq)) return &op;
   }
   return nullptr;
+}
+
+// The same hung operation (communicator, collective and seq).
+bool SameHang(const HangView& a, const HangView& b) {
+  return a.comm == b.comm && a.op == b.op && a.seq == b.seq;
+}
+
+void SortByEnqueue(std::vector<HangView>* hangs) {
+  std::sort(hangs->begin(), hangs->end(),
+            [](const HangView& a, const HangView& b) { return a.enqueued_ns < b.enqueued_ns; });
 }
 
 }  // namespace
@@ -113,8 +124,7 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
   }
   std::vector<HangGroup> out;
   for (auto& [i, g] : groups) {
-    std::sort(g.consequences.begin(), g.consequences.end(),
-              [](const HangView& a, const HangView& b) { return a.enqueued_ns < b.enqueued_ns; });
+    SortByEnqueue(&g.consequences);
     out.push_back(std::move(g));
   }
   std::sort(out.begin(), out.end(), [](const HangGroup& a, const HangGroup& b) {
@@ -125,7 +135,7 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
 
 bool HangOrigins::Reported(const HangView& h) const {
   auto it = origins_.find(h.comm);
-  return it != origins_.end() && it->second.origin.op == h.op && it->second.origin.seq == h.seq;
+  return it != origins_.end() && SameHang(it->second.origin, h);
 }
 
 std::vector<HangGroupChange> HangOrigins::Update(std::vector<HangGroup> groups) {
@@ -140,28 +150,24 @@ std::vector<HangGroupChange> HangOrigins::Update(std::vector<HangGroup> groups) 
                               [this](const HangView& c) { return Reported(c); });
       if (old != g.consequences.end()) {
         std::swap(g.origin, *old);
-        std::sort(
-            g.consequences.begin(), g.consequences.end(),
-            [](const HangView& a, const HangView& b) { return a.enqueued_ns < b.enqueued_ns; });
+        SortByEnqueue(&g.consequences);
       }
     }
     const CommKey comm = g.origin.comm;
     now.emplace(comm, std::move(g));
   }
-  for (auto& [comm, old] : origins_) {
+  std::vector<HangGroupChange> starts;
+  for (const auto& [comm, g] : now) {
+    if (!Reported(g.origin)) starts.push_back({true, g});
+  }
+  for (auto& [comm, old] : origins_) {  // ends first, then starts
     auto it = now.find(comm);
-    if (it == now.end() || it->second.origin.op != old.origin.op ||
-        it->second.origin.seq != old.origin.seq) {
+    if (it == now.end() || !SameHang(it->second.origin, old.origin)) {
       changes.push_back({false, std::move(old)});
     }
   }
-  for (const auto& [comm, g] : now) {
-    auto it = origins_.find(comm);
-    if (it == origins_.end() || it->second.origin.op != g.origin.op ||
-        it->second.origin.seq != g.origin.seq) {
-      changes.push_back({true, g});
-    }
-  }
+  changes.insert(changes.end(), std::make_move_iterator(starts.begin()),
+                 std::make_move_iterator(starts.end()));
   origins_ = std::move(now);
   return changes;
 }
