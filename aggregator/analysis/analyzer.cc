@@ -12,11 +12,6 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-int64_t SinceOf(const CommEntry& entry, int rank) {
-  auto it = entry.flagged_since_ns.find(rank);
-  return it == entry.flagged_since_ns.end() ? 0 : it->second;
-}
-
 DetectorOptions DetectorOptionsOf(const AnalyzerOptions& o) {
   return DetectorOptions{o.correlator, o.straggler, o.hang, o.degraded, o.coverage};
 }
@@ -31,141 +26,6 @@ Analyzer::Analyzer(AnalyzerOptions options)
       own_time_(options.own_time),
       verdicts_(options.root_cause) {}
 
-RootCauseVerdicts::GpusOnNode Analyzer::GpusOnNodeLocked() const {
-  return [this](const std::string& job, const std::string& node)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called within the caller's lock
-               return own_time_.ProcessesOnNode(job, node);
-             };
-}
-
-const ProcessKey* Analyzer::ReportedInLocked(const CommKey& comm) const {
-  for (int r = 0; r < processes_.Ranks(comm); ++r) {
-    const ProcessKey* p = processes_.Of(comm, r);
-    if (p != nullptr && verdicts_.IsReported(*p)) return p;
-  }
-  return nullptr;
-}
-
-std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> Analyzer::ConsequencesLocked(
-    const std::string& job_id) const {
-  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> out;
-  std::map<std::string, const ProcessKey*> first;  // by job: the earliest reported GPU
-  for (const auto& [p, gpu] : verdicts_.gpus()) {
-    const ProcessKey*& f = first[p.job_id];
-    if (f == nullptr || gpu.since_ns < verdicts_.gpus().at(*f).since_ns) f = &p;
-  }
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (!job_id.empty() && key.job_id != job_id) continue;
-    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
-      if (!score.flagged) continue;
-      const ProcessKey* late = processes_.Of(key, score.rank);
-      if (late != nullptr && verdicts_.IsReported(*late)) continue;  // a root cause itself
-      const ProcessKey* root = ReportedInLocked(key);
-      if (root == nullptr && late != nullptr) {
-        for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
-          if ((root = ReportedInLocked(comm)) != nullptr) break;
-        }
-      }
-      if (root == nullptr) {
-        auto f = first.find(key.job_id);
-        if (f == first.end()) continue;  // no root cause in this job (yet)
-        root = f->second;
-      }
-      out[*root].push_back(StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank)));
-    }
-  }
-  return out;
-}
-
-std::vector<ncclwatch::v1::HangInfo> Analyzer::HangInfosLocked(const std::vector<HangView>& hangs,
-                                                               int64_t now_ns) const {
-  std::vector<ncclwatch::v1::HangInfo> out;
-  for (const HangView& h : hangs) out.push_back(HangInfoOf(h, registry_.FindWho(h.comm), now_ns));
-  return out;
-}
-
-void Analyzer::HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
-  std::vector<HangGroup> groups = GroupHangsByOrigin(
-      detectors_.hangs.Hangs(), processes_,
-      [this](const CommKey& comm, int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // within our lock
-        return detectors_.hangs.InFlightOf(comm, rank);
-      });
-  for (const HangGroupChange& change : hang_origins_.Update(std::move(groups))) {
-    const HangView& origin = change.group.origin;
-    events->push_back(HangOriginEvent(change.start, origin, registry_.FindWho(origin.comm),
-                                      HangInfosLocked(change.group.consequences, now_ns), now_ns));
-  }
-}
-
-void Analyzer::SilentEventLocked(const HangChange& change, int64_t now_ns,
-                                 std::vector<ncclwatch::v1::Event>* events) {
-  const CommKey& comm = change.rank.comm;
-  const ProcessKey* p = processes_.Of(comm, change.rank.rank);
-  if (p == nullptr) {  // who it is is unknown: one finding per communicator rank
-    events->push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
-    return;
-  }
-  // A process that stopped is silent in every communicator it has: one finding, from the first.
-  std::set<CommKey>& comms = silent_processes_[*p];
-  const bool first = comms.empty();
-  if (change.start) {
-    comms.insert(comm);
-    if (first) events->push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
-    return;
-  }
-  comms.erase(comm);
-  if (comms.empty()) {
-    if (!first) events->push_back(HangEvent(change, registry_.FindWho(comm), now_ns));
-    silent_processes_.erase(*p);
-  }
-}
-
-void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
-  // Only the jobs with a rank that never reported need a view (and every communicator of
-  // those, for the nodes that do report); the others are complete.
-  std::set<std::string> gaps;
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (entry.unreported > 0) gaps.insert(key.job_id);
-  }
-  std::vector<CommCoverage> comms;
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (!gaps.count(key.job_id)) continue;
-    CommCoverage& c = comms.emplace_back();
-    c.comm = key;
-    c.comm_name = entry.who.comm_name;
-    c.nranks = entry.who.nranks;
-    c.n_nodes = entry.who.n_nodes;
-    c.first_report_ns = entry.first_seen_ns;
-    for (int r = 0; r < static_cast<int>(entry.last_seen_ns.size()); ++r) {
-      if (entry.last_seen_ns[r] == 0) {
-        c.unreported.push_back(r);
-      } else if (!entry.who.ranks[r].node.empty()) {
-        c.reporting.insert(entry.who.ranks[r].node);
-      }
-    }
-  }
-  for (const CoverageChange& change : detectors_.coverage.Evaluate(comms, now_ns)) {
-    events->push_back(CoverageEvent(change, now_ns));
-  }
-}
-
-void Analyzer::VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,
-                                   std::vector<ncclwatch::v1::Event>* events) {
-  if (changes.empty()) return;
-  // The late ranks of each job concerned, by root cause: computed once per job.
-  std::map<std::string, std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>>> by_job;
-  for (const GpuChange& change : changes.gpus) {
-    const ProcessKey& p = change.gpu.evidence.process;
-    auto job = by_job.find(p.job_id);
-    if (job == by_job.end()) job = by_job.emplace(p.job_id, ConsequencesLocked(p.job_id)).first;
-    events->push_back(RootCauseEvent(change, registry_.FindWho(change.gpu.evidence.comm),
-                                     job->second[p], now_ns));
-  }
-  for (const NodeChange& change : changes.nodes) {
-    events->push_back(SlowGpusNodeEvent(change, now_ns));
-  }
-}
-
 void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
                                      const std::vector<FlagChange>& changes, int64_t now_ns,
                                      std::vector<ncclwatch::v1::Event>* events) {
@@ -174,7 +34,7 @@ void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
     if (change.score.flagged) entry.flagged_since_ns[rank] = now_ns;
     // With own times, lateness is a consequence: it pages only through its root cause.
     if (!entry.own_times) {
-      events->push_back(StragglerEvent(key, entry.who, change, SinceOf(entry, rank), now_ns));
+      events->push_back(StragglerEvent(key, entry.who, change, entry.FlaggedSince(rank), now_ns));
     }
     if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
   }
@@ -326,7 +186,7 @@ std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string
     if ((!job_id.empty() && key.job_id != job_id) || entry.own_times) continue;
     for (const RankScore& score : detectors_.stragglers.Scores(key)) {
       if (score.flagged) {
-        out.push_back(StragglerInfoOf(key, entry.who, score, SinceOf(entry, score.rank)));
+        out.push_back(StragglerInfoOf(key, entry.who, score, entry.FlaggedSince(score.rank)));
       }
     }
   }

@@ -31,6 +31,11 @@ struct CommEntry {
   int64_t first_seen_ns = 0;                // its first report (of any rank)
   int unreported = 0;                       // ranks that never reported
   std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
+  // When `rank` was flagged late (0: it is not).
+  int64_t FlaggedSince(int rank) const {
+    auto it = flagged_since_ns.find(rank);
+    return it == flagged_since_ns.end() ? 0 : it->second;
+  }
   // Its plugin reports own times: root-cause findings page for it; its lateness flags are
   // consequences (without own times, an older plugin, the lateness flags page themselves).
   bool own_times = false;
