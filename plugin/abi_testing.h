@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "plugin/abi.h"
+#include "plugin/abi_v7.h"
 
 namespace ncclwatch::abi {
 
@@ -26,6 +27,9 @@ inline EventDescrV5 MakeDescrV5(uint64_t type, void* parent) {
 }
 inline EventDescrV6 MakeDescrV6(uint64_t type, void* parent) {
   return MakeDescr<EventDescrV6>(type, parent);
+}
+inline EventDescrV7 MakeDescrV7(uint64_t type, void* parent) {
+  return MakeDescr<EventDescrV7>(type, parent);
 }
 
 }  // namespace ncclwatch::abi

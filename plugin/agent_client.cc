@@ -1,5 +1,13 @@
 #include "plugin/agent_client.h"
 
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "common/rpc/backoff.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
@@ -13,8 +21,8 @@ struct AgentClient::Stream {
   std::unique_ptr<grpc::ClientWriter<ncclwatch::v1::RankReport>> writer;
 };
 
-AgentClient::AgentClient(std::string address, size_t max_queued)
-    : address_(std::move(address)), max_queued_(max_queued) {
+AgentClient::AgentClient(std::string address, size_t max_queued, StatusLog log)
+    : address_(std::move(address)), max_queued_(max_queued), log_(std::move(log)) {
   channel_ = ReconnectingChannel(address_, 1000);
   thread_ = std::thread([this] { Run(); });
 }
@@ -67,6 +75,61 @@ void AgentClient::Stop(std::chrono::milliseconds timeout) {
   thread_.join();
 }
 
+std::string AgentClient::DiagnoseAddress(const std::string& address) {
+  if (address.rfind("unix:", 0) != 0) {
+    if (address.find(':') == std::string::npos) {
+      return "not a gRPC address (write unix:///path/to/agent.sock or host:port)";
+    }
+    return "no connection within 200 ms (is the agent listening on this host and port?)";
+  }
+  std::string path = address.substr(5);
+  if (path.rfind("//", 0) == 0) path = path.substr(2);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return path + ": " + std::strerror(errno) + " (is the node agent running on this node?)";
+  }
+  if (!S_ISSOCK(st.st_mode)) return path + " is not a socket";
+  sockaddr_un sun{};
+  if (path.size() >= sizeof(sun.sun_path)) return path + ": socket path too long";
+  sun.sun_family = AF_UNIX;
+  std::memcpy(sun.sun_path, path.c_str(), path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::string("socket(): ") + std::strerror(errno);
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+  int err = errno;
+  close(fd);
+  if (rc != 0) return path + ": " + std::strerror(err);
+  return path + " accepts connections but no gRPC stream opened within 200 ms";
+}
+
+void AgentClient::NoteConnected(bool connected) {
+  if (connected) {
+    if (in_outage_ && log_) {
+      log_(abi::kLogInfo, "ncclwatch: reached the node agent at " + address_ + " again after " +
+                              std::to_string(failed_attempts_) + " failed attempts");
+    }
+    in_outage_ = false;
+    failed_attempts_ = 0;
+    return;
+  }
+  ++failed_attempts_;
+  if (in_outage_) {
+    if (log_) {
+      log_(abi::kLogTrace, "ncclwatch: node agent at " + address_ + " still unreachable (attempt " +
+                               std::to_string(failed_attempts_) + ")");
+    }
+    return;
+  }
+  in_outage_ = true;
+  const bool first = outages_.fetch_add(1) == 0;
+  if (log_) {
+    log_(first ? abi::kLogWarn : abi::kLogInfo,
+         "ncclwatch: cannot reach the node agent at " + address_ + ": " +
+             DiagnoseAddress(address_) + "; reports are kept (up to " +
+             std::to_string(max_queued_) + ") and sent when it is back");
+  }
+}
+
 bool AgentClient::Connect() {
   // Bounded wait so that Stop() is noticed; the channel keeps reconnecting in the background.
   if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
@@ -112,6 +175,7 @@ void AgentClient::Run() {
       }
     }
     if (!stream_ && !Connect()) {
+      NoteConnected(false);
       std::unique_lock<std::mutex> lock(mu_);
       connected_ = false;
       connect_failed_ = true;
@@ -121,6 +185,7 @@ void AgentClient::Run() {
       continue;
     }
     backoff.Reset();
+    NoteConnected(true);
     const ncclwatch::v1::RankReport* front;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,9 @@
 // - The sender thread connects lazily, reconnects with capped exponential backoff (100 ms .. 1 s,
 //   so reports resume within ~1 s of the agent coming back), and re-sends the report whose write
 //   failed. A dead or absent agent therefore only ever costs queue memory, never NCCL time.
+// - Says so: the first time the agent cannot be reached, one warning names the address and the
+//   reason (no such socket, connection refused, not a gRPC address, ...); later outages and every
+//   recovery are one informational line each. outages() counts them for the reports.
 #ifndef NCCLWATCH_PLUGIN_AGENT_CLIENT_H_
 #define NCCLWATCH_PLUGIN_AGENT_CLIENT_H_
 
@@ -12,11 +15,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "plugin/abi.h"
 #include "plugin/report_sink.h"
 
 namespace grpc {
@@ -30,12 +35,21 @@ namespace ncclwatch::plugin {
 
 class AgentClient : public ReportSink {
  public:
-  AgentClient(std::string address, size_t max_queued);
+  // Receives the client's state changes, from its sender thread: kLogWarn for the first outage,
+  // kLogInfo for later ones and for recoveries, kLogTrace for each failed attempt.
+  using StatusLog = std::function<void(abi::LogLevel level, const std::string& message)>;
+
+  AgentClient(std::string address, size_t max_queued, StatusLog log = nullptr);
   ~AgentClient() override;
 
   void Submit(ncclwatch::v1::RankReport report) override;
   bool Drain(std::chrono::milliseconds timeout) override;
   uint64_t dropped() const override { return dropped_.load(); }
+  uint64_t outages() const override { return outages_.load(); }
+
+  // Why `address` cannot be reached right now, in a few words (checks the socket file of a
+  // unix:// address; names a malformed address). For the warning; exposed for tests.
+  static std::string DiagnoseAddress(const std::string& address);
 
   // Ends the stream (handing over what is queued, for at most `timeout`) and joins the thread.
   void Stop(std::chrono::milliseconds timeout);
@@ -46,8 +60,13 @@ class AgentClient : public ReportSink {
   bool Connect();
   void CloseStream(bool graceful);
 
+  void NoteConnected(bool connected);  // sender thread: logs outages and recoveries
+
   const std::string address_;
   const size_t max_queued_;
+  const StatusLog log_;
+  bool in_outage_ = false;        // sender thread only
+  uint64_t failed_attempts_ = 0;  // sender thread only: in the current outage
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stream> stream_;  // sender thread only, except TryCancel under mu_
 
@@ -66,6 +85,7 @@ class AgentClient : public ReportSink {
   grpc::ClientContext* active_context_ = nullptr;
 
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> outages_{0};
   std::thread thread_;
 };
 

@@ -12,7 +12,10 @@ namespace {
 
 const char* OrUnknown(const char* s) { return s != nullptr ? s : "Unknown"; }
 
+// "RING_SIMPLE". A symmetric kernel (NCCL 2.31) has an empty protocol and its variant in the
+// algorithm: its name alone.
 std::string AlgoProto(const char* algo, const char* proto) {
+  if (proto != nullptr && *proto == '\0' && algo != nullptr && *algo != '\0') return algo;
   return std::string(OrUnknown(algo)) + "_" + OrUnknown(proto);
 }
 
@@ -26,7 +29,8 @@ void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) 
           c.p2p ? nullptr : c.proto,
           MessageSizeBucketFloor(bytes),
           c.p2p ? c.peer : -1,
-          c.p2p};
+          c.p2p,
+          c.user_tag};
   Stats& s = stats_[key];
   if (!c.timed) {
     s.untimed_count++;
@@ -62,7 +66,8 @@ void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) 
     ++samples_capped_;  // would have been sampled had the cap not raised the stride
   } else {
     samples_.push_back(Sample{op, c.algo, c.proto, c.seq, c.gpu_start_ns,
-                              c.gpu_stop_ns - c.gpu_start_ns, own_time_ns, bytes, c.channels});
+                              c.gpu_stop_ns - c.gpu_start_ns, own_time_ns, c.sync_wait_ns, bytes,
+                              c.channels});
     if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
   }
 }
@@ -102,6 +107,7 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
     out->set_bw_samples(s.bw_samples);
     out->set_untimed_count(s.untimed_count);
     out->set_untimed_bytes(s.untimed_bytes);
+    out->set_user_tag(key.user_tag);
   }
   // Grouped by column and in seq order, the delta encoding stays at a few bytes per sample.
   std::sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
@@ -110,8 +116,9 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
   });
   SampleColumnWriter writer(report);
   for (const Sample& s : samples_) {
-    writer.Add(s.op, AlgoProto(s.algo, s.proto), s.bytes, s.channels,
-               ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns});
+    writer.Add(
+        s.op, AlgoProto(s.algo, s.proto), s.bytes, s.channels,
+        ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns, s.sync_wait_ns});
   }
   report->set_sample_stride(static_cast<uint32_t>(stride_));
   if (have_clock_) *report->mutable_clock() = clock_;

@@ -1,8 +1,8 @@
 // The per-communicator compactor: turns one communicator's completions over one flush interval
 // into the stats, samples and clock pair of its RankReport (wire format: docs/wire-format.md).
 //
-// Compaction per (op, algo_proto, Inspector size bucket, peer): count, bytes, execution time
-// sum/min/max and a log2 histogram, log-sums of bus and algorithm bandwidth (geometric means).
+// Compaction per (op, algo_proto, Inspector size bucket, peer, user tag): count, bytes, execution
+// time sum/min/max and a log2 histogram, log-sums of bus and algorithm bandwidth (geometric means).
 // Sampling: a collective is sent as a sample (RankReport.sample_columns) when seq % stride == 0;
 // the stride starts at NCCLWATCH_SAMPLE_STRIDE and doubles while the interval holds more than
 // NCCLWATCH_MAX_SAMPLES. Because strides are powers of two, the records of two ranks that chose
@@ -54,9 +54,10 @@ class CommAccumulator {
     uint64_t size_floor;
     int32_t peer;
     bool p2p;
+    uint64_t user_tag;
     bool operator<(const Key& o) const {
-      return std::tie(op, algo, proto, size_floor, peer, p2p) <
-             std::tie(o.op, o.algo, o.proto, o.size_floor, o.peer, o.p2p);
+      return std::tie(op, algo, proto, size_floor, peer, p2p, user_tag) <
+             std::tie(o.op, o.algo, o.proto, o.size_floor, o.peer, o.p2p, o.user_tag);
     }
   };
   struct Stats {
@@ -80,6 +81,7 @@ class CommAccumulator {
     uint64_t gpu_start_ns;
     uint64_t duration_ns;
     int64_t own_time_ns;
+    uint64_t sync_wait_ns;
     uint64_t bytes;
     uint32_t channels;
   };

@@ -31,6 +31,12 @@ bool CompositeSink::Drain(std::chrono::milliseconds timeout) {
   return all;
 }
 
+uint64_t CompositeSink::outages() const {
+  uint64_t n = 0;
+  for (const ReportSink* sink : sinks_) n += sink->outages();
+  return n;
+}
+
 uint64_t CompositeSink::dropped() const {
   uint64_t n = 0;
   for (const ReportSink* sink : sinks_) n += sink->dropped();

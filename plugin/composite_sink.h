@@ -7,7 +7,7 @@
 //   OnCommunicatorFinalized  every sink, in order
 //   OnRoundEnd               every sink, in order
 //   Drain                    every sink in order, within one shared deadline; true if all were
-//   dropped                  the sum over the sinks (a sink that never drops adds 0)
+//   dropped, outages         the sums over the sinks (a sink that never drops adds 0)
 //   wants_operations         whether any sink wants them
 //
 // Ownership: the sinks are not owned and must outlive the composite. Thread safety: as the sinks
@@ -31,6 +31,7 @@ class CompositeSink : public ReportSink {
   void Submit(ncclwatch::v1::RankReport report) override;
   bool Drain(std::chrono::milliseconds timeout) override;
   uint64_t dropped() const override;
+  uint64_t outages() const override;
 
   bool wants_operations() const override { return !operation_sinks_.empty(); }
   void OnOperation(const CommState& comm, const Completion& c, int64_t drained_unix_ns) override;

@@ -148,6 +148,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   drops->set_records_dropped(comm->ring().dropped());
   drops->set_reports_dropped(sink_.dropped());
   drops->set_untimed_ops(comm->untimed());
+  drops->set_agent_outages(sink_.outages());
   drops->set_samples_capped(acc.samples_capped());
   report.set_final(final);
   return report;
@@ -170,6 +171,12 @@ void Flusher::RunOnce(bool report) {
 
 void Flusher::FinalizeComm(CommState* comm) {
   std::lock_guard<std::mutex> lock(mu_);
+  FinalReportLocked(comm);
+  zombies_.push_back(comm);
+  ReapZombiesLocked();
+}
+
+void Flusher::FinalReportLocked(CommState* comm) {
   recorder_.UnregisterComm(comm);
   DrainLocked({comm});
   std::vector<InFlightView> in_flight;
@@ -178,12 +185,11 @@ void Flusher::FinalizeComm(CommState* comm) {
   accumulators_.erase(comm);
   interval_start_.erase(comm);
   sink_.OnCommunicatorFinalized(*comm);
-  zombies_.push_back(comm);
-  ReapZombiesLocked();
 }
 
 void Flusher::FinalizeAll() {
-  for (CommState* comm : recorder_.Comms()) FinalizeComm(comm);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (CommState* comm : recorder_.Comms()) FinalReportLocked(comm);  // kept: see flusher.h
 }
 
 void Flusher::ReapZombiesLocked() {

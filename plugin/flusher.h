@@ -51,7 +51,9 @@ class Flusher {
   // Sends the communicator's last report (then sink.OnCommunicatorFinalized), unregisters it and
   // frees it once no in-flight operation refers to it. Called from NCCL's finalize.
   void FinalizeComm(CommState* comm);
-  // FinalizeComm for every communicator still registered (process exit).
+  // Process exit: the last report of every communicator still registered, which is then
+  // unregistered but never freed -- NCCL's threads may still hand its context in until the
+  // process is gone.
   void FinalizeAll();
 
  private:
@@ -62,6 +64,8 @@ class Flusher {
   ncclwatch::v1::RankReport BuildLocked(CommState* comm, const std::vector<InFlightView>& in_flight,
                                         int64_t now_unix_ns, bool final);  // requires mu_
   void ReapZombiesLocked();                                                // requires mu_
+  // The last report of `comm` and its unregistration (requires mu_).
+  void FinalReportLocked(CommState* comm);
 
   const PluginConfig config_;
   Recorder& recorder_;

@@ -1,5 +1,10 @@
 #include "plugin/hot_path.h"
 
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <new>
+
 namespace ncclwatch::plugin {
 
 size_t RoundUpPow2(size_t n, size_t minimum) {
@@ -8,39 +13,96 @@ size_t RoundUpPow2(size_t n, size_t minimum) {
   return p;
 }
 
+namespace {
+
+uint64_t Pack(uint32_t tag, uint32_t index) { return (uint64_t{tag} << 32) | index; }
+uint32_t IndexPart(uint64_t head) { return static_cast<uint32_t>(head); }
+uint32_t TagPart(uint64_t head) { return static_cast<uint32_t>(head >> 32); }
+
+}  // namespace
+
 OpPool::OpPool(size_t capacity)
-    : mask_(RoundUpPow2(capacity, 64) - 1), slots_(new OpSlot[mask_ + 1]) {}
+    : capacity_(RoundUpPow2(capacity, 64)),
+      bytes_(capacity_ * sizeof(OpSlot)),
+      slots_(nullptr),
+      free_head_(Pack(0, kNil)) {
+  // Zero pages, reserved: a slot is constructed (and its pages touched) when first handed out.
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  slots_ = static_cast<OpSlot*>(p);
+}
+
+OpPool::~OpPool() {
+  // OpSlot's members are atomics and arrays of them: nothing to destroy.
+  munmap(slots_, bytes_);
+}
 
 OpSlot* OpPool::Claim(uint32_t initial_refs) {
-  // One atomic step picks a starting point; then a scan with plain loads, attempting the CAS only
-  // on slots that look free. Slots are released roughly in claim order, so the first slot is almost
-  // always free. Busy slots come in runs (a burst of one communicator's operations, or a hung
-  // communicator's), so the scan may cover the whole pool -- loads only, bounded by the capacity --
-  // and the cursor then jumps past the run: one claim pays to cross it, the next ones start beyond.
-  // A claim fails only when every slot was busy as it passed.
-  const size_t capacity = mask_ + 1;
-  size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
-  for (size_t probe = 0; probe < capacity; ++probe) {
-    OpSlot& slot = slots_[(start + probe) & mask_];
-    if (slot.refs.load(std::memory_order_relaxed) != 0) continue;
-    uint32_t expected = 0;
-    if (slot.refs.compare_exchange_strong(expected, initial_refs, std::memory_order_acquire,
-                                          std::memory_order_relaxed)) {
-      if (probe > 0) cursor_.fetch_add(probe, std::memory_order_relaxed);
-      return &slot;
+  OpSlot* slot = nullptr;
+  uint64_t head = free_head_.load(std::memory_order_acquire);
+  while (IndexPart(head) != kNil) {
+    OpSlot* candidate = &slots_[IndexPart(head)];
+    // `candidate` may be claimed (and its link rewritten) under our feet: then the head's tag has
+    // moved on and the exchange fails.
+    const uint32_t next = candidate->next_free.load(std::memory_order_relaxed);
+    if (free_head_.compare_exchange_weak(head, Pack(TagPart(head) + 1, next),
+                                         std::memory_order_acquire, std::memory_order_acquire)) {
+      slot = candidate;
+      break;
     }
   }
-  dropped_.fetch_add(1, std::memory_order_relaxed);
-  return nullptr;
+  if (slot == nullptr) {
+    // Nothing freed to reuse: a never-used slot, unless all of them were handed out already.
+    if (high_water_.load(std::memory_order_relaxed) >= capacity_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    const uint64_t i = high_water_.fetch_add(1, std::memory_order_acq_rel);
+    if (i >= capacity_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    slot = &slots_[i];  // zero pages: a valid free slot (hot_path.h)
+  }
+  slot->refs.store(initial_refs, std::memory_order_relaxed);
+  return slot;
 }
 
 bool OpPool::Release(OpSlot* slot, uint32_t n) {
-  return slot->refs.fetch_sub(n, std::memory_order_acq_rel) == n;
+  if (slot->refs.fetch_sub(n, std::memory_order_acq_rel) != n) return false;
+  const uint32_t index = IndexOf(slot);
+  uint64_t head = free_head_.load(std::memory_order_relaxed);
+  do {
+    slot->next_free.store(IndexPart(head), std::memory_order_relaxed);
+  } while (!free_head_.compare_exchange_weak(head, Pack(TagPart(head) + 1, index),
+                                             std::memory_order_release, std::memory_order_relaxed));
+  return true;
+}
+
+OpPool::Decoded OpPool::Decode(const void* handle) const {
+  Decoded d;
+  uintptr_t addr = reinterpret_cast<uintptr_t>(handle);
+  const bool phase = (addr & kPhaseHandleBit) != 0;
+  addr &= ~kPhaseHandleBit;
+  if (addr < base() || addr >= base() + bytes_) return d;
+  const uintptr_t offset = addr - base();
+  OpSlot* slot = &slots_[offset / sizeof(OpSlot)];
+  const uintptr_t within = offset % sizeof(OpSlot);
+  if (within == 0) {
+    if (!phase) d = Decoded{Decoded::kOp, slot, -1};
+    return d;
+  }
+  constexpr uintptr_t kFirst = offsetof(OpSlot, channels);
+  if (within < kFirst || (within - kFirst) % sizeof(ChannelRef) != 0) return d;
+  const uintptr_t channel = (within - kFirst) / sizeof(ChannelRef);
+  if (channel >= kMaxChannels) return d;
+  return Decoded{phase ? Decoded::kPhase : Decoded::kChannel, slot, static_cast<int>(channel)};
 }
 
 size_t OpPool::InUse() const {
   size_t n = 0;
-  for (size_t i = 0; i <= mask_; ++i) n += slots_[i].refs.load(std::memory_order_relaxed) != 0;
+  for (size_t i = 0; i < used(); ++i) n += slots_[i].refs.load(std::memory_order_relaxed) != 0;
   return n;
 }
 

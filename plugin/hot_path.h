@@ -17,11 +17,15 @@
 //   the operation's timing alone.
 // - Fields written at claim time are atomics published by `version` (a seqlock: odd while being
 //   filled) so that the flusher thread can list operations in flight without a lock.
-// - Handles given to NCCL are pointers to an OpSlot or to one of its ChannelRefs; both begin with a
-//   HandleKind tag so stopEvent/recordEventState can tell them apart.
+// - Handles given to NCCL are pointers to an OpSlot or to one of its ChannelRefs (a KernelPhase
+//   handle: the ChannelRef's address with the low bit set); OpPool::Decode tells them apart from
+//   the address alone, and ignores anything outside the pool.
+// - The pool is zero pages until used, and zero is every field's initial state: slots need no
+//   construction, so a scan racing with the first claim of a slot reads zeros, not a constructor.
 #ifndef NCCLWATCH_PLUGIN_HOT_PATH_H_
 #define NCCLWATCH_PLUGIN_HOT_PATH_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -32,23 +36,21 @@ namespace ncclwatch::plugin {
 class CommState;
 
 inline constexpr int kMaxChannels = 64;  // NCCL's MAXCHANNELS; larger channel ids are dropped
+// A KernelPhase handle is its channel's ChannelRef address with this bit set (they are 8-aligned).
+inline constexpr uintptr_t kPhaseHandleBit = 1;
 
-enum class HandleKind : uint32_t { kOp = 0x4f50534c, kChannel = 0x4348414e };
-
-struct OpSlot;
-
-// Handle returned for a KernelCh event: one per channel of its parent operation.
+// Handle returned for a KernelCh event: one per channel of its parent operation. Every field's
+// initial state is zero, so that a slot in fresh zero pages is valid without construction.
 struct ChannelRef {
-  HandleKind kind = HandleKind::kChannel;
-  uint8_t index = 0;                    // channel id == position in OpSlot::channels
   std::atomic<uint32_t> generation{0};  // OpSlot::generation of the operation that set it
   std::atomic<uint64_t> start_ns{0};    // GPU start timestamp (KernelCh start)
   std::atomic<uint64_t> stop_ns{0};     // GPU stop timestamp (KernelChStop state), 0 if none
-  OpSlot* owner = nullptr;
+  // v7 KernelPhase, initial sync: its GPU start, and at its stop its duration.
+  std::atomic<uint64_t> sync_start_ns{0};
+  std::atomic<uint64_t> sync_ns{0};  // 0: no initial-sync phase seen
 };
 
 struct alignas(64) OpSlot {
-  HandleKind kind = HandleKind::kOp;
   std::atomic<uint32_t> refs{0};
   std::atomic<uint32_t> version{0};  // seqlock for the flusher's in-flight scan
   // Identity, written once after the claim.
@@ -61,22 +63,18 @@ struct alignas(64) OpSlot {
   std::atomic<const char*> datatype{nullptr};
   std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> seq{0};
-  std::atomic<int32_t> peer{-1};
+  std::atomic<uint64_t> user_tag{0};  // v7 userTag, 0 when untagged
+  std::atomic<int32_t> peer{0};       // written at every claim
   std::atomic<uint8_t> n_channels{0};
   std::atomic<bool> p2p{false};
   std::atomic<bool> record_untimed{false};  // report at stop without GPU times (CE collectives)
   std::atomic<int64_t> enqueue_mono_ns{0};  // coarse clock: ages need only millisecond precision
-  // Progress, updated by the proxy thread.
+  // Progress, updated by the thread that reports KernelCh events.
   std::atomic<uint64_t> channel_mask{0};  // channels started (bit = channel id)
   std::atomic<uint32_t> channels_done{0};
+  // Free-list link (OpPool): index of the next free slot while this one is free.
+  std::atomic<uint32_t> next_free{0};
   ChannelRef channels[kMaxChannels];
-
-  OpSlot() {
-    for (int i = 0; i < kMaxChannels; ++i) {
-      channels[i].index = static_cast<uint8_t>(i);
-      channels[i].owner = this;
-    }
-  }
 };
 
 // A completed operation, handed from the callback path to the flusher.
@@ -94,39 +92,64 @@ struct Completion {
   uint64_t gpu_stop_ns = 0;       // latest channel stop
   uint64_t exec_ns = 0;           // longest single-channel duration (NCCL Inspector's definition)
   int64_t host_done_unix_ns = 0;  // host clock at completion, on ~1 in 16 completions; else 0
+  uint64_t user_tag = 0;          // v7 userTag, 0 when untagged
+  uint64_t sync_wait_ns = 0;      // longest initial-sync phase over the channels; 0: not seen
   bool timed = true;              // false: no GPU times (copy-engine collectives)
 };
 
-// Fixed array of slots. Claim() is one fetch_add plus a scan of plain loads bounded by the capacity
-// (wait-free); it fails, and counts a drop, only when every slot was busy as the scan passed.
+// Fixed array of slots with a lock-free free list. Claim and Release are O(1) whatever the number
+// of operations in flight: a claim pops the list (one CAS; a 32-bit tag beside the index in the
+// 64-bit head defeats ABA), or takes a never-used slot above the high-water mark, or -- the pool
+// is full -- counts a drop. The array is reserved, not touched, at construction (anonymous
+// mapping, zero pages): memory grows with the most operations ever in flight, not with capacity.
 class OpPool {
  public:
   // `capacity` is rounded up to a power of two (at least 64).
   explicit OpPool(size_t capacity);
+  ~OpPool();
+  OpPool(const OpPool&) = delete;
+  OpPool& operator=(const OpPool&) = delete;
 
-  // Returns a slot with refs == `initial_refs`, or nullptr (and counts a drop) if none is free
-  // after a bounded number of probes.
+  // Returns a slot with refs == `initial_refs`, or nullptr (and counts a drop) when all are busy.
   OpSlot* Claim(uint32_t initial_refs);
-  // Drops `n` references; returns true if that freed the slot.
-  static bool Release(OpSlot* slot, uint32_t n);
+  // Drops `n` references; returns true if that freed the slot (it is then back on the free list).
+  bool Release(OpSlot* slot, uint32_t n);
 
-  size_t capacity() const { return mask_ + 1; }
-  OpSlot& slot(size_t i) { return slots_[i]; }
-  // Whether `p` is the address of one of this pool's slots (two compares and a multiply).
-  bool Contains(const void* p) const {
-    auto base = reinterpret_cast<uintptr_t>(slots_.get());
-    auto addr = reinterpret_cast<uintptr_t>(p);
-    return addr >= base && addr < base + capacity() * sizeof(OpSlot) &&
-           (addr - base) % sizeof(OpSlot) == 0;
+  size_t capacity() const { return capacity_; }
+  // Slots ever handed out: the ones a scan of the pool must look at.
+  size_t used() const {
+    return std::min<size_t>(high_water_.load(std::memory_order_acquire), capacity_);
   }
+  OpSlot& slot(size_t i) { return slots_[i]; }
+  // Whether `p` is the address of one of this pool's slots ever handed out.
+  bool Contains(const void* p) const {
+    auto addr = reinterpret_cast<uintptr_t>(p);
+    return addr >= base() && addr < base() + used() * sizeof(OpSlot) &&
+           (addr - base()) % sizeof(OpSlot) == 0;
+  }
+  // What a handle NCCL hands back points at, told from its address alone (nothing is read
+  // through it): an OpSlot, a ChannelRef of one, that ChannelRef with the low bit set (a
+  // KernelPhase handle), or nothing of ours.
+  struct Decoded {
+    enum Type { kNone, kOp, kChannel, kPhase } type = kNone;
+    OpSlot* slot = nullptr;
+    int channel = -1;
+  };
+  Decoded Decode(const void* handle) const;
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
-  // Slots currently in use (for tests and metrics; O(capacity)).
+  // Slots currently in use (for tests and metrics; O(used)).
   size_t InUse() const;
 
  private:
-  size_t mask_;
-  std::unique_ptr<OpSlot[]> slots_;
-  std::atomic<uint64_t> cursor_{0};
+  static constexpr uint32_t kNil = UINT32_MAX;
+  uintptr_t base() const { return reinterpret_cast<uintptr_t>(slots_); }
+  uint32_t IndexOf(const OpSlot* slot) const { return static_cast<uint32_t>(slot - slots_); }
+
+  const size_t capacity_;
+  const size_t bytes_;
+  OpSlot* slots_;
+  alignas(64) std::atomic<uint64_t> free_head_;  // (tag << 32) | index of the first free slot
+  alignas(64) std::atomic<uint64_t> high_water_{0};
   std::atomic<uint64_t> dropped_{0};
 };
 

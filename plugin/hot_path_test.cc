@@ -22,10 +22,85 @@ TEST(OpPoolTest, ClaimsUntilFullThenDropsAndCounts) {
   EXPECT_EQ(pool.Claim(1), nullptr);
   EXPECT_EQ(pool.dropped(), 1u);
   EXPECT_EQ(pool.InUse(), 64u);
-  EXPECT_TRUE(OpPool::Release(slots[3], 1));
-  // Wherever the cursor stands, the scan finds the one free slot.
+  EXPECT_TRUE(pool.Release(slots[3], 1));
+  // The freed slot is the one the next claim gets, in one step.
   EXPECT_EQ(pool.Claim(2), slots[3]);
   EXPECT_EQ(pool.dropped(), 1u);
+  EXPECT_EQ(pool.Claim(1), nullptr);
+  EXPECT_EQ(pool.dropped(), 2u);
+  // A slot with two references is freed by the second release only.
+  EXPECT_FALSE(pool.Release(slots[3], 1));
+  EXPECT_TRUE(pool.Release(slots[3], 1));
+  EXPECT_EQ(pool.InUse(), 63u);
+}
+
+TEST(OpPoolTest, FreedSlotsAreReusedLastInFirstOutAndNewOnesOnlyWhenNoneIsFree) {
+  OpPool pool(128);
+  OpSlot* a = pool.Claim(1);
+  OpSlot* b = pool.Claim(1);
+  ASSERT_NE(a, b);
+  EXPECT_EQ(pool.used(), 2u);
+  pool.Release(a, 1);
+  pool.Release(b, 1);
+  EXPECT_EQ(pool.Claim(1), b);
+  EXPECT_EQ(pool.Claim(1), a);
+  EXPECT_EQ(pool.used(), 2u);  // no fresh slot was needed
+  EXPECT_NE(pool.Claim(1), nullptr);
+  EXPECT_EQ(pool.used(), 3u);
+}
+
+TEST(OpPoolTest, HandlesAreToldApartByAddressAndForeignOnesIgnored) {
+  OpPool pool(64);
+  OpSlot* s = pool.Claim(1);
+  auto d = pool.Decode(s);
+  EXPECT_EQ(d.type, OpPool::Decoded::kOp);
+  EXPECT_EQ(d.slot, s);
+  d = pool.Decode(&s->channels[5]);
+  EXPECT_EQ(d.type, OpPool::Decoded::kChannel);
+  EXPECT_EQ(d.slot, s);
+  EXPECT_EQ(d.channel, 5);
+  d = pool.Decode(reinterpret_cast<char*>(&s->channels[63]) + 1);
+  EXPECT_EQ(d.type, OpPool::Decoded::kPhase);
+  EXPECT_EQ(d.channel, 63);
+  int foreign = 0;
+  EXPECT_EQ(pool.Decode(&foreign).type, OpPool::Decoded::kNone);
+  EXPECT_EQ(pool.Decode(&s->refs + 1).type, OpPool::Decoded::kNone);  // inside, not a handle
+  EXPECT_EQ(pool.Decode(reinterpret_cast<char*>(s) + 1).type, OpPool::Decoded::kNone);
+}
+
+// Many threads claim and release at once: no slot is ever handed to two holders, and every slot
+// comes back.
+TEST(OpPoolTest, ConcurrentClaimsNeverShareASlot) {
+  OpPool pool(256);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 100000;
+  std::atomic<int> overlaps{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      std::vector<OpSlot*> held;
+      for (int i = 0; i < kRounds; ++i) {
+        if (OpSlot* s = pool.Claim(1)) {
+          // count is free for the holder to use: a second holder would see our mark.
+          if (s->count.exchange(1, std::memory_order_relaxed) != 0) overlaps.fetch_add(1);
+          held.push_back(s);
+        }
+        if (held.size() > 40 || (i % 3 == 0 && !held.empty())) {
+          OpSlot* s = held.back();
+          held.pop_back();
+          s->count.store(0, std::memory_order_relaxed);
+          pool.Release(s, 1);
+        }
+      }
+      for (OpSlot* s : held) {
+        s->count.store(0, std::memory_order_relaxed);
+        pool.Release(s, 1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(pool.InUse(), 0u);
 }
 
 TEST(CompletionRingTest, FifoAndExactDropAccounting) {

@@ -3,6 +3,7 @@
 #include "plugin/lifecycle.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,6 +32,22 @@ std::atomic<Recorder*> g_recorder{nullptr};
 
 namespace {
 
+std::atomic<bool> g_forked_child{false};
+
+// fork() child handler: runs in the child before fork() returns there, while only the forking
+// thread exists. Two stores; nothing that could wait on a lock another thread held at the fork.
+void MarkForkedChild() {
+  g_forked_child.store(true, std::memory_order_relaxed);
+  internal::g_recorder.store(nullptr, std::memory_order_relaxed);
+}
+
+// Registered when the library loads, so that even a fork before the first init is covered.
+__attribute__((constructor)) void RegisterForkHandler() {
+  pthread_atfork(nullptr, nullptr, MarkForkedChild);
+}
+
+void ShutdownAtExit();
+
 class Lifecycle {
  public:
   static Lifecycle& Get() {
@@ -39,17 +56,19 @@ class Lifecycle {
   }
 
   abi::Result Init(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
-                   const char* comm_name, int n_nodes, int nranks, int rank, abi::Logger logfn) {
+                   const char* comm_name, int n_nodes, int nranks, int rank, abi::Logger logfn,
+                   int kernel_phase_bit) {
     *context = nullptr;
     std::lock_guard<std::mutex> lock(mu_);
+    if (logfn_ == nullptr) logfn_ = logfn;
     if (!started_) Start(comm_hash, logfn);
-    if (!config_.enable || recorder_ == nullptr) return abi::kSuccess;
+    if (!config_.enable || recorder_ == nullptr || shut_down_) return abi::kSuccess;
     const int device = CudaDevice();
     CommIdentity identity{comm_hash, comm_name != nullptr ? comm_name : "", rank, nranks, n_nodes,
                           device};
     identity.gpu_uuid = GpuUuidOf(gpu_uuids_, device);
     *context = recorder_->InitComm(std::move(identity));
-    if (mask != nullptr) *mask = wanted_mask;
+    if (mask != nullptr) *mask = wanted_mask | (config_.kernel_phase ? kernel_phase_bit : 0);
     ++active_comms_;
     return abi::kSuccess;
   }
@@ -67,11 +86,10 @@ class Lifecycle {
   }
 
   // Process exit: report what the last interval saw (jobs often never destroy communicators).
-  // A forked child (e.g. a data-loader worker) inherits this object but not its threads, so it
-  // must leave them alone.
+  // A forked child never gets here (see lifecycle.h); the pid check is a second guard.
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (recorder_ == nullptr || getpid() != owner_pid_) return;
+    if (recorder_ == nullptr || shut_down_ || getpid() != owner_pid_) return;
     shut_down_ = true;
     flusher_->Stop();
     // Final reports: the aggregator then knows these ranks ended, rather than went silent.
@@ -84,7 +102,9 @@ class Lifecycle {
     started_ = true;
     ConfigTable table("libnccl-profiler-ncclwatch.so", "");
     RegisterPluginConfig(table, config_);
-    absl::Status status = LoadPluginConfig(config_);
+    std::vector<std::string> warnings;
+    absl::Status status = LoadPluginConfig(config_, ConfigTable::DefaultEnv(), &warnings);
+    for (const std::string& w : warnings) Log(abi::kLogWarn, "ncclwatch: " + w);
     if (!status.ok()) {
       if (logfn) {
         logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: disabled: %s",
@@ -125,7 +145,9 @@ class Lifecycle {
       }
     }
     recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
-    agent_ = std::make_unique<AgentClient>(config_.agent_addr, config_.max_queued_reports);
+    agent_ = std::make_unique<AgentClient>(
+        config_.agent_addr, config_.max_queued_reports,
+        [this](abi::LogLevel level, const std::string& message) { Log(level, message); });
     sink_ = agent_.get();
     if (dump_) {
       // The dump first: the last sink of a composite takes each report, the others a copy.
@@ -134,7 +156,20 @@ class Lifecycle {
     }
     flusher_ = std::make_unique<Flusher>(config_, *recorder_, identity, *sink_);
     flusher_->Start();
+    // After the transport's libraries were loaded and built their statics: at exit, handlers run
+    // in reverse order of registration, so ours runs before their destructors.
+    std::atexit(ShutdownAtExit);
     internal::g_recorder.store(recorder_.get(), std::memory_order_release);
+  }
+
+  // Through NCCL's logger (the first one an init gave us); without one, warnings go to stderr.
+  void Log(abi::LogLevel level, const std::string& message) {
+    abi::Logger logfn = logfn_.load();
+    if (logfn != nullptr) {
+      logfn(level, abi::kLogSubsysProfile, __FILE__, __LINE__, "%s", message.c_str());
+    } else if (level == abi::kLogWarn) {
+      std::fprintf(stderr, "%s\n", message.c_str());
+    }
   }
 
   std::string JobId(uint64_t first_comm_hash) const {
@@ -161,6 +196,7 @@ class Lifecycle {
   }
 
   std::mutex mu_;
+  std::atomic<abi::Logger> logfn_{nullptr};  // also read by the agent client's thread
   bool started_ = false;
   bool shut_down_ = false;  // process exit: every communicator was finalized
   int active_comms_ = 0;
@@ -175,23 +211,32 @@ class Lifecycle {
   std::unique_ptr<Flusher> flusher_;
 };
 
-// Runs at process exit (the library is linked NODELETE, so never earlier): jobs often never
-// destroy their communicators.
-__attribute__((destructor)) void ShutdownAtExit() {
-  if (internal::g_recorder.load() != nullptr) ShutdownPlugin();
-}
+// Registered with atexit at start (jobs often never destroy their communicators).
+void ShutdownAtExit() { ShutdownPlugin(); }
 
 }  // namespace
 
+bool InForkedChild() { return g_forked_child.load(std::memory_order_relaxed); }
+
 abi::Result InitCommunicator(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
                              const char* comm_name, int n_nodes, int nranks, int rank,
-                             abi::Logger logfn) {
+                             abi::Logger logfn, int kernel_phase_bit) {
+  if (InForkedChild()) {
+    *context = nullptr;
+    return abi::kSuccess;
+  }
   return Lifecycle::Get().Init(context, comm_hash, mask, wanted_mask, comm_name, n_nodes, nranks,
-                               rank, logfn);
+                               rank, logfn, kernel_phase_bit);
 }
 
-abi::Result FinalizeCommunicator(void* context) { return Lifecycle::Get().Finalize(context); }
+abi::Result FinalizeCommunicator(void* context) {
+  if (InForkedChild()) return abi::kSuccess;
+  return Lifecycle::Get().Finalize(context);
+}
 
-void ShutdownPlugin() { Lifecycle::Get().Shutdown(); }
+void ShutdownPlugin() {
+  if (InForkedChild()) return;
+  Lifecycle::Get().Shutdown();
+}
 
 }  // namespace ncclwatch::plugin

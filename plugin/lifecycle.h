@@ -5,7 +5,17 @@
 //
 //   InitCommunicator      once per communicator, possibly concurrently (serialized inside)
 //   FinalizeCommunicator  once per communicator; the last one drains the reports to the agent
-//   ShutdownPlugin        at process exit (a destructor function in lifecycle.cc calls it)
+//   ShutdownPlugin        at process exit (an atexit handler registered at start calls it)
+//
+// Fork: a pthread_atfork child handler, registered when the library loads, marks a forked child
+// before any lock can be taken in it. In the child every entry point returns at once, the
+// callbacks see no Recorder, and the exit path does nothing: a child never touches the parent's
+// threads, agent stream or communicators, and never waits.
+//
+// Exit: the shutdown runs from an atexit handler registered at start, after the transport's
+// libraries were loaded and constructed, so it runs before their static destructors. It sends
+// every live communicator's final report and frees nothing NCCL may still hand in: threads that
+// keep launching while the process exits find their contexts intact.
 //
 // None of these is on the event callback path; they take a lock, allocate and may log through
 // NCCL's logger. They may throw (std::bad_alloc, std::system_error): the noexcept adapters in
@@ -36,9 +46,11 @@ inline Recorder* ActiveRecorder() { return internal::g_recorder.load(std::memory
 // disabled or failed to start (the communicator then simply has no events). Sets *mask (when not
 // null) to `wanted_mask` for a context, leaves it alone otherwise. `logfn` (may be null) receives
 // the start-up message. Always returns kSuccess.
+// `kernel_phase_bit` (ABI v7: the KernelPhase bit, else 0) is added to the mask when
+// NCCLWATCH_KERNEL_PHASE=1.
 abi::Result InitCommunicator(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
                              const char* comm_name, int n_nodes, int nranks, int rank,
-                             abi::Logger logfn);
+                             abi::Logger logfn, int kernel_phase_bit = 0);
 
 // Sends the communicator's final report and releases its context (null: nothing to do). After the
 // last live communicator, waits up to NCCLWATCH_FINALIZE_TIMEOUT_MS for the reports to reach the
@@ -47,9 +59,13 @@ abi::Result FinalizeCommunicator(void* context);
 
 // Process exit: stops the flusher, sends a final report for every communicator still alive (so
 // the aggregator knows these ranks ended rather than went silent) and hands the queued reports
-// to the agent for at most NCCLWATCH_FINALIZE_TIMEOUT_MS. Does nothing before the plugin started
-// or in a forked child, which inherits the state but not the threads.
+// to the agent for at most NCCLWATCH_FINALIZE_TIMEOUT_MS. Does nothing before the plugin started,
+// after it already ran, or in a forked child, which inherits the state but not the threads.
 void ShutdownPlugin();
+
+// Whether this process is a fork() child of the one that loaded the plugin (set by the child
+// handler, before any of our locks can be taken).
+bool InForkedChild();
 
 }  // namespace ncclwatch::plugin
 

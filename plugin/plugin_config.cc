@@ -32,33 +32,60 @@ void RegisterPluginConfig(ConfigTable& t, PluginConfig& c) {
               "operation, a .prom textfile per process); empty: off.");
   t.AddInt("", "NCCLWATCH_FINALIZE_TIMEOUT_MS", &c.finalize_timeout_ms,
            "Longest time communicator finalize waits to hand the last report to the agent.");
+  t.AddBool("", "NCCLWATCH_KERNEL_PHASE", &c.kernel_phase,
+            "1 asks NCCL >= 2.31 for KernelPhase events: each kernel's wait for its peers, "
+            "measured on the GPU. Off by default: NCCL 2.31.2 pays for it in GPU time "
+            "(README, 'KernelPhase').");
 }
 
-absl::Status LoadPluginConfig(PluginConfig& config, const ConfigTable::EnvLookup& env) {
+absl::Status LoadPluginConfig(PluginConfig& config, const ConfigTable::EnvLookup& env,
+                              std::vector<std::string>* warnings) {
   ConfigTable table("libnccl-profiler-ncclwatch.so", "");
   RegisterPluginConfig(table, config);
   absl::Status status = table.ParseEnv(env);
   if (!status.ok()) return status;
-  auto check = [](int64_t v, int64_t lo, int64_t hi, const char* name) -> absl::Status {
-    if (v < lo || v > hi) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s=%d is out of range [%d, %d]", name, v, lo, hi));
-    }
-    return absl::OkStatus();
+  // The upper bounds keep memory and init time per process sane: the pool is reserved, not
+  // touched, but each ring and queued report is real memory (README, configuration).
+  struct Bound {
+    int64_t* value;
+    int64_t lo, hi;
+    const char* name;
+    const char* why;
   };
-  for (auto s : {check(config.flush_interval_ms, 10, 60000, "NCCLWATCH_FLUSH_INTERVAL_MS"),
-                 check(config.op_pool_size, 64, 1 << 22, "NCCLWATCH_OP_POOL_SIZE"),
-                 check(config.ring_size, 64, 1 << 22, "NCCLWATCH_RING_SIZE"),
-                 check(config.sample_stride, 1, 1 << 20, "NCCLWATCH_SAMPLE_STRIDE"),
-                 check(config.max_samples, 0, 1 << 20, "NCCLWATCH_MAX_SAMPLES"),
-                 check(config.max_in_flight, 0, 1 << 16, "NCCLWATCH_MAX_IN_FLIGHT"),
-                 check(config.max_queued_reports, 1, 1 << 20, "NCCLWATCH_MAX_QUEUED_REPORTS"),
-                 check(config.finalize_timeout_ms, 0, 600000, "NCCLWATCH_FINALIZE_TIMEOUT_MS")}) {
-    if (!s.ok()) return s;
+  const Bound bounds[] = {
+      {&config.flush_interval_ms, 10, 60000, "NCCLWATCH_FLUSH_INTERVAL_MS", ""},
+      {&config.op_pool_size, 64, 1 << 18, "NCCLWATCH_OP_POOL_SIZE",
+       " (2.6 KiB of address space per slot)"},
+      {&config.ring_size, 64, 1 << 18, "NCCLWATCH_RING_SIZE",
+       " (112 bytes per entry, per communicator)"},
+      {&config.sample_stride, 1, 1 << 20, "NCCLWATCH_SAMPLE_STRIDE", ""},
+      {&config.max_samples, 0, 1 << 16, "NCCLWATCH_MAX_SAMPLES", ""},
+      {&config.max_in_flight, 0, 4096, "NCCLWATCH_MAX_IN_FLIGHT", ""},
+      {&config.max_queued_reports, 1, 1 << 16, "NCCLWATCH_MAX_QUEUED_REPORTS", ""},
+      {&config.finalize_timeout_ms, 0, 60000, "NCCLWATCH_FINALIZE_TIMEOUT_MS",
+       " (finalize and exit wait this long at most)"},
+  };
+  for (const Bound& b : bounds) {
+    if (*b.value >= b.lo && *b.value <= b.hi) continue;
+    const int64_t used = *b.value < b.lo ? b.lo : b.hi;
+    if (warnings != nullptr) {
+      warnings->push_back(absl::StrFormat("%s=%d is outside [%d, %d]%s; using %d", b.name, *b.value,
+                                          b.lo, b.hi, b.why, used));
+    }
+    *b.value = used;
   }
   if ((config.sample_stride & (config.sample_stride - 1)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("NCCLWATCH_SAMPLE_STRIDE=%d is not a power of two", config.sample_stride));
+    int64_t p = 1;
+    while (p * 2 <= config.sample_stride) p *= 2;
+    if (warnings != nullptr) {
+      warnings->push_back(absl::StrFormat(
+          "NCCLWATCH_SAMPLE_STRIDE=%d is not a power of two; using %d", config.sample_stride, p));
+    }
+    config.sample_stride = p;
+  }
+  // A bare socket path is what people write; gRPC would read it as a DNS name.
+  if (!config.agent_addr.empty() && config.agent_addr[0] == '/') {
+    config.agent_addr = "unix://" + config.agent_addr;
   }
   return absl::OkStatus();
 }

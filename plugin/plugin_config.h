@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/config.h"
@@ -23,15 +24,20 @@ struct PluginConfig {
   int64_t max_in_flight = 8;
   int64_t max_queued_reports = 1024;
   int64_t finalize_timeout_ms = 2000;
-  std::string dump_dir;  // offline mode: NCCL Inspector-compatible files here
+  std::string dump_dir;       // offline mode: NCCL Inspector-compatible files here
+  bool kernel_phase = false;  // ask NCCL >= 2.31 (profiler ABI v7) for KernelPhase events
 };
 
 // Registers every variable of `config` in `table`.
 void RegisterPluginConfig(ConfigTable& table, PluginConfig& config);
 
-// Reads the environment into `config` and checks ranges. InvalidArgument names the variable.
+// Reads the environment into `config`. A value that does not parse is an InvalidArgument naming
+// the variable (the plugin then stays off). A number outside its range is brought to the nearest
+// bound, with one line per variable in `*warnings` (when not null) saying what was used and why:
+// a typo must not cost the job gigabytes or minutes at init.
 absl::Status LoadPluginConfig(PluginConfig& config,
-                              const ConfigTable::EnvLookup& env = ConfigTable::DefaultEnv());
+                              const ConfigTable::EnvLookup& env = ConfigTable::DefaultEnv(),
+                              std::vector<std::string>* warnings = nullptr);
 
 }  // namespace ncclwatch::plugin
 

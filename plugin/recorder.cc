@@ -8,10 +8,6 @@
 namespace ncclwatch::plugin {
 namespace {
 
-// Both handle types begin with their HandleKind: read the tag before treating the handle as either.
-// Only for handles NCCL got from us (stopEvent, recordEventState), never for a parentObj.
-HandleKind KindOf(const void* handle) { return *static_cast<const HandleKind*>(handle); }
-
 int64_t ReadClock(clockid_t id) {
   timespec ts;
   clock_gettime(id, &ts);
@@ -66,6 +62,7 @@ void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
   slot->datatype.store(op.datatype, kRelaxed);
   slot->count.store(op.count, kRelaxed);
   slot->seq.store(op.p2p ? 0 : op.seq, kRelaxed);
+  slot->user_tag.store(op.user_tag, kRelaxed);
   slot->peer.store(op.p2p ? op.peer : -1, kRelaxed);
   slot->n_channels.store(op.n_channels, kRelaxed);
   slot->p2p.store(op.p2p, kRelaxed);
@@ -97,20 +94,41 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
   ChannelRef& ref = slot->channels[channel];
   ref.start_ns.store(gpu_start_ns, std::memory_order_relaxed);
   ref.stop_ns.store(0, std::memory_order_relaxed);
+  ref.sync_ns.store(0, std::memory_order_relaxed);
   ref.generation.store(slot->generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return &ref;
 }
 
 void Recorder::RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept {
-  if (handle == nullptr || KindOf(handle) != HandleKind::kChannel) return;
-  static_cast<ChannelRef*>(handle)->stop_ns.store(gpu_stop_ns, std::memory_order_relaxed);
+  OpPool::Decoded d = pool_.Decode(handle);
+  if (d.type != OpPool::Decoded::kChannel) return;
+  d.slot->channels[d.channel].stop_ns.store(gpu_stop_ns, std::memory_order_relaxed);
+}
+
+void* Recorder::StartKernelPhase(void* parent, uint8_t phase_id, uint64_t gpu_start_ns) noexcept {
+  if (phase_id != 0) return nullptr;  // compute and final sync: not used
+  OpPool::Decoded d = pool_.Decode(parent);
+  if (d.type != OpPool::Decoded::kChannel) return nullptr;
+  // The channel's own handle keeps the slot alive until the channel stops, after its phases.
+  ChannelRef& ref = d.slot->channels[d.channel];
+  ref.sync_start_ns.store(gpu_start_ns, std::memory_order_relaxed);
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(&ref) | kPhaseHandleBit);
+}
+
+void Recorder::RecordKernelPhaseStop(void* handle, uint64_t gpu_stop_ns) noexcept {
+  OpPool::Decoded d = pool_.Decode(handle);
+  if (d.type != OpPool::Decoded::kPhase) return;
+  ChannelRef& ref = d.slot->channels[d.channel];
+  const uint64_t start = ref.sync_start_ns.load(std::memory_order_relaxed);
+  // At least 1 ns, so that a phase seen is told from none; a stop before the start is not kept.
+  if (gpu_stop_ns >= start)
+    ref.sync_ns.store(std::max<uint64_t>(1, gpu_stop_ns - start), std::memory_order_relaxed);
 }
 
 void Recorder::StopEvent(void* handle) noexcept {
-  if (handle == nullptr) return;
-  HandleKind kind = KindOf(handle);
-  if (kind == HandleKind::kOp) {
-    auto* slot = static_cast<OpSlot*>(handle);
+  OpPool::Decoded d = pool_.Decode(handle);
+  if (d.type == OpPool::Decoded::kOp) {
+    OpSlot* slot = d.slot;
     // Coll/P2p stop means "enqueued". Without channels nothing else will time this operation.
     if (slot->n_channels.load(std::memory_order_relaxed) == 0) {
       CommState* comm = slot->comm.load(std::memory_order_relaxed);
@@ -121,16 +139,16 @@ void Recorder::StopEvent(void* handle) noexcept {
         comm->ring().Push(c);
       }
     }
-    OpPool::Release(slot, 1);
+    pool_.Release(slot, 1);
     return;
   }
-  if (kind != HandleKind::kChannel) return;
-  OpSlot* slot = static_cast<ChannelRef*>(handle)->owner;
+  if (d.type != OpPool::Decoded::kChannel) return;  // a KernelPhase stop: nothing to do
+  OpSlot* slot = d.slot;
   // acq_rel: the last channel to stop sees every other channel's timestamps.
   uint32_t done = slot->channels_done.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (done == slot->n_channels.load(std::memory_order_relaxed)) {
     Complete(slot);
-    OpPool::Release(slot, 1);  // the kernel reference
+    pool_.Release(slot, 1);  // the kernel reference
   }
 }
 
@@ -146,6 +164,7 @@ Completion Recorder::Describe(const OpSlot* slot) noexcept {
   c.peer = slot->peer.load(kRelaxed);
   c.p2p = slot->p2p.load(kRelaxed);
   c.channels = slot->n_channels.load(kRelaxed);
+  c.user_tag = slot->user_tag.load(kRelaxed);
   return c;
 }
 
@@ -153,7 +172,7 @@ void Recorder::Complete(OpSlot* slot) noexcept {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   CommState* comm = slot->comm.load(kRelaxed);
   const uint32_t generation = slot->generation.load(kRelaxed);
-  uint64_t start_min = UINT64_MAX, stop_max = 0, longest = 0;
+  uint64_t start_min = UINT64_MAX, stop_max = 0, longest = 0, sync_max = 0;
   bool timed = false;
   for (uint64_t mask = slot->channel_mask.load(kRelaxed); mask != 0; mask &= mask - 1) {
     const ChannelRef& ref = slot->channels[std::countr_zero(mask)];
@@ -164,6 +183,7 @@ void Recorder::Complete(OpSlot* slot) noexcept {
     start_min = std::min(start_min, start);
     stop_max = std::max(stop_max, stop);
     longest = std::max(longest, stop - start);
+    sync_max = std::max(sync_max, ref.sync_ns.load(kRelaxed));
   }
   if (!timed) {
     comm->CountUntimed();
@@ -173,6 +193,7 @@ void Recorder::Complete(OpSlot* slot) noexcept {
   c.gpu_start_ns = start_min;
   c.gpu_stop_ns = stop_max;
   c.exec_ns = longest;
+  c.sync_wait_ns = sync_max;
   c.host_done_unix_ns = comm->TakeClockSample() ? RealtimeNs() : 0;
   comm->ring().Push(c);
 }
@@ -180,7 +201,7 @@ void Recorder::Complete(OpSlot* slot) noexcept {
 void Recorder::ListInFlight(std::vector<InFlightView>* out) const {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   auto& pool = const_cast<OpPool&>(pool_);
-  for (size_t i = 0; i < pool.capacity(); ++i) {
+  for (size_t i = 0, n = pool.used(); i < n; ++i) {
     const OpSlot& s = pool.slot(i);
     uint32_t v1 = s.version.load(std::memory_order_acquire);
     if ((v1 & 1) != 0 || s.refs.load(kRelaxed) == 0) continue;
@@ -201,7 +222,7 @@ void Recorder::ListInFlight(std::vector<InFlightView>* out) const {
 
 bool Recorder::Referenced(const CommState* comm) const {
   auto& pool = const_cast<OpPool&>(pool_);
-  for (size_t i = 0; i < pool.capacity(); ++i) {
+  for (size_t i = 0, n = pool.used(); i < n; ++i) {
     const OpSlot& s = pool.slot(i);
     if (s.refs.load(std::memory_order_acquire) != 0 &&
         s.comm.load(std::memory_order_relaxed) == comm) {

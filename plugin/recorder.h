@@ -65,6 +65,7 @@ struct OpDescr {
   // Copy-engine collective (v6): NCCL never times it and it has no KernelCh children, so its
   // count and bytes are reported at stop, without execution time.
   bool copy_engine = false;
+  uint64_t user_tag = 0;  // v7 userTag (NCCL's reserved top-bit values included), 0: untagged
 };
 
 // An operation in flight, as listed by the flusher.
@@ -99,6 +100,11 @@ class Recorder {
   // Returns a ChannelRef handle or nullptr when `parent` is not one of our operations.
   void* StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_start_ns) noexcept;
   void RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept;
+  // v7 KernelPhase, a child of a KernelCh event (`parent`: its handle). Only the initial-sync
+  // phase is kept: the handle is the channel's with the low bit set; other phases get nullptr.
+  void* StartKernelPhase(void* parent, uint8_t phase_id, uint64_t gpu_start_ns) noexcept;
+  void RecordKernelPhaseStop(void* handle, uint64_t gpu_stop_ns) noexcept;
+  // Any handle we gave out (Coll/P2p, KernelCh, KernelPhase); anything else is ignored.
   void StopEvent(void* handle) noexcept;
 
   // --- flusher side ---

@@ -32,6 +32,8 @@ class ReportSink {
   virtual bool Drain(std::chrono::milliseconds timeout) = 0;
   // Reports discarded so far.
   virtual uint64_t dropped() const = 0;
+  // Times delivery became impossible (the agent could not be reached) so far.
+  virtual uint64_t outages() const { return 0; }
 
   // --- Optional hooks (default: no-ops) --------------------------------------------------------
 

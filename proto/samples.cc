@@ -22,6 +22,11 @@ void SampleColumnWriter::Add(const std::string& op, const std::string& algo_prot
   col->add_gpu_start_delta_ns(static_cast<int64_t>(s.gpu_start_ns - c.last_start));
   col->add_duration_ns(s.duration_ns);
   col->add_own_time_ns(s.own_time_ns);
+  // Only columns with a sync wait carry the array: backfilled with "unknown" when it first shows.
+  if (s.sync_wait_ns != 0 || col->sync_wait_ns_size() != 0) {
+    while (col->sync_wait_ns_size() < col->seq_delta_size() - 1) col->add_sync_wait_ns(0);
+    col->add_sync_wait_ns(s.sync_wait_ns);
+  }
   c.last_seq = s.seq;
   c.last_start = s.gpu_start_ns;
 }
@@ -30,7 +35,8 @@ bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report) {
   for (const auto& col : report.sample_columns()) {
     if (col.seq_delta_size() != col.gpu_start_delta_ns_size() ||
         col.seq_delta_size() != col.duration_ns_size() ||
-        (col.own_time_ns_size() != 0 && col.own_time_ns_size() != col.seq_delta_size())) {
+        (col.own_time_ns_size() != 0 && col.own_time_ns_size() != col.seq_delta_size()) ||
+        (col.sync_wait_ns_size() != 0 && col.sync_wait_ns_size() != col.seq_delta_size())) {
       return false;
     }
   }
@@ -49,12 +55,14 @@ void ForEachSample(
   for (const auto& col : report.sample_columns()) {
     Sample s;
     const bool has_own_time = col.own_time_ns_size() == col.seq_delta_size();
+    const bool has_sync = col.sync_wait_ns_size() == col.seq_delta_size();
     for (int i = 0; i < col.seq_delta_size(); ++i) {
       s.seq += static_cast<uint64_t>(col.seq_delta(i));
       s.gpu_start_ns += static_cast<uint64_t>(col.gpu_start_delta_ns(i));
       s.duration_ns = col.duration_ns(i);
       // Negative values other than -1 cannot come from a plugin: read as unknown.
       s.own_time_ns = has_own_time ? std::max<int64_t>(-1, col.own_time_ns(i)) : -1;
+      s.sync_wait_ns = has_sync ? col.sync_wait_ns(i) : 0;
       fn(col, s);
     }
   }

@@ -20,6 +20,9 @@ struct Sample {
   // Time from the end of the process's previous operation to this one's start (SampleColumn
   // own_time_ns); -1 when unknown, including columns written by plugins that predate it.
   int64_t own_time_ns = -1;
+  // How long the kernel waited for its peers (SampleColumn sync_wait_ns, ABI v7 KernelPhase);
+  // 0 when unknown.
+  uint64_t sync_wait_ns = 0;
 };
 
 // Appends samples to a report's columns. Samples of one column should arrive in seq order for the
@@ -40,7 +43,8 @@ class SampleColumnWriter {
   std::map<std::tuple<std::string, std::string, uint64_t, uint32_t>, Cursor> cursors_;
 };
 
-// True when every column's arrays have the same length (own_time_ns may also be empty).
+// True when every column's arrays have the same length (own_time_ns and sync_wait_ns may also be
+// empty).
 bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report);
 // Total number of samples in the report.
 size_t SampleCount(const ncclwatch::v1::RankReport& report);

@@ -1,7 +1,13 @@
-// Benchmarks of the profiler plugin, called through its exported ncclProfiler_v5 table exactly as
-// NCCL calls it (the .so is dlopen'ed with RTLD_NOW|RTLD_LOCAL).
+// Benchmarks of the profiler plugin, called through its exported ncclProfiler_v5 or _v7 table
+// exactly as NCCL calls it (the .so is dlopen'ed with RTLD_NOW|RTLD_LOCAL).
 //
-//   plugin_bench [--agent=present|absent|hung] [--report-seconds=N] [benchmark flags]
+//   plugin_bench [--abi=5|7] [--in-flight=N] [--pool=N] [--agent=present|absent|hung]
+//                [--report-seconds=N] [benchmark flags]
+//
+// --in-flight=N: before measuring, N collectives are enqueued whose kernels never finish (a hung
+// or stalled GPU, a CUDA graph, a long gradient-accumulation step): the micro-benchmarks then run
+// with N operations in flight. --pool sets NCCLWATCH_OP_POOL_SIZE (default 2048: beyond it,
+// operations are dropped and counted, which must cost no more than recording them).
 //
 // 1. Report volume: drives 50,000 collectives/s spread over 8 communicators for N seconds (each
 //    with its launch-path events and 2 KernelCh channels) and counts the bytes the plugin sends to
@@ -26,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -33,6 +40,7 @@
 #include "grpcpp/grpcpp.h"
 #include "plugin/abi.h"
 #include "plugin/abi_testing.h"
+#include "plugin/abi_v7.h"
 
 namespace ncclwatch::bench {
 namespace {
@@ -90,7 +98,23 @@ class FakeAgent : public grpc::CallbackGenericService {
 // ---- driving the plugin ----------------------------------------------------------------------
 
 ProfilerV5* g_v5 = nullptr;
+ProfilerV7* g_v7 = nullptr;
 int g_mask = 0;
+
+// The loaded table's functions, whichever version: the callbacks have one shape except for the
+// descriptor type, and every benchmark builds both descriptor versions the same way.
+template <typename Descr>
+Result Start(void* ctx, void** handle, Descr* d) {
+  if constexpr (std::is_same_v<Descr, EventDescrV7>) {
+    return g_v7->start_event(ctx, handle, d);
+  } else {
+    return g_v5->start_event(ctx, handle, d);
+  }
+}
+Result Stop(void* h) { return g_v7 ? g_v7->stop_event(h) : g_v5->stop_event(h); }
+Result Record(void* h, EventState s, StateArgs* a) {
+  return g_v7 ? g_v7->record_event_state(h, s, a) : g_v5->record_event_state(h, s, a);
+}
 
 struct Comm {
   void* context = nullptr;
@@ -101,50 +125,85 @@ std::vector<Comm> InitComms(int n, uint64_t base_hash) {
   for (int i = 0; i < n; ++i) {
     char name[32];
     std::snprintf(name, sizeof(name), "comm%d", i);
-    g_v5->init(&comms[i].context, base_hash + i, &g_mask, name, 2, 16, 3, nullptr);
+    if (g_v7) {
+      g_v7->init(&comms[i].context, base_hash + i, &g_mask, name, 2, 16, 3, nullptr);
+    } else {
+      g_v5->init(&comms[i].context, base_hash + i, &g_mask, name, 2, 16, 3, nullptr);
+    }
   }
   return comms;
 }
 
 // One collective as NCCL enqueues it; returns the Coll handle (the KernelCh parent).
-inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
+template <typename Descr>
+inline void* LaunchCollectiveAs(void* ctx, uint64_t seq, uint8_t channels) {
   static int stream_marker;
   void* group_api = nullptr;
-  EventDescrV5 ga = MakeDescrV5(kGroupApi, nullptr);
+  Descr ga = MakeDescr<Descr>(kGroupApi, nullptr);
   ga.group_api = {false, 1};
-  g_v5->start_event(ctx, &group_api, &ga);
-  g_v5->record_event_state(group_api, kGroupStartApiStop, nullptr);
+  Start(ctx, &group_api, &ga);
+  Record(group_api, kGroupStartApiStop, nullptr);
   void* coll_api = nullptr;
-  EventDescrV5 ca = MakeDescrV5(kCollApi, group_api);
-  ca.coll_api = {"AllReduce", 1 << 20, "ncclFloat32", 0, &stream_marker, false};
-  g_v5->start_event(ctx, &coll_api, &ca);
-  if (coll_api) g_v5->stop_event(coll_api);
-  g_v5->record_event_state(group_api, kGroupEndApiStart, nullptr);
+  Descr ca = MakeDescr<Descr>(kCollApi, group_api);
+  ca.coll_api.func = "AllReduce";
+  ca.coll_api.count = 1 << 20;
+  ca.coll_api.datatype = "ncclFloat32";
+  ca.coll_api.stream = &stream_marker;
+  Start(ctx, &coll_api, &ca);
+  if (coll_api) Stop(coll_api);
+  Record(group_api, kGroupEndApiStart, nullptr);
   void* group = nullptr;
-  EventDescrV5 gr = MakeDescrV5(kGroup, nullptr);
-  g_v5->start_event(ctx, &group, &gr);
+  Descr gr = MakeDescr<Descr>(kGroup, nullptr);
+  Start(ctx, &group, &gr);
   void* coll = nullptr;
-  EventDescrV5 c = MakeDescrV5(kColl, coll_api);
+  Descr c = MakeDescr<Descr>(kColl, coll_api);
   c.rank = 3;
-  c.coll = {seq,           "AllReduce", nullptr, nullptr, 1 << 20,  0,
-            "ncclFloat32", channels,    16,      "RING",  "SIMPLE", group};
-  g_v5->start_event(ctx, &coll, &c);
-  if (coll) g_v5->stop_event(coll);
-  if (group) g_v5->stop_event(group);
-  if (group_api) g_v5->stop_event(group_api);
+  c.coll.seq_number = seq;
+  c.coll.func = "AllReduce";
+  c.coll.count = 1 << 20;
+  c.coll.datatype = "ncclFloat32";
+  c.coll.n_channels = channels;
+  c.coll.n_warps = 16;
+  c.coll.algo = "RING";
+  c.coll.proto = "SIMPLE";
+  c.coll.parent_group = group;
+  Start(ctx, &coll, &c);
+  if (coll) Stop(coll);
+  if (group) Stop(group);
+  if (group_api) Stop(group_api);
   return coll;
 }
 
-inline void RunChannel(void* ctx, void* coll, uint8_t channel, uint64_t start, uint64_t stop) {
+template <typename Descr>
+inline void RunChannelAs(void* ctx, void* coll, uint8_t channel, uint64_t start, uint64_t stop) {
   void* kh = nullptr;
-  EventDescrV5 k = MakeDescrV5(kKernelCh, coll);
+  Descr k = MakeDescr<Descr>(kKernelCh, coll);
   k.kernel_ch = {channel, start};
-  g_v5->start_event(ctx, &kh, &k);
+  Start(ctx, &kh, &k);
   if (kh == nullptr) return;
   StateArgs args;
   args.kernel_ch.p_timer = stop;
-  g_v5->record_event_state(kh, kKernelChStop, &args);
-  g_v5->stop_event(kh);
+  Record(kh, kKernelChStop, &args);
+  Stop(kh);
+}
+
+inline void* LaunchCollective(void* ctx, uint64_t seq, uint8_t channels) {
+  return g_v7 ? LaunchCollectiveAs<EventDescrV7>(ctx, seq, channels)
+              : LaunchCollectiveAs<EventDescrV5>(ctx, seq, channels);
+}
+inline void RunChannel(void* ctx, void* coll, uint8_t channel, uint64_t start, uint64_t stop) {
+  if (g_v7) {
+    RunChannelAs<EventDescrV7>(ctx, coll, channel, start, stop);
+  } else {
+    RunChannelAs<EventDescrV5>(ctx, coll, channel, start, stop);
+  }
+}
+
+// Enqueues `n` collectives whose kernels never finish (their channels never start): they stay in
+// flight for the rest of the process.
+void HoldInFlight(int n) {
+  static std::vector<Comm> comms = InitComms(1, 0x4000);
+  for (int i = 0; i < n; ++i) LaunchCollective(comms[0].context, i, 4);
 }
 
 uint64_t g_seq = 0;
@@ -213,7 +272,7 @@ void MeasureReportVolume(double seconds, const char* mode) {
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   uint64_t streams_before = g_streams_done.load();
   // Finalizing the last communicator sends the last reports and closes the stream gracefully.
-  for (Comm& c : comms) g_v5->finalize(c.context);
+  for (Comm& c : comms) g_v7 ? g_v7->finalize(c.context) : g_v5->finalize(c.context);
   bool present = std::strcmp(mode, "present") == 0;
   if (present) {
     // The stream's end arrives after all its messages: wait for it (bounded) instead of sleeping.
@@ -236,6 +295,7 @@ int main(int argc, char** argv) {
   using namespace ncclwatch::bench;
   std::string mode = "present";
   double report_seconds = 3;
+  int abi = 5, in_flight = 0, pool = 2048;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -243,12 +303,22 @@ int main(int argc, char** argv) {
       mode = a.substr(8);
     } else if (a.rfind("--report-seconds=", 0) == 0) {
       report_seconds = std::stod(a.substr(17));
+    } else if (a.rfind("--abi=", 0) == 0) {
+      abi = std::stoi(a.substr(6));
+    } else if (a.rfind("--in-flight=", 0) == 0) {
+      in_flight = std::stoi(a.substr(12));
+    } else if (a.rfind("--pool=", 0) == 0) {
+      pool = std::stoi(a.substr(7));
     } else {
       rest.push_back(argv[i]);
     }
   }
   if (mode != "present" && mode != "absent" && mode != "hung") {
     std::fprintf(stderr, "plugin_bench: --agent must be present, absent or hung\n");
+    return 2;
+  }
+  if ((abi != 5 && abi != 7) || in_flight < 0 || pool < 64) {
+    std::fprintf(stderr, "plugin_bench: --abi is 5 or 7, --in-flight >= 0, --pool >= 64\n");
     return 2;
   }
   std::string socket = "/tmp/ncclwatch-bench-" + std::to_string(getpid()) + ".sock";
@@ -266,17 +336,23 @@ int main(int argc, char** argv) {
     }
   }
   setenv("NCCLWATCH_AGENT_ADDR", ("unix://" + socket).c_str(), 1);
-  // Room for every completion of the micro-benchmarks between two drains of the flusher.
-  setenv("NCCLWATCH_RING_SIZE", "1048576", 1);
-  setenv("NCCLWATCH_OP_POOL_SIZE", "4096", 1);
+  // Room for many completions of the micro-benchmarks between two drains of the flusher (the
+  // largest ring the plugin accepts); beyond it they are dropped and counted, as in a job.
+  setenv("NCCLWATCH_RING_SIZE", "262144", 1);
+  setenv("NCCLWATCH_OP_POOL_SIZE", std::to_string(pool).c_str(), 1);
   void* lib = dlopen(NCCLWATCH_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     std::fprintf(stderr, "plugin_bench: %s\n", dlerror());
     return 1;
   }
-  g_v5 = static_cast<ncclwatch::abi::ProfilerV5*>(dlsym(lib, "ncclProfiler_v5"));
-  std::printf("agent: %s\n", mode.c_str());
+  if (abi == 7) {
+    g_v7 = static_cast<ncclwatch::abi::ProfilerV7*>(dlsym(lib, "ncclProfiler_v7"));
+  } else {
+    g_v5 = static_cast<ncclwatch::abi::ProfilerV5*>(dlsym(lib, "ncclProfiler_v5"));
+  }
+  std::printf("agent: %s abi: %d in_flight: %d pool: %d\n", mode.c_str(), abi, in_flight, pool);
   if (report_seconds > 0) MeasureReportVolume(report_seconds, mode.c_str());
+  HoldInFlight(in_flight);
 
   int bench_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&bench_argc, rest.data());

@@ -1,11 +1,14 @@
 // simjob drives the real plugin through each ABI version NCCL may use (v4 on 2.27, v5 on 2.28, v6
-// on >= 2.29), with no agent at all: the offline Inspector-compatible files must show every
-// collective type and the point-to-point operations, for every version.
+// on 2.29 and 2.30, v7 on >= 2.31), with no agent at all: the offline Inspector-compatible files
+// must show every collective type and the point-to-point operations, for every version. v7 runs
+// with what it adds turned on: KernelPhase events (NCCLWATCH_KERNEL_PHASE=1) and user tags.
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
@@ -19,12 +22,21 @@ TEST_P(AbiVersionTest, EveryOperationTypeIsRecorded) {
   const int abi = GetParam();
   char tmpl[] = "/tmp/ncclwatch-abi-XXXXXX";
   std::string dir = mkdtemp(tmpl);
-  auto [code, log] = RunToCompletion(
-      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--abi=" + std::to_string(abi),
-       "--nodes=1", "--ranks-per-node=2", "--duration-s=1.5",
-       "--agent-addr=unix://" + dir + "/no-agent.sock",  // nobody listens
-       "--env=NCCLWATCH_DUMP_DIR=" + dir + "/rank{rank}", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
-      dir + "/simjob.log");
+  std::vector<std::string> args = {
+      Binaries::Simjob(),
+      "--plugin=" + Binaries::Plugin(),
+      "--abi=" + std::to_string(abi),
+      "--nodes=1",
+      "--ranks-per-node=2",
+      "--duration-s=1.5",
+      "--agent-addr=unix://" + dir + "/no-agent.sock",  // nobody listens
+      "--env=NCCLWATCH_DUMP_DIR=" + dir + "/rank{rank}",
+      "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"};
+  if (abi >= 7) {
+    args.push_back("--env=NCCLWATCH_KERNEL_PHASE=1");
+    args.push_back("--user-tag=iteration");
+  }
+  auto [code, log] = RunToCompletion(args, dir + "/simjob.log");
   ASSERT_EQ(code, 0) << log;
 
   for (int rank = 0; rank < 2; ++rank) {
@@ -59,7 +71,7 @@ TEST_P(AbiVersionTest, EveryOperationTypeIsRecorded) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, AbiVersionTest, ::testing::Values(4, 5, 6),
+INSTANTIATE_TEST_SUITE_P(Versions, AbiVersionTest, ::testing::Values(4, 5, 6, 7),
                          [](const auto& info) { return "v" + std::to_string(info.param); });
 
 }  // namespace

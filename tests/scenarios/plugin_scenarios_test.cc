@@ -1,12 +1,13 @@
 // The real plugin, loaded through the simulated NCCL host (tests/simjob/profiler_host.h) the way
-// NCCL loads it, driven through each ABI version (v4, v5, v6) into every situation of
+// NCCL loads it, driven through each ABI version (v4, v5, v6, v7) into every situation of
 // docs/nccl-profiler-abi.md §2–§10 that a production plugin meets:
 //
 //   concurrent init; user, launch, host-callback and proxy threads calling at once; KernelCh
 //   children that start after their parent stopped; NULL context and NULL eStateArgs; PXN proxy
 //   events from another process; graph-captured operations replayed from host callbacks; one-rank
 //   communicators; split and shrink children that outlive their parent; destroy, dlclose, reload
-//   and re-init; copy-engine collectives (v6); 8 communicators x 2 threads x 1M events.
+//   and re-init; copy-engine collectives (v6+); 8 communicators x 2 threads x 1M events; and, in
+//   plugin_v7_scenarios.cc, KernelPhase events and user tags (v7).
 //
 // What the plugin recorded is checked from the reports it streams over real gRPC to
 // report_recorder, a stand-in agent that writes what they say to a file. Every scenario finalizes
@@ -35,7 +36,7 @@
 namespace ncclwatch::scenarios {
 namespace {
 
-using abi::EventDescrV6;
+using abi::EventDescrV7;
 
 TEST_P(ScenarioTest, ConcurrentInitGivesEachCommunicatorItsOwnContext) {
   Nccl nccl(GetParam());
@@ -95,7 +96,7 @@ TEST_P(ScenarioTest, UserLaunchHostCallbackAndProxyThreadsAtOnce) {
       void* op = queue[s % kWindow].load(std::memory_order_relaxed);
       // Channels start in reverse order and one stops before the next starts.
       for (int ch = 3; ch >= 0; --ch) {
-        EventDescrV6 k = Nccl::Descr(abi::kKernelCh, op);
+        EventDescrV7 k = Nccl::Descr(abi::kKernelCh, op);
         k.kernel_ch = {static_cast<uint8_t>(ch), kGpuEpoch + s * 20'000ull};
         void* h = nccl.host().Start(ctx, k);
         abi::StateArgs args{};
@@ -132,15 +133,16 @@ TEST_P(ScenarioTest, NullContextAndNullStateArgs) {
   Nccl nccl(GetParam());
   ASSERT_TRUE(nccl.ok());
   void* ctx = nccl.Init(Hash(3), "nulls", 2, 0);
-  EventDescrV6 c = Nccl::Descr(abi::kColl, nullptr);
-  c.coll = {0, "AllReduce", nullptr, nullptr, 64, 0, "ncclFloat32", 1, 16, "RING", "LL", nullptr};
+  EventDescrV7 c = Nccl::Descr(abi::kColl, nullptr);
+  c.coll = {0,      "AllReduce", nullptr, nullptr, 64,    0, "ncclFloat32", 1, 16,
+            "RING", "LL",        nullptr, nullptr, false, 0};
   EXPECT_EQ(nccl.host().Start(nullptr, c), nullptr);  // NULL context: nothing recorded
   void* group_api =
       nccl.abi() >= 5 ? nccl.host().Start(ctx, Nccl::Descr(abi::kGroupApi, nullptr)) : nullptr;
   nccl.host().Record(group_api, abi::kGroupStartApiStop, nullptr);
   void* op = nccl.Launch(ctx, nullptr, "AllReduce", 0, 64, 1);
   ASSERT_NE(op, nullptr);
-  EventDescrV6 k = Nccl::Descr(abi::kKernelCh, op);
+  EventDescrV7 k = Nccl::Descr(abi::kKernelCh, op);
   k.kernel_ch = {0, kGpuEpoch};
   void* h = nccl.host().Start(ctx, k);
   ASSERT_NE(h, nullptr);
@@ -170,14 +172,14 @@ TEST_P(ScenarioTest, PxnEventsFromAnotherProcessAreNeverDereferenced) {
   void* foreign = reinterpret_cast<void*>(uintptr_t{0x10});
   for (uint64_t type :
        {uint64_t{abi::kProxyOp}, uint64_t{abi::kProxyStep}, uint64_t{abi::kNetPlugin}}) {
-    EventDescrV6 d = Nccl::Descr(type, foreign);
+    EventDescrV7 d = Nccl::Descr(type, foreign);
     d.proxy_op.pid = getpid() + 1;
     EXPECT_EQ(nccl.host().Start(foreign, d), nullptr);
   }
-  EventDescrV6 k = Nccl::Descr(abi::kKernelCh, foreign);
+  EventDescrV7 k = Nccl::Descr(abi::kKernelCh, foreign);
   EXPECT_EQ(nccl.host().Start(ctx, k), nullptr);
   uint64_t unrelated[32] = {};  // readable, but not an operation of ours
-  EventDescrV6 k2 = Nccl::Descr(abi::kKernelCh, unrelated);
+  EventDescrV7 k2 = Nccl::Descr(abi::kKernelCh, unrelated);
   EXPECT_EQ(nccl.host().Start(ctx, k2), nullptr);
   nccl.RunChannels(ctx, op, 1, kGpuEpoch, 40'000);  // the real channel still completes it
   nccl.Finalize(ctx);
@@ -273,7 +275,7 @@ TEST_P(ScenarioTest, DestroyDlcloseReloadAndReinit) {
   EXPECT_EQ(t.count["Broadcast"], 1u + 2u + 3u);
 }
 
-// v6 copy-engine collectives carry no timing but do carry what they move: they are counted with
+// v6+ copy-engine collectives carry no timing but do carry what they move: they are counted with
 // their bytes. Older tables do not ask for them.
 TEST_P(ScenarioTest, CopyEngineCollectivesAreCountedOnV6) {
   Nccl nccl(GetParam());
@@ -288,7 +290,7 @@ TEST_P(ScenarioTest, CopyEngineCollectivesAreCountedOnV6) {
   constexpr int kOps = 7;
   for (int i = 0; i < kOps; ++i) {
     void* api = nccl.Api(ctx, "AllGather", 1 << 20, false);
-    EventDescrV6 ce = Nccl::Descr(abi::kCeColl, api);
+    EventDescrV7 ce = Nccl::Descr(abi::kCeColl, api);
     ce.ce_coll = {static_cast<uint64_t>(i),
                   "AllGather",
                   nullptr,
@@ -301,12 +303,13 @@ TEST_P(ScenarioTest, CopyEngineCollectivesAreCountedOnV6) {
                   4,
                   1,
                   static_cast<uint32_t>(i),
-                  nullptr};
+                  nullptr,
+                  0};
     void* h = nccl.host().Start(ctx, ce);
     ASSERT_NE(h, nullptr);
-    EventDescrV6 sync = Nccl::Descr(abi::kCeSync, h);
+    EventDescrV7 sync = Nccl::Descr(abi::kCeSync, h);
     sync.ce_sync = {false, 4};
-    EventDescrV6 batch = Nccl::Descr(abi::kCeBatch, h);
+    EventDescrV7 batch = Nccl::Descr(abi::kCeBatch, h);
     batch.ce_batch = {4, 1 << 20, true};
     nccl.host().Stop(nccl.host().Start(ctx, sync));  // children: not needed, NULL handles
     nccl.host().Stop(nccl.host().Start(ctx, batch));
@@ -381,7 +384,7 @@ TEST_P(ScenarioTest, EightCommunicatorsTwoThreadsEachAMillionEvents) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Abi, ScenarioTest, ::testing::Values(4, 5, 6),
+INSTANTIATE_TEST_SUITE_P(Abi, ScenarioTest, ::testing::Values(4, 5, 6, 7),
                          [](const auto& info) { return "v" + std::to_string(info.param); });
 
 }  // namespace

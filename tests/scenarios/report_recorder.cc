@@ -1,10 +1,13 @@
 // report_recorder: a stand-in node agent for plugin tests. It serves ncclwatch.v1.Agent on a
 // socket, as the real agent does, and appends what each RankReport says to a text file, one line
-// per report and one per OpStats, flushed before the next read:
+// per report, one per OpStats and one per sampled collective, flushed before the next read:
 //
 //   R <comm_hash> <rank> <nranks> <final> <events_dropped> <records_dropped> <untimed_ops>
 //     <channel_events_orphaned>
 //   S <comm_hash> <rank> <op> <p2p> <algo_proto|-> <peer> <count> <untimed_count> <untimed_bytes>
+//     <user_tag>
+//   W <comm_hash> <rank> <op> <seq> <sync_wait_ns>   one per sampled collective; sync_wait_ns is
+//     -1 when its column has none, -2 when the column has some but not this sample's (malformed)
 //
 // Text, so that the test host links no protobuf of its own, like a training process (a host that
 // carried the same generated descriptors as the plugin would abort at load time).
@@ -15,6 +18,7 @@
 // Usage: report_recorder --listen=unix:///path --out=FILE [--ready-fd=N]
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -70,12 +74,24 @@ class Recorder final : public ncclwatch::v1::Agent::CallbackService {
                  static_cast<unsigned long long>(d.untimed_ops()),
                  static_cast<unsigned long long>(d.channel_events_orphaned()));
     for (const auto& s : r.stats()) {
-      std::fprintf(out_, "S %llu %d %s %d %s %d %llu %llu %llu\n",
+      std::fprintf(out_, "S %llu %d %s %d %s %d %llu %llu %llu %llu\n",
                    static_cast<unsigned long long>(id.comm_hash()), id.rank(), s.op().c_str(),
                    s.p2p() ? 1 : 0, s.algo_proto().empty() ? "-" : s.algo_proto().c_str(), s.peer(),
                    static_cast<unsigned long long>(s.count()),
                    static_cast<unsigned long long>(s.untimed_count()),
-                   static_cast<unsigned long long>(s.untimed_bytes()));
+                   static_cast<unsigned long long>(s.untimed_bytes()),
+                   static_cast<unsigned long long>(s.user_tag()));
+    }
+    for (const auto& c : r.sample_columns()) {
+      int64_t seq = 0;  // seq_delta: the first entry absolute, then differences
+      for (int i = 0; i < c.seq_delta_size(); ++i) {
+        seq += c.seq_delta(i);
+        long long wait = c.sync_wait_ns_size() == 0 ? -1 : -2;
+        if (i < c.sync_wait_ns_size()) wait = static_cast<long long>(c.sync_wait_ns(i));
+        std::fprintf(out_, "W %llu %d %s %lld %lld\n",
+                     static_cast<unsigned long long>(id.comm_hash()), id.rank(), c.op().c_str(),
+                     static_cast<long long>(seq), wait);
+      }
     }
     std::fflush(out_);
   }

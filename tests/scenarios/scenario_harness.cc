@@ -14,7 +14,7 @@
 namespace ncclwatch::scenarios {
 namespace {
 
-using abi::EventDescrV6;
+using abi::EventDescrV7;
 using simjob::ProfilerHost;
 
 std::string g_reports_path;
@@ -42,6 +42,7 @@ void AgentEnvironment::SetUp() {
   setenv("NCCLWATCH_FINALIZE_TIMEOUT_MS", "60000", 1);
   setenv("NCCLWATCH_DUMP_DIR", (dir_ + "/dump").c_str(), 1);
   setenv("NCCLWATCH_JOB_ID", "scenarios", 1);
+  setenv("NCCLWATCH_KERNEL_PHASE", "1", /*overwrite=*/0);  // see scenario_harness.h
 }
 
 void AgentEnvironment::TearDown() {
@@ -72,13 +73,21 @@ Totals TotalsFor(uint64_t comm_hash, int rank) {
     } else if (kind == "S") {
       std::string op, algo_proto;
       int p2p = 0, peer = -1;
-      uint64_t count = 0, untimed = 0, untimed_bytes = 0;
-      f >> op >> p2p >> algo_proto >> peer >> count >> untimed >> untimed_bytes;
+      uint64_t count = 0, untimed = 0, untimed_bytes = 0, user_tag = 0;
+      f >> op >> p2p >> algo_proto >> peer >> count >> untimed >> untimed_bytes >> user_tag;
       t.count[op] += count;
       t.count[p2p ? op + ">" + std::to_string(peer) : op + "/" + algo_proto] += count;
+      t.count[op + "@" + std::to_string(user_tag)] += count;
       t.untimed[op + "/" + algo_proto] += untimed;
       t.untimed_bytes[op + "/" + algo_proto] += untimed_bytes;
       t.timed_total += count;
+    } else if (kind == "W") {
+      std::string op;
+      uint64_t seq = 0;
+      int64_t wait = 0;
+      f >> op >> seq >> wait;
+      ++t.sampled[{op, seq}];
+      t.sync_wait[{op, seq}] = wait;
     }
     EXPECT_FALSE(f.fail()) << "unreadable line: " << line;
   }
@@ -100,14 +109,14 @@ void* Nccl::Init(uint64_t hash, const char* name, int nranks, int rank, int n_no
   return ctx;
 }
 
-void* Nccl::Api(void* ctx, const char* func, size_t count, bool graph) {
+void* Nccl::Api(void* ctx, const char* func, size_t count, bool graph, uint64_t user_tag) {
   if (abi_ < 5) return nullptr;
-  EventDescrV6 ga = Descr(abi::kGroupApi, nullptr);
+  EventDescrV7 ga = Descr(abi::kGroupApi, nullptr);
   ga.group_api = {graph, 1};
   void* group_api = host_->Start(ctx, ga);
   host_->Record(group_api, abi::kGroupStartApiStop, nullptr);
-  EventDescrV6 ca = Descr(abi::kCollApi, group_api);
-  ca.coll_api = {func, count, "ncclFloat32", 0, &stream_, graph};
+  EventDescrV7 ca = Descr(abi::kCollApi, group_api);
+  ca.coll_api = {func, count, "ncclFloat32", 0, &stream_, graph, user_tag};
   void* coll_api = host_->Start(ctx, ca);
   host_->Stop(coll_api);
   host_->Record(group_api, abi::kGroupEndApiStart, nullptr);
@@ -116,21 +125,22 @@ void* Nccl::Api(void* ctx, const char* func, size_t count, bool graph) {
 }
 
 void* Nccl::Launch(void* ctx, void* coll_api, const char* func, uint64_t seq, size_t count,
-                   uint8_t channels) {
+                   uint8_t channels, uint64_t user_tag) {
   void* group = host_->Start(ctx, Descr(abi::kGroup, nullptr));
-  EventDescrV6 c = Descr(abi::kColl, abi_ >= 5 ? coll_api : group);
-  c.coll = {seq,           func,     nullptr, nullptr, count,    0,
-            "ncclFloat32", channels, 16,      "RING",  "SIMPLE", group};
+  EventDescrV7 c = Descr(abi::kColl, abi_ >= 5 ? coll_api : group);
+  c.coll = {seq, func,   nullptr,  nullptr, count,   0,     "ncclFloat32", channels,
+            16,  "RING", "SIMPLE", group,   nullptr, false, user_tag};
   void* coll = host_->Start(ctx, c);
   host_->Stop(coll);
   host_->Stop(group);
   return coll;
 }
 
-void* Nccl::LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8_t channels) {
+void* Nccl::LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8_t channels,
+                      uint64_t user_tag) {
   void* group = host_->Start(ctx, Descr(abi::kGroup, nullptr));
-  EventDescrV6 p = Descr(abi::kP2p, group);
-  p.p2p = {func, nullptr, "ncclInt8", count, peer, channels, group};
+  EventDescrV7 p = Descr(abi::kP2p, group);
+  p.p2p = {func, nullptr, "ncclInt8", count, peer, channels, group, user_tag};
   void* op = host_->Start(ctx, p);
   host_->Stop(op);
   host_->Stop(group);
@@ -140,7 +150,7 @@ void* Nccl::LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8
 void Nccl::RunChannels(void* ctx, void* op, uint8_t channels, uint64_t gpu_start,
                        uint64_t duration) {
   for (uint8_t ch = 0; ch < channels; ++ch) {
-    EventDescrV6 k = Descr(abi::kKernelCh, op);
+    EventDescrV7 k = Descr(abi::kKernelCh, op);
     k.kernel_ch = {ch, gpu_start + ch * 100};
     void* h = host_->Start(ctx, k);
     abi::StateArgs args{};
@@ -148,6 +158,37 @@ void Nccl::RunChannels(void* ctx, void* op, uint8_t channels, uint64_t gpu_start
     host_->Record(h, abi::kKernelChStop, &args);
     host_->Stop(h);
   }
+}
+
+int Nccl::RunChannelsWithPhases(void* ctx, void* op, uint64_t gpu_start, uint64_t duration,
+                                const std::vector<uint64_t>& sync_ns, uint64_t final_sync_ns) {
+  static constexpr const char* kNames[] = {"initial_sync", "compute", "final_sync"};
+  const bool phases = (mask() & abi::kKernelPhase) != 0;
+  int started = 0;
+  for (size_t c = 0; c < sync_ns.size(); ++c) {
+    const auto ch = static_cast<uint8_t>(c);
+    const uint64_t start = gpu_start + c * 100, stop = start + duration;
+    EventDescrV7 k = Descr(abi::kKernelCh, op);
+    k.kernel_ch = {ch, start};
+    void* h = host_->Start(ctx, k);
+    const uint64_t bounds[4] = {start, start + sync_ns[c], stop - final_sync_ns, stop};
+    for (uint8_t p = 0; phases && p < 3; ++p) {
+      if (bounds[p] == bounds[p + 1]) continue;
+      EventDescrV7 d = Descr(abi::kKernelPhase, h);
+      d.kernel_phase = {ch, p, kNames[p], bounds[p]};
+      void* phase = host_->Start(ctx, d);  // a null handle gets no state and no stop
+      ++started;
+      abi::StateArgs args{};
+      args.kernel_ch.p_timer = bounds[p + 1];
+      host_->Record(phase, abi::kKernelPhaseStop, &args);
+      host_->Stop(phase);
+    }
+    abi::StateArgs args{};
+    args.kernel_ch.p_timer = stop;
+    host_->Record(h, abi::kKernelChStop, &args);
+    host_->Stop(h);
+  }
+  return started;
 }
 
 }  // namespace ncclwatch::scenarios

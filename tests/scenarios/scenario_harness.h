@@ -4,11 +4,14 @@
 //   AgentEnvironment  starts report_recorder once for the whole binary and sets the plugin's
 //                     environment (NCCLWATCH_AGENT_ADDR, pool and ring sizes, job id, ...) before
 //                     the first init; register it with ::testing::AddGlobalTestEnvironment.
+//                     NCCLWATCH_KERNEL_PHASE is 1 unless the caller's environment sets it (a second
+//                     ctest entry runs the v7 scenarios with 0): the plugin reads it once per
+//                     process, and only its v7 table asks for KernelPhase.
 //   TotalsFor         what one communicator rank reported, read from the recorder's file. The file
 //                     is complete once the scenario's last finalize has returned.
 //   Nccl              loads the real plugin (NCCLWATCH_PLUGIN_SO) through simjob's ProfilerHost
 //                     for one ABI version and emits NCCL's event sequences from the calling thread.
-//   ScenarioTest      the fixture, parameterized by the ABI version (4, 5, 6).
+//   ScenarioTest      the fixture, parameterized by the ABI version (4, 5, 6, 7).
 //
 // Failures are reported with EXPECT_* in the calling test. Nccl may be called from several
 // threads at once, as NCCL's threads call the plugin.
@@ -21,10 +24,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "plugin/abi.h"
 #include "plugin/abi_testing.h"
+#include "plugin/abi_v7.h"
 #include "tests/e2e/process.h"
 #include "tests/simjob/profiler_host.h"
 
@@ -53,11 +59,15 @@ struct Drops {
 struct Totals {
   int finals = 0;
   int nranks = 0;
-  std::map<std::string, uint64_t> count;    // by "op", "op/algo_proto" and "op>peer"
+  std::map<std::string, uint64_t> count;    // by "op", "op/algo_proto", "op>peer", "op@user_tag"
   std::map<std::string, uint64_t> untimed;  // by "op/algo_proto"
   std::map<std::string, uint64_t> untimed_bytes;
   uint64_t timed_total = 0;
   Drops last_drops;  // from the final report
+  // Sampled collectives by (op, seq): how many times each was sampled, and its sync_wait_ns (-1:
+  // its column had none; -2: its column had some, but not this sample's).
+  std::map<std::pair<std::string, uint64_t>, int> sampled;
+  std::map<std::pair<std::string, uint64_t>, int64_t> sync_wait;
 };
 
 // Reads the recorder's file; an unreadable line fails the calling test.
@@ -80,22 +90,35 @@ class Nccl {
   void Finalize(void* ctx) { host_->Finalize(ctx); }
 
   // The user thread's API events for one collective (v5+; NCCL's v4 shim drops them). Returns
-  // the CollApi handle, which NCCL keeps as the Coll event's parent.
-  void* Api(void* ctx, const char* func, size_t count, bool graph);
+  // the CollApi handle, which NCCL keeps as the Coll event's parent. `user_tag`: the call's v7
+  // userProfilerTag (older tables never see it).
+  void* Api(void* ctx, const char* func, size_t count, bool graph, uint64_t user_tag = 0);
 
   // The launching thread (user thread, NCCL's group thread or a CUDA host callback): Group and
   // Coll events. Coll stop means "enqueued"; the KernelCh children come later. Returns the Coll
   // handle (may be null if the plugin dropped it).
   void* Launch(void* ctx, void* coll_api, const char* func, uint64_t seq, size_t count,
-               uint8_t channels);
+               uint8_t channels, uint64_t user_tag = 0);
 
-  void* LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8_t channels);
+  void* LaunchP2p(void* ctx, const char* func, int peer, size_t count, uint8_t channels,
+                  uint64_t user_tag = 0);
 
-  // The proxy thread: KernelCh start, KernelChStop with the GPU timer, stop; per channel.
+  // The proxy thread: KernelCh start, KernelChStop with the GPU timer, stop; per channel. The
+  // kernels of these scenarios record no phases (NCCL then emits no KernelPhase events).
   void RunChannels(void* ctx, void* op, uint8_t channels, uint64_t gpu_start, uint64_t duration);
 
-  static abi::EventDescrV6 Descr(uint64_t type, void* parent) {
-    return abi::MakeDescrV6(type, parent);
+  // The same for a kernel that records its phases, on sync_ns.size() channels: channel c runs
+  // [gpu_start + 100 c, + duration), of which the first sync_ns[c] are its initial sync and the
+  // last final_sync_ns its final sync. When the last Init's mask asks for KernelPhase, each
+  // channel's phases come between its KernelCh start and its KernelChStop, as NCCL 2.31's
+  // profiler thread emits them once the channel has completed: per phase start, KernelPhaseStop
+  // (31) with the phase's end, stop; a zero-length phase is left out, as NCCL does. Returns how
+  // many KernelPhase events it started.
+  int RunChannelsWithPhases(void* ctx, void* op, uint64_t gpu_start, uint64_t duration,
+                            const std::vector<uint64_t>& sync_ns, uint64_t final_sync_ns);
+
+  static abi::EventDescrV7 Descr(uint64_t type, void* parent) {
+    return abi::MakeDescrV7(type, parent);
   }
 
  private:

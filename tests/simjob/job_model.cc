@@ -37,6 +37,7 @@ struct JobModel::Rank {
   std::vector<int64_t> ends;  // ring: ends[i % size] = end of op i, for the last host_ahead+1 ops
   int pending = 0;            // unresolved tasks of prog[pc]
   int64_t op_end = 0;
+  int64_t op_all_arrived = 0;  // the latest last_arrival of prog[pc]'s resolved tasks
   bool op_never = false;
   std::unordered_map<uint64_t, int64_t> seq;
   std::deque<JobOp> out;
@@ -288,6 +289,7 @@ void JobModel::Process(int r) {
         }
         rs.pending = op.n_tasks;
         rs.op_end = op.gpu_start_ns;
+        rs.op_all_arrived = op.gpu_start_ns;
         rs.op_never = false;
         rs.phase = Rank::Phase::kWaiting;
         for (int t = 0; t < op.n_tasks; ++t) Register(r, t);
@@ -355,6 +357,7 @@ void JobModel::Resolve(const Rendezvous& rv) {
   if (rv.has_killed && end > config_.kill_at_ns) end = kNever;  // a party dies mid-op
   for (const auto& [r, t] : rv.parties) {
     Rank& p = *ranks_[r];
+    p.op_all_arrived = std::max(p.op_all_arrived, start);
     if (end == kNever) {
       p.op_never = true;
     } else {
@@ -367,6 +370,8 @@ void JobModel::Resolve(const Rendezvous& rv) {
 void JobModel::Finalize(Rank& rs, int64_t end_ns) {
   JobOp& op = rs.prog[rs.pc];
   op.gpu_end_ns = end_ns;
+  // Some party never came (pending tasks), or the op never started.
+  op.all_arrived_ns = op.gpu_start_ns == kNever || rs.pending > 0 ? kNever : rs.op_all_arrived;
   rs.ends[op.index % rs.ends.size()] = end_ns;
   rs.prev_end = end_ns;
   if (end_ns != kNever) last_end_ns_ = std::max(last_end_ns_, end_ns);

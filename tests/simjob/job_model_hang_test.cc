@@ -56,8 +56,14 @@ TEST(JobModelTest, FabricHangBlocksStreamsAndTheHostStopsAfterHostAhead) {
     // The host enqueued exactly host_ahead more ops, which never start.
     EXPECT_EQ(s.queued, c.host_ahead) << "rank " << r;
     EXPECT_EQ(ops[r].size() - 1 - c.host_ahead, static_cast<size_t>(s.stuck->index));
+    // The stuck op of ranks 0 and 2 (on dp0) had every party: only its transfer never ends.
+    if (r == 0 || r == 2) {
+      EXPECT_NE(s.stuck->all_arrived_ns, kNever) << "rank " << r;
+      EXPECT_GE(s.stuck->all_arrived_ns, s.stuck->gpu_start_ns) << "rank " << r;
+    }
     for (const JobOp* op : s.behind) {
       EXPECT_EQ(op->gpu_end_ns, kNever);
+      EXPECT_EQ(op->all_arrived_ns, kNever);
       EXPECT_GE(op->host_enqueue_ns, ops[r][op->index - 1].host_enqueue_ns);
       queued_on_other_comm |= !(op->comm == s.stuck->comm);
     }
@@ -85,6 +91,7 @@ TEST(JobModelTest, HungRankStopsEnqueuingAndItsPeersWaitForIt) {
   // Its TP partner waits for it in an op of a communicator that contains rank 5.
   const Stuck partner = StuckOps(ops[4]);
   ASSERT_NE(partner.stuck, nullptr);
+  EXPECT_EQ(partner.stuck->all_arrived_ns, kNever);  // rank 5 never arrives
   const std::vector<int>& m =
       model.layout().Members(partner.stuck->comm.family, partner.stuck->comm.instance);
   EXPECT_NE(std::find(m.begin(), m.end(), 5), m.end());

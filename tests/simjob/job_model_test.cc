@@ -77,6 +77,7 @@ void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
     const int64_t end = last + model.TransferNs(first.comm, 0, first.tasks[0], last);
     for (const JobOp* op : members) {
       EXPECT_EQ(op->gpu_end_ns, end);
+      EXPECT_EQ(op->all_arrived_ns, last);  // its kernel waits for its peers until then
       // The last arriver has the shortest kernel: only the transfer.
       if (op->gpu_start_ns == last) {
         EXPECT_EQ(op->gpu_end_ns - op->gpu_start_ns, end - last);
@@ -97,6 +98,8 @@ void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
     const JobTask& task = s->tasks[s->tasks[0].kind == JobOpKind::kSend ? 0 : 1];
     EXPECT_EQ(s->gpu_end_ns, last + model.TransferNs(s->comm, sender, task, last));
     EXPECT_EQ(s->gpu_end_ns, r.gpu_end_ns);
+    EXPECT_EQ(s->all_arrived_ns, last);
+    EXPECT_EQ(r.all_arrived_ns, last);
   }
 }
 

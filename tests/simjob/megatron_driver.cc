@@ -63,6 +63,7 @@ class MegatronDriver {
     proxy.Finish();
     report_.kernel_ch_started = proxy.channels_started();
     report_.kernel_ch_stopped = proxy.channels_stopped();
+    report_.kernel_phases = proxy.phases_started();
   }
 
   void FinalizeCommunicators() {
@@ -106,6 +107,7 @@ class MegatronDriver {
           tasks.push_back(RecvTask(task.bytes, task.peer));
           break;
       }
+      tasks.back().user_tag = UserTag(options_, op.iteration);
       const int slot = tasks.back().seq_slot;
       if (slot >= 0 && comm.seq[slot] != static_cast<uint64_t>(task.seq) && !seq_warned_) {
         seq_warned_ = true;  // the model and NCCL's counting must agree; say so once
@@ -121,12 +123,9 @@ class MegatronDriver {
     work.parents = launch.parents;
     work.start_ns = op.gpu_start_ns;
     work.stop_ns = op.gpu_end_ns;
-    for (int c = 0; c < options_.channels && op.gpu_start_ns != kNever; ++c) {
-      work.start_timers.push_back(model_.GpuTimerNs(rank_, op.gpu_start_ns, c));
-      if (op.gpu_end_ns != kNever) {
-        work.stop_timers.push_back(model_.GpuTimerNs(rank_, op.gpu_end_ns, c));
-      }
-    }
+    SetChannelTimers(
+        options_.channels, launch.kernel_phase, op.all_arrived_ns,
+        [this](int64_t t, int c) { return model_.GpuTimerNs(rank_, t, c); }, &work);
     proxy->Push(std::move(work));
   }
 

@@ -85,6 +85,9 @@ struct JobOp {
   int64_t host_enqueue_ns = 0;
   int64_t gpu_start_ns = 0;
   int64_t gpu_end_ns = 0;
+  // When the last party of every task had arrived (the kernel stops waiting for its peers and
+  // moves data); kNever if some party never arrives.
+  int64_t all_arrived_ns = 0;
 };
 
 // What one iteration consists of (sizes in bytes, times in ns).

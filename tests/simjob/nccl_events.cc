@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "plugin/abi.h"
+#include "plugin/abi_v7.h"
 #include "tests/simjob/rank_process.h"
 
 namespace ncclwatch::simjob {
@@ -21,8 +22,8 @@ constexpr int kSeqAllReduce = 4;
 
 int g_activation_mask = 0;
 
-abi::EventDescrV6 Descr(uint64_t type, void* parent, int rank) {
-  abi::EventDescrV6 d;
+abi::EventDescrV7 Descr(uint64_t type, void* parent, int rank) {
+  abi::EventDescrV7 d;
   std::memset(&d, 0, sizeof(d));  // NCCL's descriptors carry no stale bytes either
   d.type = type;
   d.parent_obj = parent;
@@ -83,6 +84,9 @@ void NcclEvents::Finalize(NcclComm* comm) {
 
 bool NcclEvents::Wants(uint64_t type, int mask) const {
   if (host_->abi_version() < 5 && type >= abi::kGroupApi) return false;
+  // NCCL 2.31's v6 shim clears the v7 bit (ProfilerHost::Init does too, but the plugin may set
+  // the mask again at any time).
+  if (host_->abi_version() < 7) mask &= ~static_cast<int>(abi::kKernelPhase);
   return EventEnabled(type, mask);
 }
 
@@ -90,11 +94,11 @@ void* NcclEvents::StartApiEvent(const NcclComm& comm, const NcclTask& task, void
                                 int mask) {
   const uint64_t type = task.p2p ? abi::kP2pApi : abi::kCollApi;
   if (!Wants(type, mask)) return nullptr;
-  abi::EventDescrV6 d = Descr(type, group_api, 0);
+  abi::EventDescrV7 d = Descr(type, group_api, 0);
   if (task.p2p) {
-    d.p2p_api = {task.func, task.api_count, kFloat32, comm.stream, false};
+    d.p2p_api = {task.func, task.api_count, kFloat32, comm.stream, false, task.user_tag};
   } else {
-    d.coll_api = {task.func, task.api_count, kFloat32, 0, comm.stream, false};
+    d.coll_api = {task.func, task.api_count, kFloat32, 0, comm.stream, false, task.user_tag};
   }
   return host_->Start(comm.context, d);
 }
@@ -103,7 +107,7 @@ void* NcclEvents::StartTaskEvent(NcclComm& comm, const NcclTask& task, void* par
                                  int mask) {
   const uint64_t type = task.p2p ? abi::kP2p : abi::kColl;
   if (!Wants(type, mask)) return nullptr;
-  abi::EventDescrV6 d = Descr(type, parent, comm.rank);
+  abi::EventDescrV7 d = Descr(type, parent, comm.rank);
   const auto channels = static_cast<uint8_t>(channels_);
   const uintptr_t buffer = 0x7f00'0000'0000 + 0x1'0000'0000 * static_cast<uintptr_t>(global_rank_);
   if (task.p2p) {
@@ -113,7 +117,8 @@ void* NcclEvents::StartTaskEvent(NcclComm& comm, const NcclTask& task, void* par
              .count = task.count,
              .peer = task.peer,
              .n_channels = channels,
-             .parent_group = group};
+             .parent_group = group,
+             .user_tag = task.user_tag};
   } else {
     d.coll = {.seq_number = comm.seq[task.seq_slot],
               .func = task.func,
@@ -126,7 +131,10 @@ void* NcclEvents::StartTaskEvent(NcclComm& comm, const NcclTask& task, void* par
               .n_warps = 16,
               .algo = "RING",
               .proto = "SIMPLE",
-              .parent_group = group};
+              .parent_group = group,
+              .kernel_variant = nullptr,  // a ring kernel, not a symmetric one
+              .is_sym_coll = false,
+              .user_tag = task.user_tag};
   }
   return host_->Start(comm.context, d);
 }
@@ -146,7 +154,7 @@ NcclLaunch NcclEvents::Launch(NcclComm* comm_ptr, const std::vector<NcclTask>& t
   const int depth = tasks.size() > 1 ? 2 : 1;  // >1 task: the user called ncclGroupStart
   void* group_api = nullptr;
   if (Wants(abi::kGroupApi, mask)) {
-    abi::EventDescrV6 d = Descr(abi::kGroupApi, nullptr, 0);
+    abi::EventDescrV7 d = Descr(abi::kGroupApi, nullptr, 0);
     d.group_api = {false, depth};
     group_api = host_->Start(comm.context, d);
     host_->Record(group_api, abi::kGroupStartApiStop, nullptr);  // NCCL passes no args
@@ -164,7 +172,7 @@ NcclLaunch NcclEvents::Launch(NcclComm* comm_ptr, const std::vector<NcclTask>& t
     group = host_->Start(comm.context, Descr(abi::kGroup, nullptr, 0));
   }
   if (Wants(abi::kKernelLaunch, mask)) {
-    abi::EventDescrV6 d = Descr(abi::kKernelLaunch, group_api, 0);
+    abi::EventDescrV7 d = Descr(abi::kKernelLaunch, group_api, 0);
     d.kernel_launch.stream = comm.stream;
     host_->Stop(host_->Start(comm.context, d));
   }
@@ -179,6 +187,7 @@ NcclLaunch NcclEvents::Launch(NcclComm* comm_ptr, const std::vector<NcclTask>& t
   host_->Stop(group);
   host_->Stop(group_api);
   launch.kernel_ch = Wants(abi::kKernelCh, mask);
+  launch.kernel_phase = Wants(abi::kKernelPhase, mask);
   return launch;
 }
 

@@ -2,8 +2,10 @@
 // communicator's init and finalize (docs/nccl-profiler-abi.md §3.2, §3.6), and the event
 // sequence of one group launch (§7.4): GroupApi, CollApi/P2pApi, Group, KernelLaunch, Coll/P2p.
 // Events are emitted only as the activation mask and the ABI version allow (§6.2; v4 has no
-// API-level events); communicators whose init failed get no events. The per-channel KernelCh
-// events that follow a launch are the ProxyThread's (proxy_thread.h).
+// API-level events; v4-v6 no KernelPhase); communicators whose init failed get no events. The
+// per-channel KernelCh and KernelPhase events that follow a launch are the ProxyThread's
+// (proxy_thread.h). Every API and task event carries its task's user tag (v7; older tables never
+// see it).
 //
 // Thread safety: one NcclEvents per rank process, used by its user thread only. The activation
 // mask is process-global, as in NCCL, and the plugin may change it from any thread.
@@ -29,6 +31,7 @@ struct NcclTask {
   int peer = 0;               // p2p only: the peer's comm rank
   int seq_slot = -1;          // collectives: NCCL's seqNumber slot (docs/nccl-profiler-abi.md
                               // §9.3); -1 for p2p
+  uint64_t user_tag = 0;      // v7: the call's ncclCollConfig_t.userProfilerTag (0: none)
 };
 
 // The tasks NCCL makes of each call, from nccl-tests sizes in bytes (timeline.h's StepSpec): an
@@ -53,11 +56,13 @@ struct NcclComm {
 };
 
 // The result of one group launch: the Coll/P2p handles that parent the launch's KernelCh events
-// (one per task, possibly null), and whether KernelCh events are to be emitted at all.
+// (one per task, possibly null), and whether KernelCh and (v7) KernelPhase events are to be
+// emitted at all.
 struct NcclLaunch {
   void* context = nullptr;
   std::vector<void*> parents;
   bool kernel_ch = false;
+  bool kernel_phase = false;
 };
 
 class NcclEvents {

@@ -99,8 +99,16 @@ const Flag kFlags[] = {
      [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->nodes); }},
     {"ranks-per-node", "K", "2", "ranks (processes, GPUs) per node; ranks are node-major",
      [](Options* o, const char* v) { return ParseInt(v, 1, kMaxRanks, &o->ranks_per_node); }},
-    {"abi", "4|5|6", "5", "profiler ABI: resolves the symbol ncclProfiler_v<N>",
-     [](Options* o, const char* v) { return ParseInt(v, 4, 6, &o->abi); }},
+    {"abi", "4|5|6|7", "7", "profiler ABI: resolves the symbol ncclProfiler_v<N>",
+     [](Options* o, const char* v) { return ParseInt(v, 4, 7, &o->abi); }},
+    {"user-tag", "none|iteration|N", "none",
+     "v7 userTag of every call: iteration = its training iteration + 1; N: that (< 2^63)",
+     [](Options* o, const char* v) {
+       o->user_tag_iteration = std::strcmp(v, "iteration") == 0;
+       o->user_tag = 0;
+       return o->user_tag_iteration || std::strcmp(v, "none") == 0 ||
+              ParseInt(v, 1, INT64_MAX, &o->user_tag);
+     }},
     {"duration-s", "S", "10", "run length from t0; steps starting later are not run",
      [](Options* o, const char* v) { return ParseDouble(v, 0.001, 1e6, &o->duration_s); }},
     {"iterations", "N", "0", "stop after N workload iterations (0: only --duration-s)",
@@ -334,6 +342,9 @@ void Validate(const Options& o) {
   if (o.hang_rank >= 0 && o.kill_rank >= 0) {
     UsageError("--hang-rank and --kill-rank cannot be combined");
   }
+  if ((o.user_tag_iteration || o.user_tag != 0) && o.abi < 7) {
+    UsageError("--user-tag needs --abi 7 (older tables have no user tag)");
+  }
   const unsigned layout = o.layout_megatron ? kMegatron : kWorldOr3d;
   for (const std::string& name : o.given) {
     const unsigned applies = FindFlag(name)->layouts;
@@ -353,6 +364,10 @@ void Validate(const Options& o) {
   if (o.split_after_s >= 0 && o.ranks_per_node < 2) {
     UsageError("--split-after-s needs --ranks-per-node >= 2 (the halves are by local rank parity)");
   }
+}
+
+uint64_t UserTag(const Options& o, int64_t iteration) {
+  return o.user_tag_iteration ? static_cast<uint64_t>(iteration) + 1 : o.user_tag;
 }
 
 std::string JobId(const Options& o) { return o.job_id.empty() ? "simjob" : o.job_id; }

@@ -17,7 +17,9 @@ struct Options {
   std::string plugin;
   int nodes = 2;
   int ranks_per_node = 2;
-  int abi = 5;
+  int abi = 7;
+  bool user_tag_iteration = false;  // --user-tag iteration
+  uint64_t user_tag = 0;            // --user-tag N (0: none)
   double duration_s = 10;
   int64_t iterations = 0;
   uint64_t seed = 1;
@@ -91,6 +93,10 @@ void PrintHelp();
 // The fake UUID of the GPU that `rank` (on `node`) uses with --gpu-uuids:
 // "GPU-00000000-0000-0000-0000-<node, 6 digits><rank, 6 digits>".
 std::string FakeGpuUuid(int node, int rank);
+
+// The user tag (profiler ABI v7) of every call in training iteration `iteration` (from 0), as
+// --user-tag asks: 0 (untagged), iteration + 1, or the constant.
+uint64_t UserTag(const Options& o, int64_t iteration);
 
 // The job id the communicator hashes are derived from: --job-id, or "simjob".
 std::string JobId(const Options& o);

@@ -2,15 +2,84 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 namespace ncclwatch::simjob {
 namespace {
 
 // Descendants of a Coll or P2p task: enabling any of them makes NCCL emit the task itself.
 constexpr uint64_t kTaskChildren =
-    abi::kProxyOp | abi::kProxyStep | abi::kKernelCh | abi::kNetPlugin;
+    abi::kProxyOp | abi::kProxyStep | abi::kKernelCh | abi::kNetPlugin | abi::kKernelPhase;
+
+// v7 -> v6: the same union members, less the user tags and the symmetric-kernel fields.
+abi::EventDescrV6 ToV6(const abi::EventDescrV7& in) {
+  abi::EventDescrV6 out;
+  std::memset(&out, 0, sizeof(out));
+  out.type = in.type;
+  out.parent_obj = in.parent_obj;
+  out.rank = in.rank;
+  switch (in.type) {
+    case abi::kGroupApi:
+      out.group_api = in.group_api;
+      break;
+    case abi::kCollApi: {
+      const abi::CollApiDescrV7& a = in.coll_api;
+      out.coll_api = {a.func, a.count, a.datatype, a.root, a.stream, a.graph_captured};
+      break;
+    }
+    case abi::kP2pApi: {
+      const abi::P2pApiDescrV7& a = in.p2p_api;
+      out.p2p_api = {a.func, a.count, a.datatype, a.stream, a.graph_captured};
+      break;
+    }
+    case abi::kKernelLaunch:
+      out.kernel_launch = in.kernel_launch;
+      break;
+    case abi::kColl: {
+      const abi::CollDescrV7& c = in.coll;
+      out.coll = {c.seq_number, c.func,       c.send_buff, c.recv_buff, c.count, c.root,
+                  c.datatype,   c.n_channels, c.n_warps,   c.algo,      c.proto, c.parent_group};
+      break;
+    }
+    case abi::kP2p: {
+      const abi::P2pDescrV7& p = in.p2p;
+      out.p2p = {p.func, p.buff, p.datatype, p.count, p.peer, p.n_channels, p.parent_group};
+      break;
+    }
+    case abi::kProxyOp:
+      out.proxy_op = in.proxy_op;
+      break;
+    case abi::kProxyStep:
+      out.proxy_step = in.proxy_step;
+      break;
+    case abi::kKernelCh:
+      out.kernel_ch = in.kernel_ch;
+      break;
+    case abi::kNetPlugin:
+      out.net_plugin = in.net_plugin;
+      break;
+    case abi::kCeColl: {
+      const abi::CeCollDescrV7& c = in.ce_coll;
+      out.ce_coll = {c.seq_number,  c.func,       c.send_buff,     c.recv_buff,        c.count,
+                     c.root,        c.datatype,   c.sync_strategy, c.intra_batch_sync, c.batch_size,
+                     c.num_batches, c.ce_seq_num, c.stream};
+      break;
+    }
+    case abi::kCeSync:
+      out.ce_sync = in.ce_sync;
+      break;
+    case abi::kCeBatch:
+      out.ce_batch = in.ce_batch;
+      break;
+    default:  // Group has no payload; KernelPhase never reaches a v6 plugin
+      break;
+  }
+  return out;
+}
 
 abi::EventDescrV5 ToV5(const abi::EventDescrV6& in) {
-  abi::EventDescrV5 out{};
+  abi::EventDescrV5 out;
+  std::memset(&out, 0, sizeof(out));
   out.type = in.type;
   out.parent_obj = in.parent_obj;
   out.rank = in.rank;
@@ -34,17 +103,27 @@ abi::EventDescrV5 ToV5(const abi::EventDescrV6& in) {
     case abi::kP2p:
       out.p2p = in.p2p;
       break;
+    case abi::kProxyOp:
+      out.proxy_op = in.proxy_op;
+      break;
+    case abi::kProxyStep:
+      out.proxy_step = in.proxy_step;
+      break;
     case abi::kKernelCh:
       out.kernel_ch = in.kernel_ch;
       break;
-    default:  // Group has no payload; simjob emits no other types
+    case abi::kNetPlugin:
+      out.net_plugin = in.net_plugin;
+      break;
+    default:  // Group has no payload; NCCL's v5 shim drops the copy-engine events
       break;
   }
   return out;
 }
 
 abi::EventDescrV4 ToV4(const abi::EventDescrV6& in) {
-  abi::EventDescrV4 out{};
+  abi::EventDescrV4 out;
+  std::memset(&out, 0, sizeof(out));
   out.type = static_cast<uint8_t>(in.type);  // v4 types all fit in bits 0-7
   out.parent_obj = in.parent_obj;
   out.rank = in.rank;
@@ -74,8 +153,17 @@ abi::EventDescrV4 ToV4(const abi::EventDescrV6& in) {
                  .n_channels = p.n_channels};
       break;
     }
+    case abi::kProxyOp:
+      out.proxy_op = in.proxy_op;
+      break;
+    case abi::kProxyStep:
+      out.proxy_step = in.proxy_step;
+      break;
     case abi::kKernelCh:
       out.kernel_ch = in.kernel_ch;
+      break;
+    case abi::kNetPlugin:
+      out.net_plugin = in.net_plugin;
       break;
     default:
       break;
@@ -92,6 +180,8 @@ bool EventEnabled(uint64_t type, int mask) {
       return m & (abi::kGroup | abi::kColl | abi::kP2p | kTaskChildren);
     case abi::kColl:
       return m & (abi::kColl | kTaskChildren);
+    case abi::kKernelCh:  // NCCL turns KernelCh on for KernelPhase (§10)
+      return m & (abi::kKernelCh | abi::kKernelPhase);
     case abi::kP2p:
       return m & (abi::kP2p | kTaskChildren);
     case abi::kCollApi:
@@ -101,14 +191,14 @@ bool EventEnabled(uint64_t type, int mask) {
       return m & (abi::kP2pApi | abi::kP2p | kTaskChildren);
     case abi::kGroupApi:
       return m & ~static_cast<uint64_t>(abi::kProxyCtrl);
-    default:  // KernelCh, KernelLaunch, ProxyCtrl, ...: only their own bit
+    default:  // KernelPhase, KernelLaunch, ProxyCtrl, ...: only their own bit
       return m & type;
   }
 }
 
 std::unique_ptr<ProfilerHost> ProfilerHost::Load(const std::string& path, int abi_version,
                                                  std::string* error) {
-  if (abi_version < 4 || abi_version > 6) {
+  if (abi_version < 4 || abi_version > 7) {
     *error = "unsupported ABI version " + std::to_string(abi_version);
     return nullptr;
   }
@@ -136,8 +226,11 @@ ProfilerHost::ProfilerHost(void* library, int abi_version, const void* table)
     case 5:
       v5_ = static_cast<const abi::ProfilerV5*>(table);
       break;
-    default:
+    case 6:
       v6_ = static_cast<const abi::ProfilerV6*>(table);
+      break;
+    default:
+      v7_ = static_cast<const abi::ProfilerV7*>(table);
       break;
   }
 }
@@ -145,28 +238,41 @@ ProfilerHost::ProfilerHost(void* library, int abi_version, const void* table)
 ProfilerHost::~ProfilerHost() { dlclose(library_); }
 
 const char* ProfilerHost::name() const {
-  const char* n = v4_ ? v4_->name : v5_ ? v5_->name : v6_->name;
+  const char* n = v4_ ? v4_->name : v5_ ? v5_->name : v6_ ? v6_->name : v7_->name;
   return n != nullptr ? n : "?";
 }
 
 abi::Result ProfilerHost::Init(void** context, uint64_t comm_hash, int* mask, const char* comm_name,
                                int n_nodes, int nranks, int rank, abi::Logger logfn) {
-  if (v4_) return v4_->init(context, mask, comm_name, comm_hash, n_nodes, nranks, rank, logfn);
-  if (v5_) return v5_->init(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
-  return v6_->init(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
+  if (v7_) return v7_->init(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
+  abi::Result r;
+  if (v4_) {
+    r = v4_->init(context, mask, comm_name, comm_hash, n_nodes, nranks, rank, logfn);
+  } else if (v5_) {
+    r = v5_->init(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
+  } else {
+    r = v6_->init(context, comm_hash, mask, comm_name, n_nodes, nranks, rank, logfn);
+  }
+  *mask &= ~static_cast<int>(abi::kKernelPhase);  // v7 only
+  return r;
 }
 
-void* ProfilerHost::Start(void* context, const abi::EventDescrV6& descr) {
+void* ProfilerHost::Start(void* context, const abi::EventDescrV7& descr) {
   void* handle = nullptr;
-  if (v4_) {
-    abi::EventDescrV4 d = ToV4(descr);
-    v4_->start_event(context, &handle, &d);
+  if (v7_) {
+    abi::EventDescrV7 d = descr;  // the plugin gets a mutable copy, as from NCCL's stack
+    v7_->start_event(context, &handle, &d);
+  } else if (descr.type == abi::kKernelPhase) {
+    return nullptr;  // v7 only: never shown to an older table
+  } else if (v6_) {
+    abi::EventDescrV6 d = ToV6(descr);
+    v6_->start_event(context, &handle, &d);
   } else if (v5_) {
-    abi::EventDescrV5 d = ToV5(descr);
+    abi::EventDescrV5 d = ToV5(ToV6(descr));
     v5_->start_event(context, &handle, &d);
   } else {
-    abi::EventDescrV6 d = descr;  // the plugin gets a mutable copy, as from NCCL's stack
-    v6_->start_event(context, &handle, &d);
+    abi::EventDescrV4 d = ToV4(ToV6(descr));
+    v4_->start_event(context, &handle, &d);
   }
   events_started_.fetch_add(1, std::memory_order_relaxed);
   if (handle == nullptr) null_handles_.fetch_add(1, std::memory_order_relaxed);
@@ -179,14 +285,20 @@ void ProfilerHost::Stop(void* handle) {
     v4_->stop_event(handle);
   } else if (v5_) {
     v5_->stop_event(handle);
-  } else {
+  } else if (v6_) {
     v6_->stop_event(handle);
+  } else {
+    v7_->stop_event(handle);
   }
 }
 
 void ProfilerHost::Record(void* handle, abi::EventState state, abi::StateArgs* args) {
   if (handle == nullptr) return;
-  if (v4_) {
+  if (v7_) {
+    v7_->record_event_state(handle, state, args);
+  } else if (state == abi::kKernelPhaseStop) {
+    return;  // v7 only
+  } else if (v4_) {
     v4_->record_event_state(handle, state, args);
   } else if (v5_) {
     v5_->record_event_state(handle, state, args);
@@ -200,8 +312,10 @@ void ProfilerHost::Finalize(void* context) {
     v4_->finalize(context);
   } else if (v5_) {
     v5_->finalize(context);
-  } else {
+  } else if (v6_) {
     v6_->finalize(context);
+  } else {
+    v7_->finalize(context);
   }
 }
 

@@ -1,11 +1,13 @@
-// The proxy thread of a simjob rank: KernelCh events per channel, at the model's real times. The
-// contract (event order, hung collectives, thread safety) is in proxy_thread.h.
+// The proxy thread of a simjob rank: KernelCh (and v7 KernelPhase) events per channel, at the
+// model's real times. The contract (event order, hung collectives, thread safety) is in
+// proxy_thread.h.
 #include "tests/simjob/proxy_thread.h"
 
 #include <cstring>
 #include <utility>
 
 #include "plugin/abi.h"
+#include "plugin/abi_v7.h"
 #include "tests/simjob/job_common.h"
 
 namespace ncclwatch::simjob {
@@ -58,7 +60,7 @@ std::vector<void*> ProxyThread::StartChannels(const KernelWork& work) {
   std::vector<void*> handles;
   for (void* parent : work.parents) {
     for (size_t c = 0; c < work.start_timers.size(); ++c) {
-      abi::EventDescrV6 d;
+      abi::EventDescrV7 d;
       std::memset(&d, 0, sizeof(d));
       d.type = abi::kKernelCh;
       d.parent_obj = parent;
@@ -75,12 +77,38 @@ std::vector<void*> ProxyThread::StartChannels(const KernelWork& work) {
 void ProxyThread::StopChannels(const KernelWork& work, const std::vector<void*>& handles) {
   const size_t channels = work.stop_timers.size();
   for (size_t i = 0; i < handles.size(); ++i) {
+    const size_t c = i % channels;
+    if (!work.sync_end_timers.empty()) {
+      EmitPhases(work.context, handles[i], static_cast<int>(c),
+                 {work.start_timers[c], work.sync_end_timers[c], work.final_sync_timers[c],
+                  work.stop_timers[c]});
+    }
     abi::StateArgs args;
-    args.kernel_ch.p_timer = work.stop_timers[i % channels];
+    args.kernel_ch.p_timer = work.stop_timers[c];
     // KernelChStop and stop come back to back, as in NCCL.
     host_->Record(handles[i], abi::kKernelChStop, &args);
     host_->Stop(handles[i]);
     stopped_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ProxyThread::EmitPhases(void* context, void* kernel_ch, int channel,
+                             const std::array<uint64_t, 4>& bounds) {
+  static constexpr const char* kNames[] = {"initial_sync", "compute", "final_sync"};
+  for (int p = 0; p < 3; ++p) {
+    if (bounds[p] == bounds[p + 1]) continue;
+    abi::EventDescrV7 d;
+    std::memset(&d, 0, sizeof(d));
+    d.type = abi::kKernelPhase;
+    d.parent_obj = kernel_ch;
+    d.rank = 0;
+    d.kernel_phase = {static_cast<uint8_t>(channel), static_cast<uint8_t>(p), kNames[p], bounds[p]};
+    void* handle = host_->Start(context, d);
+    phases_.fetch_add(1, std::memory_order_relaxed);
+    abi::StateArgs args;
+    args.kernel_ch.p_timer = bounds[p + 1];  // the phase's end travels in the KernelCh slot
+    host_->Record(handle, abi::kKernelPhaseStop, &args);
+    host_->Stop(handle);
   }
 }
 

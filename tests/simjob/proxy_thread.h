@@ -1,9 +1,15 @@
-// The proxy thread of one simjob rank process: it plays NCCL's proxy progress thread, which emits
-// the per-channel KernelCh events of every launched kernel (docs/nccl-profiler-abi.md §7).
+// The proxy thread of one simjob rank process: it plays NCCL's proxy progress thread (2.31: its
+// profiler thread), which emits the per-channel KernelCh events of every launched kernel
+// (docs/nccl-profiler-abi.md §7, §10).
 //
 // For each queued KernelWork, in order: at start_ns, one KernelCh start per (task, channel), with
 // the task's Coll/P2p handle as parent, rank 0 and the channel's start pTimer; at stop_ns, for each
 // of those handles in the same order, KernelChStop (with the stop pTimer) and stop, back to back.
+// With KernelPhase (v7, the work has phase timers) each handle's phases come just before its
+// KernelChStop, as NCCL 2.31 reports them once the channel has completed: for initial sync,
+// compute and final sync in turn, KernelPhase start (parent = the KernelCh handle, even a null
+// one; pTimer = the phase's start), KernelPhaseStop (the phase's end) and stop. A phase of zero
+// length is left out, as NCCL leaves it out (the last rank to arrive does not wait).
 // Work whose stop_ns is kNever (a hung collective) keeps its channels open and blocks the queue
 // until Finish(). Work whose start_ns is kNever (queued on a stream that is stuck) never starts:
 // its channels get no events at all, and it blocks the queue the same way.
@@ -13,6 +19,7 @@
 #ifndef NCCLWATCH_TESTS_SIMJOB_PROXY_THREAD_H_
 #define NCCLWATCH_TESTS_SIMJOB_PROXY_THREAD_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -36,10 +43,33 @@ struct KernelWork {
   int64_t stop_ns = kNever;            // real time the op completes, kNever if it never does
   std::vector<uint64_t> start_timers;  // per channel GPU timer at start
   std::vector<uint64_t> stop_timers;   // per channel GPU timer at stop (empty if never)
+  // KernelPhase (v7, asked for by the mask at launch; empty otherwise or if the op never
+  // completes): per channel, the GPU timers where the initial sync ends and the final sync begins.
+  std::vector<uint64_t> sync_end_timers;
+  std::vector<uint64_t> final_sync_timers;
 };
 
-// Plays NCCL's proxy progress thread: emits KernelCh start, KernelChStop and stop. The thread
-// starts in the constructor; `host` must outlive the object.
+// Fills the per-channel timers of `work` (whose start_ns and stop_ns are set) for `channels`
+// channels: none if it never starts, no stop or phase timers if it never completes, phase timers
+// (timeline.h's PhaseBounds, from when the op's last party arrived) only with `kernel_phase`.
+// `gpu_timer(virtual_ns, channel)` is the rank's GPU clock.
+template <typename GpuTimer>
+void SetChannelTimers(int channels, bool kernel_phase, int64_t all_arrived_ns,
+                      const GpuTimer& gpu_timer, KernelWork* work) {
+  if (work->start_ns == kNever) return;
+  const KernelPhaseBounds phases = PhaseBounds(work->start_ns, all_arrived_ns, work->stop_ns);
+  for (int c = 0; c < channels; ++c) {
+    work->start_timers.push_back(gpu_timer(work->start_ns, c));
+    if (work->stop_ns == kNever) continue;
+    work->stop_timers.push_back(gpu_timer(work->stop_ns, c));
+    if (!kernel_phase) continue;
+    work->sync_end_timers.push_back(gpu_timer(phases.sync_end, c));
+    work->final_sync_timers.push_back(gpu_timer(phases.final_sync, c));
+  }
+}
+
+// Plays NCCL's proxy progress thread: emits KernelCh start, KernelChStop and stop, and the
+// KernelPhase events. The thread starts in the constructor; `host` must outlive the object.
 class ProxyThread {
  public:
   explicit ProxyThread(ProfilerHost* host) : host_(host), thread_([this] { Run(); }) {}
@@ -54,11 +84,15 @@ class ProxyThread {
 
   uint64_t channels_started() const { return started_.load(std::memory_order_relaxed); }
   uint64_t channels_stopped() const { return stopped_.load(std::memory_order_relaxed); }
+  uint64_t phases_started() const { return phases_.load(std::memory_order_relaxed); }
 
  private:
   void Run();
   std::vector<void*> StartChannels(const KernelWork& work);
   void StopChannels(const KernelWork& work, const std::vector<void*>& handles);
+  // The phases of one channel between bounds[0] (start), [1], [2] and [3] (stop).
+  void EmitPhases(void* context, void* kernel_ch, int channel,
+                  const std::array<uint64_t, 4>& bounds);
 
   ProfilerHost* const host_;
   std::mutex mu_;
@@ -67,6 +101,7 @@ class ProxyThread {
   bool done_ = false;             // guarded by mu_
   std::atomic<uint64_t> started_{0};
   std::atomic<uint64_t> stopped_{0};
+  std::atomic<uint64_t> phases_{0};
   std::thread thread_;  // last: starts after every other member is initialized
 };
 

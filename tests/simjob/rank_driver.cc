@@ -70,6 +70,7 @@ class RankDriver {
     proxy.Finish();
     report_.kernel_ch_started = proxy.channels_started();
     report_.kernel_ch_stopped = proxy.channels_stopped();
+    report_.kernel_phases = proxy.phases_started();
     proxy_ = nullptr;
   }
 
@@ -131,19 +132,19 @@ class RankDriver {
 
   void RunStep(const StepTimes& st) {
     NcclComm& comm = CommFor(st.scope);
-    const NcclLaunch launch = events_.Launch(&comm, BuildTasks(*st.spec, comm));
+    std::vector<NcclTask> tasks = BuildTasks(*st.spec, comm);
+    const auto iteration = static_cast<int64_t>(st.index / timeline_.config().workload.size());
+    for (NcclTask& t : tasks) t.user_tag = UserTag(options_, iteration);
+    const NcclLaunch launch = events_.Launch(&comm, tasks);
     if (!launch.kernel_ch) return;
     KernelWork work;
     work.context = launch.context;
     work.parents = launch.parents;
     work.start_ns = st.arrival[rank_];
     work.stop_ns = st.end[rank_];
-    for (int c = 0; c < options_.channels; ++c) {
-      work.start_timers.push_back(timeline_.GpuTimerNs(rank_, work.start_ns, c));
-      if (work.stop_ns != kNever) {
-        work.stop_timers.push_back(timeline_.GpuTimerNs(rank_, work.stop_ns, c));
-      }
-    }
+    SetChannelTimers(
+        options_.channels, launch.kernel_phase, st.all_arrived[rank_],
+        [this](int64_t t, int c) { return timeline_.GpuTimerNs(rank_, t, c); }, &work);
     proxy_->Push(std::move(work));
   }
 

@@ -26,7 +26,8 @@ struct RankReport {
   uint64_t null_handles = 0;
   uint64_t kernel_ch_started = 0;
   uint64_t kernel_ch_stopped = 0;
-  int64_t max_lag_ns = 0;  // how far behind the schedule the user thread ever ran
+  uint64_t kernel_phases = 0;  // KernelPhase events started (v7)
+  int64_t max_lag_ns = 0;      // how far behind the schedule the user thread ever ran
 };
 
 // Runs the whole job of `rank` through `host` on the calling thread (plus one proxy thread):

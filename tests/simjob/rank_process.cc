@@ -91,12 +91,14 @@ int RunRank(const Options& o, const TimelineConfig& config, const JobModelConfig
   char line[256];
   const int n = std::snprintf(
       line, sizeof(line),
-      "steps=%lld max_lag_us=%lld events=%llu null_handles=%llu kernel_ch=%llu/%llu",
+      "steps=%lld max_lag_us=%lld events=%llu null_handles=%llu kernel_ch=%llu/%llu "
+      "kernel_phase=%llu",
       static_cast<long long>(report.steps), static_cast<long long>(report.max_lag_ns / 1000),
       static_cast<unsigned long long>(report.events),
       static_cast<unsigned long long>(report.null_handles),
       static_cast<unsigned long long>(report.kernel_ch_started),
-      static_cast<unsigned long long>(report.kernel_ch_stopped));
+      static_cast<unsigned long long>(report.kernel_ch_stopped),
+      static_cast<unsigned long long>(report.kernel_phases));
   if (write(report_fd, line, n) != n) return 1;
   return 0;
 }

@@ -68,11 +68,19 @@ Forecast MakeForecast(const TimelineConfig& config) {
   return f;
 }
 
+// "v7, no user tag" and the like: the ABI and, on v7, what --user-tag sets.
+std::string AbiText(const Options& o) {
+  if (o.abi < 7) return StrFormat("v%d", o.abi);
+  if (o.user_tag_iteration) return "v7, user tag = iteration + 1";
+  if (o.user_tag == 0) return "v7, no user tag";
+  return StrFormat("v7, user tag %llu", static_cast<unsigned long long>(o.user_tag));
+}
+
 void PrintSummary(const Options& o, const TimelineConfig& config) {
   const Timeline timeline(config);
   const int world = timeline.world_size();
-  std::printf("simjob: %d ranks = %d nodes x %d ranks/node, ABI v%d, plugin %s\n", world, o.nodes,
-              o.ranks_per_node, o.abi, o.plugin.c_str());
+  std::printf("simjob: %d ranks = %d nodes x %d ranks/node, ABI %s, plugin %s\n", world, o.nodes,
+              o.ranks_per_node, AbiText(o).c_str(), o.plugin.c_str());
   for (int n = 0; n < o.nodes; ++n) {
     std::printf("  node %d: ranks %d-%d, GPU clock offset %+.3f ms", n, n * o.ranks_per_node,
                 (n + 1) * o.ranks_per_node - 1, timeline.ClockOffsetNs(n) / 1e6);
@@ -122,9 +130,10 @@ void PrintMegatronSummary(const Options& o, const JobModelConfig& config) {
   JobModel model(config, std::vector<int>{});
   const MegatronLayout& l = model.layout();
   std::printf(
-      "simjob: %d ranks = %d nodes x %d ranks/node = tp %d x pp %d x dp %d (megatron), ABI v%d, "
+      "simjob: %d ranks = %d nodes x %d ranks/node = tp %d x pp %d x dp %d (megatron), ABI %s, "
       "plugin %s\n",
-      l.world_size(), o.nodes, o.ranks_per_node, l.tp(), l.pp(), l.dp(), o.abi, o.plugin.c_str());
+      l.world_size(), o.nodes, o.ranks_per_node, l.tp(), l.pp(), l.dp(), AbiText(o).c_str(),
+      o.plugin.c_str());
   for (int n = 0; n < o.nodes; ++n) {
     std::printf("  node %d: ranks %d-%d, GPU clock offset %+.3f ms", n, n * o.ranks_per_node,
                 (n + 1) * o.ranks_per_node - 1, model.ClockOffsetNs(n) / 1e6);

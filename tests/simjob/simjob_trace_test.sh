@@ -4,7 +4,7 @@
 # Usage: simjob_trace_test.sh SIMJOB_BINARY TRACE_PLUGIN_SO
 #
 # Each scenario is a 2 nodes x 2 ranks job; the megatron ones are 4 nodes x 2 ranks. The plugin appends one line per rank to a trace file
-# (format: see trace_plugin.cc); every line must report violations=0, and the event counts must be
+# (format: see trace_tracer.h); every line must report violations=0, and the event counts must be
 # consistent with the workload, the ABI version, the activation mask and the injected fault.
 set -euo pipefail
 
@@ -81,14 +81,22 @@ check_clean() {
 }
 
 # KernelCh starts == channels x (Coll + P2p), Group == GroupApi == KernelLaunch (v5+), API
-# events match their tasks one to one, and all ranks saw the same counts.
+# events match their tasks one to one, KernelPhase only on v7 (at most three per KernelCh), and all
+# ranks saw the same counts.
 check_counts() {
-  local abi=$1 channels=$2 line first_counts="" counts coll p2p
+  local abi=$1 channels=$2 line first_counts="" counts coll p2p phases
   for line in "${LINES[@]}"; do
     coll=$(field "$line" Coll)
     p2p=$(field "$line" P2p)
     ((coll > 0 && p2p > 0)) || fail "no Coll/P2p events: $line"
     expect "$line" KernelCh $((channels * (coll + p2p)))
+    phases=$(field "$line" KernelPhase)
+    if ((abi >= 7)); then
+      ((phases > 0 && phases <= 3 * channels * (coll + p2p))) ||
+        fail "rank $(field "$line" rank): KernelPhase=$phases for $((channels * (coll + p2p))) KernelCh"
+    else
+      expect "$line" KernelPhase 0
+    fi
     if ((abi >= 5)); then
       expect "$line" CollApi "$coll"
       expect "$line" P2pApi "$p2p"
@@ -112,7 +120,7 @@ expect_ranks() {
 }
 
 # --- every ABI version, timed run -----------------------------------------------------------------
-for abi in 4 5 6; do
+for abi in 4 5 6 7; do
   run "abi$abi" --abi "$abi" --duration-s 2
   expect_ranks 4
   check_clean
@@ -121,24 +129,45 @@ for abi in 4 5 6; do
 done
 
 # --- exact counts: 3 iterations = 9 collectives + 3 Send/Recv groups, 2 channels ------------------
+# KernelPhase (v7, the default): three phases per KernelCh, except that at every step the last rank
+# to arrive has no initial sync: 30 fewer (9 x 2 collective channels, 3 x 2 x 2 Send/Recv ones).
 run iterations --iterations 3 --channels 2 --gap-us 1000
 expect_ranks 4
 check_clean
-check_counts 5 2
+check_counts 7 2
+phases=0
 for rank in 0 1 2 3; do
   line=$(line_of $rank)
+  expect "$line" abi 7
   expect "$line" Coll 9
   expect "$line" P2p 6
   expect "$line" GroupApi 12
   expect "$line" KernelCh 30
+  expect "$line" user_tags 1
+  phases=$((phases + $(field "$line" KernelPhase)))
 done
+((phases == 4 * 3 * 30 - 30)) || fail "expected $((4 * 3 * 30 - 30)) KernelPhase events, got $phases"
+
+# --- v7 user tags: --user-tag iteration tags every call with its iteration + 1 ---------------------
+run user_tag --iterations 3 --gap-us 1000 --user-tag iteration
+expect_ranks 4
+check_clean
+for line in "${LINES[@]}"; do expect "$line" user_tags 3; done
 
 # --- NULL handles for GroupApi and Coll: children must then get NULL parents ----------------------
 SIMJOB_TRACE_NULL_TYPES=$((256 + 2)) run null_handles --iterations 2 --gap-us 1000
 expect_ranks 4
 check_clean
-check_counts 5 4
+check_counts 7 4
 expect "${LINES[0]}" null $((8 + 6))
+
+# NULL KernelCh handles: their KernelPhase children get NULL parents; NULL phases get no state/stop.
+SIMJOB_TRACE_NULL_TYPES=$((64 + 32768)) run null_phases --iterations 2 --gap-us 1000
+expect_ranks 4
+check_clean
+check_counts 7 4
+line=$(line_of 0)
+expect "$line" null $(($(field "$line" KernelCh) + $(field "$line" KernelPhase)))
 
 # --- activation mask KernelCh only: its ancestors are emitted, KernelLaunch is not ----------------
 SIMJOB_TRACE_MASK=64 run mask_kernel_ch --iterations 2 --gap-us 1000
@@ -149,6 +178,22 @@ expect "${LINES[0]}" CollApi 6
 expect "${LINES[0]}" Group 8
 expect "${LINES[0]}" KernelCh $((4 * (6 + 4)))
 
+# --- activation mask KernelPhase only (v7): NCCL turns KernelCh on for it ---------------------------
+SIMJOB_TRACE_MASK=32768 run mask_kernel_phase --iterations 2 --gap-us 1000
+expect_ranks 4
+check_clean
+expect "${LINES[0]}" KernelLaunch 0
+expect "${LINES[0]}" CollApi 6
+expect "${LINES[0]}" KernelCh $((4 * (6 + 4)))
+(($(field "${LINES[0]}" KernelPhase) > 0)) || fail "no KernelPhase events: ${LINES[0]}"
+
+# --- the KernelPhase bit from a v6 table: cleared, as NCCL 2.31's v6 shim does ---------------------
+SIMJOB_TRACE_MASK=$((64 + 32768)) run abi6_kernel_phase --abi 6 --iterations 2 --gap-us 1000
+expect_ranks 4
+check_clean
+expect "${LINES[0]}" KernelCh $((4 * (6 + 4)))
+expect "${LINES[0]}" KernelPhase 0
+
 # --- activation mask CollApi only: API events, no tasks, no kernels --------------------------------
 SIMJOB_TRACE_MASK=512 run mask_coll_api --iterations 2 --gap-us 1000
 expect_ranks 4
@@ -157,15 +202,19 @@ expect "${LINES[0]}" GroupApi 8
 expect "${LINES[0]}" CollApi 6
 for key in P2pApi Group Coll P2p KernelCh KernelLaunch; do expect "${LINES[0]}" "$key" 0; done
 
-# --- slow rank: arrives last, so its kernels are the shortest --------------------------------------
+# --- slow rank: arrives last, so its kernels are the shortest and it never waits in initial sync ---
 run slow_rank --duration-s 1.5 --slow-rank 3 --slow-us 3000
 expect_ranks 4
 check_clean
 slow_us=$(field "$(line_of 3)" kch_mean_us)
+expect "$(line_of 3)" sync_mean_us 0.000
 for rank in 0 1 2; do
   other_us=$(field "$(line_of $rank)" kch_mean_us)
   awk -v s="$slow_us" -v o="$other_us" 'BEGIN { exit !(s + 2000 < o) }' ||
     fail "slow rank 3 mean kernel ${slow_us} us is not well below rank $rank's ${other_us} us"
+  sync_us=$(field "$(line_of $rank)" sync_mean_us)
+  awk -v w="$sync_us" 'BEGIN { exit !(w > 2000) }' ||
+    fail "rank $rank waits ${sync_us} us in initial sync, expected > 2000 (rank 3 is 3000 us late)"
 done
 
 # --- hang: rank 1 stops arriving; the others launch the step, which never completes -----------------
@@ -195,31 +244,37 @@ MEGATRON=(--layout megatron --nodes 4 --ranks-per-node 2)
 
 # Per iteration each rank launches 16 TP AllReduces, 5 pipeline groups holding 8 Send/Recv tasks,
 # DP ReduceScatter + AllGather and the emb and mp AllReduces; a world AllReduce every 2nd one.
-run megatron_iterations "${MEGATRON[@]}" --iterations 3 --world-every 2
+run megatron_iterations "${MEGATRON[@]}" --iterations 3 --world-every 2 --user-tag 7
 expect_ranks 8
 check_clean
-check_counts 5 4
+check_counts 7 4
 for line in "${LINES[@]}"; do
   expect "$line" comms 6
   expect "$line" Coll 61
   expect "$line" P2p 24
   expect "$line" GroupApi 76
   expect "$line" KernelCh 340
+  expect "$line" user_tags 1
 done
 run megatron_abi4 "${MEGATRON[@]}" --abi 4 --iterations 2
 expect_ranks 8
 check_clean
 check_counts 4 4
 
-# A slow GPU (rank 3) has the shortest kernels; its TP partner (rank 2) waits in every layer.
+# A slow GPU (rank 3) has the shortest kernels; its TP partner (rank 2) waits in every layer, in
+# the kernels' initial sync.
 run megatron_slow "${MEGATRON[@]}" --duration-s 1.5 --slow-rank 3 --slow-factor 2
 expect_ranks 8
 check_clean
-check_counts 5 4
+check_counts 7 4
 slow_us=$(field "$(line_of 3)" kch_mean_us)
 partner_us=$(field "$(line_of 2)" kch_mean_us)
 awk -v s="$slow_us" -v o="$partner_us" 'BEGIN { exit !(s + 300 < o) }' ||
   fail "slow rank 3 mean kernel ${slow_us} us is not well below its TP partner's ${partner_us} us"
+slow_us=$(field "$(line_of 3)" sync_mean_us)
+partner_us=$(field "$(line_of 2)" sync_mean_us)
+awk -v s="$slow_us" -v o="$partner_us" 'BEGIN { exit !(s + 300 < o) }' ||
+  fail "slow rank 3 mean initial sync ${slow_us} us is not well below rank 2's ${partner_us} us"
 
 # Stuck ranks: one op each with its channels open (4, or 8 for a Send/Recv group), and the
 # --host-ahead 4 ops queued behind it launched but never started.
@@ -286,6 +341,7 @@ expect_usage_error "--gap-us applies to --layout world|3d only" "${MEGATRON[@]}"
 expect_usage_error "no communicator 'dp9'" "${MEGATRON[@]}" --fabric-hang-comm dp9
 expect_usage_error "--stage-factors needs 2 factors" "${MEGATRON[@]}" --stage-factors 1,2,3
 expect_usage_error "--microbatches applies to --layout megatron only" --microbatches 8
+expect_usage_error "--user-tag needs --abi 7" --abi 6 --user-tag iteration
 
-echo "simjob_trace_test: PASS (ABI v4, v5, v6; counts; NULL handles; masks; slow; hang; kill;" \
-  "megatron: counts, slow, fabric hang, hang, kill; CLI)"
+echo "simjob_trace_test: PASS (ABI v4-v7; counts; KernelPhase; user tags; NULL handles; masks;" \
+  "slow; hang; kill; megatron: counts, slow, fabric hang, hang, kill; CLI)"

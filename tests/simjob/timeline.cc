@@ -71,6 +71,14 @@ double BusFactor(OpKind op, int nranks) {
   return 0.0;
 }
 
+KernelPhaseBounds PhaseBounds(int64_t start, int64_t all_arrived, int64_t stop) {
+  KernelPhaseBounds b;
+  if (stop == kNever) return b;
+  b.sync_end = std::clamp(all_arrived, start, stop);
+  b.final_sync = stop - std::min(kFinalSyncNs, (stop - b.sync_end) / 2);
+  return b;
+}
+
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -106,6 +114,7 @@ Timeline::Timeline(TimelineConfig config)
   }
   step_.arrival.resize(world_size());
   step_.end.resize(world_size());
+  step_.all_arrived.resize(world_size());
   step_.in_run = true;  // the step before step 0 "ran", so step 0 may
 }
 
@@ -211,12 +220,13 @@ uint64_t Timeline::GpuTimerNs(int rank, int64_t virtual_ns, int channel) const {
   return static_cast<uint64_t>(virtual_ns + ClockOffsetNs(NodeOf(rank)) + channel * kChannelSkewNs);
 }
 
-int64_t Timeline::GroupEnd(int instance, const std::vector<int>& members) const {
+int64_t Timeline::GroupEnd(int instance, const std::vector<int>& members) {
   int64_t last = 0;
   for (int r : members) {
     if (step_.arrival[r] == kNever) return kNever;  // the op waits for r forever
     last = std::max(last, step_.arrival[r]);
   }
+  for (int r : members) step_.all_arrived[r] = last;
   const int64_t end = last + TransferNs(*step_.spec, step_.scope, instance, last);
   const RankFault& f = config_.fault;
   if (f.kind == FaultKind::kKill &&
@@ -248,6 +258,7 @@ const StepTimes& Timeline::Advance() {
   }
   for (int g = 0; g < Instances(step_.scope); ++g) {
     const std::vector<int>& members = Members(step_.scope, g);
+    for (int r : members) step_.all_arrived[r] = kNever;
     const int64_t end = GroupEnd(g, members);
     for (int r : members) step_.end[r] = end;
   }

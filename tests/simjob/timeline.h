@@ -75,6 +75,18 @@ const char* OpName(OpKind op);
 // AllReduce 2(n-1)/n, AllGather and ReduceScatter (n-1)/n, SendRecv 1.
 double BusFactor(OpKind op, int nranks);
 
+// Profiler ABI v7 KernelPhase boundaries of one kernel, in the same time domain as its arguments.
+// The initial sync lasts from the kernel's start until the last party of the op has arrived (the
+// channel waits for its peers), clamped into [start, stop]; the final sync is the last
+// kFinalSyncNs before the stop (at most half of the time after the initial sync); compute lies in
+// between. With stop == kNever the op never completes: both boundaries are kNever.
+inline constexpr int64_t kFinalSyncNs = 2000;
+struct KernelPhaseBounds {
+  int64_t sync_end = kNever;    // initial sync -> compute
+  int64_t final_sync = kNever;  // compute -> final sync
+};
+KernelPhaseBounds PhaseBounds(int64_t start, int64_t all_arrived, int64_t stop);
+
 // SplitMix64 finalizer: a cheap, well-mixed 64-bit hash step.
 uint64_t SplitMix64(uint64_t x);
 
@@ -121,6 +133,9 @@ struct StepTimes {
   CommScope scope = CommScope::kWorld;  // spec->scope, or kSplit for world steps after the split
   std::vector<int64_t> arrival;         // per world rank; kNever if it never arrives
   std::vector<int64_t> end;             // per world rank: completion of its op; kNever if never
+  // Per world rank: when the last member of its communicator instance arrived, so that the op
+  // moves data from then on; kNever if some member never arrives.
+  std::vector<int64_t> all_arrived;
   int64_t first_arrival = kNever;
   // Whether the step belongs to the run. The same for every rank, so all ranks execute the same
   // prefix of steps; once false it stays false.
@@ -162,8 +177,9 @@ class Timeline {
   uint64_t GpuTimerNs(int rank, int64_t virtual_ns, int channel) const;
 
  private:
-  // Completion of the op of one communicator instance given its members' arrivals.
-  int64_t GroupEnd(int instance, const std::vector<int>& members) const;
+  // Completion of the op of one communicator instance given its members' arrivals; sets their
+  // all_arrived when every member arrives.
+  int64_t GroupEnd(int instance, const std::vector<int>& members);
   // The instance of `scope` that contains the degraded node, or 0.
   int DegradedInstance(CommScope scope) const;
 

@@ -35,6 +35,34 @@ TEST(TimelineTest, EndIsLatestArrivalPlusTransfer) {
   }
 }
 
+TEST(TimelineTest, AllArrivedIsTheLatestArrivalOrNeverWhenSomeoneNeverComes) {
+  TimelineConfig config = BaseConfig();
+  config.fault = {FaultKind::kHang, 2, kT0 + 100 * kMs};
+  Timeline timeline(config);
+  for (int k = 0; k < 60; ++k) {
+    const StepTimes& st = timeline.Advance();
+    const bool hung = st.arrival[2] == kNever;
+    for (int r = 0; r < timeline.world_size(); ++r) {
+      EXPECT_EQ(st.all_arrived[r], hung ? kNever : MaxArrival(st)) << "step " << k << " rank " << r;
+    }
+  }
+}
+
+TEST(TimelineTest, KernelPhasesSplitTheKernelAtTheLastArrival) {
+  // The initial sync lasts until the last party arrived, the final sync is the last 2 us.
+  KernelPhaseBounds b = PhaseBounds(1'000, 301'000, 900'000);
+  EXPECT_EQ(b.sync_end, 301'000);
+  EXPECT_EQ(b.final_sync, 900'000 - kFinalSyncNs);
+  // The last arriver does not wait; a short transfer keeps half of itself as compute.
+  b = PhaseBounds(1'000, 1'000, 2'000);
+  EXPECT_EQ(b.sync_end, 1'000);
+  EXPECT_EQ(b.final_sync, 1'500);
+  // Never completes: no phases. An arrival outside the kernel is clamped into it.
+  EXPECT_EQ(PhaseBounds(1'000, 5'000, kNever).sync_end, kNever);
+  EXPECT_EQ(PhaseBounds(1'000, kNever, 9'000).sync_end, 9'000);
+  EXPECT_EQ(PhaseBounds(1'000, 0, 9'000).sync_end, 1'000);
+}
+
 TEST(TimelineTest, TransferFollowsBusBandwidthConventions) {
   Timeline timeline(BaseConfig());  // 4 ranks over 2 nodes: 25 GB/s = 25 bytes/ns
   const std::vector<StepSpec> w = DefaultWorkload(false);
