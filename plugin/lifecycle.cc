@@ -33,12 +33,21 @@ std::atomic<Recorder*> g_recorder{nullptr};
 namespace {
 
 std::atomic<bool> g_forked_child{false};
+std::atomic<const ncclwatch_host_services*> g_host{nullptr};
+std::atomic<void (*)()> g_thread_setup{nullptr};  // this namespace's __ctype_init, when isolated
 
-// fork() child handler: runs in the child before fork() returns there, while only the forking
-// thread exists. Two stores; nothing that could wait on a lock another thread held at the fork.
-void MarkForkedChild() {
-  g_forked_child.store(true, std::memory_order_relaxed);
-  internal::g_recorder.store(nullptr, std::memory_order_relaxed);
+void SetUpHostThread() {
+  if (auto setup = g_thread_setup.load(std::memory_order_acquire)) setup();
+}
+
+int RegisterAtExit(void (*handler)()) {
+  const ncclwatch_host_services* host = g_host.load();
+  return host != nullptr ? host->atexit(handler) : std::atexit(handler);
+}
+
+void* HostSymbol(const char* name) {
+  const ncclwatch_host_services* host = g_host.load();
+  return host != nullptr ? host->symbol(name) : dlsym(RTLD_DEFAULT, name);
 }
 
 // Registered when the library loads, so that even a fork before the first init is covered.
@@ -116,6 +125,9 @@ class Lifecycle {
     if (logfn) {
       logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: %s",
             config_.enable ? table.Describe().c_str() : "disabled by NCCLWATCH_ENABLE=0");
+      const ncclwatch_host_services* host = g_host.load();
+      logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: loaded in %s",
+            host != nullptr ? host->isolation : "the host's namespace (without its loader)");
     }
     if (!config_.enable) return;
 
@@ -158,7 +170,7 @@ class Lifecycle {
     flusher_->Start();
     // After the transport's libraries were loaded and built their statics: at exit, handlers run
     // in reverse order of registration, so ours runs before their destructors.
-    std::atexit(ShutdownAtExit);
+    RegisterAtExit(ShutdownAtExit);
     internal::g_recorder.store(recorder_.get(), std::memory_order_release);
   }
 
@@ -187,7 +199,7 @@ class Lifecycle {
   // CUDA runtime is loaded; else LOCAL_RANK as launchers set it; else -1.
   static int CudaDevice() {
     using GetDevice = int (*)(int*);
-    if (auto fn = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"))) {
+    if (auto fn = reinterpret_cast<GetDevice>(HostSymbol("cudaGetDevice"))) {
       int device = -1;
       if (fn(&device) == 0) return device;
     }
@@ -218,6 +230,24 @@ void ShutdownAtExit() { ShutdownPlugin(); }
 
 bool InForkedChild() { return g_forked_child.load(std::memory_order_relaxed); }
 
+// Runs in the child before fork() returns there, while only the forking thread exists.
+void MarkForkedChild() {
+  g_forked_child.store(true, std::memory_order_relaxed);
+  internal::g_recorder.store(nullptr, std::memory_order_relaxed);
+}
+
+void SetHostServices(const ncclwatch_host_services* services) { g_host.store(services); }
+
+void EnableHostThreadSetup() {
+  // dlopen from here searches this namespace: its libc, already loaded. __ctype_init is the
+  // function glibc's own thread start calls; it is versioned GLIBC_PRIVATE, so looked up, not
+  // linked.
+  if (void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD)) {
+    g_thread_setup.store(reinterpret_cast<void (*)()>(dlsym(libc, "__ctype_init")),
+                         std::memory_order_release);
+  }
+}
+
 abi::Result InitCommunicator(void** context, uint64_t comm_hash, int* mask, int wanted_mask,
                              const char* comm_name, int n_nodes, int nranks, int rank,
                              abi::Logger logfn, int kernel_phase_bit) {
@@ -225,17 +255,20 @@ abi::Result InitCommunicator(void** context, uint64_t comm_hash, int* mask, int 
     *context = nullptr;
     return abi::kSuccess;
   }
+  SetUpHostThread();
   return Lifecycle::Get().Init(context, comm_hash, mask, wanted_mask, comm_name, n_nodes, nranks,
                                rank, logfn, kernel_phase_bit);
 }
 
 abi::Result FinalizeCommunicator(void* context) {
   if (InForkedChild()) return abi::kSuccess;
+  SetUpHostThread();
   return Lifecycle::Get().Finalize(context);
 }
 
 void ShutdownPlugin() {
   if (InForkedChild()) return;
+  SetUpHostThread();
   Lifecycle::Get().Shutdown();
 }
 

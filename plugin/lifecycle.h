@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "plugin/abi.h"
+#include "plugin/isolation/engine_api.h"
 #include "plugin/recorder.h"
 
 namespace ncclwatch::plugin {
@@ -66,6 +67,22 @@ void ShutdownPlugin();
 // Whether this process is a fork() child of the one that loaded the plugin (set by the child
 // handler, before any of our locks can be taken).
 bool InForkedChild();
+
+// The fork() child handler: two stores, nothing that could wait on a lock. Registered with this
+// namespace's libc when the library loads, and forwarded by the loader from the host's libc (an
+// isolated engine's own handlers never run).
+void MarkForkedChild();
+
+// Set by the loader before any init (null until then, and when the engine is loaded without it):
+// the host's atexit (the exit-time shutdown must run from the host's exit(), before any namespace
+// is torn down) and symbol lookup (cudaGetDevice lives in the host's namespace).
+void SetHostServices(const ncclwatch_host_services* services);
+
+// Isolated engine only, called by the loader's adopt_host: this namespace's libc sets up its
+// per-thread locale tables (what isalpha and friends read) only on threads it created itself, so
+// the entry points called on NCCL's threads (init, finalize, exit) set them up first. The event
+// callbacks use no locale.
+void EnableHostThreadSetup();
 
 }  // namespace ncclwatch::plugin
 

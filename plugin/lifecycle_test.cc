@@ -1,6 +1,7 @@
 // The plugin's lifecycle in a real process, with the built .so loaded as NCCL loads it and a
 // stand-in agent (plugin_fake_agent) in its own process: fork while a finalize is stalled, fork in
-// steady state, exit without finalize while threads launch, and an unreachable agent.
+// steady state, exit without finalize while threads launch, an unreachable agent, and a host
+// whose own libraries define the plugin's gRPC and protobuf names (plugin_trap_host).
 //
 // The plugin reads its environment once per process, so each test needs a process of its own:
 // ctest runs every test case separately (gtest_discover_tests); run by hand, use --gtest_filter.
@@ -259,6 +260,69 @@ TEST_F(LifecycleTest, AnUnreachableAgentIsOneWarningThenRecoveryIsNoted) {
   EXPECT_TRUE(agent.WaitFor("report"));
   EXPECT_EQ(g_log.Count(abi::kLogWarn, ""), 1);
   nccl.Finalize(ctx);
+}
+
+TEST_F(LifecycleTest, ALoaderWithoutItsEngineSaysWhyOnceAndLeavesTheJobAlone) {
+  const std::string copy = dir_ + "/libnccl-profiler-ncclwatch.so";  // no engine beside it
+  ASSERT_EQ(std::system(("cp " NCCLWATCH_PLUGIN_SO " " + copy).c_str()), 0);
+  NcclDriver nccl(copy.c_str());
+  ASSERT_TRUE(nccl.ok()) << nccl.error();
+  void* a = nccl.Init(0xd15a, 0, 2, Logger);
+  void* b = nccl.Init(0xd15b, 1, 2, Logger);
+  EXPECT_EQ(a, nullptr);
+  EXPECT_EQ(b, nullptr);
+  nccl.Collective(a, 0, 2);  // what NCCL does with a communicator that has no context
+  nccl.Finalize(a);
+  EXPECT_EQ(g_log.Count(abi::kLogWarn, ""), 1);
+  EXPECT_EQ(g_log.Count(abi::kLogWarn,
+                        "ncclwatch: disabled: cannot load " + dir_ + "/libncclwatch-hostlibc.so"),
+            1);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;  // the loader then keeps the engine in the host's namespace
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// Runs plugin_trap_host with the symbol traps and `isolation` (NCCLWATCH_ISOLATION); its status.
+int RunTrapHost(const char* isolation) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("NCCLWATCH_ISOLATION", isolation, 1);
+    execl(NCCLWATCH_TRAP_HOST, NCCLWATCH_TRAP_HOST, NCCLWATCH_SYMBOL_TRAPS, NCCLWATCH_PLUGIN_SO,
+          nullptr);
+    _exit(127);
+  }
+  return pid > 0 ? WaitChild(pid, std::chrono::milliseconds(30000)) : -3;
+}
+
+TEST_F(LifecycleTest, AHostWhoseLibrariesDefineThePluginsSymbolsAsTrapsRunsAndReports) {
+  if (kSanitized) GTEST_SKIP() << "sanitizer builds load the engine without isolation";
+  FakeAgent agent(socket_, "read");
+  ASSERT_TRUE(agent.WaitFor("listening"));
+  const int status = RunTrapHost("namespace");
+  ASSERT_NE(status, -1) << "the host did not exit";
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status)
+                                 << " (SIGABRT: a trap fired, see its stderr)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "4: a plugin library is in the host's namespace";
+  EXPECT_TRUE(agent.WaitFor("report"));
+  EXPECT_TRUE(agent.WaitFor("half-closed"));  // both communicators finalized
+}
+
+// The same host without isolation: the traps fire, so the test above can fail.
+TEST_F(LifecycleTest, WithoutIsolationTheSameHostHitsATrap) {
+  if (kSanitized) GTEST_SKIP() << "sanitizer builds load the engine without isolation";
+  const int status = RunTrapHost("none");
+  ASSERT_NE(status, -1) << "the host did not exit";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exited with " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGABRT);
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ COPY . .
 ARG BUILD_JOBS=4
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLWATCH_BUILD_TESTS=OFF \
  && cmake --build build --parallel "${BUILD_JOBS}" --target ncclwatch-agent nccl-profiler-ncclwatch \
- && strip --strip-unneeded build/agent/ncclwatch-agent build/plugin/libnccl-profiler-ncclwatch.so
+ && strip --strip-unneeded build/agent/ncclwatch-agent build/plugin/libnccl-profiler-ncclwatch.so \
+      build/plugin/libncclwatch-engine.so build/plugin/libncclwatch-hostlibc.so
 # The plugin runs inside training containers that have no Debian gRPC: give it its libraries.
 RUN deploy/docker/bundle-plugin.sh build/plugin/libnccl-profiler-ncclwatch.so /out/plugin
 
@@ -43,7 +44,8 @@ COPY --from=build /out/plugin/ /usr/lib/ncclwatch/
 COPY deploy/docker/install-plugin.sh /usr/bin/ncclwatch-install-plugin
 # Fail the build, not the rollout, if a library is missing.
 RUN ncclwatch-agent --help > /dev/null \
- && test -f /usr/lib/ncclwatch/libnccl-profiler-ncclwatch.so
+ && test -f /usr/lib/ncclwatch/libnccl-profiler-ncclwatch.so \
+ && test -f /usr/lib/ncclwatch/libncclwatch-engine.so && test -f /usr/lib/ncclwatch/libncclwatch-hostlibc.so
 
 LABEL org.opencontainers.image.title="ncclwatch-agent" \
       org.opencontainers.image.description="ncclwatch node agent and NCCL profiler plugin (/usr/lib/ncclwatch)"

@@ -1,20 +1,28 @@
 #!/bin/sh
 # Usage: bundle-plugin.sh PLUGIN.so OUTDIR
 #
-# Makes the NCCL profiler plugin loadable inside any training container, whatever it ships:
-# copies the plugin and every shared library it needs (gRPC, protobuf, abseil, OpenSSL, ...) into
-# OUTDIR and gives each a RUNPATH of $ORIGIN, so that they find one another there. Left out are
-# the C and C++ runtimes, which every process that runs NCCL has already loaded (a second copy
-# could not coexist with them). Run in the image build, where the libraries are installed.
+# Makes the NCCL profiler plugin loadable inside any training container, whatever it ships.
+# PLUGIN.so is the loader (libnccl-profiler-ncclwatch.so); the engine and the host-libc library
+# beside it are copied with it (docs/isolation.md), and so is every shared library the engine
+# needs (gRPC, protobuf, abseil, OpenSSL, ..., and the C++ runtime: the engine runs in a link-map
+# namespace of its own, so its libstdc++ may be newer than the training process's). Each gets a
+# RUNPATH of $ORIGIN, so that they find one another there. Left out are libc and its parts, which
+# must match the system's dynamic loader. Run in the image build, where the libraries are
+# installed.
 set -eu
 plugin=$1
 out=$2
+dir=$(dirname "$plugin")
+engine=$dir/libncclwatch-engine.so
 mkdir -p "$out"
-cp "$plugin" "$out/"
+for f in "$plugin" "$engine" "$dir/libncclwatch-hostlibc.so"; do
+  [ -f "$f" ] || { echo "bundle-plugin: missing $f (build the nccl-profiler-ncclwatch target)" >&2; exit 1; }
+  cp "$f" "$out/"
+done
 
-ldd "$plugin" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | while read -r soname path; do
+ldd "$engine" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | while read -r soname path; do
   case "$soname" in
-    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*)
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libncclwatch-*)
       continue ;;
   esac
   cp -L "$path" "$out/$soname"
@@ -24,11 +32,11 @@ for lib in "$out"/*.so*; do
   patchelf --set-rpath '$ORIGIN' "$lib"
 done
 
-# Every dependency must now resolve inside OUTDIR, or to the runtimes left out above.
-stray=$(ldd "$out/$(basename "$plugin")" | awk -v dir="$out/" '
+# Every dependency must now resolve inside OUTDIR, or to libc and its parts.
+stray=$(ldd "$out/libncclwatch-engine.so" | awk -v dir="$out/" '
   /not found/ { print; next }
   $2 == "=>" && $3 ~ /^\// && index($3, dir) != 1 &&
-    $1 !~ /^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so/ { print }')
+    $1 !~ /^(libc|libm|libdl|libpthread|librt)\.so/ { print }')
 if [ -n "$stray" ]; then
   echo "bundle-plugin: unbundled dependencies:" >&2
   echo "$stray" >&2
