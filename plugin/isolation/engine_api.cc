@@ -11,8 +11,8 @@
 #include "plugin/abi_v7.h"
 #include "plugin/lifecycle.h"
 
-// The tables of exports.cc (exported by the engine's symbol table only to the loader's dlsym, not
-// even that: the loader takes them from the interface below).
+// The tables of exports.cc. The engine's version script hides them; the loader gets them from the
+// interface below.
 extern "C" {
 extern ncclwatch::abi::ProfilerV4 ncclProfiler_v4;
 extern ncclwatch::abi::ProfilerV5 ncclProfiler_v5;
@@ -45,17 +45,13 @@ void AdoptHost(char* const* host_environ) {
   EnableHostThreadSetup();
 }
 
-void SetServices(const ncclwatch_host_services* services) { SetHostServices(services); }
-
-void MarkChild() { MarkForkedChild(); }
-
 const ncclwatch_engine_api kApi = {
     NCCLWATCH_ENGINE_API_VERSION,
     sizeof(ncclwatch_engine_api),
     {&ncclProfiler_v4, &ncclProfiler_v5, &ncclProfiler_v6, &ncclProfiler_v7},
     AdoptHost,
-    SetServices,
-    MarkChild,
+    SetHostServices,
+    MarkForkedChild,
 };
 
 }  // namespace
