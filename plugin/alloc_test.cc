@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "plugin/abi.h"
 #include "plugin/abi_testing.h"
+#include "plugin/abi_v7.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -133,6 +134,97 @@ TEST(PluginAllocationTest, CallbacksDoNotAllocateAfterWarmUp) {
   EXPECT_EQ(g_allocations.load(), 0u) << "heap allocations in 200,000 rounds of callbacks";
 
   EXPECT_EQ(v5->finalize(ctx), kSuccess);
+}
+
+// ABI v7 as NCCL 2.31 drives it with KernelPhase on: tagged operations, a symmetric kernel, a
+// copy-engine collective, and initial-sync, compute and final-sync phases under every channel.
+TEST(PluginAllocationTest, V7CallbacksWithKernelPhasesDoNotAllocateAfterWarmUp) {
+  g_allocations = 0;
+  setenv("NCCLWATCH_AGENT_ADDR", "unix:///nonexistent/ncclwatch-alloc-test.sock", 1);
+  void* lib = dlopen(NCCLWATCH_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto* v7 = static_cast<ProfilerV7*>(dlsym(lib, "ncclProfiler_v7"));
+  ASSERT_NE(v7, nullptr);
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(v7->init(&ctx, 0x7eed, &mask, "world-v7", 2, 8, 1, nullptr), kSuccess);
+  ASSERT_NE(ctx, nullptr);
+
+  static int stream;
+  uint64_t gpu = 1'700'000'000'000'000'000ull;
+  uint64_t phases_started = 0;
+  auto one_round = [&](uint64_t seq) {
+    void* group = nullptr;
+    EventDescrV7 gr = MakeDescrV7(kGroup, nullptr);
+    v7->start_event(ctx, &group, &gr);
+    EventDescrV7 c = MakeDescrV7(kColl, nullptr);
+    c.coll.seq_number = seq;
+    c.coll.func = "AllReduce";
+    c.coll.count = 4096;
+    c.coll.datatype = "ncclBfloat16";
+    c.coll.n_channels = 4;
+    c.coll.algo = (seq & 1) != 0 ? "NVLS" : "RING";
+    c.coll.proto = (seq & 1) != 0 ? "" : "LL128";
+    c.coll.is_sym_coll = (seq & 1) != 0;
+    c.coll.kernel_variant = (seq & 1) != 0 ? "AGxLL_R" : nullptr;
+    c.coll.parent_group = group;
+    c.coll.user_tag = seq % 7;
+    void* coll = nullptr;
+    v7->start_event(ctx, &coll, &c);
+    EventDescrV7 p = MakeDescrV7(kP2p, nullptr);
+    p.p2p = {"Recv", nullptr, "ncclFloat32", 1 << 16, 5, 1, group, seq};
+    void* recv = nullptr;
+    v7->start_event(ctx, &recv, &p);
+    EventDescrV7 ce = MakeDescrV7(kCeColl, nullptr);
+    ce.ce_coll.seq_number = seq;
+    ce.ce_coll.func = "AllGather";
+    ce.ce_coll.datatype = "ncclInt8";
+    ce.ce_coll.count = 1 << 20;
+    ce.ce_coll.sync_strategy = "MC";
+    ce.ce_coll.stream = &stream;
+    ce.ce_coll.user_tag = 3;
+    void* ce_handle = nullptr;
+    v7->start_event(ctx, &ce_handle, &ce);
+    for (void* h : {coll, recv, ce_handle}) {
+      if (h != nullptr) v7->stop_event(h);
+    }
+    if (group != nullptr) v7->stop_event(group);
+    for (void* op : {coll, recv}) {
+      const uint8_t channels = op == coll ? 4 : 1;
+      for (uint8_t ch = 0; ch < channels; ++ch) {
+        EventDescrV7 k = MakeDescrV7(kKernelCh, op);
+        k.kernel_ch = {ch, gpu};
+        void* kh = nullptr;
+        v7->start_event(ctx, &kh, &k);
+        for (uint8_t phase = 0; phase < 3; ++phase) {
+          EventDescrV7 ph = MakeDescrV7(kKernelPhase, kh);
+          ph.kernel_phase = {ch, phase, phase == 1 ? "compute" : "sync", gpu + phase * 5'000};
+          void* phase_handle = nullptr;
+          v7->start_event(ctx, &phase_handle, &ph);
+          phases_started += phase_handle != nullptr;
+          StateArgs args;
+          args.kernel_ch.p_timer = gpu + phase * 5'000 + 4'000;
+          v7->record_event_state(phase_handle, kKernelPhaseStop, &args);
+          if (phase_handle != nullptr) v7->stop_event(phase_handle);
+        }
+        StateArgs args;
+        args.kernel_ch.p_timer = gpu + 20'000;
+        v7->record_event_state(kh, kKernelChStop, &args);
+        if (kh != nullptr) v7->stop_event(kh);
+      }
+    }
+    gpu += 50'000;
+  };
+  for (uint64_t seq = 0; seq < 1000; ++seq) one_round(seq);  // warm-up
+  // The phases reached the plugin: only the initial sync gets a handle, one per channel.
+  ASSERT_EQ(phases_started, 1000u * 5);
+
+  t_counting = true;
+  for (uint64_t seq = 1000; seq < 201000; ++seq) one_round(seq);
+  t_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0u) << "heap allocations in 200,000 rounds of v7 callbacks";
+
+  EXPECT_EQ(v7->finalize(ctx), kSuccess);
 }
 
 }  // namespace

@@ -73,8 +73,11 @@ void Flusher::DrainLocked(const std::vector<CommState*>& comms) {
   drained_.clear();
   for (CommState* comm : comms) {
     AccumulatorLocked(comm);
+    // At most one ring's worth per drain: operations completing faster than this thread pops
+    // them must not keep it draining (and growing drained_) forever; the ring drops the excess.
     Completion c;
-    while (comm->ring().Pop(&c)) drained_.push_back(Drained{comm, c, -1});
+    for (size_t n = comm->ring().capacity(); n > 0 && comm->ring().Pop(&c); --n)
+      drained_.push_back(Drained{comm, c, -1});
   }
   by_start_.clear();
   for (size_t i = 0; i < drained_.size(); ++i) {

@@ -13,14 +13,6 @@ size_t RoundUpPow2(size_t n, size_t minimum) {
   return p;
 }
 
-namespace {
-
-uint64_t Pack(uint32_t tag, uint32_t index) { return (uint64_t{tag} << 32) | index; }
-uint32_t IndexPart(uint64_t head) { return static_cast<uint32_t>(head); }
-uint32_t TagPart(uint64_t head) { return static_cast<uint32_t>(head >> 32); }
-
-}  // namespace
-
 OpPool::OpPool(size_t capacity)
     : capacity_(RoundUpPow2(capacity, 64)),
       bytes_(capacity_ * sizeof(OpSlot)),
@@ -69,37 +61,6 @@ OpSlot* OpPool::Claim(uint32_t initial_refs) {
   return slot;
 }
 
-bool OpPool::Release(OpSlot* slot, uint32_t n) {
-  if (slot->refs.fetch_sub(n, std::memory_order_acq_rel) != n) return false;
-  const uint32_t index = IndexOf(slot);
-  uint64_t head = free_head_.load(std::memory_order_relaxed);
-  do {
-    slot->next_free.store(IndexPart(head), std::memory_order_relaxed);
-  } while (!free_head_.compare_exchange_weak(head, Pack(TagPart(head) + 1, index),
-                                             std::memory_order_release, std::memory_order_relaxed));
-  return true;
-}
-
-OpPool::Decoded OpPool::Decode(const void* handle) const {
-  Decoded d;
-  uintptr_t addr = reinterpret_cast<uintptr_t>(handle);
-  const bool phase = (addr & kPhaseHandleBit) != 0;
-  addr &= ~kPhaseHandleBit;
-  if (addr < base() || addr >= base() + bytes_) return d;
-  const uintptr_t offset = addr - base();
-  OpSlot* slot = &slots_[offset / sizeof(OpSlot)];
-  const uintptr_t within = offset % sizeof(OpSlot);
-  if (within == 0) {
-    if (!phase) d = Decoded{Decoded::kOp, slot, -1};
-    return d;
-  }
-  constexpr uintptr_t kFirst = offsetof(OpSlot, channels);
-  if (within < kFirst || (within - kFirst) % sizeof(ChannelRef) != 0) return d;
-  const uintptr_t channel = (within - kFirst) / sizeof(ChannelRef);
-  if (channel >= kMaxChannels) return d;
-  return Decoded{phase ? Decoded::kPhase : Decoded::kChannel, slot, static_cast<int>(channel)};
-}
-
 size_t OpPool::InUse() const {
   size_t n = 0;
   for (size_t i = 0; i < used(); ++i) n += slots_[i].refs.load(std::memory_order_relaxed) != 0;
@@ -109,27 +70,6 @@ size_t OpPool::InUse() const {
 CompletionRing::CompletionRing(size_t capacity)
     : mask_(RoundUpPow2(capacity, 2) - 1), cells_(new Cell[mask_ + 1]) {
   for (size_t i = 0; i <= mask_; ++i) cells_[i].sequence.store(i, std::memory_order_relaxed);
-}
-
-bool CompletionRing::Push(const Completion& c) {
-  uint64_t pos = enqueue_pos_.load(std::memory_order_relaxed);
-  for (;;) {
-    Cell& cell = cells_[pos & mask_];
-    uint64_t seq = cell.sequence.load(std::memory_order_acquire);
-    int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
-    if (diff == 0) {
-      if (enqueue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        cell.value = c;
-        cell.sequence.store(pos + 1, std::memory_order_release);
-        return true;
-      }
-    } else if (diff < 0) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    } else {
-      pos = enqueue_pos_.load(std::memory_order_relaxed);
-    }
-  }
 }
 
 bool CompletionRing::Pop(Completion* out) {

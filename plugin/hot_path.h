@@ -11,10 +11,14 @@
 //   parent stopped (§3.5), so the kernel reference is what keeps the slot alive for them. A channel
 //   beyond n_channels, or a channel id seen twice, is refused at its start, so every accepted
 //   channel runs while the kernel reference is held. refs == 0 means the slot is free.
-// - Per channel the hot path does two atomic read-modify-writes: fetch_or on `channel_mask` at
-//   start (which also counts the channels) and fetch_add on `channels_done` at stop. The channel
-//   that stops last sees every other channel's timestamps (acq_rel on channels_done) and computes
-//   the operation's timing alone.
+// - Per channel of a multi-channel operation the hot path does two atomic read-modify-writes:
+//   fetch_or on `channel_mask` at start (which also counts the channels) and fetch_add on
+//   `channels_done` at stop. The channel that stops last sees every other channel's timestamps
+//   (acq_rel on channels_done) and computes the operation's timing alone. A one-channel operation
+//   needs neither: NCCL reports a channel once, from one thread, so a load and a store tell a
+//   repeated start, and its only channel is the last. Per operation, completing it costs the
+//   ring's CAS and the free list's CAS; the reference count is a plain store when the completing
+//   thread holds the last references (OpPool::Release).
 // - Fields written at claim time are atomics published by `version` (a seqlock: odd while being
 //   filled) so that the flusher thread can list operations in flight without a lock.
 // - Handles given to NCCL are pointers to an OpSlot or to one of its ChannelRefs (a KernelPhase
@@ -142,6 +146,10 @@ class OpPool {
 
  private:
   static constexpr uint32_t kNil = UINT32_MAX;
+  // The free list's head: a tag that changes at every update beside the first free index.
+  static uint64_t Pack(uint32_t tag, uint32_t index) { return (uint64_t{tag} << 32) | index; }
+  static uint32_t IndexPart(uint64_t head) { return static_cast<uint32_t>(head); }
+  static uint32_t TagPart(uint64_t head) { return static_cast<uint32_t>(head >> 32); }
   uintptr_t base() const { return reinterpret_cast<uintptr_t>(slots_); }
   uint32_t IndexOf(const OpSlot* slot) const { return static_cast<uint32_t>(slot - slots_); }
 
@@ -177,6 +185,67 @@ class CompletionRing {
   alignas(64) uint64_t dequeue_pos_ = 0;
   std::atomic<uint64_t> dropped_{0};
 };
+
+// Inline, like Decode below: Release and Push run at every completion.
+inline bool OpPool::Release(OpSlot* slot, uint32_t n) {
+  // Holding all `n` remaining references, no other thread can touch the count (references are
+  // only ever added at the claim): a plain store frees the slot without a read-modify-write.
+  // The release store publishes this thread's writes to whoever sees refs == 0.
+  if (slot->refs.load(std::memory_order_acquire) == n) {
+    slot->refs.store(0, std::memory_order_release);
+  } else if (slot->refs.fetch_sub(n, std::memory_order_acq_rel) != n) {
+    return false;
+  }
+  const uint32_t index = IndexOf(slot);
+  uint64_t head = free_head_.load(std::memory_order_relaxed);
+  do {
+    slot->next_free.store(IndexPart(head), std::memory_order_relaxed);
+  } while (!free_head_.compare_exchange_weak(head, Pack(TagPart(head) + 1, index),
+                                             std::memory_order_release, std::memory_order_relaxed));
+  return true;
+}
+
+inline bool CompletionRing::Push(const Completion& c) {
+  uint64_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+  for (;;) {
+    Cell& cell = cells_[pos & mask_];
+    uint64_t seq = cell.sequence.load(std::memory_order_acquire);
+    int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
+    if (diff == 0) {
+      if (enqueue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        cell.value = c;
+        cell.sequence.store(pos + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (diff < 0) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    } else {
+      pos = enqueue_pos_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+// Inline: it is on every KernelCh and KernelPhase callback.
+inline OpPool::Decoded OpPool::Decode(const void* handle) const {
+  Decoded d;
+  uintptr_t addr = reinterpret_cast<uintptr_t>(handle);
+  const bool phase = (addr & kPhaseHandleBit) != 0;
+  addr &= ~kPhaseHandleBit;
+  if (addr < base() || addr >= base() + bytes_) return d;
+  const uintptr_t offset = addr - base();
+  OpSlot* slot = &slots_[offset / sizeof(OpSlot)];
+  const uintptr_t within = offset % sizeof(OpSlot);
+  if (within == 0) {
+    if (!phase) d = Decoded{Decoded::kOp, slot, -1};
+    return d;
+  }
+  constexpr uintptr_t kFirst = offsetof(OpSlot, channels);
+  if (within < kFirst || (within - kFirst) % sizeof(ChannelRef) != 0) return d;
+  const uintptr_t channel = (within - kFirst) / sizeof(ChannelRef);
+  if (channel >= kMaxChannels) return d;
+  return Decoded{phase ? Decoded::kPhase : Decoded::kChannel, slot, static_cast<int>(channel)};
+}
 
 size_t RoundUpPow2(size_t n, size_t minimum);
 

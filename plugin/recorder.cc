@@ -8,6 +8,15 @@
 namespace ncclwatch::plugin {
 namespace {
 
+// std::popcount without the POPCNT instruction (the baseline x86-64 target) is a call into
+// libgcc through the PLT; this is a handful of inline arithmetic instructions.
+inline int Popcount(uint64_t x) {
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<int>((x * 0x0101010101010101ull) >> 56);
+}
+
 int64_t ReadClock(clockid_t id) {
   timespec ts;
   clock_gettime(id, &ts);
@@ -84,10 +93,19 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
   auto* slot = static_cast<OpSlot*>(parent);
   // While fewer than n_channels channels have started, the kernel reference keeps the slot alive.
   // A repeated channel id, or more channels than announced, is not trusted.
+  // One-channel operations (most small collectives and point-to-point operations) skip the
+  // read-modify-write: NCCL reports a channel once, from one thread, so a load and a store tell
+  // a first start from a repeated one.
   const uint64_t bit = uint64_t{1} << channel;
-  uint64_t before = slot->channel_mask.fetch_or(bit, std::memory_order_relaxed);
-  if ((before & bit) != 0 ||
-      std::popcount(before) >= slot->n_channels.load(std::memory_order_relaxed)) {
+  const uint8_t n_channels = slot->n_channels.load(std::memory_order_relaxed);
+  uint64_t before;
+  if (n_channels == 1) {
+    before = slot->channel_mask.load(std::memory_order_relaxed);
+    if (before == 0) slot->channel_mask.store(bit, std::memory_order_relaxed);
+  } else {
+    before = slot->channel_mask.fetch_or(bit, std::memory_order_relaxed);
+  }
+  if ((before & bit) != 0 || n_channels == 0 || (before != 0 && Popcount(before) >= n_channels)) {
     orphans_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -144,9 +162,11 @@ void Recorder::StopEvent(void* handle) noexcept {
   }
   if (d.type != OpPool::Decoded::kChannel) return;  // a KernelPhase stop: nothing to do
   OpSlot* slot = d.slot;
-  // acq_rel: the last channel to stop sees every other channel's timestamps.
-  uint32_t done = slot->channels_done.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (done == slot->n_channels.load(std::memory_order_relaxed)) {
+  // acq_rel: the last channel to stop sees every other channel's timestamps. With one channel
+  // (StartKernelChannel accepts only one) this stop is the last without counting.
+  const uint8_t n_channels = slot->n_channels.load(std::memory_order_relaxed);
+  if (n_channels == 1 ||
+      slot->channels_done.fetch_add(1, std::memory_order_acq_rel) + 1 == n_channels) {
     Complete(slot);
     pool_.Release(slot, 1);  // the kernel reference
   }

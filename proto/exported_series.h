@@ -54,6 +54,10 @@ inline constexpr SeriesFamily kExportedSeries[] = {
      "records, reports, samples_capped, channel_events_orphaned): a pool, ring or queue was "
      "full.",
      "counter"},
+    {"ncclwatch_tagged_exec_time_microseconds",
+     "Mean execution time of the rank's operations that the application tagged (NCCL 2.31 "
+     "userProfilerTag: a step, phase or layer), per operation and tag, over its last interval.",
+     "gauge"},
 };
 
 // The four families NCCL Inspector exports, with Inspector's names.

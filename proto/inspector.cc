@@ -1,7 +1,9 @@
 #include "proto/inspector.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +45,44 @@ std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& r
                      std::move(labels),
                      std::exp(m.bus_log_sum / static_cast<double>(m.bw_samples))});
     }
+  }
+  return out;
+}
+
+std::vector<InspectorSample> UserTagSamples(const ncclwatch::v1::RankReport& report,
+                                            size_t max_tags) {
+  struct Sums {
+    uint64_t count = 0;
+    double sum_us = 0;
+  };
+  std::map<uint64_t, uint64_t> per_tag;  // operations per tag: which tags get their own label
+  for (const auto& s : report.stats()) {
+    if (s.user_tag() != 0) per_tag[s.user_tag()] += s.count();
+  }
+  if (per_tag.empty()) return {};
+  std::vector<std::pair<uint64_t, uint64_t>> by_count(per_tag.begin(), per_tag.end());
+  std::stable_sort(by_count.begin(), by_count.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::set<uint64_t> labelled;
+  for (size_t i = 0; i < by_count.size() && i < max_tags; ++i) labelled.insert(by_count[i].first);
+  // (p2p, op, tag label) -> sums.
+  std::map<std::tuple<bool, std::string, std::string>, Sums> merged;
+  for (const auto& s : report.stats()) {
+    if (s.user_tag() == 0 || s.count() == 0) continue;
+    std::string tag = !labelled.contains(s.user_tag()) ? "other"
+                      : (s.user_tag() >> 63) != 0      ? absl::StrFormat("0x%x", s.user_tag())
+                                                       : absl::StrCat(s.user_tag());
+    Sums& m = merged[{s.p2p(), s.op(), std::move(tag)}];
+    m.count += s.count();
+    m.sum_us += s.exec_time_us_sum();
+  }
+  std::vector<InspectorSample> out;
+  for (const auto& [key, m] : merged) {
+    const auto& [p2p, op, tag] = key;
+    if (m.count == 0) continue;
+    out.push_back({"ncclwatch_tagged_exec_time_microseconds",
+                   {{p2p ? "p2p_operation" : "collective", op}, {"user_tag", tag}},
+                   m.sum_us / static_cast<double>(m.count)});
   }
   return out;
 }

@@ -28,6 +28,15 @@ struct InspectorSample {
 
 std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report);
 
+// ncclwatch's per-tag breakdown (ABI v7 userTag: a step, phase or layer the application set per
+// call): ncclwatch_tagged_exec_time_microseconds, the mean execution time of the report's tagged
+// operations per (collective | p2p_operation, user_tag), message sizes and peers merged. Untagged
+// operations are left out. `user_tag` is the tag in decimal, or in hex for NCCL's reserved values
+// (top bit set). At most `max_tags` tags per report, the most frequent; the rest are merged as
+// user_tag="other", so that a tag per step cannot multiply the series without bound.
+std::vector<InspectorSample> UserTagSamples(const ncclwatch::v1::RankReport& report,
+                                            size_t max_tags = 16);
+
 // The four families, with their help texts, in a fixed order: proto/exported_series.h.
 using InspectorFamily = SeriesFamily;
 

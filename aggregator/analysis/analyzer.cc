@@ -91,8 +91,11 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   // Under mu_: the lambda runs within this call.
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
                             const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto group = detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
-                                           s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns);
+    // The plugin writes 0 for "no initial-sync phase seen" (KernelPhase off, NCCL before 2.31).
+    const int64_t sync_wait_ns = s.sync_wait_ns > 0 ? static_cast<int64_t>(s.sync_wait_ns) : -1;
+    auto group =
+        detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(), s.duration_ns,
+                                  s.gpu_start_ns, now_ns, s.own_time_ns, sync_wait_ns);
     if (!group) return;
     if (!entry->own_times) {
       entry->own_times = std::count_if(group->own_time_ns.begin(), group->own_time_ns.end(),

@@ -79,6 +79,12 @@ void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::
                   std::make_move_iterator(sample.labels.end()));
     Set(sample.name, std::move(labels), sample.value, sample_ns, now_ns, points);
   }
+  for (InspectorSample& sample : UserTagSamples(report)) {
+    LabelPairs labels = rank_labels;
+    labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
+                  std::make_move_iterator(sample.labels.end()));
+    Set(sample.name, std::move(labels), sample.value, sample_ns, now_ns, points);
+  }
   // What the plugin could not record (cumulative since the training process started): a pool,
   // ring or queue was full. Anything above zero means findings may miss operations.
   if (report.has_drops()) {

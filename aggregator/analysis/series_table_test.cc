@@ -1,9 +1,13 @@
 #include "aggregator/analysis/series_table.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -54,6 +58,63 @@ TEST(SeriesTableTest, KeepsTheLatestValueAndExportsNameAndLabelsExactly) {
   // Forgotten after the TTL without updates.
   table.Expire(62'000'000'001);
   EXPECT_EQ(table.size(), 0u);
+}
+
+ncclwatch::v1::OpStats* AddStats(ncclwatch::v1::RankReport* r, const char* op, uint64_t tag,
+                                 uint64_t count, double sum_us) {
+  ncclwatch::v1::OpStats* s = r->add_stats();
+  s->set_op(op);
+  s->set_algo_proto("RING_SIMPLE");
+  s->set_message_size("1-2MB");
+  s->set_peer(-1);
+  s->set_user_tag(tag);
+  s->set_count(count);
+  s->set_exec_time_us_sum(sum_us);
+  return s;
+}
+
+TEST(SeriesTableTest, TaggedOperationsGetAPerTagBreakdownWithBoundedTags) {
+  ncclwatch::v1::RankReport r;
+  r.set_interval_end_unix_ns(5'000'000'000);
+  r.mutable_identity()->set_nranks(8);
+  AddStats(&r, "AllReduce", 0, 100, 100 * 50.0);  // untagged: Inspector series only
+  AddStats(&r, "AllReduce", 7, 10, 10 * 400.0);   // tag 7: the forward pass, say
+  AddStats(&r, "AllReduce", 7, 30, 30 * 200.0)->set_message_size("8-9KB");  // merged over sizes
+  AddStats(&r, "AllReduce", 9, 5, 5 * 90.0);
+  AddStats(&r, "AllGather", uint64_t{1} << 63 | 2, 4, 4 * 10.0);  // NCCL's reserved range
+  SeriesTable table(1000, 60'000'000'000);
+  std::vector<SeriesPoint> points;
+  table.AddReport({{"rank", "3"}}, r, 1'000'000'000, &points);
+  std::map<std::string, double> tagged;
+  double inspector_all_reduce = 0;
+  for (const SeriesPoint& p : points) {
+    const std::pair<std::string, std::string> bucket{"message_size", "1-2MB"};
+    if (p.name == "nccl_collective_exec_time_microseconds" &&
+        std::find(p.labels.begin(), p.labels.end(), bucket) != p.labels.end()) {
+      inspector_all_reduce = p.value;
+    }
+    if (p.name != "ncclwatch_tagged_exec_time_microseconds") continue;
+    ASSERT_EQ(p.labels.size(), 3u);
+    EXPECT_EQ(p.labels[0], (std::pair<std::string, std::string>{"rank", "3"}));
+    tagged[p.labels[1].second + "@" + p.labels[2].second] = p.value;
+  }
+  EXPECT_EQ(tagged, (std::map<std::string, double>{{"AllReduce@7", 250.0},
+                                                   {"AllReduce@9", 90.0},
+                                                   {"AllGather@0x8000000000000002", 10.0}}));
+  // The Inspector series still cover every operation of the bucket, tagged or not.
+  EXPECT_DOUBLE_EQ(inspector_all_reduce, (100 * 50.0 + 10 * 400.0 + 5 * 90.0) / 115);
+
+  // A tag per step: only the most frequent keep a label of their own.
+  ncclwatch::v1::RankReport steps;
+  for (uint64_t step = 1; step <= 40; ++step)
+    AddStats(&steps, "AllReduce", step, step, step * 10.0);
+  std::vector<InspectorSample> samples = UserTagSamples(steps, 16);
+  ASSERT_EQ(samples.size(), 17u);
+  std::set<std::string> tags;
+  for (const InspectorSample& s : samples) tags.insert(s.labels[1].second);
+  EXPECT_TRUE(tags.contains("other"));
+  EXPECT_TRUE(tags.contains("40"));
+  EXPECT_FALSE(tags.contains("24"));  // 25..40 are the 16 most frequent
 }
 
 }  // namespace

@@ -5,7 +5,8 @@ namespace ncclwatch::aggregator {
 std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
                                               const std::string& op, uint64_t seq, int rank,
                                               uint64_t duration_ns, uint64_t gpu_start_ns,
-                                              int64_t now_ns, int64_t own_time_ns) {
+                                              int64_t now_ns, int64_t own_time_ns,
+                                              int64_t sync_wait_ns) {
   if (nranks <= 0 || rank < 0 || rank >= nranks) return std::nullopt;
   CommGroups& cg = comms_[comm];
   GroupKey key{op, seq};
@@ -15,6 +16,7 @@ std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
     g.duration_ns.assign(nranks, 0);
     g.gpu_start_ns.assign(nranks, 0);
     g.own_time_ns.assign(nranks, -1);
+    g.sync_wait_ns.assign(nranks, -1);
     g.seen.assign(nranks, false);
     g.first_seen_ns = now_ns;
     cg.order.emplace_back(now_ns, key);
@@ -24,12 +26,18 @@ std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
   g.duration_ns[rank] = duration_ns;
   g.gpu_start_ns[rank] = gpu_start_ns;
   g.own_time_ns[rank] = own_time_ns;
+  g.sync_wait_ns[rank] = sync_wait_ns;
   if (++g.arrived < nranks) {
     if (inserted) Trim(cg, INT64_MIN, options_.max_open_groups);
     return std::nullopt;
   }
-  CompletedGroup done{
-      comm, op, seq, std::move(g.duration_ns), std::move(g.gpu_start_ns), std::move(g.own_time_ns)};
+  CompletedGroup done{comm,
+                      op,
+                      seq,
+                      std::move(g.duration_ns),
+                      std::move(g.gpu_start_ns),
+                      std::move(g.own_time_ns),
+                      std::move(g.sync_wait_ns)};
   cg.groups.erase(it);  // its entry in `order` is skipped lazily
   ++completed_;
   return done;

@@ -28,6 +28,9 @@ struct CompletedGroup {
   std::vector<uint64_t> duration_ns;
   std::vector<uint64_t> gpu_start_ns;
   std::vector<int64_t> own_time_ns;  // the plugin's own time before it; -1 when unknown
+  // How long each rank's kernel waited for its peers (ABI v7 KernelPhase, initial sync, longest
+  // over the channels); -1 when not measured.
+  std::vector<int64_t> sync_wait_ns;
 };
 
 struct CorrelatorOptions {
@@ -43,8 +46,8 @@ class Correlator {
   // A repeated record of the same rank is ignored (replays are harmless).
   std::optional<CompletedGroup> Add(const CommKey& comm, int nranks, const std::string& op,
                                     uint64_t seq, int rank, uint64_t duration_ns,
-                                    uint64_t gpu_start_ns, int64_t now_ns,
-                                    int64_t own_time_ns = -1);
+                                    uint64_t gpu_start_ns, int64_t now_ns, int64_t own_time_ns = -1,
+                                    int64_t sync_wait_ns = -1);
   // Drops incomplete groups first seen before now - grace. Returns how many were dropped.
   size_t Expire(int64_t now_ns);
   // Forgets a communicator entirely (e.g. its job ended).
@@ -59,6 +62,7 @@ class Correlator {
     std::vector<uint64_t> duration_ns;
     std::vector<uint64_t> gpu_start_ns;
     std::vector<int64_t> own_time_ns;
+    std::vector<int64_t> sync_wait_ns;
     std::vector<bool> seen;
     int arrived = 0;
     int64_t first_seen_ns = 0;

@@ -13,10 +13,20 @@ constexpr double kMinMadNs = 1'000;
 
 }  // namespace
 
-std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group, bool* aligned) const {
+std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group,
+                                                LatenessBasis* basis) const {
   const size_t n = group.duration_ns.size();
   std::vector<double> out(n);
-  *aligned = false;
+  *basis = LatenessBasis::kKernelDurations;
+  if (group.sync_wait_ns.size() == n &&
+      std::all_of(group.sync_wait_ns.begin(), group.sync_wait_ns.end(),
+                  [](int64_t w) { return w > 0; })) {
+    const int64_t max_wait =
+        *std::max_element(group.sync_wait_ns.begin(), group.sync_wait_ns.end());
+    for (size_t r = 0; r < n; ++r) out[r] = static_cast<double>(max_wait - group.sync_wait_ns[r]);
+    *basis = LatenessBasis::kSyncWait;
+    return out;
+  }
   if (group.gpu_start_ns.size() == n) {
     uint64_t min_end = UINT64_MAX, max_end = 0, min_start = UINT64_MAX;
     for (size_t r = 0; r < n; ++r) {
@@ -29,7 +39,7 @@ std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group, boo
       for (size_t r = 0; r < n; ++r) {
         out[r] = static_cast<double>(group.gpu_start_ns[r] - min_start);
       }
-      *aligned = true;
+      *basis = LatenessBasis::kAlignedClocks;
       return out;
     }
   }
@@ -56,7 +66,7 @@ StragglerDetector::PeerStats StragglerDetector::Peers(const CommWindows& c) cons
 }
 
 RankScore StragglerDetector::Score(int rank, const RankWindow& w, const PeerStats& peers,
-                                   bool aligned) const {
+                                   LatenessBasis basis) const {
   RankScore s;
   s.rank = rank;
   s.observations = static_cast<int>(w.lateness.size());
@@ -71,7 +81,8 @@ RankScore StragglerDetector::Score(int rank, const RankWindow& w, const PeerStat
     s.arrived_last_fraction =
         static_cast<double>(std::count(w.last.begin(), w.last.end(), true)) / w.last.size();
   }
-  s.clocks_aligned = aligned;
+  s.basis = basis;
+  s.clocks_aligned = basis == LatenessBasis::kAlignedClocks;
   s.flagged = w.flagged;
   return s;
 }
@@ -83,7 +94,7 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   CommWindows& c = comms_[group.comm];
   if (c.ranks.size() != n) c.ranks.assign(n, RankWindow{});
 
-  const std::vector<double> lateness = Lateness(group, &c.aligned);
+  const std::vector<double> lateness = Lateness(group, &c.basis);
   const double max_lateness = *std::max_element(lateness.begin(), lateness.end());
   const size_t cap = static_cast<size_t>(options_.window);
   for (size_t r = 0; r < n; ++r) {
@@ -116,7 +127,7 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
                                 : excess >= options_.threshold_ns;
     if (flag != w.flagged) {
       w.flagged = flag;
-      changes.push_back(FlagChange{group.comm, Score(static_cast<int>(r), w, peers, c.aligned)});
+      changes.push_back(FlagChange{group.comm, Score(static_cast<int>(r), w, peers, c.basis)});
     }
   }
   return changes;
@@ -128,7 +139,7 @@ std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
   if (it == comms_.end()) return out;
   const PeerStats peers = Peers(it->second);
   for (size_t r = 0; r < it->second.ranks.size(); ++r) {
-    out.push_back(Score(static_cast<int>(r), it->second.ranks[r], peers, it->second.aligned));
+    out.push_back(Score(static_cast<int>(r), it->second.ranks[r], peers, it->second.basis));
   }
   return out;
 }

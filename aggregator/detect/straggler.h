@@ -2,7 +2,11 @@
 //
 // Method (docs/detection.md). Per completed collective, each rank's lateness -- how much later it
 // arrived than the earliest rank:
-//   - aligned GPU timestamps, when the ranks' clocks agree: lateness_r = start_r - min_j start_j.
+//   - the GPU's own measure, when every rank reported how long its kernel waited for its peers
+//     (ABI v7 KernelPhase, initial sync): lateness_r = max_j wait_j - wait_r. The last to arrive
+//     waits least; no clock is compared and the kernel's data movement does not enter;
+//   - else aligned GPU timestamps, when the ranks' clocks agree: lateness_r = start_r - min_j
+//   start_j.
 //     Clocks are taken to agree for a collective when its ranks' end times (start + duration)
 //     lie within `align_tolerance_ns` of each other, since a collective ends at nearly the same
 //     moment everywhere;
@@ -41,6 +45,9 @@ struct StragglerOptions {
   double history_alpha = 1.0 / 256;     // weight of one collective in the own-history average
 };
 
+// What a collective's latenesses were computed from, the most direct first.
+enum class LatenessBasis { kKernelDurations, kAlignedClocks, kSyncWait };
+
 struct RankScore {
   int rank = 0;
   double lateness_ns = 0;       // window median
@@ -51,6 +58,7 @@ struct RankScore {
   double arrived_last_fraction = 0;
   int observations = 0;
   bool clocks_aligned = false;  // the latest collective was judged on aligned GPU timestamps
+  LatenessBasis basis = LatenessBasis::kKernelDurations;  // of the latest collective
   bool flagged = false;
 };
 
@@ -80,7 +88,7 @@ class StragglerDetector {
   };
   struct CommWindows {
     std::vector<RankWindow> ranks;
-    bool aligned = false;  // the latest group used aligned timestamps
+    LatenessBasis basis = LatenessBasis::kKernelDurations;  // of the latest group
   };
   // Peer statistics of a communicator: lower quartile, median and MAD of the ranks' medians.
   struct PeerStats {
@@ -89,9 +97,9 @@ class StragglerDetector {
     double mad = 0;
   };
   PeerStats Peers(const CommWindows& c) const;
-  RankScore Score(int rank, const RankWindow& w, const PeerStats& peers, bool aligned) const;
-  // Per-rank lateness of one group, by aligned timestamps when the clocks agree; sets *aligned.
-  std::vector<double> Lateness(const CompletedGroup& group, bool* aligned) const;
+  RankScore Score(int rank, const RankWindow& w, const PeerStats& peers, LatenessBasis basis) const;
+  // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
+  std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 
   const StragglerOptions options_;
   std::map<CommKey, CommWindows> comms_;

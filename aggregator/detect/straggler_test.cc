@@ -13,7 +13,7 @@ const CommKey kComm{"job", 1};
 // A collective where every rank arrives at `arrival[r]` (ns) and all finish at max + transfer.
 CompletedGroup Group(uint64_t seq, const std::vector<int64_t>& arrival, int64_t transfer = 50'000) {
   int64_t end = *std::max_element(arrival.begin(), arrival.end()) + transfer;
-  CompletedGroup g{kComm, "AllReduce", seq, {}, {}};
+  CompletedGroup g{kComm, "AllReduce", seq, {}, {}, {}, {}};
   for (int64_t a : arrival) {
     g.duration_ns.push_back(end - a);
     g.gpu_start_ns.push_back(a);
@@ -43,8 +43,56 @@ TEST(StragglerDetectorTest, FlagsTheSlowRankOnlyAndOnlyOnce) {
   EXPECT_NEAR(scores[5].lateness_ns, 2'200'000, 250'000);  // 2 ms + distance to the earliest
   EXPECT_GT(scores[5].arrived_last_fraction, 0.99);
   for (int r = 0; r < 8; ++r) {
-    if (r != 5) EXPECT_FALSE(scores[r].flagged) << r;
+    if (r != 5) {
+      EXPECT_FALSE(scores[r].flagged) << r;
+    }
   }
+}
+
+// Four ranks on four nodes whose GPU clocks disagree by seconds; rank 3 arrives 2 ms late, and
+// rank 0's kernels move their data 4 ms slower (a slow link: it is not late, its kernels are
+// long). Each kernel's duration is its wait for the peers plus its data movement.
+CompletedGroup SkewedGroup(uint64_t seq, bool measure_waits, std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> jitter(0, 100'000);
+  CompletedGroup g{kComm, "AllReduce", seq, {}, {}, {}, {}};
+  const int64_t late = 2'000'000;
+  for (int r = 0; r < 4; ++r) {
+    const int64_t wait = r == 3 ? 10'000 + jitter(rng) : late + jitter(rng);
+    const int64_t transfer = r == 0 ? 4'000'000 : 50'000;
+    g.duration_ns.push_back(static_cast<uint64_t>(wait + transfer));
+    g.gpu_start_ns.push_back(static_cast<uint64_t>(r) * 3'000'000'000 + seq * 20'000'000);
+    g.sync_wait_ns.push_back(measure_waits || r != 2 ? wait : -1);
+  }
+  return g;
+}
+
+TEST(StragglerDetectorTest, GpuMeasuredWaitsForPeersNameTheLateRankWhereDurationsCannot) {
+  std::mt19937 rng(7);
+  StragglerDetector by_waits;
+  std::set<int> flagged;
+  for (uint64_t seq = 0; seq < 64; ++seq) {
+    for (const FlagChange& c : by_waits.Observe(SkewedGroup(seq, true, rng))) {
+      EXPECT_EQ(c.score.basis, LatenessBasis::kSyncWait);
+      if (c.score.flagged) flagged.insert(c.score.rank);
+    }
+  }
+  EXPECT_EQ(flagged, std::set<int>{3});
+  const std::vector<RankScore> scores = by_waits.Scores(kComm);
+  ASSERT_EQ(scores.size(), 4u);
+  EXPECT_NEAR(scores[3].lateness_ns, 2'000'000, 150'000);
+  EXPECT_FALSE(scores[3].clocks_aligned);
+
+  // The same job with one rank's waits unmeasured falls back to kernel durations, where rank 0's
+  // long kernels make every other rank look late.
+  StragglerDetector by_durations;
+  std::set<int> flagged_by_durations;
+  for (uint64_t seq = 0; seq < 64; ++seq) {
+    for (const FlagChange& c : by_durations.Observe(SkewedGroup(seq, false, rng))) {
+      EXPECT_EQ(c.score.basis, LatenessBasis::kKernelDurations);
+      if (c.score.flagged) flagged_by_durations.insert(c.score.rank);
+    }
+  }
+  EXPECT_EQ(flagged_by_durations, (std::set<int>{1, 2, 3}));
 }
 
 TEST(StragglerDetectorTest, HealthyJitterFlagsNobodyAcrossSeeds) {

@@ -13,6 +13,19 @@ namespace {
 
 using ncclwatch::v1::Event;
 
+// What the latenesses were measured with, in a finding's summary.
+const char* BasisText(LatenessBasis basis) {
+  switch (basis) {
+    case LatenessBasis::kSyncWait:
+      return "GPU-measured waits for peers";
+    case LatenessBasis::kAlignedClocks:
+      return "aligned GPU clocks";
+    case LatenessBasis::kKernelDurations:
+      break;
+  }
+  return "kernel durations";
+}
+
 const RankWho& WhoOf(const CommWho& who, int rank) {
   static const RankWho kUnknown;
   return rank >= 0 && rank < static_cast<int>(who.ranks.size()) ? who.ranks[rank] : kUnknown;
@@ -91,6 +104,7 @@ ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& 
   info.set_peer_z_score(score.peer_z);
   info.set_history_ratio(score.history_ratio);
   info.set_clocks_aligned(score.clocks_aligned);
+  info.set_sync_wait_measured(score.basis == LatenessBasis::kSyncWait);
   if (since_ns != 0) info.set_since_unix_ns(since_ns);
   return info;
 }
@@ -207,8 +221,7 @@ Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& c
       score.flagged ? "STRAGGLER" : "RECOVERED", score.rank, OrUnknown(rank.node),
       GpuLabel(rank.cuda_device), OrUnknown(who.comm_name), CommHashText(key.comm_hash), key.job_id,
       score.flagged ? "is slow" : "is back in step", score.lateness_ns / 1e6, score.excess_ns / 1e6,
-      score.peer_z, score.history_ratio,
-      score.clocks_aligned ? "aligned GPU clocks" : "kernel durations", score.observations,
+      score.peer_z, score.history_ratio, BasisText(score.basis), score.observations,
       score.arrived_last_fraction * 100));
   return event;
 }
