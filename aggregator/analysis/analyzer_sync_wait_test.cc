@@ -41,7 +41,8 @@ std::vector<ncclwatch::v1::Event> StragglerEvents(bool waits) {
   std::vector<ncclwatch::v1::Event> events;
   for (int interval = 0; interval < 4; ++interval) {
     for (int rank = 0; rank < 4; ++rank) {
-      for (auto& e : analyzer.Ingest(Report(rank, interval * 10, 10, waits), 1'000'000'000).events) {
+      for (auto& e :
+           analyzer.Ingest(Report(rank, interval * 10, 10, waits), 1'000'000'000).events) {
         if (e.kind() == ncclwatch::v1::Event::STRAGGLER) events.push_back(e);
       }
     }
