@@ -199,7 +199,12 @@ TEST_F(RecorderTest, ExtraOrForeignChannelsAreRejectedAndCounted) {
   EXPECT_EQ(recorder_.StartKernelChannel(nullptr, 0, 10), nullptr);
   EXPECT_EQ(recorder_.StartKernelChannel(ch, 0, 10), nullptr);  // a channel is no parent
   EXPECT_EQ(recorder_.StartKernelChannel(op, 200, 10), nullptr);
-  EXPECT_EQ(recorder_.channel_events_orphaned(), 4u);
+  EXPECT_EQ(recorder_.StartKernelChannel(op, 0, 10), nullptr);  // its one channel again
+  // An operation announced without channels takes none (its slot may already be reused).
+  void* no_channels = recorder_.StartOp(comm_, AllReduce(1, 0));
+  EXPECT_EQ(recorder_.StartKernelChannel(no_channels, 0, 10), nullptr);
+  recorder_.StopEvent(no_channels);
+  EXPECT_EQ(recorder_.channel_events_orphaned(), 6u);
   EXPECT_EQ(recorder_.events_dropped(), 0u);
   recorder_.RecordKernelChannelStop(ch, 20);
   recorder_.StopEvent(ch);

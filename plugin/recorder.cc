@@ -105,7 +105,7 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
   } else {
     before = slot->channel_mask.fetch_or(bit, std::memory_order_relaxed);
   }
-  if ((before & bit) != 0 || n_channels == 0 || (before != 0 && Popcount(before) >= n_channels)) {
+  if ((before & bit) != 0 || Popcount(before) >= n_channels) {
     orphans_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
