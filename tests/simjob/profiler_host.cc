@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <type_traits>
 
 namespace ncclwatch::simjob {
 namespace {
@@ -11,17 +12,64 @@ namespace {
 constexpr uint64_t kTaskChildren =
     abi::kProxyOp | abi::kProxyStep | abi::kKernelCh | abi::kNetPlugin | abi::kKernelPhase;
 
-// v7 -> v6: the same union members, less the user tags and the symmetric-kernel fields.
+// The header of `in`, and its active union member when `Out` has a member of the same name and
+// type (NCCL's shims copy those as they are). Returns false when the caller must convert the
+// member: its type changed, or `Out` has no such member (then it stays zeroed).
+template <typename Out, typename In>
+bool CopyHeaderAndUnchangedMember(const In& in, Out* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->type = in.type;
+  out->parent_obj = in.parent_obj;
+  out->rank = in.rank;
+  auto copy = [](const auto& from, auto& to) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(from)>, std::decay_t<decltype(to)>>) {
+      to = from;
+      return true;
+    } else {
+      return false;
+    }
+  };
+  switch (in.type) {
+    case abi::kGroup:
+      return true;  // no payload
+    case abi::kGroupApi:
+      return copy(in.group_api, out->group_api);
+    case abi::kCollApi:
+      return copy(in.coll_api, out->coll_api);
+    case abi::kP2pApi:
+      return copy(in.p2p_api, out->p2p_api);
+    case abi::kKernelLaunch:
+      return copy(in.kernel_launch, out->kernel_launch);
+    case abi::kColl:
+      return copy(in.coll, out->coll);
+    case abi::kP2p:
+      return copy(in.p2p, out->p2p);
+    case abi::kProxyOp:
+      return copy(in.proxy_op, out->proxy_op);
+    case abi::kProxyStep:
+      return copy(in.proxy_step, out->proxy_step);
+    case abi::kKernelCh:
+      return copy(in.kernel_ch, out->kernel_ch);
+    case abi::kNetPlugin:
+      return copy(in.net_plugin, out->net_plugin);
+    default:
+      break;
+  }
+  // The copy-engine members exist from v6 on.
+  if constexpr (requires { out->ce_coll; }) {
+    if (in.type == abi::kCeColl) return copy(in.ce_coll, out->ce_coll);
+    if (in.type == abi::kCeSync) return copy(in.ce_sync, out->ce_sync);
+    if (in.type == abi::kCeBatch) return copy(in.ce_batch, out->ce_batch);
+  }
+  return false;
+}
+
+// v7 -> v6: the same union members, less the user tags and the symmetric-kernel fields;
+// KernelPhase never reaches a v6 plugin.
 abi::EventDescrV6 ToV6(const abi::EventDescrV7& in) {
   abi::EventDescrV6 out;
-  std::memset(&out, 0, sizeof(out));
-  out.type = in.type;
-  out.parent_obj = in.parent_obj;
-  out.rank = in.rank;
+  if (CopyHeaderAndUnchangedMember(in, &out)) return out;
   switch (in.type) {
-    case abi::kGroupApi:
-      out.group_api = in.group_api;
-      break;
     case abi::kCollApi: {
       const abi::CollApiDescrV7& a = in.coll_api;
       out.coll_api = {a.func, a.count, a.datatype, a.root, a.stream, a.graph_captured};
@@ -32,9 +80,6 @@ abi::EventDescrV6 ToV6(const abi::EventDescrV7& in) {
       out.p2p_api = {a.func, a.count, a.datatype, a.stream, a.graph_captured};
       break;
     }
-    case abi::kKernelLaunch:
-      out.kernel_launch = in.kernel_launch;
-      break;
     case abi::kColl: {
       const abi::CollDescrV7& c = in.coll;
       out.coll = {c.seq_number, c.func,       c.send_buff, c.recv_buff, c.count, c.root,
@@ -46,18 +91,6 @@ abi::EventDescrV6 ToV6(const abi::EventDescrV7& in) {
       out.p2p = {p.func, p.buff, p.datatype, p.count, p.peer, p.n_channels, p.parent_group};
       break;
     }
-    case abi::kProxyOp:
-      out.proxy_op = in.proxy_op;
-      break;
-    case abi::kProxyStep:
-      out.proxy_step = in.proxy_step;
-      break;
-    case abi::kKernelCh:
-      out.kernel_ch = in.kernel_ch;
-      break;
-    case abi::kNetPlugin:
-      out.net_plugin = in.net_plugin;
-      break;
     case abi::kCeColl: {
       const abi::CeCollDescrV7& c = in.ce_coll;
       out.ce_coll = {c.seq_number,  c.func,       c.send_buff,     c.recv_buff,        c.count,
@@ -65,59 +98,16 @@ abi::EventDescrV6 ToV6(const abi::EventDescrV7& in) {
                      c.num_batches, c.ce_seq_num, c.stream};
       break;
     }
-    case abi::kCeSync:
-      out.ce_sync = in.ce_sync;
-      break;
-    case abi::kCeBatch:
-      out.ce_batch = in.ce_batch;
-      break;
-    default:  // Group has no payload; KernelPhase never reaches a v6 plugin
+    default:
       break;
   }
   return out;
 }
 
+// v6 -> v5: members 1-10 are the same types; NCCL's v5 shim drops the copy-engine events.
 abi::EventDescrV5 ToV5(const abi::EventDescrV6& in) {
   abi::EventDescrV5 out;
-  std::memset(&out, 0, sizeof(out));
-  out.type = in.type;
-  out.parent_obj = in.parent_obj;
-  out.rank = in.rank;
-  // Union members 1-10 are the same types in v5 and v6; copy the active one.
-  switch (in.type) {
-    case abi::kGroupApi:
-      out.group_api = in.group_api;
-      break;
-    case abi::kCollApi:
-      out.coll_api = in.coll_api;
-      break;
-    case abi::kP2pApi:
-      out.p2p_api = in.p2p_api;
-      break;
-    case abi::kKernelLaunch:
-      out.kernel_launch = in.kernel_launch;
-      break;
-    case abi::kColl:
-      out.coll = in.coll;
-      break;
-    case abi::kP2p:
-      out.p2p = in.p2p;
-      break;
-    case abi::kProxyOp:
-      out.proxy_op = in.proxy_op;
-      break;
-    case abi::kProxyStep:
-      out.proxy_step = in.proxy_step;
-      break;
-    case abi::kKernelCh:
-      out.kernel_ch = in.kernel_ch;
-      break;
-    case abi::kNetPlugin:
-      out.net_plugin = in.net_plugin;
-      break;
-    default:  // Group has no payload; NCCL's v5 shim drops the copy-engine events
-      break;
-  }
+  CopyHeaderAndUnchangedMember(in, &out);
   return out;
 }
 
