@@ -73,6 +73,16 @@ void AddMegatronScenarios(std::vector<Scenario>* out) {
          {{"m-two", Megatron(seed, {"--slow-rank=1", "--slow-rank=6", "--slow-factor=1.5"})}},
          {{Event::STRAGGLER, "m-two", "sim-node-0 GPU1", 0},
           {Event::STRAGGLER, "m-two", "sim-node-3 GPU0", 0}}});
+    // NCCL 2.31 with KernelPhase on: lateness is judged on each kernel's measured wait for its
+    // peers (docs/detection.md). The same verdicts: nothing for the healthy job, the slow GPU
+    // alone for the slow one.
+    const std::vector<std::string> v7 = {"--abi=7", "--env=NCCLWATCH_KERNEL_PHASE=1"};
+    s.push_back({"3D healthy, KernelPhase waits" + of, 4, {{"m-v7", Megatron(seed, v7)}}, {}});
+    s.push_back(
+        {"3D slow GPU, KernelPhase waits" + of,
+         4,
+         {{"m-v7slow", Megatron(seed, With(v7, {"--slow-rank=" + slow, "--slow-factor=1.5"}))}},
+         {{Event::STRAGGLER, "m-v7slow", slow_gpu, 0}}});
     // dp1's AllGather never ends from t0 + 2 s; the hosts ran ahead, so TP and PP operations
     // queue behind it on the same GPUs: one hang, theirs attached.
     s.push_back({"3D fabric hang in one DP group, host ahead" + of,
