@@ -43,9 +43,9 @@ void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
 
 void Analyzer::JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
                                 std::vector<ncclwatch::v1::Event>* events) {
-  std::vector<std::string> node_of_rank;
-  node_of_rank.reserve(entry.who.ranks.size());
-  for (const RankWho& r : entry.who.ranks) node_of_rank.push_back(r.node);
+  // Only reached for a communicator whose collectives complete: every rank has reported.
+  std::vector<std::string> node_of_rank(entry.who.nranks);
+  for (const auto& [r, who] : entry.who.ranks) node_of_rank[r] = who.node;
   for (const SlowNodeChange& change :
        detectors_.slow_nodes.Update(key, node_of_rank, detectors_.stragglers.Scores(key))) {
     events->push_back(SlowNodeEvent(key, entry.who, change, now_ns));
@@ -232,7 +232,7 @@ ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id, int6
 
 CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) const {
   CommHealth health;
-  for (int r = 0; r < static_cast<int>(entry.who.ranks.size()); ++r) {
+  for (const auto& [r, who] : entry.who.ranks) {
     health.silent_ranks += detectors_.hangs.IsSilent(key, r) ? 1 : 0;
   }
   if (entry.own_times) {
@@ -252,7 +252,7 @@ ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommE
                                                  CommHealth* health) const {
   *health = HealthLocked(key, entry);
   int64_t last = 0;
-  for (int64_t seen : entry.last_seen_ns) last = std::max(last, seen);
+  for (const auto& [rank, seen] : entry.last_seen_ns) last = std::max(last, seen);
   return CommInfoOf(key, entry.who, last, *health);
 }
 

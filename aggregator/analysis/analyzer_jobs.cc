@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "aggregator/analysis/analyzer.h"
+#include "aggregator/detect/rank_set.h"
 
 namespace ncclwatch::aggregator {
 
@@ -18,9 +19,8 @@ RootCauseVerdicts::GpusOnNode Analyzer::GpusOnNodeLocked() const {
 }
 
 const ProcessKey* Analyzer::ReportedInLocked(const CommKey& comm) const {
-  for (int r = 0; r < processes_.Ranks(comm); ++r) {
-    const ProcessKey* p = processes_.Of(comm, r);
-    if (p != nullptr && verdicts_.IsReported(*p)) return p;
+  for (const auto& [r, p] : processes_.Members(comm)) {
+    if (verdicts_.IsReported(p)) return &p;
   }
   return nullptr;
 }
@@ -115,12 +115,10 @@ void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::E
     c.nranks = entry.who.nranks;
     c.n_nodes = entry.who.n_nodes;
     c.first_report_ns = entry.first_seen_ns;
-    for (int r = 0; r < static_cast<int>(entry.last_seen_ns.size()); ++r) {
-      if (entry.last_seen_ns[r] == 0) {
-        c.unreported.push_back(r);
-      } else if (!entry.who.ranks[r].node.empty()) {
-        c.reporting.insert(entry.who.ranks[r].node);
-      }
+    c.unreported_count = entry.unreported;
+    AppendAbsentRanks(entry.last_seen_ns, entry.who.nranks, kMaxNamedRanks, &c.unreported);
+    for (const auto& [r, who] : entry.who.ranks) {
+      if (!who.node.empty()) c.reporting.insert(who.node);
     }
   }
   for (const CoverageChange& change : detectors_.coverage.Evaluate(comms, now_ns)) {

@@ -23,7 +23,7 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     auto h = hung.find(key);
     out->push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, now_ms});
     std::set<std::string> nodes;
-    for (const RankWho& r : who.ranks) {
+    for (const auto& [rank, r] : who.ranks) {
       if (!r.node.empty()) nodes.insert(r.node);
     }
     for (const auto& node : nodes) {
@@ -42,15 +42,24 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
                     d.degraded.IsDegraded(key) ? 1.0 : 0.0, now_ms});
     out->push_back({"ncclwatch_hang_age_seconds", std::move(comm_labels),
                     h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0, now_ms});
-    for (int r = 0; r < static_cast<int>(who.ranks.size()); ++r) {
+    // Per-rank series for the ranks that report, and for the missing ranks a hang names (never
+    // one per rank a communicator merely claims: detect/rank_set.h).
+    for (const auto& [r, rank_who] : who.ranks) {
       LabelPairs labels = CommRegistry::RankLabels(key, who, r);
       out->push_back({"ncclwatch_rank_missing", labels,
                       h != hung.end() && d.hangs.Missing(key, r) ? 1.0 : 0.0, now_ms});
       out->push_back({"ncclwatch_rank_silent", std::move(labels),
                       d.hangs.IsSilent(key, r) ? 1.0 : 0.0, now_ms});
     }
+    if (h != hung.end()) {
+      for (int r : h->second->missing) {
+        if (who.ranks.count(r)) continue;
+        out->push_back(
+            {"ncclwatch_rank_missing", CommRegistry::RankLabels(key, who, r), 1.0, now_ms});
+      }
+    }
     for (const RankScore& score : d.stragglers.Scores(key)) {
-      if (score.rank >= static_cast<int>(who.ranks.size())) continue;
+      if (score.rank >= who.nranks) continue;
       LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
       const bool flagged =
           entry.own_times ? root_ranks.count({key, score.rank}) > 0 : score.flagged;

@@ -26,8 +26,8 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   CommWho& who = entry.who;
   if (who.nranks != id.nranks()) {
     who.nranks = id.nranks();
-    who.ranks.assign(id.nranks(), RankWho{});
-    entry.last_seen_ns.assign(id.nranks(), 0);
+    who.ranks.clear();
+    entry.last_seen_ns.clear();
     entry.first_seen_ns = now_ns;
     entry.unreported = id.nranks();
     entry.flagged_since_ns.clear();
@@ -42,8 +42,9 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   rank.pod = id.pod();
   rank.pod_namespace = id.pod_namespace();
   rank.container = id.container();
-  if (entry.last_seen_ns[id.rank()] == 0) --entry.unreported;
-  entry.last_seen_ns[id.rank()] = now_ns;
+  auto [seen, first] = entry.last_seen_ns.try_emplace(id.rank(), now_ns);
+  if (first) --entry.unreported;
+  seen->second = now_ns;
   return &entry;
 }
 
@@ -59,7 +60,7 @@ const CommWho* CommRegistry::FindWho(const CommKey& key) const {
 
 void CommRegistry::Expire(int64_t now_ns, const std::function<void(const CommKey&)>& forget) {
   std::erase_if(comms_, [&](const auto& kv) {
-    for (int64_t seen : kv.second.last_seen_ns) {
+    for (const auto& [rank, seen] : kv.second.last_seen_ns) {
       if (now_ns - seen <= options_.ttl_ns) return false;
     }
     forget(kv.first);
@@ -78,7 +79,7 @@ LabelPairs CommRegistry::CommLabels(const CommKey& key, const CommWho& who) {
 }
 
 LabelPairs CommRegistry::RankLabels(const CommKey& key, const CommWho& who, int rank) {
-  const RankWho& r = who.ranks[rank];
+  const RankWho& r = who.Rank(rank);
   LabelPairs labels = CommLabels(key, who);
   labels.emplace_back("rank", absl::StrCat(rank));
   labels.emplace_back("node", OrUnknown(r.node));

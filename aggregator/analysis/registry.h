@@ -27,7 +27,7 @@ struct RegistryOptions {
 // One communicator.
 struct CommEntry {
   CommWho who;
-  std::vector<int64_t> last_seen_ns;        // index = rank; 0 until it reports
+  std::map<int, int64_t> last_seen_ns;      // the ranks that reported -> their last report
   int64_t first_seen_ns = 0;                // its first report (of any rank)
   int unreported = 0;                       // ranks that never reported
   std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged

@@ -13,31 +13,27 @@ std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
   auto [it, inserted] = cg.groups.try_emplace(key);
   Group& g = it->second;
   if (inserted) {
-    g.duration_ns.assign(nranks, 0);
-    g.gpu_start_ns.assign(nranks, 0);
-    g.own_time_ns.assign(nranks, -1);
-    g.sync_wait_ns.assign(nranks, -1);
-    g.seen.assign(nranks, false);
+    g.nranks = nranks;
     g.first_seen_ns = now_ns;
     cg.order.emplace_back(now_ns, key);
   }
-  if (static_cast<int>(g.seen.size()) != nranks || g.seen[rank]) return std::nullopt;
-  g.seen[rank] = true;
-  g.duration_ns[rank] = duration_ns;
-  g.gpu_start_ns[rank] = gpu_start_ns;
-  g.own_time_ns[rank] = own_time_ns;
-  g.sync_wait_ns[rank] = sync_wait_ns;
-  if (++g.arrived < nranks) {
+  if (g.nranks != nranks || !g.seen.insert(rank).second) return std::nullopt;
+  g.arrivals.push_back(Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns});
+  if (static_cast<int>(g.arrivals.size()) < nranks) {
     if (inserted) Trim(cg, INT64_MIN, options_.max_open_groups);
     return std::nullopt;
   }
-  CompletedGroup done{comm,
-                      op,
-                      seq,
-                      std::move(g.duration_ns),
-                      std::move(g.gpu_start_ns),
-                      std::move(g.own_time_ns),
-                      std::move(g.sync_wait_ns)};
+  CompletedGroup done{comm, op, seq, {}, {}, {}, {}};
+  done.duration_ns.resize(nranks);
+  done.gpu_start_ns.resize(nranks);
+  done.own_time_ns.resize(nranks);
+  done.sync_wait_ns.resize(nranks);
+  for (const Arrival& a : g.arrivals) {
+    done.duration_ns[a.rank] = a.duration_ns;
+    done.gpu_start_ns[a.rank] = a.gpu_start_ns;
+    done.own_time_ns[a.rank] = a.own_time_ns;
+    done.sync_wait_ns[a.rank] = a.sync_wait_ns;
+  }
   cg.groups.erase(it);  // its entry in `order` is skipped lazily
   ++completed_;
   return done;

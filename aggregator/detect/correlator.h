@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -58,13 +59,19 @@ class Correlator {
   uint64_t expired() const { return expired_; }
 
  private:
+  // One rank's record, kept in arrival order: an open group costs what its ranks sent, not the
+  // size its communicator claims (rank_set.h); the per-rank vectors are built once it completes.
+  struct Arrival {
+    int rank = 0;
+    uint64_t duration_ns = 0;
+    uint64_t gpu_start_ns = 0;
+    int64_t own_time_ns = -1;
+    int64_t sync_wait_ns = -1;
+  };
   struct Group {
-    std::vector<uint64_t> duration_ns;
-    std::vector<uint64_t> gpu_start_ns;
-    std::vector<int64_t> own_time_ns;
-    std::vector<int64_t> sync_wait_ns;
-    std::vector<bool> seen;
-    int arrived = 0;
+    int nranks = 0;
+    std::vector<Arrival> arrivals;
+    absl::flat_hash_set<int> seen;
     int64_t first_seen_ns = 0;
   };
   using GroupKey = std::pair<std::string, uint64_t>;  // (op, seq)

@@ -12,7 +12,7 @@ std::vector<CoverageChange> CoverageDetector::Evaluate(const std::vector<CommCov
   incomplete_.clear();
   for (const CommCoverage& c : comms) {
     nodes[c.comm.job_id].insert(c.reporting.begin(), c.reporting.end());
-    if (c.unreported.empty() || now_ns - c.first_report_ns < options_.after_ns) continue;
+    if (c.unreported_count == 0 || now_ns - c.first_report_ns < options_.after_ns) continue;
     incomplete_.insert(c.comm);
     CoverageView& v = now[c.comm.job_id];
     v.job_id = c.comm.job_id;

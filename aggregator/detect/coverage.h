@@ -32,7 +32,8 @@ struct CommCoverage {
   std::string comm_name;
   int nranks = 0;
   int n_nodes = 0;                  // the nodes it spans (as its ranks report it)
-  std::vector<int> unreported;      // ranks that never reported
+  int unreported_count = 0;         // ranks that never reported
+  std::vector<int> unreported;      // the first kMaxNamedRanks of them (rank_set.h)
   std::set<std::string> reporting;  // nodes of the ranks that did
   int64_t first_report_ns = 0;
 };

@@ -15,6 +15,7 @@ CommCoverage Comm(uint64_t hash, int nranks, std::vector<int> unreported, int64_
   c.comm_name = "c" + std::to_string(hash);
   c.nranks = nranks;
   c.n_nodes = 4;
+  c.unreported_count = static_cast<int>(unreported.size());
   c.unreported = std::move(unreported);
   c.reporting = {"n0", "n1", "n2"};
   c.first_report_ns = first_ns;

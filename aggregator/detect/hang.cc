@@ -1,24 +1,26 @@
 #include "aggregator/detect/hang.h"
 
 #include <algorithm>
+#include <set>
+
+#include "aggregator/detect/rank_set.h"
 
 namespace ncclwatch::aggregator {
 
 void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64_t now_ns) {
   CommState& cs = comms_[comm];
-  if (cs.ranks.size() != static_cast<size_t>(report.nranks)) {
+  if (cs.nranks != report.nranks) {
     // New communicator, or re-created with another size under the same hash: start over, and
     // close what was open about the old one.
     if (cs.hung) pending_.push_back(HangChange{false, false, cs.hang, {}});
-    for (size_t r = 0; r < cs.ranks.size(); ++r) {
-      if (!cs.ranks[r].silent) continue;
+    for (const auto& [r, rs] : cs.ranks) {
+      if (!rs.silent) continue;
       HangChange end{false, true, {}, {}};
-      end.rank = SilentView{comm, static_cast<int>(r), cs.ranks[r].last_report_ns,
-                            cs.ranks[r].silent_since_ns};
+      end.rank = SilentView{comm, r, rs.last_report_ns, rs.silent_since_ns};
       pending_.push_back(std::move(end));
     }
     cs = CommState{};
-    cs.ranks.resize(report.nranks);
+    cs.nranks = report.nranks;
   }
   RankState& rs = cs.ranks[report.rank];
   rs.seen = true;
@@ -33,8 +35,10 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
 }
 
 bool HangDetector::PeerMissing(const CommState& cs, int rank, const InFlight& op) const {
-  if (op.peer < 0 || op.peer >= static_cast<int>(cs.ranks.size())) return false;
-  const RankState& peer = cs.ranks[op.peer];
+  if (op.peer < 0 || op.peer >= cs.nranks) return false;
+  auto found = cs.ranks.find(op.peer);
+  if (found == cs.ranks.end()) return true;  // it never reported
+  const RankState& peer = found->second;
   if (!peer.seen || peer.finalized || peer.silent) return true;
   const std::string counterpart = op.op == "Send" ? "Recv" : "Send";
   return std::none_of(peer.in_flight.begin(), peer.in_flight.end(), [&](const InFlight& c) {
@@ -45,7 +49,7 @@ bool HangDetector::PeerMissing(const CommState& cs, int rank, const InFlight& op
 bool HangDetector::FindHang(const CommKey& key, const CommState& cs, int64_t now_ns,
                             HangView* out) const {
   const InFlight* oldest = nullptr;
-  for (const RankState& rs : cs.ranks) {
+  for (const auto& [r, rs] : cs.ranks) {
     if (!rs.seen || rs.finalized || rs.silent) continue;
     for (const InFlight& c : rs.in_flight) {
       if (now_ns - c.enqueued_ns < options_.threshold_ns) continue;
@@ -62,30 +66,39 @@ bool HangDetector::FindHang(const CommKey& key, const CommState& cs, int64_t now
   // enough: a report sent after that (listing it in flight or not), silence, or finalize.
   // Otherwise a rank that died holding a collective would first look like a fabric hang.
   const int64_t fresh_after = oldest->enqueued_ns + options_.threshold_ns;
-  std::vector<bool> arrived(cs.ranks.size(), false), missing(cs.ranks.size(), false);
-  for (size_t r = 0; r < cs.ranks.size(); ++r) {
-    const RankState& rs = cs.ranks[r];
+  std::set<int> missing, arrived;  // among the reporting ranks (and, for p2p, their peers)
+  for (const auto& [r, rs] : cs.ranks) {
     const bool gone = !rs.seen || rs.finalized || rs.silent;
     if (!gone && rs.last_report_ns < fresh_after) return false;  // not known yet
     if (gone) {
-      if (!oldest->p2p) missing[r] = true;  // for p2p, only a stuck peer's absence counts
+      if (!oldest->p2p) missing.insert(r);  // for p2p, only a stuck peer's absence counts
       continue;
     }
+    bool here = false;
     for (const InFlight& c : rs.in_flight) {
       if (oldest->p2p) {
         if (!c.p2p || now_ns - c.enqueued_ns < options_.threshold_ns) continue;
-        arrived[r] = true;
-        if (PeerMissing(cs, static_cast<int>(r), c)) missing[c.peer] = true;
+        here = true;
+        if (PeerMissing(cs, r, c)) missing.insert(c.peer);
       } else if (!c.p2p && c.op == h.op && c.seq == h.seq) {
-        arrived[r] = true;
+        here = true;
       }
     }
-    if (!oldest->p2p && !arrived[r]) missing[r] = true;
+    if (here) {
+      arrived.insert(r);
+    } else if (!oldest->p2p) {
+      missing.insert(r);
+    }
   }
-  for (size_t r = 0; r < cs.ranks.size(); ++r) {
-    if (missing[r]) h.missing.push_back(static_cast<int>(r));
-    if (arrived[r] && !missing[r]) ++h.arrived;
+  // Ranks that never reported never reached a collective: counted all, named up to a bound.
+  if (!oldest->p2p) {
+    h.missing_count = cs.nranks - static_cast<int>(cs.ranks.size());
+    AppendAbsentRanks(cs.ranks, cs.nranks, kMaxNamedRanks, &h.missing);
   }
+  h.missing_count += static_cast<int>(missing.size());
+  h.missing.insert(h.missing.end(), missing.begin(), missing.end());
+  std::sort(h.missing.begin(), h.missing.end());
+  for (int r : arrived) h.arrived += missing.count(r) ? 0 : 1;
   h.kind = h.missing.empty() ? HangKind::kNoProgress : HangKind::kMissingRanks;
   *out = std::move(h);
   return true;
@@ -100,11 +113,10 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
     // of a job that ends or is cancelled stop within seconds of each other (and normally send a
     // final report), so nobody is singled out then.
     int64_t newest = 0;
-    for (const RankState& rs : cs.ranks) {
+    for (const auto& [r, rs] : cs.ranks) {
       if (!rs.finalized) newest = std::max(newest, rs.last_report_ns);
     }
-    for (size_t r = 0; r < cs.ranks.size(); ++r) {
-      RankState& rs = cs.ranks[r];
+    for (auto& [r, rs] : cs.ranks) {
       // Once flagged, a rank stays silent until it reports again.
       const bool stale =
           rs.seen && !rs.finalized && now_ns - rs.last_report_ns >= options_.silent_after_ns;
@@ -116,7 +128,7 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
       HangChange change;
       change.start = silent;
       change.silent = true;
-      change.rank = SilentView{key, static_cast<int>(r), rs.last_report_ns, rs.silent_since_ns};
+      change.rank = SilentView{key, r, rs.last_report_ns, rs.silent_since_ns};
       changes.push_back(std::move(change));
     }
 
@@ -147,11 +159,8 @@ std::vector<HangView> HangDetector::Hangs() const {
 std::vector<SilentView> HangDetector::Silent() const {
   std::vector<SilentView> out;
   for (const auto& [key, cs] : comms_) {
-    for (size_t r = 0; r < cs.ranks.size(); ++r) {
-      const RankState& rs = cs.ranks[r];
-      if (rs.silent) {
-        out.push_back(SilentView{key, static_cast<int>(r), rs.last_report_ns, rs.silent_since_ns});
-      }
+    for (const auto& [r, rs] : cs.ranks) {
+      if (rs.silent) out.push_back(SilentView{key, r, rs.last_report_ns, rs.silent_since_ns});
     }
   }
   return out;
@@ -166,23 +175,24 @@ bool HangDetector::Missing(const CommKey& comm, int rank) const {
   auto it = comms_.find(comm);
   if (it == comms_.end() || !it->second.hung) return false;
   const auto& m = it->second.hang.missing;
-  return std::find(m.begin(), m.end(), rank) != m.end();
+  return std::binary_search(m.begin(), m.end(), rank);
 }
 
 std::vector<HangDetector::InFlight> HangDetector::InFlightOf(const CommKey& comm, int rank) const {
   auto it = comms_.find(comm);
-  if (it == comms_.end() || rank < 0 || rank >= static_cast<int>(it->second.ranks.size())) {
-    return {};
-  }
-  const RankState& rs = it->second.ranks[rank];
+  if (it == comms_.end()) return {};
+  auto found = it->second.ranks.find(rank);
+  if (found == it->second.ranks.end()) return {};
+  const RankState& rs = found->second;
   if (!rs.seen || rs.finalized || rs.silent) return {};
   return rs.in_flight;
 }
 
 bool HangDetector::IsSilent(const CommKey& comm, int rank) const {
   auto it = comms_.find(comm);
-  return it != comms_.end() && rank >= 0 && rank < static_cast<int>(it->second.ranks.size()) &&
-         it->second.ranks[rank].silent;
+  if (it == comms_.end()) return false;
+  auto found = it->second.ranks.find(rank);
+  return found != it->second.ranks.end() && found->second.silent;
 }
 
 }  // namespace ncclwatch::aggregator

@@ -48,10 +48,13 @@ struct HangView {
   std::string op;
   uint64_t seq = 0;
   HangKind kind = HangKind::kMissingRanks;
-  std::vector<int> missing;  // ranks that never reached the collective, or went silent
-  int arrived = 0;           // ranks that have it in flight
-  int64_t enqueued_ns = 0;   // earliest enqueue among the arrived ranks (aggregator clock)
-  int64_t since_ns = 0;      // when the hang was declared
+  // Ranks that never reached the collective, or went silent: every reporting rank among them,
+  // and at most kMaxNamedRanks of those that never reported at all; ascending.
+  std::vector<int> missing;
+  int missing_count = 0;    // all of them, named or not
+  int arrived = 0;          // ranks that have it in flight
+  int64_t enqueued_ns = 0;  // earliest enqueue among the arrived ranks (aggregator clock)
+  int64_t since_ns = 0;     // when the hang was declared
 };
 
 struct SilentView {
@@ -110,7 +113,8 @@ class HangDetector {
     int64_t silent_since_ns = 0;
   };
   struct CommState {
-    std::vector<RankState> ranks;
+    int nranks = 0;
+    std::map<int, RankState> ranks;  // the ranks that reported (rank_set.h)
     bool hung = false;
     HangView hang;
   };

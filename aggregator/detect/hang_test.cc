@@ -1,8 +1,11 @@
 #include "aggregator/detect/hang.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "aggregator/detect/rank_set.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
@@ -221,6 +224,65 @@ TEST(HangVerdictTest, PointToPointRingNamesThePeerThatNeverPosted) {
       EXPECT_EQ(changes[0].hang.arrived, 3);
     }
   }
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+TEST_F(HangTest, ARankOfAMillionRankCommunicatorCostsOneRankAndNamesABoundedFew) {
+  // One rank claims a communicator of 2^20 ranks and is stuck: the other ranks never arrived.
+  // They are all counted, the lowest kMaxNamedRanks named, and the rank that reported is
+  // the only one that the detector keeps anything about.
+  constexpr int kRanks = 1 << 20;
+  detector_.Update(comm_, Report(kRanks - 1, kRanks, {{"AllReduce", 7, 11 * kS}}), 100 * kS);
+  auto changes = detector_.Evaluate(100 * kS);
+  ASSERT_EQ(changes.size(), 1u);
+  const HangView& h = changes[0].hang;
+  EXPECT_EQ(h.kind, HangKind::kMissingRanks);
+  EXPECT_EQ(h.missing_count, kRanks - 1);
+  ASSERT_EQ(h.missing.size(), kMaxNamedRanks);
+  EXPECT_EQ(h.missing.front(), 0);
+  EXPECT_EQ(h.missing.back(), static_cast<int>(kMaxNamedRanks) - 1);
+  EXPECT_EQ(h.arrived, 1);
+  EXPECT_TRUE(detector_.Missing(comm_, 5));
+  EXPECT_FALSE(detector_.Missing(comm_, kRanks - 1));
+}
+
+TEST_F(HangTest, ReportingRanksThatNeverArrivedAreNamedBeforeTheBound) {
+  // 1,000 ranks; ranks 500 and 900 report without the collective, ranks 0..299 never report.
+  for (int r = 300; r < 1000; ++r) {
+    std::vector<TestOp> ops;
+    if (r != 500 && r != 900) ops.push_back({"AllReduce", 3, 12 * kS});
+    detector_.Update(comm_, Report(r, 1000, ops), 50 * kS);
+  }
+  auto changes = detector_.Evaluate(50 * kS);
+  ASSERT_EQ(changes.size(), 1u);
+  const HangView& h = changes[0].hang;
+  EXPECT_EQ(h.missing_count, 302);
+  EXPECT_EQ(h.missing.size(), kMaxNamedRanks + 2);
+  EXPECT_TRUE(std::is_sorted(h.missing.begin(), h.missing.end()));
+  EXPECT_TRUE(detector_.Missing(comm_, 500));
+  EXPECT_TRUE(detector_.Missing(comm_, 900));
+  EXPECT_EQ(h.arrived, 698);
+}
+
+TEST(AbsentRanksTest, ListsTheGapsBetweenReportingRanksUpToTheLimit) {
+  std::map<int, bool> present = {{-3, true}, {0, true}, {2, true}, {3, true}, {7, true}};
+  std::vector<int> out;
+  AppendAbsentRanks(present, 10, 100, &out);
+  EXPECT_EQ(out, (std::vector<int>{1, 4, 5, 6, 8, 9}));
+  out.clear();
+  AppendAbsentRanks(present, 10, 3, &out);
+  EXPECT_EQ(out, (std::vector<int>{1, 4, 5}));
+  out.clear();
+  AppendAbsentRanks(present, 5, 100, &out);  // a present rank beyond nranks is ignored
+  EXPECT_EQ(out, (std::vector<int>{1, 4}));
+  out.clear();
+  AppendAbsentRanks(std::map<int, bool>{}, 1 << 30, 2, &out);
+  EXPECT_EQ(out, (std::vector<int>{0, 1}));
 }
 
 }  // namespace

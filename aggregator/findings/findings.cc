@@ -1,5 +1,6 @@
 #include "aggregator/findings/findings.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,10 +27,7 @@ const char* BasisText(LatenessBasis basis) {
   return "kernel durations";
 }
 
-const RankWho& WhoOf(const CommWho& who, int rank) {
-  static const RankWho kUnknown;
-  return rank >= 0 && rank < static_cast<int>(who.ranks.size()) ? who.ranks[rank] : kUnknown;
-}
+const RankWho& WhoOf(const CommWho& who, int rank) { return who.Rank(rank); }
 
 std::string RankList(const google::protobuf::RepeatedPtrField<ncclwatch::v1::RankRef>& ranks) {
   std::string out;
@@ -74,8 +72,10 @@ Event SuspectEvent(const DegradedChange& change, int64_t now_ns) {
 void FillRank(const CommWho* who, int rank, ncclwatch::v1::RankRef* out) {
   out->set_rank(rank);
   out->set_cuda_device(-1);
-  if (who == nullptr || rank < 0 || rank >= static_cast<int>(who->ranks.size())) return;
-  const RankWho& r = who->ranks[rank];
+  if (who == nullptr) return;
+  auto found = who->ranks.find(rank);
+  if (found == who->ranks.end()) return;
+  const RankWho& r = found->second;
   out->set_node(r.node);
   out->set_cuda_device(r.cuda_device);
   out->set_gpu_uuid(r.gpu_uuid);
@@ -92,10 +92,8 @@ ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& 
   info.set_comm_name(who.comm_name);
   info.set_rank(score.rank);
   info.set_nranks(who.nranks);
-  if (score.rank < static_cast<int>(who.ranks.size())) {
-    info.set_node(who.ranks[score.rank].node);
-    info.set_cuda_device(who.ranks[score.rank].cuda_device);
-  }
+  info.set_node(who.Rank(score.rank).node);
+  info.set_cuda_device(who.Rank(score.rank).cuda_device);
   info.set_lateness_seconds(score.lateness_ns * 1e-9);
   info.set_window_collectives(static_cast<uint32_t>(score.observations));
   info.set_arrived_last_fraction(score.arrived_last_fraction);
@@ -120,12 +118,10 @@ ncclwatch::v1::RootCauseInfo RootCauseInfoOf(const SlowProcess& slow, const Comm
   info.set_rank(slow.rank);
   if (who != nullptr) {
     info.set_comm_name(who->comm_name);
-    if (slow.rank >= 0 && slow.rank < static_cast<int>(who->ranks.size())) {
-      const RankWho& r = who->ranks[slow.rank];
-      info.set_gpu_uuid(r.gpu_uuid);
-      info.set_pod(r.pod);
-      info.set_pod_namespace(r.pod_namespace);
-    }
+    const RankWho& r = who->Rank(slow.rank);
+    info.set_gpu_uuid(r.gpu_uuid);
+    info.set_pod(r.pod);
+    info.set_pod_namespace(r.pod_namespace);
   }
   info.set_collective(slow.op);
   info.set_bytes(slow.bytes);
@@ -148,6 +144,8 @@ ncclwatch::v1::HangInfo HangInfoOf(const HangView& hang, const CommWho* who, int
   info.set_kind(hang.kind == HangKind::kNoProgress ? ncclwatch::v1::HangInfo::NO_PROGRESS
                                                    : ncclwatch::v1::HangInfo::MISSING_RANKS);
   for (int r : hang.missing) FillRank(who, r, info.add_missing());
+  info.set_missing_count(
+      static_cast<uint32_t>(std::max<size_t>(hang.missing_count, hang.missing.size())));
   info.set_arrived(static_cast<uint32_t>(hang.arrived));
   info.set_age_seconds(static_cast<double>(now_ns - hang.enqueued_ns) * 1e-9);
   info.set_since_unix_ns(hang.since_ns);
@@ -196,7 +194,7 @@ ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who, int64
   c.set_nranks(who.nranks);
   c.set_n_nodes(who.n_nodes);
   c.set_comm_class(who.n_nodes > 1 ? "hybrid" : "nvlink");
-  for (int r = 0; r < static_cast<int>(who.ranks.size()); ++r) FillRank(&who, r, c.add_ranks());
+  for (const auto& [r, rank] : who.ranks) FillRank(&who, r, c.add_ranks());
   c.set_last_report_unix_ns(static_cast<uint64_t>(last_report_ns));
   std::vector<std::string> findings;
   if (health.stragglers > 0) findings.push_back("straggler");
@@ -254,8 +252,12 @@ Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
       h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
           ? absl::StrFormat("all %d ranks reached it and none finished: network or NVLink fabric",
                             h.arrived())
-          : absl::StrFormat("%d of %d ranks never reached it: %s", h.missing_size(), h.nranks(),
-                            RankList(h.missing()));
+          : absl::StrFormat(
+                "%d of %d ranks never reached it: %s%s", h.missing_count(), h.nranks(),
+                RankList(h.missing()),
+                h.missing_count() > static_cast<uint32_t>(h.missing_size())
+                    ? absl::StrFormat(" and %d more", h.missing_count() - h.missing_size())
+                    : std::string());
   event.set_summary(absl::StrFormat(
       "%s: %s of communicator %s %s in job %s %s%s", change.start ? "HANG" : "UNHUNG",
       HangOpText(h), OrUnknown(h.comm_name()), CommHashText(h.comm_hash()), h.job_id(),

@@ -97,6 +97,7 @@ ncclwatch::v1::CoverageInfo CoverageInfoOf(const CoverageView& v) {
     comm->set_nranks(c.nranks);
     comm->set_n_nodes(c.n_nodes);
     for (int r : c.unreported) comm->add_unreported(r);
+    comm->set_unreported_count(static_cast<uint32_t>(c.unreported_count));
     for (const auto& n : c.reporting) comm->add_reporting_nodes(n);
   }
   for (const auto& n : v.reporting_nodes) info.add_reporting_nodes(n);
@@ -121,11 +122,13 @@ Event CoverageEvent(const CoverageChange& change, int64_t now_ns) {
   }
   const int missing_nodes = largest.n_nodes() - largest.reporting_nodes_size();
   event.set_summary(absl::StrFormat(
-      "RANKS NOT REPORTING: job %s: %d of %d ranks of communicator %s never reported (ranks %s)%s; "
+      "RANKS NOT REPORTING: job %s: %d of %d ranks of communicator %s never reported (ranks "
+      "%s%s)%s; "
       "%d communicator(s) are incomplete and not judged (%s): check the ncclwatch agent and "
       "NCCLWATCH_AGENT_ADDR on the node(s) of those ranks",
-      c.job_id(), largest.unreported_size(), largest.nranks(), names[0],
+      c.job_id(), largest.unreported_count(), largest.nranks(), names[0],
       absl::StrJoin(largest.unreported(), ", "),
+      largest.unreported_count() > static_cast<uint32_t>(largest.unreported_size()) ? ", ..." : "",
       missing_nodes > 0
           ? absl::StrFormat(", and %d of its %d nodes send nothing (reporting: %s)", missing_nodes,
                             largest.n_nodes(), absl::StrJoin(largest.reporting_nodes(), ", "))

@@ -3,8 +3,8 @@
 #ifndef NCCLWATCH_AGGREGATOR_FINDINGS_WHO_H_
 #define NCCLWATCH_AGGREGATOR_FINDINGS_WHO_H_
 
+#include <map>
 #include <string>
-#include <vector>
 
 namespace ncclwatch::aggregator {
 
@@ -22,7 +22,15 @@ struct CommWho {
   std::string comm_name;
   int nranks = 0;
   int n_nodes = 0;
-  std::vector<RankWho> ranks;  // index = rank; default-constructed until the rank reports
+  // The ranks that have reported, by rank. Sparse on purpose: what is kept grows with the ranks
+  // that really report, never with the size a report claims (docs/security.md).
+  std::map<int, RankWho> ranks;
+  // Rank `rank`, or an empty RankWho (node unknown, GPU -1) when it has not reported.
+  const RankWho& Rank(int rank) const {
+    static const RankWho kUnknown;
+    auto it = ranks.find(rank);
+    return it == ranks.end() ? kUnknown : it->second;
+  }
 };
 
 }  // namespace ncclwatch::aggregator

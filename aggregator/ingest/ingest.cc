@@ -58,7 +58,12 @@ Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m)
       reports_rejected_(m.GetCounter("ncclwatch_aggregator_reports_rejected_total",
                                      "Rank reports rejected by validation, all reasons.")),
       store_errors_(m.GetCounter("ncclwatch_aggregator_store_errors_total",
-                                 "Store writes that failed (the agent retries).")) {
+                                 "Store writes that failed (the agent retries).")),
+      detection_snapshots_(m.GetCounter(
+          "ncclwatch_aggregator_detection_snapshots_total",
+          "Snapshots of the detection series taken (one a second) for the stored history.")),
+      detection_points_(m.GetCounter("ncclwatch_aggregator_detection_points_stored_total",
+                                     "Detection series points stored (changes and heartbeats).")) {
   m.AddCollector([this](PromTextWriter& w) { ExportAnalyzerCounters(analyzer_, w); });
 }
 
@@ -196,6 +201,8 @@ void Ingest::StoreDetectionSeries(int64_t now_ns) {
     }
   }
   if (!points.empty()) StorePoints(points);
+  detection_points_->Increment(points.size());
+  detection_snapshots_->Increment();
 }
 
 void Ingest::StorePoints(const std::vector<SeriesPoint>& points) {

@@ -71,6 +71,8 @@ class Ingest {
   Counter* reports_ingested_;
   Counter* reports_rejected_;
   Counter* store_errors_;
+  Counter* detection_snapshots_;
+  Counter* detection_points_;
   // The last stored value and time of each detection series (by identity), for change detection.
   ncclwatch::Mutex snapshot_mu_;
   std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);

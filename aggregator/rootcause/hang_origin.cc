@@ -54,9 +54,8 @@ std::vector<HangGroup> GroupHangsByOrigin(const std::vector<HangView>& hangs,
         best_enqueued = enqueued_ns;
       }
     };
-    for (int r = 0; r < processes.Ranks(h.comm); ++r) {
-      const ProcessKey* p = processes.Of(h.comm, r);
-      if (p == nullptr) continue;
+    for (const auto& [r, process] : processes.Members(h.comm)) {
+      const ProcessKey* p = &process;
       const bool missing = IsMissing(h, r);
       int64_t before_ns = 0;
       if (!missing) {

@@ -28,34 +28,46 @@ void OwnTimeAnalyzer::Ring::Push(double v, int window) {
   median = Median(values);
 }
 
+const std::string* OwnTimeAnalyzer::CommState::NodeOf(int rank) const {
+  if (complete()) return &nodes[rank];
+  auto it = pending.find(rank);
+  return it == pending.end() ? nullptr : &it->second.second;
+}
+
 void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
                                 const ProcessKey& process, const std::string& node) {
   if (nranks <= 0 || rank < 0 || rank >= nranks) return;
   auto it = comms_.find(comm);
-  if (it != comms_.end() && static_cast<int>(it->second.processes.size()) != nranks) {
+  if (it != comms_.end() && it->second.nranks != nranks) {
     Forget(comm);  // re-created with another size: start over
     it = comms_.end();
   }
   if (it == comms_.end()) {
     it = comms_.emplace(comm, CommState{}).first;
-    CommState& fresh = it->second;
-    fresh.processes.assign(nranks, ProcessKey{});
-    fresh.nodes.assign(nranks, "");
-    fresh.known.assign(nranks, false);
-    fresh.unknown = nranks;
+    it->second.nranks = nranks;
   }
   CommState& cs = it->second;
-  if (cs.known[rank] && cs.nodes[rank] != node) {
+  const std::string* known_node = cs.NodeOf(rank);
+  if (known_node != nullptr && *known_node != node) {
     Forget(comm);  // a rank moved: what was learnt about its node is void
     SetMember(comm, nranks, rank, process, node);
     return;
   }
-  if (!cs.known[rank]) {
-    cs.known[rank] = true;
-    --cs.unknown;
+  if (cs.complete()) {
+    cs.processes[rank] = process;
+    cs.nodes[rank] = node;
+  } else {
+    cs.pending[rank] = {process, node};
+    if (static_cast<int>(cs.pending.size()) == nranks) {  // every rank known: go dense
+      cs.processes.resize(nranks);
+      cs.nodes.resize(nranks);
+      for (auto& [r, member] : cs.pending) {
+        cs.processes[r] = member.first;
+        cs.nodes[r] = std::move(member.second);
+      }
+      cs.pending.clear();
+    }
   }
-  cs.processes[rank] = process;
-  cs.nodes[rank] = node;
   processes_[process].node = node;
 }
 
@@ -188,7 +200,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   if (it == comms_.end()) return changes;  // members not known yet
   CommState& cs = it->second;
   const int n = static_cast<int>(group.own_time_ns.size());
-  if (n < 2 || n != static_cast<int>(cs.processes.size()) || cs.unknown > 0) return changes;
+  if (n < 2 || n != cs.nranks || !cs.complete()) return changes;
   int64_t base = std::numeric_limits<int64_t>::max();
   int known = 0;
   for (int64_t t : group.own_time_ns) {
@@ -282,14 +294,15 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
       if (slot->second.judged.empty() && slot->second.unjudged <= 0) slots_.erase(slot);
     }
   }
-  for (int r = 0; r < nranks; ++r) {
-    if (!cs.known[r]) continue;
-    auto ps = processes_.find(cs.processes[r]);
+  std::vector<ProcessKey> members = cs.processes;
+  for (const auto& [r, member] : cs.pending) members.push_back(member.first);
+  for (const ProcessKey& p : members) {
+    auto ps = processes_.find(p);
     if (ps == processes_.end()) continue;
     std::erase_if(ps->second.evidence,
                   [&](const auto& entry) { return std::get<0>(entry.first) == comm; });
     if (ps->second.slow && !Verdict(ps->second, nullptr)) {
-      SlowProcess v = ViewOf(cs.processes[r], ps->second);
+      SlowProcess v = ViewOf(p, ps->second);
       v.slow = false;
       ps->second.slow = false;
       changes.push_back(std::move(v));

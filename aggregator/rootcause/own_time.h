@@ -149,11 +149,16 @@ class OwnTimeAnalyzer {
     int64_t seen = 0;  // collectives observed, warm-up included
   };
   struct CommState {
-    std::vector<ProcessKey> processes;
+    int nranks = 0;
+    // The members known so far, until every rank is: only then are the per-rank vectors built, so
+    // a communicator costs what its ranks report, not the size it claims (detect/rank_set.h).
+    std::map<int, std::pair<ProcessKey, std::string>> pending;
+    std::vector<ProcessKey> processes;  // index = rank, once complete
     std::vector<std::string> nodes;
-    std::vector<bool> known;
-    int unknown = 0;  // ranks not set yet
     std::map<ClassKey, ClassState> classes;
+    bool complete() const { return !processes.empty(); }
+    // The node of `rank`, nullptr while it is not known.
+    const std::string* NodeOf(int rank) const;
   };
   struct Evidence {
     double fault_ns = 0;

@@ -34,16 +34,16 @@ class ProcessIndex {
   void Set(const CommKey& comm, int rank, const ProcessKey& process);
   void Forget(const CommKey& comm);
 
-  // One more than the highest rank of `comm` known (0 when none is).
-  int Ranks(const CommKey& comm) const;
+  // The known ranks of `comm` and their processes, by rank (empty when none is known).
+  const std::map<int, ProcessKey>& Members(const CommKey& comm) const;
   // The process of a communicator rank, or nullptr when unknown.
   const ProcessKey* Of(const CommKey& comm, int rank) const;
   // Every (communicator, rank) of a process, ordered.
   const std::set<std::pair<CommKey, int>>& RanksOf(const ProcessKey& process) const;
 
  private:
-  std::map<CommKey, std::vector<ProcessKey>> by_comm_;  // index = communicator rank
-  std::map<CommKey, std::vector<bool>> known_;
+  // The ranks that reported only: sparse, whatever size a communicator claims.
+  std::map<CommKey, std::map<int, ProcessKey>> by_comm_;
   std::map<ProcessKey, std::set<std::pair<CommKey, int>>> by_process_;
 };
 

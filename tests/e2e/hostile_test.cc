@@ -1,0 +1,153 @@
+// Hostile input against the real aggregator: reports whose claims would cost memory and disk in
+// proportion to what they claim rather than to what really reports (docs/security.md). Real
+// daemon, real gRPC, real RocksDB; memory read from /proc, disk from the data directory.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "ncclwatch/v1/query.grpc.pb.h"
+#include "tests/e2e/pipeline.h"
+
+namespace ncclwatch::testing {
+namespace {
+
+constexpr int kHugeNranks = 1 << 20;  // the most validation accepts
+
+// Resident set of `pid` in MiB (VmRSS), -1 if unreadable.
+double RssMib(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1;
+}
+
+double DirMib(const std::string& dir) {
+  uintmax_t bytes = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) bytes += e.file_size();
+  }
+  return bytes / 1048576.0;
+}
+
+double Counter(const Pipeline& p, const std::string& name) {
+  auto [code, body] = p.Get("/metrics");
+  const size_t at = body.find("\n" + name + " ");
+  return code == 200 && at != std::string::npos ? std::stod(body.substr(at + name.size() + 2)) : -1;
+}
+
+// Waits until the aggregator has taken `n` more detection snapshots (one a second): what a tick
+// stores, for every series the analysis has, has then been stored at least `n` times.
+bool WaitForSnapshots(const Pipeline& p, int n) {
+  const std::string name = "ncclwatch_aggregator_detection_snapshots_total";
+  const double start = Counter(p, name);
+  return PollUntil([&] { return Counter(p, name) >= start + n; }, 30);
+}
+
+// One report of rank nranks-1 of a communicator claiming kHugeNranks ranks: 4,096 collectives
+// (every one an open group waiting for a million ranks), one collective stuck for 20 s (a hang
+// that the other million ranks never reached) and a few statistics.
+ncclwatch::v1::RankReport HugeReport(const std::string& job, int64_t now_ns) {
+  ncclwatch::v1::RankReport r;
+  r.set_report_id(std::hash<std::string>()(job));
+  auto* id = r.mutable_identity();
+  id->set_job_id(job);
+  id->set_comm_hash(0xbad);
+  id->set_comm_name("claimed-world");
+  id->set_rank(kHugeNranks - 1);
+  id->set_nranks(kHugeNranks);
+  id->set_n_nodes(kHugeNranks / 8);
+  id->set_node("intruder");
+  id->set_pid(4242);
+  r.set_interval_start_unix_ns(now_ns - 1'000'000'000);
+  r.set_interval_end_unix_ns(now_ns);
+  auto* col = r.add_sample_columns();
+  col->set_op("AllReduce");
+  col->set_bytes(1 << 20);
+  col->set_channels(1);
+  for (int i = 0; i < 4096; ++i) {
+    col->add_seq_delta(1);
+    col->add_gpu_start_delta_ns(1000);
+    col->add_duration_ns(50'000);
+  }
+  auto* stuck = r.add_in_flight();
+  stuck->set_op("AllReduce");
+  stuck->set_seq(5000);
+  stuck->set_age_ns(20'000'000'000);
+  r.set_in_flight_count(1);
+  auto* stats = r.add_stats();
+  stats->set_op("AllReduce");
+  stats->set_message_size("1-2MB");
+  stats->set_algo_proto("RING_SIMPLE");
+  stats->set_peer(-1);
+  stats->set_count(4096);
+  stats->set_bytes(uint64_t{4096} << 20);
+  stats->set_exec_time_us_sum(4096 * 50.0);
+  stats->set_exec_time_us_min(50);
+  stats->set_exec_time_us_max(50);
+  return r;
+}
+
+TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfterARestart) {
+  Pipeline p(0, {"--hang-threshold-s=1", "--silent-after-s=1"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  ASSERT_TRUE(WaitForSnapshots(p, 2)) << p.Logs();
+  const double rss_before = RssMib(p.aggregator_pid());
+  ASSERT_GT(rss_before, 0);
+
+  // Four such reports, as four jobs, each acknowledged (stored) by the aggregator.
+  auto ingest = ncclwatch::v1::Ingest::NewStub(
+      grpc::CreateChannel(p.AggregatorAddr(), grpc::InsecureChannelCredentials()));
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  for (int i = 0; i < 4; ++i) {
+    ncclwatch::v1::NodeBatch batch;
+    batch.set_agent_id("intruder");
+    batch.set_batch_seq(i + 1);
+    batch.set_node("intruder");
+    batch.set_sent_unix_ns(now_ns);
+    *batch.add_reports() = HugeReport("poison-" + std::to_string(i), now_ns);
+    grpc::ClientContext context;
+    ncclwatch::v1::BatchAck ack;
+    grpc::Status s = ingest->Push(&context, batch, &ack);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(ack.rejected_reports(), 0u);
+  }
+  ASSERT_TRUE(WaitForSnapshots(p, 3)) << p.Logs();
+
+  // It is still analysed: a hang naming the ranks that never arrived, a bounded number of them.
+  grpc::ClientContext context;
+  ncclwatch::v1::ListHangsRequest request;
+  request.set_job_id("poison-0");
+  ncclwatch::v1::ListHangsResponse hangs;
+  ASSERT_TRUE(p.query().ListHangs(&context, request, &hangs).ok());
+  ASSERT_EQ(hangs.hangs_size(), 1);
+  EXPECT_EQ(hangs.hangs(0).missing_count(), static_cast<uint32_t>(kHugeNranks - 1));
+  EXPECT_EQ(hangs.hangs(0).missing_size(), 256);
+
+  const double rss_after = RssMib(p.aggregator_pid());
+  const double disk_after = DirMib(p.dir() + "/db");
+  std::printf("aggregator RSS %.1f -> %.1f MiB (+%.1f), data directory %.1f MiB\n", rss_before,
+              rss_after, rss_after - rss_before, disk_after);
+  EXPECT_LE(rss_after - rss_before, 100) << p.Logs();
+  EXPECT_LE(disk_after, 50);
+
+  // A restart replays the stored batches into the detectors: the poison costs no more then.
+  ASSERT_TRUE(p.RestartAggregator()) << p.error();
+  ASSERT_TRUE(WaitForSnapshots(p, 3)) << p.Logs();
+  const double rss_restarted = RssMib(p.aggregator_pid());
+  const double disk_restarted = DirMib(p.dir() + "/db");
+  std::printf("after a restart: aggregator RSS %.1f MiB (+%.1f), data directory %.1f MiB\n",
+              rss_restarted, rss_restarted - rss_before, disk_restarted);
+  EXPECT_LE(rss_restarted - rss_before, 100) << p.Logs();
+  EXPECT_LE(disk_restarted, 50);
+}
+
+}  // namespace
+}  // namespace ncclwatch::testing
