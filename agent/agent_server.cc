@@ -88,6 +88,7 @@ absl::Status AgentServer::StartGrpc() {
   }
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(kMaxReportBytes);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a TCP port in use is an error
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || (!options_.listen_tcp.empty() && tcp_port_ == 0)) {
     return absl::UnavailableError(

@@ -19,6 +19,7 @@
 #include "agent/spool.h"
 #include "common/metrics.h"
 #include "common/sync.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -242,9 +243,22 @@ TEST_F(AgentServerTest, AnHttpPortInUseFailsStartWithNothingListening) {
   absl::Status s = server.Start();
   close(holder);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(s.message(), "cannot listen on 0.0.0.0:" + std::to_string(port) + " for HTTP");
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::StartsWith("cannot listen on 0.0.0.0:" + std::to_string(port) +
+                                    " for HTTP: the port is in use"));
   EXPECT_EQ(server.http_port(), 0);
   EXPECT_FALSE(Accepts(socket()));
+}
+
+TEST_F(AgentServerTest, ASecondAgentOnALiveSocketIsRefusedAndTheFirstKeepsIt) {
+  AgentServer first(Options());
+  ASSERT_TRUE(first.Start().ok());
+  AgentServer second(Options());
+  absl::Status s = second.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("is in use by a running agent"));
+  second.Stop();
+  EXPECT_TRUE(Accepts(socket())) << "the first agent's socket is still there and served";
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "agent/unix_socket.h"
 
 #include <grp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +29,18 @@ absl::StatusOr<mode_t> ParseFileMode(const std::string& flag, const std::string&
 
 std::string UnixSocketPath(const std::string& address) {
   return address.substr(absl::StartsWith(address, "unix://") ? 7 : 5);
+}
+
+bool SocketIsLive(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool live = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
 }
 
 absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode) {
@@ -56,6 +70,15 @@ absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode) {
     if (!S_ISSOCK(st.st_mode)) {
       return absl::FailedPreconditionError(
           absl::StrFormat("%s exists and is not a socket; refusing to replace it", path));
+    }
+    // A socket someone still accepts on belongs to a live agent: taking it over would cut its
+    // plugins off, and removing it at exit would leave the node without an agent socket. Only a
+    // socket nobody listens on (a crashed agent's) is replaced.
+    if (SocketIsLive(path)) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "%s is in use by a running agent (a connection to it succeeded); stop that agent first "
+          "or give this one another --listen",
+          path));
     }
     unlink(path.c_str());
   }

@@ -31,11 +31,16 @@ std::string UnixSocketPath(const std::string& address);
 //  - when its directory does not exist, creates it (and any missing parents) and gives the
 //    directory itself `dir_mode` (an existing directory is left as it is); Unavailable
 //    "cannot create socket directory ..." or "cannot chmod ..." on failure;
-//  - removes a socket file found at `path` (a stale one);
+//  - removes a socket file found at `path` that nobody accepts on (a crashed agent's);
+//  - refuses a live one, without touching it: AlreadyExists "<path> is in use by a running
+//    agent ..." (never a takeover);
 //  - refuses any other kind of file there, without touching it: FailedPrecondition
 //    "<path> exists and is not a socket; refusing to replace it" (a symbolic link, even to a
 //    socket, is refused too).
 absl::Status PrepareUnixSocket(const std::string& path, mode_t dir_mode);
+
+// Whether something accepts connections on the unix socket at `path`.
+bool SocketIsLive(const std::string& path);
 
 // Gives the socket at `path` (once gRPC created it) the group `group`, a name or a numeric gid
 // (empty: unchanged), then the permissions `mode`. Errors: InvalidArgument

@@ -50,11 +50,16 @@ absl::Status AggregatorServer::StartGrpc() {
   builder.RegisterService(ingest_service_.get());
   builder.RegisterService(query_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxBatchBytes);
+  // gRPC sets SO_REUSEPORT by default: a second aggregator would bind the same port and the two
+  // would answer alternately. A port in use is an error instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
     grpc_.reset();
-    return absl::UnavailableError(absl::StrFormat("cannot listen for gRPC on %s:%d",
-                                                  options_.listen_host, options_.grpc_port));
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen for gRPC on %s:%d: the port is in use (another aggregator running?) or "
+        "the address is not local",
+        options_.listen_host, options_.grpc_port));
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -166,7 +167,9 @@ TEST_F(AggregatorServerTest, APortInUseFailsStartWithAClearErrorAndNothingRunnin
   AggregatorServer first(std::move(grpc_clash));
   absl::Status s = first.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(s.message(), "cannot listen for gRPC on 127.0.0.1:" + std::to_string(held.port()));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::StartsWith("cannot listen for gRPC on 127.0.0.1:" +
+                                    std::to_string(held.port()) + ": the port is in use"));
   first.Stop();  // a no-op: it never ran
 
   AggregatorServerOptions http_clash = Options();
@@ -175,7 +178,9 @@ TEST_F(AggregatorServerTest, APortInUseFailsStartWithAClearErrorAndNothingRunnin
   AggregatorServer second(std::move(http_clash));
   s = second.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(s.message(), "cannot listen on 127.0.0.1:" + std::to_string(held.port()) + " for HTTP");
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::StartsWith("cannot listen on 127.0.0.1:" + std::to_string(held.port()) +
+                                    " for HTTP: the port is in use"));
   ASSERT_NE(second.grpc_port(), 0);
   grpc::ClientContext push;
   push.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -186,6 +191,28 @@ TEST_F(AggregatorServerTest, APortInUseFailsStartWithAClearErrorAndNothingRunnin
                    ->Push(&push, Batch(1), &ack)
                    .ok())
       << "the gRPC port it had bound is closed again";
+}
+
+TEST_F(AggregatorServerTest, ASecondAggregatorOnTheSamePortsIsRefusedNotSharingThem) {
+  // gRPC and httplib both set SO_REUSEPORT by default, with which a second server binds the
+  // same port and the kernel splits the connections between the two.
+  AggregatorServer first(Options());
+  ASSERT_TRUE(first.Start().ok());
+  AggregatorServerOptions same_grpc = Options();
+  same_grpc.grpc_port = first.grpc_port();
+  same_grpc.data_dir = dir_ + "/second";
+  AggregatorServer second(std::move(same_grpc));
+  absl::Status s = second.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("the port is in use"));
+
+  AggregatorServerOptions same_http = Options();
+  same_http.http_port = first.http_port();
+  same_http.data_dir = dir_ + "/third";
+  AggregatorServer third(std::move(same_http));
+  s = third.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("for HTTP: the port is in use"));
 }
 
 }  // namespace
