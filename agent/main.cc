@@ -28,7 +28,8 @@ namespace {
 struct AgentConfig {
   std::string listen = "unix:///run/ncclwatch/agent.sock";
   std::string listen_tcp;
-  std::string socket_mode = "0666";
+  bool insecure_tcp = false;
+  std::string socket_mode = "0660";
   std::string socket_dir_mode = "0755";
   std::string socket_group;
   std::string aggregator = "localhost:9470";
@@ -59,9 +60,12 @@ void Register(ConfigTable& t, AgentConfig& c) {
               "Where plugins connect: unix:///path for a unix socket, or host:port for TCP.");
   t.AddString("listen-tcp", "NCCLWATCH_AGENT_LISTEN_TCP", &c.listen_tcp,
               "Also accept plugins on this host:port (e.g. 127.0.0.1:9473); empty: only --listen.");
+  t.AddBool("insecure-tcp", "", &c.insecure_tcp,
+            "Allow a --listen-tcp address other machines can reach (plugins cannot "
+            "authenticate: anyone reaching it can write reports in this node's name).");
   t.AddString("socket-mode", "", &c.socket_mode,
-              "Permissions of the unix socket, octal. 0666 lets training processes of any user "
-              "connect; with --socket-group, 0660 limits it to that group.");
+              "Permissions of the unix socket, octal: 0660 admits processes of the socket's user "
+              "and group (see --socket-group), 0666 every user of the node.");
   t.AddString("socket-dir-mode", "", &c.socket_dir_mode,
               "Permissions of the socket's directory when the agent creates it, octal.");
   t.AddString("socket-group", "", &c.socket_group,
@@ -147,6 +151,19 @@ int Main(int argc, char** argv) {
   for (const absl::Status& s : {socket_mode.status(), dir_mode.status()}) {
     if (!s.ok()) {
       LogError("%s", s.message());
+      return 2;
+    }
+  }
+  if (!config.listen_tcp.empty()) {
+    const size_t colon = config.listen_tcp.rfind(':');
+    const std::string host =
+        colon == std::string::npos ? config.listen_tcp : config.listen_tcp.substr(0, colon);
+    if (!IsLoopbackHost(host) && !config.insecure_tcp) {
+      LogError(
+          "refusing --listen-tcp=%s, which other machines can reach: plugins cannot "
+          "authenticate, so anyone could write reports in this node's name; use 127.0.0.1 or "
+          "pass --insecure-tcp",
+          config.listen_tcp);
       return 2;
     }
   }

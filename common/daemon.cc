@@ -1,5 +1,7 @@
 #include "common/daemon.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -38,6 +40,18 @@ void NotifyReady(int fd, const std::string& line) {
   ssize_t ignored = write(fd, text.data(), text.size());
   (void)ignored;
   close(fd);
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  std::string bare = host;
+  if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  in6_addr v6{};
+  return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {

@@ -24,6 +24,11 @@ int WaitForTerminationSignal();
 // parent process (tests, scripts) wait for readiness by reading a pipe instead of sleeping.
 void NotifyReady(int fd, const std::string& line);
 
+// Whether `host` (a --listen-host value) only accepts connections from this machine: "localhost",
+// an IPv4 address in 127.0.0.0/8, or "::1" (bracketed or not). 0.0.0.0, "::", a hostname or any
+// other address is reachable from elsewhere.
+bool IsLoopbackHost(const std::string& host);
+
 // Owns an httplib::Server listening on 0.0.0.0:port (0 = any free port) in its own thread.
 class HttpServer {
  public:

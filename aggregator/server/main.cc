@@ -43,6 +43,8 @@ struct AggregatorConfig {
   std::string tls_client_ca_file;
   std::string ingest_token_file;
   std::string query_token_file;
+  bool insecure_ingest = false;
+  bool insecure_query = false;
   int64_t max_jobs = 4096;
   int64_t max_comms_per_job = 16384;
   int64_t max_series = 2'000'000;
@@ -90,6 +92,12 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddString("ingest-token-file", "NCCLWATCH_INGEST_TOKEN_FILE", &c.ingest_token_file,
               "File holding the bearer token an agent must send to push batches (re-read every "
               "30 s); empty: none required.");
+  t.AddBool("insecure-ingest", "", &c.insecure_ingest,
+            "Accept batches from anyone who can reach a non-loopback --listen-host, with neither "
+            "--ingest-token-file nor --tls-client-ca-file (refused without this flag).");
+  t.AddBool("insecure-query", "", &c.insecure_query,
+            "Serve the Query API and /federate on a non-loopback --listen-host without "
+            "--query-token-file (refused without this flag).");
   t.AddInt("max-jobs", "", &c.max_jobs,
            "Most jobs analysed at once; reports of further jobs are stored but not analysed "
            "(counted in ncclwatch_aggregator_reports_capped_total).");
@@ -154,6 +162,27 @@ std::optional<std::string> CheckRanges(const AggregatorConfig& c) {
   }
   if (c.max_jobs < 1 || c.max_comms_per_job < 1 || c.max_series < 1) {
     return "--max-jobs, --max-comms-per-job and --max-series must be positive";
+  }
+  return std::nullopt;
+}
+
+// Fail closed (docs/security.md): beyond loopback, writing needs an ingest token or a client
+// certificate, and reading needs the query token, unless an --insecure-* flag says otherwise.
+std::optional<std::string> CheckExposure(const AggregatorConfig& c) {
+  if (IsLoopbackHost(c.listen_host)) return std::nullopt;
+  if (c.ingest_token_file.empty() && c.tls_client_ca_file.empty() && !c.insecure_ingest) {
+    return absl::StrFormat(
+        "refusing to accept unauthenticated batches on %s, which other machines can reach: give "
+        "--ingest-token-file (and the agents --aggregator-token-file) or --tls-client-ca-file "
+        "(mutual TLS), listen on 127.0.0.1, or accept anyone's batches with --insecure-ingest",
+        c.listen_host);
+  }
+  if (c.query_token_file.empty() && !c.insecure_query) {
+    return absl::StrFormat(
+        "refusing to serve the Query API and /federate unauthenticated on %s, which other "
+        "machines can reach: give --query-token-file (and the CLI --token-file, Prometheus the "
+        "bearer token), listen on 127.0.0.1, or serve anyone with --insecure-query",
+        c.listen_host);
   }
   return std::nullopt;
 }
@@ -238,6 +267,20 @@ int Main(int argc, char** argv) {
     return 2;
   }
   options.credentials = *credentials;
+  if (auto error = CheckExposure(config)) {
+    LogError("%s", *error);
+    return 2;
+  }
+  if (!IsLoopbackHost(config.listen_host)) {
+    if (config.insecure_ingest && config.ingest_token_file.empty() &&
+        config.tls_client_ca_file.empty()) {
+      LogWarning("--insecure-ingest: anyone who reaches %s can push batches", config.listen_host);
+    }
+    if (config.insecure_query && config.query_token_file.empty()) {
+      LogWarning("--insecure-query: anyone who reaches %s can read every job's findings",
+                 config.listen_host);
+    }
+  }
 
   AggregatorServer server(std::move(options));
   if (absl::Status s = server.Start(); !s.ok()) {

@@ -1,6 +1,10 @@
 // Who may write to the aggregator: over mutual TLS, only an agent whose certificate the cluster's
 // CA signed, and, with an ingest token, only one that also sends it. Real daemons, real TLS
 // handshakes over real sockets; certificates made by openssl for the test.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -13,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
 #include "tests/e2e/pipeline.h"
 #include "tests/e2e/process.h"
@@ -244,6 +249,79 @@ TEST_F(SecurityTest, MisconfiguredTlsFailsAtStartWithAClearError) {
       certs_.path() + "/bad-aggregator.log");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("cannot read the server key file"), std::string::npos) << out;
+}
+
+// A local address other machines could reach (the first non-loopback IPv4 of an interface that
+// is up), or 127.0.0.1 when the machine has none.
+std::string ReachableAddress() {
+  ifaddrs* list = nullptr;
+  std::string found = "127.0.0.1";
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    found = text;
+    break;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+TEST_F(SecurityTest, BeyondLoopbackTheAggregatorFailsClosed) {
+  const std::string db = "--data-dir=" + certs_.path() + "/db";
+  const std::vector<std::string> anywhere = {Binaries::Aggregator(), db, "--grpc-port=0",
+                                             "--http-port=0", "--listen-host=0.0.0.0"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), anywhere.begin(), anywhere.end());
+    return more;
+  };
+  // The defaults listen everywhere: without authentication, nothing starts.
+  auto [code, out] = RunToCompletion(with({}), certs_.path() + "/open.log");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("refusing to accept unauthenticated batches on 0.0.0.0"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("--insecure-ingest"), std::string::npos) << out;
+  std::tie(code, out) = RunToCompletion(with({"--ingest-token-file=" + Cert("token")}),
+                                        certs_.path() + "/open-reads.log");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("refusing to serve the Query API and /federate unauthenticated"),
+            std::string::npos)
+      << out;
+  // Agents' plugin listener: TCP beyond loopback only when asked for.
+  std::tie(code, out) =
+      RunToCompletion({Binaries::Agent(), "--listen=" + Socket("tcp"), "--listen-tcp=0.0.0.0:0"},
+                      certs_.path() + "/agent-tcp.log");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("refusing --listen-tcp=0.0.0.0:0"), std::string::npos) << out;
+
+  // With both tokens it serves, and a push that reaches it from another address without the
+  // token is refused.
+  Process aggregator(
+      with({"--ingest-token-file=" + Cert("token"), "--query-token-file=" + Cert("token")}), {},
+      certs_.path() + "/closed.log", "--ready-fd");
+  const int port = aggregator.ReadyValue("grpc_port");
+  ASSERT_GT(port, 0) << aggregator.Log();
+  auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
+      ReachableAddress() + ":" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  ncclwatch::v1::NodeBatch batch;
+  batch.set_agent_id("outsider");
+  batch.set_batch_seq(1);
+  ncclwatch::v1::BatchAck ack;
+  grpc::ClientContext anonymous;
+  EXPECT_EQ(ingest->Push(&anonymous, batch, &ack).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext with_token;
+  with_token.AddMetadata("authorization", "Bearer s3cret-ingest-token");
+  EXPECT_TRUE(ingest->Push(&with_token, batch, &ack).ok());
+
+  // An operator who really wants it open says so, and the log says it too.
+  Process open(with({"--insecure-ingest", "--insecure-query", db + "-open"}), {},
+               certs_.path() + "/insecure.log", "--ready-fd");
+  ASSERT_GT(open.ReadyValue("grpc_port"), 0) << open.Log();
+  EXPECT_NE(open.Log().find("--insecure-ingest: anyone who reaches 0.0.0.0 can push batches"),
+            std::string::npos)
+      << open.Log();
 }
 
 }  // namespace
