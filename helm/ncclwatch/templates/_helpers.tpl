@@ -75,3 +75,22 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "ncclwatch.hasPrometheusRule" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule" }}true{{ end -}}
 {{- end -}}
+
+{{/* The Secret holding the ingest token: the one named in tls.tokenSecret, else the one the chart
+generates, else "" (insecure.ingest). */}}
+{{- define "ncclwatch.ingestTokenSecret" -}}
+{{- if .Values.tls.tokenSecret -}}
+{{- .Values.tls.tokenSecret -}}
+{{- else if not .Values.insecure.ingest -}}
+{{- printf "%s-ingest-token" (include "ncclwatch.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The same for the query token (tls.queryTokenSecret, insecure.query). */}}
+{{- define "ncclwatch.queryTokenSecret" -}}
+{{- if .Values.tls.queryTokenSecret -}}
+{{- .Values.tls.queryTokenSecret -}}
+{{- else if not .Values.insecure.query -}}
+{{- printf "%s-query-token" (include "ncclwatch.fullname" .) -}}
+{{- end -}}
+{{- end -}}

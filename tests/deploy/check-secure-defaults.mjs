@@ -1,0 +1,70 @@
+// Checks that rendered manifests are secure by default (docs/security.md): the aggregator takes
+// batches only with the ingest token (or a client certificate, with mutual TLS) and answers
+// queries only with the query token, both from
+// Secrets that the same output creates or that the operator must create; the agents send the
+// ingest token; no --insecure-* flag; NetworkPolicies for both components.
+//
+// Usage: NCCLWATCH_NODE_MODULES=<dir> node tests/deploy/check-secure-defaults.mjs FILE.yaml
+//          [--operator-creates-secrets]   (plain manifests: the Secrets are made by hand)
+// Exit 1 with one line per problem.
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const modules = process.env.NCCLWATCH_NODE_MODULES ?? "node_modules";
+const require = createRequire(path.join(path.resolve(modules), "x"));
+const yaml = require("js-yaml");
+
+const file = process.argv[2];
+const operatorCreatesSecrets = process.argv.includes("--operator-creates-secrets");
+const objects = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((o) => o && o.kind);
+const problems = [];
+const find = (kind, suffix) =>
+  objects.find((o) => o.kind === kind && o.metadata.name.endsWith(suffix));
+
+// The Secret behind the file an arg names, through the container's mounts and the pod's volumes.
+function secretOf(pod, container, flag) {
+  const arg = (container.args ?? []).find((a) => a.startsWith(`${flag}=`));
+  if (!arg) return null;
+  const filePath = arg.slice(flag.length + 1);
+  const mount = (container.volumeMounts ?? []).find((m) => filePath.startsWith(`${m.mountPath}/`));
+  const volume = mount && (pod.volumes ?? []).find((v) => v.name === mount.name);
+  return volume?.secret?.secretName ?? `(${filePath} is not in a Secret volume)`;
+}
+
+const aggregator = find("Deployment", "-aggregator");
+const agent = find("DaemonSet", "-agent");
+if (!aggregator || !agent) {
+  problems.push("no aggregator Deployment or agent DaemonSet rendered");
+} else {
+  const aPod = aggregator.spec.template.spec;
+  const gPod = agent.spec.template.spec;
+  const ingest = secretOf(aPod, aPod.containers[0], "--ingest-token-file");
+  const query = secretOf(aPod, aPod.containers[0], "--query-token-file");
+  const sent = secretOf(gPod, gPod.containers[0], "--aggregator-token-file");
+  const mtls = (aPod.containers[0].args ?? []).some((a) => a.startsWith("--tls-client-ca-file="));
+  if (!ingest && !mtls) {
+    problems.push("the aggregator takes batches without --ingest-token-file or client certificates");
+  }
+  if (!query) problems.push("the aggregator answers queries without --query-token-file");
+  if (ingest && sent !== ingest) {
+    problems.push(`the agents send the token of ${sent}, the aggregator expects ${ingest}`);
+  }
+  for (const [who, pod] of [["aggregator", aPod], ["agent", gPod]]) {
+    const insecure = (pod.containers[0].args ?? []).filter((a) => a.startsWith("--insecure"));
+    if (insecure.length) problems.push(`the ${who} runs with ${insecure.join(" ")}`);
+  }
+  for (const name of [ingest, query]) {
+    if (name && !name.startsWith("(") && !find("Secret", name) && !operatorCreatesSecrets) {
+      problems.push(`Secret ${name} is mounted but not rendered`);
+    }
+  }
+}
+for (const suffix of ["-aggregator", "-agent"]) {
+  if (!find("NetworkPolicy", suffix)) problems.push(`no NetworkPolicy for the ${suffix.slice(1)}`);
+}
+if (problems.length) {
+  for (const p of problems) console.log(`${file}: ${p}`);
+  process.exit(1);
+}
+console.log(`${file}: authenticated ingest and queries, NetworkPolicies for both components`);
