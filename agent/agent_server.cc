@@ -15,7 +15,6 @@
 #include "agent/unix_socket.h"
 #include "common/log.h"
 #include "grpcpp/grpcpp.h"
-#include "httplib.h"
 #include "proto/validate.h"
 
 namespace ncclwatch::agent {
@@ -103,21 +102,21 @@ absl::Status AgentServer::StartGrpc() {
 }
 
 void AgentServer::InstallHttpRoutes() {
-  http_.server().Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.Render(), "text/plain; version=0.0.4; charset=utf-8");
+  http_.Get("/metrics", [this](const HttpRequest&, HttpResponse& res) {
+    res.Set(metrics_.Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  http_.server().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
+  // Probes on the I/O thread: they answer even while the workers are busy.
+  http_.Probe("/healthz",
+              [](const HttpRequest&, HttpResponse& res) { res.Set("ok\n", "text/plain"); });
   // Ready: plugins can connect, and what they send can be kept. A spool that cannot be written
   // (disk full or read-only) is the one state in which accepted reports are at risk.
-  http_.server().Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+  http_.Probe("/readyz", [this](const HttpRequest&, HttpResponse& res) {
     std::string problems;
     for (const auto& spool : spools_) {
       if (!spool->writable()) problems += "spool " + spool->dir() + " cannot be written\n";
     }
     res.status = problems.empty() ? 200 : 503;
-    res.set_content(problems.empty() ? "ready\n" : problems, "text/plain");
+    res.Set(problems.empty() ? "ready\n" : problems, "text/plain");
   });
 }
 

@@ -114,6 +114,12 @@ class AgentServer {
   // Prepares the unix socket, starts the plugins' gRPC server and secures the socket.
   absl::Status StartGrpc();
   void InstallHttpRoutes();
+  static HttpServerOptions HttpOptions(MetricRegistry& metrics) {
+    HttpServerOptions o;
+    o.metrics = &metrics;
+    o.metric_prefix = "ncclwatch_agent";
+    return o;
+  }
   // After a failed Start(): stops whatever Start() got running.
   void Abandon();
 
@@ -128,7 +134,7 @@ class AgentServer {
   std::unique_ptr<ReportHandler> handler_;
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<grpc::Server> grpc_;
-  HttpServer http_;
+  HttpServer http_{HttpOptions(metrics_)};
   int http_port_ = 0;
   int tcp_port_ = 0;
   bool started_ = false;  // Start() was called

@@ -36,8 +36,14 @@ ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
                                      "Accepted reports whose GPU the kubelet assigns to a pod.")),
       streams_(metrics.GetGauge("ncclwatch_agent_plugin_streams",
                                 "Plugin streams currently connected.")) {
+  // Every field the agent vouches for is written, empty ones too (they are `optional` in the
+  // proto, so an empty value is serialised): a plugin's claims about its node or pod never survive.
   ncclwatch::v1::RankReport stamp;
-  stamp.mutable_identity()->set_node(node_);
+  auto* id = stamp.mutable_identity();
+  id->set_node(node_);
+  id->set_pod("");
+  id->set_pod_namespace("");
+  id->set_container("");
   node_stamp_ = stamp.SerializeAsString();
   // Pre-create the common rejection reasons so dashboards see zeros, not gaps.
   for (const char* reason : {"malformed", "bad_rank", "bad_nranks", "too_large"}) {

@@ -92,11 +92,18 @@ class ForwardingTest : public ::testing::Test {
   std::unique_ptr<ReportHandler> handler_;
 };
 
-TEST_F(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounted) {
+TEST_F(ForwardingTest, ReportsArriveAsSentWithTheAgentsIdentityAndBadBytesAreCounted) {
   forwarder_->Start();
   std::vector<ncclwatch::v1::RankReport> sent;
   for (int i = 0; i < 5; ++i) {
     sent.push_back(Report(100 + i, i));
+    if (i == 0) {  // a plugin claiming to be somewhere, and someone, else
+      auto* claim = sent.back().mutable_identity();
+      claim->set_node("other-node");
+      claim->set_pod("victim-pod-0");
+      claim->set_pod_namespace("prod-ns");
+      claim->set_container("trainer");
+    }
     EXPECT_TRUE(handler_->Handle(sent.back().SerializeAsString()));
   }
   EXPECT_FALSE(handler_->Handle("\xff\xff\xff not a report"));
@@ -117,7 +124,11 @@ TEST_F(ForwardingTest, ReportsArriveAsSentWithTheNodeStampedAndBadBytesAreCounte
   ASSERT_EQ(received.size(), sent.size());
   for (size_t i = 0; i < sent.size(); ++i) {
     ncclwatch::v1::RankReport expected = sent[i];
-    expected.mutable_identity()->set_node("node-7");  // the agent's name wins
+    // The agent's node wins, and no pod is claimed where the agent found none.
+    expected.mutable_identity()->set_node("node-7");
+    expected.mutable_identity()->set_pod("");
+    expected.mutable_identity()->set_pod_namespace("");
+    expected.mutable_identity()->set_container("");
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(received[i], expected))
         << received[i].DebugString() << "\nvs\n"
         << expected.DebugString();

@@ -51,7 +51,7 @@ struct AgentConfig {
   int64_t shutdown_timeout_ms = 5000;
   std::string spool_dir;
   int64_t spool_max_bytes = 1ll << 30;
-  bool spool_fsync = false;
+  bool spool_fsync = true;
   int64_t ready_fd = -1;
 };
 
@@ -113,8 +113,9 @@ void Register(ConfigTable& t, AgentConfig& c) {
            "Most bytes in the spool (shared evenly by several aggregators); beyond, the oldest "
            "batches are dropped and counted.");
   t.AddBool("spool-fsync", "", &c.spool_fsync,
-            "Sync every spooled batch to disk, so that it survives a power loss too (slower); "
-            "without it a batch survives any crash or restart of the agent.");
+            "Sync every spooled batch (and its directory entry) to disk, so that it survives a "
+            "power loss or node crash too; --no-spool-fsync keeps only what survives a crash or "
+            "restart of the agent itself.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc=... http_port=N tcp_port=M' to this file descriptor once serving "
            "(-1: off; tcp_port 0 without --listen-tcp).");

@@ -8,10 +8,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-
-namespace httplib {
-class Server;
-}
+#include "common/http_server.h"
 
 namespace ncclwatch {
 
@@ -28,21 +25,6 @@ void NotifyReady(int fd, const std::string& line);
 // an IPv4 address in 127.0.0.0/8, or "::1" (bracketed or not). 0.0.0.0, "::", a hostname or any
 // other address is reachable from elsewhere.
 bool IsLoopbackHost(const std::string& host);
-
-// Owns an httplib::Server listening on 0.0.0.0:port (0 = any free port) in its own thread.
-class HttpServer {
- public:
-  HttpServer();
-  ~HttpServer();
-  httplib::Server& server() { return *server_; }
-  // Binds and starts serving. Returns the bound port.
-  absl::StatusOr<int> Start(const std::string& host, int port);
-  void Stop();
-
- private:
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-};
 
 }  // namespace ncclwatch
 

@@ -98,8 +98,32 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
   ncclwatch::v1::BatchAck ack;
   ack.set_batch_seq(batch.batch_seq());
   ack.set_rejected_reports(rejected);
-  const int64_t now = absl::GetCurrentTimeNanos();
-  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean, now);
+  int64_t now = 0;
+  uint64_t ticket = 0;
+  {
+    ncclwatch::MutexLock lock(&order_mu_);
+    now = std::max(absl::GetCurrentTimeNanos(), last_received_ns_ + 1);
+    last_received_ns_ = now;
+    ticket = next_ticket_++;
+  }
+  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean, now);  // synced: durable from here
+  // Batches received earlier are analysed first, whichever write finished first; the turn passes
+  // on however this one ends.
+  {
+    ncclwatch::MutexLock lock(&order_mu_);
+    std::pair<const Ingest*, uint64_t> mine{this, ticket};
+    order_mu_.Await(absl::Condition(
+        +[](std::pair<const Ingest*, uint64_t>* m)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->first->turn_ == m->second; },
+        &mine));
+  }
+  struct PassTurn {
+    Ingest* self;
+    ~PassTurn() {
+      ncclwatch::MutexLock lock(&self->order_mu_);
+      ++self->turn_;
+    }
+  } pass_turn{this};
   if (!is_new.ok()) {
     store_errors_->Increment();
     LogError("store: %s", is_new.status().message());

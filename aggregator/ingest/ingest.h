@@ -77,6 +77,13 @@ class Ingest {
   ncclwatch::Mutex snapshot_mu_;
   std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
   int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
+  // Pushes are stored concurrently (their synced writes share a group commit) but analysed one at
+  // a time in the order of their receive times, strictly increasing: the order in which a replay
+  // reads them back, so that a restart rebuilds exactly the state the live run had.
+  ncclwatch::Mutex order_mu_;
+  int64_t last_received_ns_ ABSL_GUARDED_BY(order_mu_) = 0;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(order_mu_) = 0;
+  uint64_t turn_ ABSL_GUARDED_BY(order_mu_) = 0;
 };
 
 }  // namespace ncclwatch::aggregator

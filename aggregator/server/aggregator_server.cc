@@ -101,7 +101,7 @@ void AggregatorServer::StartLoops() {
 absl::Status AggregatorServer::Start() {
   if (absl::Status s = OpenAndReplay(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
-  InstallHttpRoutes(http_.server(), metrics_, *query_, options_.query_token);
+  InstallHttpRoutes(http_, metrics_, *query_, options_.query_token);
   auto http_port = http_.Start(options_.listen_host, options_.http_port);
   if (!http_port.ok()) {
     grpc_->Shutdown();

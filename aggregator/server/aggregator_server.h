@@ -65,6 +65,12 @@ class AggregatorServer {
   const PeriodicTask& ticker() const { return *ticker_; }
 
  private:
+  static HttpServerOptions HttpOptions(MetricRegistry& metrics) {
+    HttpServerOptions o;
+    o.metrics = &metrics;
+    o.metric_prefix = "ncclwatch_aggregator";
+    return o;
+  }
   absl::Status OpenAndReplay();
   absl::Status StartGrpc();
   void StartLoops();
@@ -79,7 +85,7 @@ class AggregatorServer {
   std::unique_ptr<IngestService> ingest_service_;
   std::unique_ptr<QueryService> query_service_;
   std::unique_ptr<grpc::Server> grpc_;
-  HttpServer http_;
+  HttpServer http_{HttpOptions(metrics_)};
   std::unique_ptr<RemoteWriter> remote_writer_;
   bool remote_write_failing_ = false;  // remote-write loop only
   int housekeeping_runs_ = 0;          // housekeeper loop only

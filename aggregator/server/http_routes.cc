@@ -5,7 +5,6 @@
 
 #include "aggregator/query/federate.h"
 #include "aggregator/query/selector.h"
-#include "httplib.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -15,18 +14,18 @@ constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
 // GET /federate?match[]=SELECTOR[&match[]=...]: 401 without the token (when one is configured),
 // 400 with the parse error for a missing or bad selector (counted), else the matching series.
 void ServeFederate(const QueryEngine& query, const BearerGate& gate, Counter* bad_selectors,
-                   const httplib::Request& req, httplib::Response& res) {
-  if (!gate.Admits(req.get_header_value("Authorization"))) {
+                   const HttpRequest& req, HttpResponse& res) {
+  if (!gate.Admits(req.Header("Authorization"))) {
     res.status = 401;
-    res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content("a valid bearer token is required\n", "text/plain");
+    res.headers.emplace_back("WWW-Authenticate", "Bearer");
+    res.Set("a valid bearer token is required\n", "text/plain");
     return;
   }
-  const size_t n = req.get_param_value_count("match[]");
+  const size_t n = req.ParamCount("match[]");
   std::vector<Selector> selectors;
   std::string error = n == 0 ? "missing match[] parameter" : "";
   for (size_t i = 0; i < n && error.empty(); ++i) {
-    auto sel = ParseSelector(req.get_param_value("match[]", i));
+    auto sel = ParseSelector(req.Param("match[]", i));
     if (sel.ok()) {
       selectors.push_back(*std::move(sel));
     } else {
@@ -36,30 +35,28 @@ void ServeFederate(const QueryEngine& query, const BearerGate& gate, Counter* ba
   if (!error.empty()) {
     bad_selectors->Increment();
     res.status = 400;
-    res.set_content(error + "\n", "text/plain");
+    res.Set(error + "\n", "text/plain");
     return;
   }
-  res.set_content(RenderFederate(query.CurrentSeries(), selectors), kTextFormat);
+  res.Set(RenderFederate(query.CurrentSeries(), selectors), kTextFormat);
 }
 
 }  // namespace
 
-void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, const QueryEngine& query,
+void InstallHttpRoutes(HttpServer& http, MetricRegistry& metrics, const QueryEngine& query,
                        TokenFile* federate_token) {
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.Render(), kTextFormat);
-  });
-  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
+  http.Get("/metrics",
+           [&](const HttpRequest&, HttpResponse& res) { res.Set(metrics.Render(), kTextFormat); });
+  // On the I/O thread: it answers even while every worker renders a slow /federate.
+  http.Probe("/healthz",
+             [](const HttpRequest&, HttpResponse& res) { res.Set("ok\n", "text/plain"); });
   Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
                                               "/federate requests refused with HTTP 400.");
   const BearerGate gate(
       federate_token,
       metrics.GetCounter("ncclwatch_aggregator_federate_unauthenticated_total",
                          "/federate requests refused with HTTP 401 for a missing or wrong token."));
-  auto federate = [&query, bad_selectors, gate](const httplib::Request& req,
-                                                httplib::Response& res) {
+  auto federate = [&query, bad_selectors, gate](const HttpRequest& req, HttpResponse& res) {
     ServeFederate(query, gate, bad_selectors, req, res);
   };
   http.Get("/federate", federate);

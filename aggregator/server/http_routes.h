@@ -5,19 +5,16 @@
 #define NCCLWATCH_AGGREGATOR_SERVER_HTTP_ROUTES_H_
 
 #include "aggregator/query/query.h"
+#include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/rpc/token.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace ncclwatch::aggregator {
 
 // `metrics`, `query` and `federate_token` (optional) outlive the server. With a token, /federate
 // answers 401 without `Authorization: Bearer <token>`; /metrics and /healthz stay open (health,
 // probes).
-void InstallHttpRoutes(httplib::Server& http, MetricRegistry& metrics, const QueryEngine& query,
+void InstallHttpRoutes(HttpServer& http, MetricRegistry& metrics, const QueryEngine& query,
                        TokenFile* federate_token = nullptr);
 
 }  // namespace ncclwatch::aggregator

@@ -60,7 +60,8 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
   std::atomic<int64_t> cutoff_ns_{0};
 };
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env,
+                                                   bool sync_batches) {
   auto filter = std::make_unique<RetentionFilter>();
   rocksdb::Options options;
   options.create_if_missing = true;
@@ -83,13 +84,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open RocksDB in ", dir));
-  std::unique_ptr<Store> store(new Store(db, std::move(filter)));
+  std::unique_ptr<Store> store(new Store(db, std::move(filter), sync_batches));
   if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
   return store;
 }
 
-Store::Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter)
-    : filter_(std::move(filter)), db_(db) {}
+Store::Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter, bool sync_batches)
+    : filter_(std::move(filter)), db_(db), sync_batches_(sync_batches) {}
 Store::~Store() = default;
 void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
 
@@ -116,20 +117,44 @@ absl::Status Store::LoadSeriesIndex() {
 absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
                                           int64_t received_ns) {
   std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
-  ncclwatch::MutexLock lock(&put_mu_);
-  std::string existing;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
-  if (s.ok()) return false;
-  if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
+  auto mine = std::make_shared<ncclwatch::Notification>();
+  for (;;) {
+    std::shared_ptr<ncclwatch::Notification> other;
+    {
+      ncclwatch::MutexLock lock(&put_mu_);
+      auto it = writing_.find(key);
+      if (it == writing_.end()) {
+        std::string existing;
+        rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
+        if (s.ok()) return false;
+        if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
+        writing_.emplace(key, mine);
+        break;
+      }
+      other = it->second;
+    }
+    other->WaitForNotification();  // the same batch, pushed twice at once: see how that ended
+  }
+  auto done = [&] {
+    ncclwatch::MutexLock lock(&put_mu_);
+    writing_.erase(key);
+    mine->Notify();
+  };
   std::string value;
-  if (!batch.SerializeToString(&value)) return absl::InternalError("cannot serialise batch");
+  if (!batch.SerializeToString(&value)) {
+    done();
+    return absl::InternalError("cannot serialise batch");
+  }
   const std::string log_key = EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
                                               .time = static_cast<uint64_t>(received_ns),
                                               .counter = counter_.fetch_add(1)});
   rocksdb::WriteBatch write;
   write.Put(log_key, value);
   write.Put(key, log_key);
-  s = db_->Write(rocksdb::WriteOptions(), &write);
+  rocksdb::WriteOptions options;
+  options.sync = sync_batches_;  // on stable storage before the acknowledgement
+  rocksdb::Status s = db_->Write(options, &write);
+  done();
   if (!s.ok()) return FromRocks(s, "batch write");
   return true;
 }

@@ -6,8 +6,10 @@
 //   'S' be64(id)                           -> identity   the series index (id -> identity)
 //   'P' be64(id) be64(time_ms)             -> f64        one point of one series
 //   'M' name                               -> bytes      bookkeeping (downsampling progress)
-// A batch and its dedup entry are one atomic write through RocksDB's write-ahead log before Push
-// is acknowledged, so an acknowledged batch survives a crash of the aggregator process; the points
+// A batch and its dedup entry are one atomic write through RocksDB's write-ahead log, synced to
+// stable storage (fdatasync) before Push is acknowledged, so an acknowledged batch survives a
+// crash of the aggregator process and of its node. Concurrent pushes share one WAL write and one
+// sync (RocksDB's group commit: the writes are not serialised here); the points
 // derived from it are written right after and re-derived from the batch log at start-up
 // (ReplayBatches), so no acknowledged point is lost either. Retention is enforced by a compaction
 // filter: batches, events and points older than the retention are dropped as RocksDB compacts.
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,9 +55,12 @@ struct Point {
 class Store {
  public:
   // Opens (creating if needed) the database in `dir` and loads the series index. `env` may be an
-  // in-memory Env for tests.
+  // in-memory or fault-injecting Env for tests. `sync_batches` false skips the sync before an
+  // acknowledgement (benchmarks comparing the two; a power loss may then lose acknowledged
+  // batches).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir,
-                                                     rocksdb::Env* env = nullptr);
+                                                     rocksdb::Env* env = nullptr,
+                                                     bool sync_batches = true);
   ~Store();
 
   // Stores the batch, received at `received_ns`, unless its (agent_id, batch_seq) is already
@@ -95,14 +101,19 @@ class Store {
 
  private:
   class RetentionFilter;
-  Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter);
+  Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter, bool sync_batches);
   absl::Status LoadSeriesIndex();
   struct DbDeleter {
     void operator()(rocksdb::DB* db) const;
   };
   std::unique_ptr<RetentionFilter> filter_;  // outlives db_ (declared first, destroyed last)
   std::unique_ptr<rocksdb::DB, DbDeleter> db_;
-  ncclwatch::Mutex put_mu_;  // makes the duplicate check and the write one step
+  const bool sync_batches_;
+  // The duplicate check and the write are one step per batch key, without serialising writes of
+  // different batches (which would defeat group commit): a key being written is in `writing_`,
+  // and a second push of it waits for that write's outcome before it checks again.
+  ncclwatch::Mutex put_mu_;
+  std::map<std::string, std::shared_ptr<ncclwatch::Notification>> writing_ ABSL_GUARDED_BY(put_mu_);
   std::atomic<uint64_t> counter_{0};
 
   mutable ncclwatch::Mutex series_mu_;

@@ -2,6 +2,9 @@
 //
 // BM_AppendPoints: sustained ingest into the time series -- batches of 1,000 points spread over
 //   10,000 series (as the points of one agent batch are), rate counter in points per second.
+// BM_SyncedIngest / BM_UnsyncedIngest: what a durable acknowledgement costs -- 1, 8 or 32 agents
+//   pushing node batches at once, each batch synced to RocksDB's WAL before its ack (group commit),
+//   then its points stored; acks and points per second (below, at the function).
 // BM_QueryOneHour: Query.QueryRange's work for one series holding 1 h of 1 s points, among 10,000
 //   series: selector match over the series index, range read, response built. Reported as the
 //   median of repetitions.
@@ -14,10 +17,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aggregator/analysis/analyzer.h"
@@ -152,6 +157,82 @@ ncclwatch::v1::RankReport StatsReport(int comm, int rank) {
   return r;
 }
 
+// BM_SyncedIngest: what an acknowledgement costs. N agents (the argument) push at once, each 25
+// node batches (8 rank reports each) in a row, the way Ingest::Push stores them: the batch synced
+// to the write-ahead log (fdatasync) before the ack, then the 320 points derived from it
+// (4 Inspector families x 8 ranks x 10 message sizes). Concurrent pushes are committed in groups
+// by RocksDB: one WAL write and one sync for all that wait. One iteration is all N x 25 acks;
+// points_per_s and acks_per_s are their rates. BM_UnsyncedIngest is the same without the sync.
+void Ingest(benchmark::State& state, bool synced) {
+  TempDir dir;
+  auto store = Store::Open(dir.path(), nullptr, synced);
+  if (!store.ok()) return state.SkipWithError("cannot open the store");
+  const int agents = static_cast<int>(state.range(0));
+  constexpr int kBatchesPerAgent = 25;
+  std::vector<ncclwatch::v1::NodeBatch> batches(agents);
+  std::vector<std::vector<SeriesPoint>> points(agents);
+  const char* families[] = {"nccl_bus_bandwidth_gbs", "nccl_collective_exec_time_microseconds",
+                            "nccl_algo_bandwidth_gbs", "ncclwatch_collective_count"};
+  for (int a = 0; a < agents; ++a) {
+    batches[a].set_agent_id("agent-" + std::to_string(a));
+    batches[a].set_node("node-" + std::to_string(a));
+    for (int rank = 0; rank < 8; ++rank) *batches[a].add_reports() = StatsReport(0, a * 8 + rank);
+    for (const char* family : families) {
+      for (int rank = 0; rank < 8; ++rank) {
+        for (int size = 0; size < 10; ++size) {
+          LabelPairs labels = RankSeriesLabels(a * 8 + rank);
+          labels.back().second = std::to_string(1 << size) + "MB";
+          points[a].push_back({family, std::move(labels), 20.0, 0});
+        }
+      }
+    }
+  }
+  std::atomic<bool> failed{false};
+  uint64_t seq = 0;
+  int64_t t = 1'700'000'000'000;
+  int64_t acks = 0;
+  for (auto _ : state) {
+    std::vector<std::thread> threads;
+    for (int a = 0; a < agents; ++a) {
+      threads.emplace_back([&, a, first_seq = seq, first_t = t] {
+        for (int b = 0; b < kBatchesPerAgent; ++b) {
+          batches[a].set_batch_seq(first_seq + b + 1);
+          const int64_t when = first_t + (b + 1) * 1'000;
+          for (SeriesPoint& p : points[a]) p.time_ms = when;
+          auto is_new = (*store)->PutBatchIfNew(batches[a], when * 1'000'000 + a);
+          if (!is_new.ok() || !*is_new || !(*store)->AppendPoints(points[a]).ok()) failed = true;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    seq += kBatchesPerAgent;
+    t += kBatchesPerAgent * 1'000;
+    acks += static_cast<int64_t>(agents) * kBatchesPerAgent;
+  }
+  if (failed) return state.SkipWithError("a write failed");
+  state.counters["acks_per_s"] =
+      benchmark::Counter(static_cast<double>(acks), benchmark::Counter::kIsRate);
+  state.counters["points_per_s"] =
+      benchmark::Counter(static_cast<double>(acks * static_cast<int64_t>(points[0].size())),
+                         benchmark::Counter::kIsRate);
+}
+void BM_SyncedIngest(benchmark::State& state) { Ingest(state, true); }
+void BM_UnsyncedIngest(benchmark::State& state) { Ingest(state, false); }
+BENCHMARK(BM_SyncedIngest)
+    ->ArgName("agents")
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(32)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_UnsyncedIngest)
+    ->ArgName("agents")
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(32)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_Federate100k(benchmark::State& state) {
   aggregator::Analyzer analyzer;
   for (int comm = 0; comm < 5; ++comm) {
@@ -163,7 +244,7 @@ void BM_Federate100k(benchmark::State& state) {
   auto store = Store::Open(dir.path());
   if (!store.ok()) return state.SkipWithError("cannot open the store");
   aggregator::QueryEngine query(**store, analyzer);
-  aggregator::InstallHttpRoutes(http.server(), metrics, query);
+  aggregator::InstallHttpRoutes(http, metrics, query);
   auto port = http.Start("127.0.0.1", 0);
   if (!port.ok()) return state.SkipWithError("cannot start the HTTP server");
   httplib::Client client("127.0.0.1", *port);

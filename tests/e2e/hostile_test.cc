@@ -1,6 +1,12 @@
 // Hostile input against the real aggregator: reports whose claims would cost memory and disk in
 // proportion to what they claim rather than to what really reports (docs/security.md). Real
 // daemon, real gRPC, real RocksDB; memory read from /proc, disk from the data directory.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +15,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
 #include "tests/e2e/pipeline.h"
@@ -147,6 +154,53 @@ TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfte
               rss_restarted, rss_restarted - rss_before, disk_restarted);
   EXPECT_LE(rss_restarted - rss_before, 100) << p.Logs();
   EXPECT_LE(disk_restarted, 50);
+}
+
+// A connection to 127.0.0.1:port (reads give up after 2 s); -1 if refused.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+TEST(HostileInputTest, IdleConnectionsAndHugeBodiesLeaveBothDaemonsHttpAnswering) {
+  Pipeline p(1);
+  ASSERT_TRUE(p.ok()) << p.error();
+  for (const auto& [who, port] : {std::pair<std::string, int>{"aggregator", p.http_port()},
+                                  {"agent", p.agent_http_port(0)}}) {
+    SCOPED_TRACE(who);
+    std::vector<int> idle;
+    for (int i = 0; i < 64; ++i) idle.push_back(Connect(port));
+    // The probe, and a real scrape, within 1 s (the client's timeout) with 64 idle connections.
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(1, 0);
+    client.set_read_timeout(1, 0);
+    auto health = client.Get("/healthz");
+    ASSERT_TRUE(health) << httplib::to_string(health.error());
+    EXPECT_EQ(health->status, 200);
+    auto scrape = client.Get("/metrics");
+    ASSERT_TRUE(scrape);
+    EXPECT_EQ(scrape->status, 200);
+    // A 64 MiB POST: refused from its head, before a byte of the body is sent.
+    const int big = Connect(port);
+    const std::string head = "POST /federate HTTP/1.1\r\nContent-Length: 67108864\r\n\r\n";
+    send(big, head.data(), head.size(), MSG_NOSIGNAL);
+    char buf[256] = {};
+    const ssize_t n = recv(big, buf, sizeof(buf) - 1, 0);
+    EXPECT_GT(n, 0);
+    EXPECT_EQ(std::string(buf).substr(0, 12), "HTTP/1.1 413") << buf;
+    close(big);
+    for (int fd : idle) close(fd);
+  }
 }
 
 }  // namespace

@@ -131,8 +131,10 @@ bool Pipeline::StopAgents() {
   return ok;
 }
 
+int Pipeline::agent_http_port(int node) const { return agents_[node]->ReadyValue("http_port"); }
+
 std::pair<int, std::string> Pipeline::AgentGet(int node, const std::string& path) const {
-  httplib::Client client("127.0.0.1", agents_[node]->ReadyValue("http_port"));
+  httplib::Client client("127.0.0.1", agent_http_port(node));
   auto res = client.Get(path.c_str());
   if (!res) return {-1, "request failed"};
   return {res->status, res->body};

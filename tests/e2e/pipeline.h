@@ -41,6 +41,7 @@ class Pipeline {
   std::string AgentAddrTemplate() const { return "unix://" + dir_ + "/agent-{node}.sock"; }
   std::string AggregatorAddr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
   int http_port() const { return http_port_; }
+  int agent_http_port(int node) const;
   int aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
   int agent_pid(int node) const { return agents_[node]->pid(); }
   ncclwatch::v1::Query::Stub& query() { return *query_; }
