@@ -6,8 +6,8 @@
 // in creation order), holding the serialized NodeBatch with its own (agent_id, batch_seq): a
 // replay is deduplicated by the aggregator like any retry. A file is written under a temporary
 // name and renamed, so it is either whole or absent after a crash of the agent (the kernel keeps
-// what was written); with `fsync` it is also synced to disk first, which survives a power loss
-// at a large cost per batch. The spool holds at most
+// what was written); with `fsync` (the agent's default) the file and then its directory are
+// synced to disk, so it also survives a power loss or node crash. The spool holds at most
 // `max_bytes`; adding past that deletes the oldest batches first and counts them
 // (ncclwatch_agent_spool_dropped_{batches,reports}_total).
 //

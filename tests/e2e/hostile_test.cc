@@ -18,6 +18,7 @@
 #include "httplib.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
+#include "ncclwatch/v1/report.grpc.pb.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
@@ -201,6 +202,51 @@ TEST(HostileInputTest, IdleConnectionsAndHugeBodiesLeaveBothDaemonsHttpAnswering
     close(big);
     for (int fd : idle) close(fd);
   }
+}
+
+TEST(HostileInputTest, APodAndNodeClaimedByAPluginAreNotTrusted) {
+  Pipeline p(1, {}, {"--pod-resources-socket="});
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto stub = ncclwatch::v1::Agent::NewStub(grpc::CreateChannel(
+      "unix://" + p.dir() + "/agent-0.sock", grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ncclwatch::v1::StreamSummary summary;
+  auto writer = stub->StreamReports(&context, &summary);
+  ncclwatch::v1::RankReport r;
+  r.set_report_id(77);
+  auto* id = r.mutable_identity();
+  id->set_job_id("impostor");
+  id->set_comm_hash(0x1);
+  id->set_rank(0);
+  id->set_nranks(2);
+  id->set_n_nodes(1);
+  id->set_node("gpu-node-17");
+  id->set_pod("victim-pod-0");
+  id->set_pod_namespace("prod-ns");
+  id->set_container("trainer");
+  r.set_interval_end_unix_ns(1'700'000'000'000'000'000);
+  ASSERT_TRUE(writer->Write(r));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_EQ(summary.accepted(), 1u);
+
+  ncclwatch::v1::ListCommsResponse comms;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        ncclwatch::v1::ListCommsRequest request;
+        request.set_job_id("impostor");
+        comms.Clear();
+        return p.query().ListComms(&ctx, request, &comms).ok() && comms.comms_size() == 1;
+      },
+      20))
+      << p.Logs();
+  ASSERT_EQ(comms.comms(0).ranks_size(), 1);
+  const auto& rank = comms.comms(0).ranks(0);
+  EXPECT_EQ(rank.node(), "sim-node-0") << "the agent's node, not the claimed one";
+  EXPECT_EQ(rank.pod(), "");
+  EXPECT_EQ(rank.pod_namespace(), "");
+  EXPECT_EQ(rank.container(), "");
 }
 
 }  // namespace
