@@ -88,6 +88,8 @@ absl::Status AgentServer::StartGrpc() {
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(kMaxReportBytes);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a TCP port in use is an error
+  // A plugin needs one stream; a connection that opens many is not a plugin.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 16);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || (!options_.listen_tcp.empty() && tcp_port_ == 0)) {
     return absl::UnavailableError(
@@ -140,13 +142,17 @@ absl::Status AgentServer::Start() {
       [inspector = inspector_.get()](PromTextWriter& w) { inspector->Collect(w); });
   handler_ = std::make_unique<ReportHandler>(options_.node_name, shards, metrics_, pods_.get(),
                                              inspector_.get());
-  service_ = std::make_unique<AgentService>(*handler_);
+  service_ = std::make_unique<AgentService>(*handler_, metrics_, options_.streams);
   if (absl::Status s = StartGrpc(); !s.ok()) {
     Abandon();
     return s;
   }
   for (auto& f : forwarders_) f->Start();
   if (pods_) pods_->Start();
+  idle_streams_ = std::make_unique<PeriodicTask>(
+      std::clamp(options_.streams.idle_timeout / 4, absl::Milliseconds(50), absl::Seconds(10)),
+      [this] { service_->CancelIdle(absl::Now()); });
+  idle_streams_->Start();
   InstallHttpRoutes();
   absl::StatusOr<int> http_port = http_.Start("0.0.0.0", options_.http_port);
   if (!http_port.ok()) {
@@ -159,6 +165,7 @@ absl::Status AgentServer::Start() {
 }
 
 void AgentServer::Abandon() {
+  if (idle_streams_) idle_streams_->Stop();
   if (grpc_) {
     grpc_->Shutdown(std::chrono::system_clock::now());
     grpc_.reset();
@@ -172,6 +179,7 @@ void AgentServer::Abandon() {
 void AgentServer::Stop() {
   if (!running_) return;
   running_ = false;
+  idle_streams_->Stop();
   grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   if (pods_) pods_->Stop();
   // Flush every shard within one shared deadline; what is left goes to the spool at Stop().

@@ -17,8 +17,10 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "agent/agent_service.h"
 #include "common/daemon.h"
 #include "common/metrics.h"
+#include "common/periodic_task.h"
 
 namespace grpc {
 class ChannelCredentials;
@@ -81,6 +83,8 @@ struct AgentServerOptions {
   absl::Duration pod_resources_refresh = absl::Seconds(10);
 
   int http_port = 9472;  // on 0.0.0.0; 0: any free port
+  // Plugin streams: how many may be open, and how long one may stay silent (AgentService).
+  StreamLimits streams;
 };
 
 class AgentServer {
@@ -134,6 +138,7 @@ class AgentServer {
   std::unique_ptr<ReportHandler> handler_;
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<PeriodicTask> idle_streams_;  // closes silent plugin streams
   HttpServer http_{HttpOptions(metrics_)};
   int http_port_ = 0;
   int tcp_port_ = 0;

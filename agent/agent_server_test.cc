@@ -261,5 +261,47 @@ TEST_F(AgentServerTest, ASecondAgentOnALiveSocketIsRefusedAndTheFirstKeepsIt) {
   EXPECT_TRUE(Accepts(socket())) << "the first agent's socket is still there and served";
 }
 
+// The value of an unlabelled sample on the agent's /metrics, -1 if absent.
+double MetricValue(int http_port, const std::string& name) {
+  auto res = httplib::Client("127.0.0.1", http_port).Get("/metrics");
+  if (!res) return -1;
+  const size_t at = res->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + name.size() + 2));
+}
+
+TEST_F(AgentServerTest, PluginStreamsAreCappedAndSilentOnesClosed) {
+  AgentServerOptions options = Options();
+  options.streams.max_streams = 2;
+  options.streams.idle_timeout = absl::Milliseconds(200);
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
+  struct Stream {
+    grpc::ClientContext context;
+    ncclwatch::v1::StreamSummary summary;
+    std::unique_ptr<grpc::ClientWriter<ncclwatch::v1::RankReport>> writer;
+  };
+  std::vector<std::unique_ptr<Stream>> open;
+  for (int i = 0; i < 2; ++i) {
+    open.push_back(std::make_unique<Stream>());
+    open.back()->writer = stub->StreamReports(&open.back()->context, &open.back()->summary);
+  }
+  // Both admitted (the gauge says so) before a third one asks.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams") < 2 &&
+         absl::Now() < give_up) {
+  }
+  Stream third;
+  third.writer = stub->StreamReports(&third.context, &third.summary);
+  EXPECT_EQ(third.writer->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // The two that never send anything are closed once silent for 200 ms.
+  for (auto& stream : open) {
+    EXPECT_EQ(stream->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_EQ(MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams_refused_total"), 1);
+  EXPECT_EQ(MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams_idle_closed_total"), 2);
+}
+
 }  // namespace
 }  // namespace ncclwatch::agent

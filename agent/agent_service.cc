@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/sync.h"
 #include "google/protobuf/arena.h"
@@ -109,8 +110,16 @@ namespace {
 // One per plugin stream: read, hand over, read again; deletes itself when gRPC is done with it.
 class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  ReportReader(ReportHandler& handler, grpc::ByteBuffer* response)
-      : handler_(handler), response_(response) {
+  ReportReader(ReportHandler& handler, AgentService& service, grpc::CallbackServerContext* context,
+               grpc::ByteBuffer* response)
+      : handler_(handler), service_(service), response_(response) {
+    last_message_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+    admitted_ = service_.Admit(this, AgentService::Live{context, &last_message_ns_});
+    if (!admitted_) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the agent has as many plugin streams open as it allows"));
+      return;
+    }
     handler_.StreamOpened();
     HandOff(this);
     StartRead(&message_);
@@ -134,6 +143,7 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     slices_.clear();
     message_.Clear();
+    last_message_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
     if (handler_.Handle(std::move(report))) {
       summary_.set_accepted(summary_.accepted() + 1);
     } else {
@@ -145,12 +155,18 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   void OnDone() override {
     TakeOver(this);
-    handler_.StreamClosed();
+    if (admitted_) {
+      service_.Release(this);
+      handler_.StreamClosed();
+    }
     delete this;
   }
 
  private:
   ReportHandler& handler_;
+  AgentService& service_;
+  bool admitted_ = false;
+  std::atomic<int64_t> last_message_ns_{0};
   grpc::ByteBuffer* response_;
   ncclwatch::v1::StreamSummary summary_;
   grpc::ByteBuffer message_;
@@ -159,9 +175,51 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* AgentService::StreamReports(grpc::CallbackServerContext*,
-                                                                       grpc::ByteBuffer* summary) {
-  return new ReportReader(handler_, summary);
+AgentService::AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits)
+    : handler_(handler),
+      limits_(limits),
+      refused_(
+          metrics.GetCounter("ncclwatch_agent_plugin_streams_refused_total",
+                             "Plugin streams refused because --max-plugin-streams were open.")),
+      idle_closed_(metrics.GetCounter(
+          "ncclwatch_agent_plugin_streams_idle_closed_total",
+          "Plugin streams closed after sending nothing for --plugin-stream-idle-s.")) {}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* AgentService::StreamReports(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* summary) {
+  return new ReportReader(handler_, *this, context, summary);
+}
+
+bool AgentService::Admit(const void* stream, Live live) {
+  ncclwatch::MutexLock lock(&mu_);
+  if (static_cast<int>(live_.size()) >= limits_.max_streams) {
+    refused_->Increment();
+    return false;
+  }
+  live_.emplace(stream, live);
+  return true;
+}
+
+void AgentService::Release(const void* stream) {
+  ncclwatch::MutexLock lock(&mu_);
+  live_.erase(stream);
+}
+
+int AgentService::CancelIdle(absl::Time now) {
+  const int64_t before_ns = absl::ToUnixNanos(now - limits_.idle_timeout);
+  int cancelled = 0;
+  // Under mu_: a stream stays registered (so alive) until its OnDone has released it.
+  ncclwatch::MutexLock lock(&mu_);
+  for (auto& [stream, live] : live_) {
+    if (live.cancelled || live.last_message_ns->load(std::memory_order_relaxed) >= before_ns) {
+      continue;
+    }
+    live.cancelled = true;
+    live.context->TryCancel();
+    ++cancelled;
+  }
+  idle_closed_->Increment(static_cast<uint64_t>(cancelled));
+  return cancelled;
 }
 
 }  // namespace ncclwatch::agent

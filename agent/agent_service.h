@@ -10,14 +10,18 @@
 #ifndef NCCLWATCH_AGENT_AGENT_SERVICE_H_
 #define NCCLWATCH_AGENT_AGENT_SERVICE_H_
 
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
 #include "agent/forwarder.h"
 #include "agent/inspector_series.h"
 #include "agent/pod_resources.h"
 #include "common/metrics.h"
+#include "common/sync.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
 
 namespace ncclwatch::agent {
@@ -58,15 +62,41 @@ class ReportHandler {
   Gauge* streams_;
 };
 
+// Bounds on the plugins' streams: no client can hold more than `max_streams` of them open, and a
+// stream that sends nothing for `idle_timeout` is closed (a plugin opens a new one when it next
+// has a report). Refusals and closings are counted.
+struct StreamLimits {
+  int max_streams = 1024;
+  absl::Duration idle_timeout = absl::Minutes(10);
+};
+
 class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_StreamReports<
                                ncclwatch::v1::Agent::Service> {
  public:
-  explicit AgentService(ReportHandler& handler) : handler_(handler) {}
+  AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits = {});
   grpc::ServerReadReactor<grpc::ByteBuffer>* StreamReports(grpc::CallbackServerContext* context,
                                                            grpc::ByteBuffer* summary) override;
 
+  // Cancels every stream whose last message is older than `now` - idle_timeout; returns how many.
+  // Call it periodically (the agent server does, every few seconds).
+  int CancelIdle(absl::Time now);
+
+  // For the streams (internal): a stream is admitted while fewer than max_streams are open.
+  struct Live {
+    grpc::CallbackServerContext* context;
+    const std::atomic<int64_t>* last_message_ns;
+    bool cancelled = false;
+  };
+  bool Admit(const void* stream, Live live);
+  void Release(const void* stream);
+
  private:
   ReportHandler& handler_;
+  const StreamLimits limits_;
+  Counter* refused_;
+  Counter* idle_closed_;
+  ncclwatch::Mutex mu_;
+  absl::flat_hash_map<const void*, Live> live_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ncclwatch::agent

@@ -29,6 +29,8 @@ struct AgentConfig {
   std::string listen = "unix:///run/ncclwatch/agent.sock";
   std::string listen_tcp;
   bool insecure_tcp = false;
+  int64_t max_plugin_streams = 1024;
+  double plugin_stream_idle_s = 600;
   std::string socket_mode = "0660";
   std::string socket_dir_mode = "0755";
   std::string socket_group;
@@ -60,6 +62,12 @@ void Register(ConfigTable& t, AgentConfig& c) {
               "Where plugins connect: unix:///path for a unix socket, or host:port for TCP.");
   t.AddString("listen-tcp", "NCCLWATCH_AGENT_LISTEN_TCP", &c.listen_tcp,
               "Also accept plugins on this host:port (e.g. 127.0.0.1:9473); empty: only --listen.");
+  t.AddInt("max-plugin-streams", "", &c.max_plugin_streams,
+           "Most plugin streams open at once (one per rank process); further ones are refused "
+           "(RESOURCE_EXHAUSTED, ncclwatch_agent_plugin_streams_refused_total).");
+  t.AddDouble("plugin-stream-idle-s", "", &c.plugin_stream_idle_s,
+              "A plugin stream that sends nothing for this long is closed (the plugin reconnects "
+              "when it has a report).");
   t.AddBool("insecure-tcp", "", &c.insecure_tcp,
             "Allow a --listen-tcp address other machines can reach (plugins cannot "
             "authenticate: anyone reaching it can write reports in this node's name).");
@@ -176,6 +184,10 @@ int Main(int argc, char** argv) {
     LogError("--aggregator needs at least one host:port");
     return 2;
   }
+  if (config.max_plugin_streams < 1 || !(config.plugin_stream_idle_s > 0)) {
+    LogError("--max-plugin-streams and --plugin-stream-idle-s must be positive");
+    return 2;
+  }
   if (config.max_queued_bytes < (1 << 20)) {
     LogError("--max-queued-bytes must be at least 1 MiB");
     return 2;
@@ -205,6 +217,8 @@ int Main(int argc, char** argv) {
   AgentServerOptions options;
   options.listen = config.listen;
   options.listen_tcp = config.listen_tcp;
+  options.streams.max_streams = static_cast<int>(config.max_plugin_streams);
+  options.streams.idle_timeout = absl::Seconds(config.plugin_stream_idle_s);
   options.socket_mode = *socket_mode;
   options.socket_dir_mode = *dir_mode;
   options.socket_group = config.socket_group;
