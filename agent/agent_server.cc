@@ -138,8 +138,15 @@ absl::Status AgentServer::Start() {
   std::vector<Forwarder*> shards;
   for (auto& f : forwarders_) shards.push_back(f.get());
   inspector_ = std::make_unique<NodeInspectorSeries>(options_.node_name);
-  metrics_.AddCollector(
-      [inspector = inspector_.get()](PromTextWriter& w) { inspector->Collect(w); });
+  metrics_.AddCollector([inspector = inspector_.get()](PromTextWriter& w) {
+    w.Family("ncclwatch_agent_inspector_series_capped_total",
+             "Ranks (or statistics beyond 512 per rank) left out of the node-local Inspector "
+             "series by their size limits.",
+             "counter");
+    w.Sample("ncclwatch_agent_inspector_series_capped_total", {},
+             static_cast<double>(inspector->capped()));
+    inspector->Collect(w);
+  });
   handler_ = std::make_unique<ReportHandler>(options_.node_name, shards, metrics_, pods_.get(),
                                              inspector_.get());
   service_ = std::make_unique<AgentService>(*handler_, metrics_, options_.streams);

@@ -95,7 +95,7 @@ bool ReportHandler::Handle(std::string report) {
     LogDebug("rejected report from pid %d: %s", decoded->identity().pid(), verdict.detail);
     return false;
   }
-  if (inspector_ != nullptr) inspector_->Update(*decoded, report);
+  if (inspector_ != nullptr) inspector_->Update(*decoded);
   report.append(Stamp(decoded->identity()));
   shards_[ShardOf(decoded->identity().job_id(), shards_.size())]->Enqueue(std::move(report));
   accepted_->Increment();

@@ -186,10 +186,10 @@ TEST(NodeInspectorSeriesTest, LatestStatsOfEachLiveRankWithTheAggregatorsLabels)
   *r.add_stats() = *p2p;
   r.mutable_stats(2)->set_peer(5);
   r.mutable_stats(2)->set_exec_time_us_sum(30);
-  series.Update(r, r.SerializeAsString());
+  series.Update(r);
   ncclwatch::v1::RankReport idle = Report(2, 2);  // no stats: the last activity stays shown
   idle.clear_stats();
-  series.Update(idle, idle.SerializeAsString());
+  series.Update(idle);
 
   PromTextWriter w;
   series.Collect(w);
@@ -214,11 +214,45 @@ TEST(NodeInspectorSeriesTest, LatestStatsOfEachLiveRankWithTheAggregatorsLabels)
 
   ncclwatch::v1::RankReport last = Report(3, 2);
   last.set_final(true);
-  series.Update(last, last.SerializeAsString());
+  series.Update(last);
   EXPECT_EQ(series.ranks(), 0u);
   PromTextWriter after;
   series.Collect(after);
   EXPECT_EQ(after.text(), "");
+}
+
+TEST(NodeInspectorSeriesTest, HugeReportsAreTrimmedAndTheTotalIsCapped) {
+  // A report with 3,000 statistics keeps 512; once the budget is spent, further ranks are left
+  // out (and counted) while the ranks already shown keep being updated.
+  NodeInspectorSeries::Limits limits;
+  limits.max_stats_per_rank = 512;
+  limits.max_bytes = 200 << 10;
+  NodeInspectorSeries series("node-7", limits);
+  auto huge = [](int rank) {
+    ncclwatch::v1::RankReport r = Report(rank, rank);
+    r.mutable_identity()->set_nranks(64);
+    for (int i = 0; i < 3000; ++i) {
+      auto* st = r.add_stats();
+      *st = r.stats(0);
+      st->set_message_size(std::to_string(i) + "-" + std::to_string(i + 1) + "B");
+    }
+    r.add_sample_columns()->set_op("AllReduce");
+    return r;
+  };
+  series.Update(huge(0));
+  EXPECT_EQ(series.ranks(), 1u);
+  EXPECT_EQ(series.capped(), 1u);  // trimmed to 512 statistics
+  PromTextWriter w;
+  series.Collect(w);
+  const std::string text = w.text();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n') > 512, true);
+  EXPECT_LT(text.size(), 2u << 20);
+  for (int rank = 1; rank < 64; ++rank) series.Update(huge(rank));
+  EXPECT_LT(series.ranks(), 64u);
+  EXPECT_GT(series.capped(), 1u);
+  const size_t shown = series.ranks();
+  series.Update(huge(0));  // a rank already shown is still updated
+  EXPECT_EQ(series.ranks(), shown);
 }
 
 TEST(ShardOfTest, IsStableAcrossProcessesAndSpreadsJobs) {

@@ -1,5 +1,6 @@
 #include "agent/inspector_series.h"
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -8,32 +9,63 @@
 
 namespace ncclwatch::agent {
 
-NodeInspectorSeries::NodeInspectorSeries(std::string node, absl::Duration stale_after)
-    : node_(std::move(node)), stale_after_(stale_after) {}
+NodeInspectorSeries::NodeInspectorSeries(std::string node, Limits limits)
+    : node_(std::move(node)), limits_(limits) {}
 
-void NodeInspectorSeries::Update(const ncclwatch::v1::RankReport& report, std::string_view bytes) {
+void NodeInspectorSeries::Update(const ncclwatch::v1::RankReport& report) {
   const auto& id = report.identity();
   Key key{id.job_id(), id.comm_hash(), id.rank()};
+  std::string kept;
+  bool trimmed = false;
+  if (!report.final() && report.stats_size() > 0) {
+    // What Collect needs, and no more: the identity and the (bounded) statistics.
+    ncclwatch::v1::RankReport slim;
+    *slim.mutable_identity() = id;
+    const int n = std::min(report.stats_size(), limits_.max_stats_per_rank);
+    for (int i = 0; i < n; ++i) *slim.add_stats() = report.stats(i);
+    trimmed = n < report.stats_size();
+    kept = slim.SerializeAsString();
+  }
   ncclwatch::MutexLock lock(&mu_);
+  auto it = latest_.find(key);
   if (report.final()) {
-    latest_.erase(key);
+    if (it != latest_.end()) {
+      bytes_ -= it->second.bytes.size();
+      latest_.erase(it);
+    }
     return;
   }
   if (report.stats_size() == 0) {  // an idle interval: keep showing the last activity
-    if (auto it = latest_.find(key); it != latest_.end()) it->second.updated = absl::Now();
+    if (it != latest_.end()) it->second.updated = absl::Now();
     return;
   }
-  Latest& latest = latest_[key];
-  latest.bytes.assign(bytes.data(), bytes.size());
-  latest.updated = absl::Now();
+  const size_t old_size = it == latest_.end() ? 0 : it->second.bytes.size();
+  if (bytes_ - old_size + kept.size() > limits_.max_bytes) {
+    ++capped_;  // beyond the budget: this rank keeps what it had (or is not shown)
+    return;
+  }
+  if (trimmed) ++capped_;
+  if (it == latest_.end()) it = latest_.try_emplace(key).first;
+  bytes_ = bytes_ - old_size + kept.size();
+  it->second.bytes = std::move(kept);
+  it->second.updated = absl::Now();
+}
+
+uint64_t NodeInspectorSeries::capped() const {
+  ncclwatch::MutexLock lock(&mu_);
+  return capped_;
 }
 
 void NodeInspectorSeries::Collect(PromTextWriter& writer) {
   std::vector<std::string> reports;
   {
     ncclwatch::MutexLock lock(&mu_);
-    const absl::Time cutoff = absl::Now() - stale_after_;
-    absl::erase_if(latest_, [&](const auto& entry) { return entry.second.updated < cutoff; });
+    const absl::Time cutoff = absl::Now() - limits_.stale_after;
+    absl::erase_if(latest_, [&](const auto& entry) {
+      if (entry.second.updated >= cutoff) return false;
+      bytes_ -= entry.second.bytes.size();
+      return true;
+    });
     reports.reserve(latest_.size());
     for (const auto& [key, latest] : latest_) reports.push_back(latest.bytes);
   }

@@ -1,12 +1,16 @@
 // NCCL Inspector's series for the ranks on this node, on the agent's own /metrics: a node-local
 // Prometheus (or whoever scraped Inspector's textfiles) gets them without the aggregator.
 //
-// Each (job, communicator, rank) keeps the bytes of its latest report that carried statistics;
-// the series are computed from those at scrape time, so the per-report cost on the agent's
-// ingest path is one map lookup and a copy. A communicator's series go away with its final report,
-// or when its rank has been silent for `stale_after` (Inspector, too, shows live communicators).
-// The labels are the aggregator's: job_id, comm_hash, comm_name, rank, node, gpu, then
-// Inspector's own.
+// Each (job, communicator, rank) keeps its latest report that carried statistics (identity and
+// statistics only, serialized); the series are computed from those at scrape time. A communicator's
+// series go away with its final report, or when its rank has been silent for `stale_after`
+// (Inspector, too, shows live communicators). The labels are the aggregator's: job_id, comm_hash,
+// comm_name, rank, node, gpu, then Inspector's own.
+//
+// Bounded whatever the plugins send: only a report's identity and statistics are kept (not its
+// samples), at most `max_stats_per_rank` statistics each, and at most `max_bytes` in all; a rank
+// that would go beyond is not shown and is counted (ncclwatch_agent_inspector_series_capped_total),
+// so a flood of huge reports cannot make one scrape hundreds of megabytes.
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef NCCLWATCH_AGENT_INSPECTOR_SERIES_H_
@@ -27,10 +31,18 @@ namespace ncclwatch::agent {
 
 class NodeInspectorSeries {
  public:
-  NodeInspectorSeries(std::string node, absl::Duration stale_after = absl::Minutes(5));
+  struct Limits {
+    absl::Duration stale_after = absl::Minutes(5);
+    int max_stats_per_rank = 512;
+    size_t max_bytes = 16 << 20;
+  };
+  NodeInspectorSeries(std::string node, Limits limits);
+  explicit NodeInspectorSeries(std::string node) : NodeInspectorSeries(std::move(node), Limits{}) {}
 
-  // `report` decoded, `bytes` its serialized form (kept, not the decoded copy).
-  void Update(const ncclwatch::v1::RankReport& report, std::string_view bytes);
+  // Keeps what Collect needs of a (validated) report.
+  void Update(const ncclwatch::v1::RankReport& report);
+  // Ranks (or statistics beyond max_stats_per_rank) left out by the limits so far.
+  uint64_t capped() const;
   // Writes the series (for MetricRegistry::AddCollector).
   void Collect(PromTextWriter& writer);
   size_t ranks() const;
@@ -43,9 +55,11 @@ class NodeInspectorSeries {
   };
 
   const std::string node_;
-  const absl::Duration stale_after_;
+  const Limits limits_;
   mutable ncclwatch::Mutex mu_;
   absl::flat_hash_map<Key, Latest> latest_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of every Latest::bytes
+  uint64_t capped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ncclwatch::agent
