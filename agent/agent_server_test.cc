@@ -269,7 +269,7 @@ double MetricValue(int http_port, const std::string& name) {
   return at == std::string::npos ? -1 : std::stod(res->body.substr(at + name.size() + 2));
 }
 
-TEST_F(AgentServerTest, PluginStreamsAreCappedAndSilentOnesClosed) {
+TEST_F(AgentServerTest, PluginStreamsAreCappedBySilenceAndSilentOnesClosed) {
   AgentServerOptions options = Options();
   options.streams.max_streams = 2;
   options.streams.idle_timeout = absl::Milliseconds(200);
@@ -294,13 +294,59 @@ TEST_F(AgentServerTest, PluginStreamsAreCappedAndSilentOnesClosed) {
   }
   Stream third;
   third.writer = stub->StreamReports(&third.context, &third.summary);
-  EXPECT_EQ(third.writer->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  // The two that never send anything are closed once silent for 200 ms.
-  for (auto& stream : open) {
-    EXPECT_EQ(stream->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  }
-  EXPECT_EQ(MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams_refused_total"), 1);
+  // The third makes room by closing the stream silent the longest: the first.
+  EXPECT_EQ(open[0]->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams_evicted_total"), 1);
+  // The other two, never sending anything, are closed once silent for 200 ms.
+  EXPECT_EQ(open[1]->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(third.writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams_idle_closed_total"), 2);
+}
+
+TEST_F(AgentServerTest, AStreamSendingFasterThanItsRateLosesTheExcessNotTheOthers) {
+  AgentServerOptions options = Options();
+  options.streams.bytes_per_s = 1000;  // refills 1 byte a millisecond
+  options.streams.burst_bytes = 3000;
+  options.shutdown_timeout = absl::Milliseconds(100);  // no aggregator to flush to
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id("j");
+  id->set_rank(0);
+  id->set_nranks(1);
+  id->set_n_nodes(1);
+  id->set_comm_name(std::string(250, 'c'));
+  for (int i = 0; i < 8; ++i) {
+    auto* st = r.add_stats();
+    st->set_op("AllReduce");
+    st->set_message_size(std::string(60, 'm'));
+    st->set_count(1);
+  }
+  ASSERT_GT(r.ByteSizeLong(), 800u);
+  ASSERT_LT(r.ByteSizeLong(), 1000u);
+  auto send = [&](int n) {
+    grpc::ClientContext context;
+    ncclwatch::v1::StreamSummary summary;
+    auto writer = stub->StreamReports(&context, &summary);
+    for (int i = 0; i < n; ++i) EXPECT_TRUE(writer->Write(r));
+    writer->WritesDone();
+    EXPECT_TRUE(writer->Finish().ok());
+    return summary;
+  };
+  // The burst holds three; the other seven arrive far sooner than the bucket refills.
+  ncclwatch::v1::StreamSummary fast = send(10);
+  EXPECT_EQ(fast.accepted(), 3u);
+  EXPECT_EQ(fast.rejected(), 7u);
+  // Another stream has its own allowance.
+  EXPECT_EQ(send(2).accepted(), 2u);
+  auto res = httplib::Client("127.0.0.1", server.http_port()).Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("ncclwatch_agent_reports_rejected_total{reason=\"rate_limited\"} 7\n"),
+            std::string::npos)
+      << res->body;
 }
 
 }  // namespace

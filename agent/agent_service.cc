@@ -1,5 +1,6 @@
 #include "agent/agent_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -47,7 +48,7 @@ ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
   id->set_container("");
   node_stamp_ = stamp.SerializeAsString();
   // Pre-create the common rejection reasons so dashboards see zeros, not gaps.
-  for (const char* reason : {"malformed", "bad_rank", "bad_nranks", "too_large"}) {
+  for (const char* reason : {"malformed", "bad_rank", "bad_nranks", "too_large", "rate_limited"}) {
     metrics.GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp,
                        {{"reason", reason}});
   }
@@ -67,13 +68,18 @@ std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity) co
   return stamp.SerializeAsString();
 }
 
+void ReportHandler::RateLimited() {
+  received_->Increment();
+  Reject("rate_limited");
+}
+
 void ReportHandler::Reject(const std::string& reason) {
   metrics_
       .GetCounter("ncclwatch_agent_reports_rejected_total", kRejectedHelp, {{"reason", reason}})
       ->Increment();
 }
 
-bool ReportHandler::Handle(std::string report) {
+bool ReportHandler::Handle(std::string report, uint64_t source) {
   received_->Increment();
   // Decode into this thread's scratch block: a typical report fits, so the decoded copy costs no
   // allocation and is discarded whole when the arena goes.
@@ -97,7 +103,8 @@ bool ReportHandler::Handle(std::string report) {
   }
   if (inspector_ != nullptr) inspector_->Update(*decoded);
   report.append(Stamp(decoded->identity()));
-  shards_[ShardOf(decoded->identity().job_id(), shards_.size())]->Enqueue(std::move(report));
+  shards_[ShardOf(decoded->identity().job_id(), shards_.size())]->Enqueue(std::move(report),
+                                                                          source);
   accepted_->Increment();
   return true;
 }
@@ -114,6 +121,9 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                grpc::ByteBuffer* response)
       : handler_(handler), service_(service), response_(response) {
     last_message_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+    refilled_ns_ = last_message_ns_.load(std::memory_order_relaxed);
+    tokens_ = service_.limits().burst_bytes;
+    source_ = next_source.fetch_add(1, std::memory_order_relaxed);
     admitted_ = service_.Admit(this, AgentService::Live{context, &last_message_ns_});
     if (!admitted_) {
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -143,8 +153,22 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     slices_.clear();
     message_.Clear();
-    last_message_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
-    if (handler_.Handle(std::move(report))) {
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    last_message_ns_.store(now_ns, std::memory_order_relaxed);
+    // Token bucket over this stream's bytes.
+    const StreamLimits& limits = service_.limits();
+    tokens_ =
+        std::min(limits.burst_bytes, tokens_ + (now_ns - refilled_ns_) * 1e-9 * limits.bytes_per_s);
+    refilled_ns_ = now_ns;
+    const auto size = static_cast<double>(report.size());
+    bool accepted = false;
+    if (size > tokens_) {
+      handler_.RateLimited();
+    } else {
+      tokens_ -= size;
+      accepted = handler_.Handle(std::move(report), source_);
+    }
+    if (accepted) {
       summary_.set_accepted(summary_.accepted() + 1);
     } else {
       summary_.set_rejected(summary_.rejected() + 1);
@@ -167,6 +191,10 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   AgentService& service_;
   bool admitted_ = false;
   std::atomic<int64_t> last_message_ns_{0};
+  uint64_t source_ = 0;  // tells this stream's reports apart in the forwarding queue
+  double tokens_ = 0;    // rate limit: bytes this stream may send now
+  int64_t refilled_ns_ = 0;
+  static inline std::atomic<uint64_t> next_source{1};
   grpc::ByteBuffer* response_;
   ncclwatch::v1::StreamSummary summary_;
   grpc::ByteBuffer message_;
@@ -178,9 +206,12 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 AgentService::AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits)
     : handler_(handler),
       limits_(limits),
-      refused_(
-          metrics.GetCounter("ncclwatch_agent_plugin_streams_refused_total",
-                             "Plugin streams refused because --max-plugin-streams were open.")),
+      refused_(metrics.GetCounter(
+          "ncclwatch_agent_plugin_streams_refused_total",
+          "Plugin streams refused: --max-plugin-streams were open, all of them closing.")),
+      evicted_(metrics.GetCounter("ncclwatch_agent_plugin_streams_evicted_total",
+                                  "Plugin streams closed to make room for a new one at "
+                                  "--max-plugin-streams: the one silent the longest.")),
       idle_closed_(metrics.GetCounter(
           "ncclwatch_agent_plugin_streams_idle_closed_total",
           "Plugin streams closed after sending nothing for --plugin-stream-idle-s.")) {}
@@ -192,9 +223,25 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* AgentService::StreamReports(
 
 bool AgentService::Admit(const void* stream, Live live) {
   ncclwatch::MutexLock lock(&mu_);
-  if (static_cast<int>(live_.size()) >= limits_.max_streams) {
-    refused_->Increment();
-    return false;
+  if (static_cast<int>(live_.size() - cancelled_) >= limits_.max_streams) {
+    // Full: the stream silent the longest makes room (a plugin reports every flush interval, so
+    // streams held open doing nothing go first), unless every open stream is already closing.
+    Live* quietest = nullptr;
+    for (auto& [other, l] : live_) {
+      if (l.cancelled) continue;
+      if (quietest == nullptr || l.last_message_ns->load(std::memory_order_relaxed) <
+                                     quietest->last_message_ns->load(std::memory_order_relaxed)) {
+        quietest = &l;
+      }
+    }
+    if (quietest == nullptr) {
+      refused_->Increment();
+      return false;
+    }
+    quietest->cancelled = true;
+    ++cancelled_;
+    quietest->context->TryCancel();
+    evicted_->Increment();
   }
   live_.emplace(stream, live);
   return true;
@@ -202,7 +249,10 @@ bool AgentService::Admit(const void* stream, Live live) {
 
 void AgentService::Release(const void* stream) {
   ncclwatch::MutexLock lock(&mu_);
-  live_.erase(stream);
+  auto it = live_.find(stream);
+  if (it == live_.end()) return;
+  if (it->second.cancelled) --cancelled_;
+  live_.erase(it);
 }
 
 int AgentService::CancelIdle(absl::Time now) {
@@ -215,6 +265,7 @@ int AgentService::CancelIdle(absl::Time now) {
       continue;
     }
     live.cancelled = true;
+    ++cancelled_;
     live.context->TryCancel();
     ++cancelled;
   }

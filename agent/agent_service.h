@@ -40,10 +40,13 @@ class ReportHandler {
   // `inspector` (optional, outlives the handler) keeps the node-local Inspector series.
   ReportHandler(std::string node, std::vector<Forwarder*> shards, MetricRegistry& metrics,
                 const PodResolver* pods = nullptr, NodeInspectorSeries* inspector = nullptr);
-  // Takes one serialized RankReport; returns true if it was accepted.
-  bool Handle(std::string report);
+  // Takes one serialized RankReport that arrived on stream `source`; returns true if it was
+  // accepted.
+  bool Handle(std::string report, uint64_t source = 0);
   void StreamOpened();
   void StreamClosed();
+  // A report dropped by its stream's rate limit (counted as rejected, reason rate_limited).
+  void RateLimited();
 
  private:
   void Reject(const std::string& reason);
@@ -62,12 +65,18 @@ class ReportHandler {
   Gauge* streams_;
 };
 
-// Bounds on the plugins' streams: no client can hold more than `max_streams` of them open, and a
+// Bounds on the plugins' streams: at most `max_streams` are open (a new one beyond closes the
+// stream silent the longest, so streams held open doing nothing cannot lock plugins out), and a
 // stream that sends nothing for `idle_timeout` is closed (a plugin opens a new one when it next
-// has a report). Refusals and closings are counted.
+// has a report). Evictions and closings are counted.
+// Each stream may also send at most `bytes_per_s` on average, in bursts of `burst_bytes`; reports
+// beyond are dropped and counted (ncclwatch_agent_reports_rejected_total{reason="rate_limited"}).
+// A plugin sends one report of a few KiB per flush interval.
 struct StreamLimits {
   int max_streams = 1024;
   absl::Duration idle_timeout = absl::Minutes(10);
+  double bytes_per_s = 4 << 20;
+  double burst_bytes = 16 << 20;
 };
 
 class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_StreamReports<
@@ -89,14 +98,18 @@ class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_St
   };
   bool Admit(const void* stream, Live live);
   void Release(const void* stream);
+  const StreamLimits& limits() const { return limits_; }
+  ReportHandler& handler() { return handler_; }
 
  private:
   ReportHandler& handler_;
   const StreamLimits limits_;
   Counter* refused_;
+  Counter* evicted_;
   Counter* idle_closed_;
   ncclwatch::Mutex mu_;
   absl::flat_hash_map<const void*, Live> live_ ABSL_GUARDED_BY(mu_);
+  size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;  // of live_, closing already
 };
 
 }  // namespace ncclwatch::agent

@@ -15,6 +15,7 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
       channel_(ReconnectingChannel(options_.aggregator, 1000, options_.credentials,
                                    options_.tls_server_name)),
       stub_(channel_),
+      queue_(options_.max_queued_reports, options_.max_queued_bytes),
       reports_forwarded_(m.GetCounter("ncclwatch_agent_reports_forwarded_total",
                                       "Reports acknowledged by the aggregator.",
                                       options_.metric_labels)),
@@ -71,18 +72,12 @@ void Forwarder::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void Forwarder::Enqueue(std::string report) {
-  const auto bytes = static_cast<int64_t>(report.size());
+void Forwarder::Enqueue(std::string report, uint64_t source) {
   ncclwatch::MutexLock lock(&mu_);
   if (queue_.empty()) oldest_enqueued_ = absl::Now();
-  while (!queue_.empty() && (static_cast<int64_t>(queue_.size()) >= options_.max_queued_reports ||
-                             queue_bytes_ + bytes > options_.max_queued_bytes)) {
-    queue_bytes_ -= static_cast<int64_t>(queue_.front().size());
-    queue_.pop_front();
-    reports_dropped_->Increment();
+  if (uint64_t dropped = queue_.Push(std::move(report), source); dropped > 0) {
+    reports_dropped_->Increment(dropped);
   }
-  queue_bytes_ += bytes;
-  queue_.push_back(std::move(report));
   idle_ = false;
   queue_depth_->Set(static_cast<double>(queue_.size()));
 }
@@ -155,11 +150,9 @@ Forwarder::Cut Forwarder::CutBatch() {
   int64_t bytes = 0;
   while (!queue_.empty() && batch.reports_size() < options_.max_batch_reports &&
          (batch.reports_size() == 0 ||
-          bytes + static_cast<int64_t>(queue_.front().size()) <= options_.max_batch_bytes)) {
-    bytes += static_cast<int64_t>(queue_.front().size());
-    queue_bytes_ -= static_cast<int64_t>(queue_.front().size());
-    *batch.add_reports() = std::move(queue_.front());
-    queue_.pop_front();
+          bytes + static_cast<int64_t>(queue_.NextSize()) <= options_.max_batch_bytes)) {
+    bytes += static_cast<int64_t>(queue_.NextSize());
+    *batch.add_reports() = queue_.Pop();
   }
   Cut cut{std::move(batch), oldest_enqueued_};
   if (!queue_.empty()) oldest_enqueued_ = absl::Now();
@@ -217,7 +210,7 @@ void Forwarder::Run() {
       // interval) or the next push attempt, whichever comes first.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_ || (flush_requested_ && !queue_.empty()) ||
-               static_cast<int64_t>(queue_.size()) >= options_.max_batch_reports;
+               queue_.size() >= options_.max_batch_reports;
       };
       absl::Time wake_at = absl::InfiniteFuture();
       if (!queue_.empty())

@@ -3,7 +3,8 @@
 // Reports travel as the bytes their plugin serialized (with the agent's identity stamp appended):
 // a batch is a NodeBatchBytes, which the aggregator decodes as a NodeBatch (ingest.proto).
 //
-// Reports are queued in memory (bounded: the oldest is dropped and counted when full) and cut into
+// Reports are queued in memory (bounded: when full, the oldest report of the source -- the plugin
+// stream -- holding the most bytes is dropped and counted; fair_queue.h) and cut into
 // a NodeBatch when the batch interval has passed or the batch is full. Cut batches wait in an
 // outbox and are pushed in order, one at a time, each with a deadline; a batch keeps its
 // (agent_id, batch_seq) until the aggregator acknowledges it, so a retry after a timeout is
@@ -30,6 +31,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "agent/fair_queue.h"
 #include "agent/spool.h"
 #include "common/metrics.h"
 #include "common/rpc/token.h"
@@ -65,7 +67,9 @@ class Forwarder {
 
   void Start();
   // Queues one serialized RankReport.
-  void Enqueue(std::string report);
+  // `source` tells apart the streams reports come on: when the queue is full, the source with
+  // the most queued bytes loses its oldest report (fair_queue.h).
+  void Enqueue(std::string report, uint64_t source = 0);
   // Pushes everything queued now, waiting at most `timeout`. Returns true if all was acknowledged.
   bool Flush(absl::Duration timeout);
   void Stop();
@@ -103,8 +107,7 @@ class Forwarder {
   grpc::TemplatedGenericStub<ncclwatch::v1::NodeBatchBytes, ncclwatch::v1::BatchAck> stub_;
 
   ncclwatch::Mutex mu_;
-  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  int64_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  FairQueue queue_ ABSL_GUARDED_BY(mu_);
   absl::Time oldest_enqueued_ ABSL_GUARDED_BY(mu_);
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

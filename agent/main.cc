@@ -31,6 +31,7 @@ struct AgentConfig {
   bool insecure_tcp = false;
   int64_t max_plugin_streams = 1024;
   double plugin_stream_idle_s = 600;
+  double plugin_stream_mib_per_s = 4;
   std::string socket_mode = "0660";
   std::string socket_dir_mode = "0755";
   std::string socket_group;
@@ -68,6 +69,9 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddDouble("plugin-stream-idle-s", "", &c.plugin_stream_idle_s,
               "A plugin stream that sends nothing for this long is closed (the plugin reconnects "
               "when it has a report).");
+  t.AddDouble("plugin-stream-mib-per-s", "", &c.plugin_stream_mib_per_s,
+              "Most MiB a second one plugin stream may send on average (bursts of 4 seconds' "
+              "worth, at least 16 MiB); reports beyond are dropped (rejected, rate_limited).");
   t.AddBool("insecure-tcp", "", &c.insecure_tcp,
             "Allow a --listen-tcp address other machines can reach (plugins cannot "
             "authenticate: anyone reaching it can write reports in this node's name).");
@@ -184,8 +188,11 @@ int Main(int argc, char** argv) {
     LogError("--aggregator needs at least one host:port");
     return 2;
   }
-  if (config.max_plugin_streams < 1 || !(config.plugin_stream_idle_s > 0)) {
-    LogError("--max-plugin-streams and --plugin-stream-idle-s must be positive");
+  if (config.max_plugin_streams < 1 || !(config.plugin_stream_idle_s > 0) ||
+      !(config.plugin_stream_mib_per_s > 0)) {
+    LogError(
+        "--max-plugin-streams, --plugin-stream-idle-s and --plugin-stream-mib-per-s must be "
+        "positive");
     return 2;
   }
   if (config.max_queued_bytes < (1 << 20)) {
@@ -219,6 +226,8 @@ int Main(int argc, char** argv) {
   options.listen_tcp = config.listen_tcp;
   options.streams.max_streams = static_cast<int>(config.max_plugin_streams);
   options.streams.idle_timeout = absl::Seconds(config.plugin_stream_idle_s);
+  options.streams.bytes_per_s = config.plugin_stream_mib_per_s * (1 << 20);
+  options.streams.burst_bytes = std::max(4 * options.streams.bytes_per_s, 16.0 * (1 << 20));
   options.socket_mode = *socket_mode;
   options.socket_dir_mode = *dir_mode;
   options.socket_group = config.socket_group;

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -247,6 +249,138 @@ TEST(HostileInputTest, APodAndNodeClaimedByAPluginAreNotTrusted) {
   EXPECT_EQ(rank.pod(), "");
   EXPECT_EQ(rank.pod_namespace(), "");
   EXPECT_EQ(rank.container(), "");
+}
+
+// One report for each of ranks 0..n-1 of job "neighbour", on one stream.
+void WriteGenuineReports(const std::string& socket, int n) {
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel(socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ncclwatch::v1::StreamSummary summary;
+  auto writer = stub->StreamReports(&context, &summary);
+  for (int rank = 0; rank < n; ++rank) {
+    ncclwatch::v1::RankReport r;
+    r.set_report_id(9000 + rank);
+    auto* id = r.mutable_identity();
+    id->set_job_id("neighbour");
+    id->set_comm_hash(0xbeef);
+    id->set_rank(rank);
+    id->set_nranks(n);
+    id->set_n_nodes(1);
+    r.set_interval_end_unix_ns(1'700'000'000'000'000'000);
+    if (!writer->Write(r)) break;
+  }
+  writer->WritesDone();
+  EXPECT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
+}
+
+// A valid report of about 3.4 MiB (400,000 samples and 10,000 statistics), as a plugin could send.
+ncclwatch::v1::RankReport HeavyReport(uint64_t id) {
+  ncclwatch::v1::RankReport r;
+  r.set_report_id(id);
+  auto* identity = r.mutable_identity();
+  identity->set_job_id("flood");
+  identity->set_comm_hash(0xf100d);
+  identity->set_rank(0);
+  identity->set_nranks(2);
+  identity->set_n_nodes(1);
+  r.set_interval_end_unix_ns(1'700'000'000'000'000'000);
+  auto* col = r.add_sample_columns();
+  col->set_op("AllReduce");
+  col->set_channels(1);
+  for (int i = 0; i < 400'000; ++i) {
+    col->add_seq_delta(1);
+    col->add_gpu_start_delta_ns(1'000'000);
+    col->add_duration_ns(100'000);
+  }
+  for (int i = 0; i < 10'000; ++i) {
+    auto* st = r.add_stats();
+    st->set_op("AllReduce");
+    st->set_algo_proto("RING_SIMPLE");
+    st->set_message_size(std::to_string(i) + "-" + std::to_string(i + 1) + "KB");
+    st->set_peer(-1);
+    st->set_count(1);
+    st->set_exec_time_us_sum(100);
+  }
+  return r;
+}
+
+TEST(HostileInputTest, NineThousandIdleStreamsAndAReportFloodLeaveTheAgentBoundedAndFair) {
+  Pipeline p(1, {}, {"--pod-resources-socket="});
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::string socket = "unix://" + p.dir() + "/agent-0.sock";
+  const double rss_before = RssMib(p.agent_pid(0));
+
+  // 9,000 streams that never send, on 600 connections (15 each).
+  struct Idle {
+    grpc::ClientContext context;
+    ncclwatch::v1::StreamSummary summary;
+    std::unique_ptr<grpc::ClientWriter<ncclwatch::v1::RankReport>> writer;
+  };
+  std::vector<std::unique_ptr<ncclwatch::v1::Agent::Stub>> stubs;
+  std::vector<std::unique_ptr<Idle>> idle;
+  for (int c = 0; c < 600; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    stubs.push_back(ncclwatch::v1::Agent::NewStub(
+        grpc::CreateCustomChannel(socket, grpc::InsecureChannelCredentials(), args)));
+    for (int s = 0; s < 15; ++s) {
+      idle.push_back(std::make_unique<Idle>());
+      idle.back()->writer =
+          stubs.back()->StreamReports(&idle.back()->context, &idle.back()->summary);
+    }
+  }
+  // One stream floods 3.4 MiB reports as fast as it can.
+  const ncclwatch::v1::RankReport heavy = HeavyReport(1);
+  ASSERT_GT(heavy.ByteSizeLong(), 3u << 20);
+  ASSERT_LT(heavy.ByteSizeLong(), 4u << 20);
+  std::thread flood([&] {
+    auto stub = ncclwatch::v1::Agent::NewStub(
+        grpc::CreateChannel(socket, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    ncclwatch::v1::StreamSummary summary;
+    auto writer = stub->StreamReports(&context, &summary);
+    for (int i = 0; i < 60 && writer->Write(heavy); ++i) {
+    }
+    writer->WritesDone();
+    writer->Finish();
+  });
+  // A genuine neighbour: 20 ranks of its own job, one report each, on its own stream.
+  WriteGenuineReports(socket, 20);
+  flood.join();
+
+  // Every one of the neighbour's ranks reached the aggregator.
+  ncclwatch::v1::ListCommsResponse comms;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        ncclwatch::v1::ListCommsRequest request;
+        request.set_job_id("neighbour");
+        comms.Clear();
+        return p.query().ListComms(&ctx, request, &comms).ok() && comms.comms_size() == 1 &&
+               comms.comms(0).ranks_size() == 20;
+      },
+      30))
+      << comms.DebugString() << p.Logs();
+  const double rss = RssMib(p.agent_pid(0));
+  auto [code, metrics] = p.AgentGet(0, "/metrics");
+  ASSERT_EQ(code, 200);
+  std::printf(
+      "agent RSS %.1f -> %.1f MiB with 9,000 streams attempted and a 3.4 MiB flood; "
+      "/metrics %.1f MiB\n",
+      rss_before, rss, metrics.size() / 1048576.0);
+  EXPECT_LT(rss, 256) << "the chart's memory limit for the agent";
+  EXPECT_LT(metrics.size(), 16u << 20);
+  EXPECT_NE(metrics.find("ncclwatch_agent_plugin_streams_evicted_total "), std::string::npos);
+  EXPECT_EQ(metrics.find("ncclwatch_agent_plugin_streams_evicted_total 0\n"), std::string::npos)
+      << "streams beyond the cap made room by closing silent ones";
+  EXPECT_EQ(metrics.find("reason=\"rate_limited\"} 0\n"), std::string::npos)
+      << "the flood was rate-limited";
+  for (auto& i : idle) {
+    i->context.TryCancel();
+    i->writer->Finish();
+  }
 }
 
 }  // namespace
