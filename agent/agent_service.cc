@@ -240,8 +240,8 @@ bool AgentService::Admit(const void* stream, Live live) {
     }
     quietest->cancelled = true;
     ++cancelled_;
+    evicted_->Increment();  // counted before the stream can see it end
     quietest->context->TryCancel();
-    evicted_->Increment();
   }
   live_.emplace(stream, live);
   return true;
@@ -266,10 +266,10 @@ int AgentService::CancelIdle(absl::Time now) {
     }
     live.cancelled = true;
     ++cancelled_;
+    idle_closed_->Increment();  // counted before the stream can see it end
     live.context->TryCancel();
     ++cancelled;
   }
-  idle_closed_->Increment(static_cast<uint64_t>(cancelled));
   return cancelled;
 }
 

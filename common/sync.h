@@ -71,6 +71,9 @@ class ABSL_LOCKABLE Mutex {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
     bool met = true;
     while (!cond.Eval()) {
+      // Waiting releases the mutex, as Unlock does: what this thread changed under it may be
+      // what another waiter waits for.
+      cv_.notify_all();
       if (deadline == absl::InfiniteFuture()) {
         cv_.wait(lock);
       } else if (absl::Now() >= deadline) {
