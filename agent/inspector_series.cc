@@ -61,11 +61,14 @@ void NodeInspectorSeries::Collect(PromTextWriter& writer) {
   {
     ncclwatch::MutexLock lock(&mu_);
     const absl::Time cutoff = absl::Now() - limits_.stale_after;
-    absl::erase_if(latest_, [&](const auto& entry) {
-      if (entry.second.updated >= cutoff) return false;
-      bytes_ -= entry.second.bytes.size();
-      return true;
-    });
+    for (auto it = latest_.begin(); it != latest_.end();) {
+      if (it->second.updated >= cutoff) {
+        ++it;
+        continue;
+      }
+      bytes_ -= it->second.bytes.size();
+      latest_.erase(it++);
+    }
     reports.reserve(latest_.size());
     for (const auto& [key, latest] : latest_) reports.push_back(latest.bytes);
   }

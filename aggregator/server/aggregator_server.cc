@@ -17,7 +17,7 @@ AggregatorServer::AggregatorServer(AggregatorServerOptions options)
 AggregatorServer::~AggregatorServer() { Stop(); }
 
 absl::Status AggregatorServer::OpenAndReplay() {
-  auto store = Store::Open(options_.data_dir);
+  auto store = Store::Open(options_.data_dir, options_.env);
   if (!store.ok()) return store.status();
   store_ = *std::move(store);
   if (auto n = store_->CountBatches(); n.ok()) LogInfo("store holds %d batches", *n);

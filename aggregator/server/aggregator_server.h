@@ -24,6 +24,10 @@
 #include "common/rpc/token.h"
 #include "grpcpp/grpcpp.h"
 
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
+
 namespace ncclwatch::aggregator {
 
 struct AggregatorServerOptions {
@@ -39,6 +43,8 @@ struct AggregatorServerOptions {
   std::optional<RemoteWriteTarget> remote_write;
   absl::Duration remote_write_interval = absl::Seconds(10);
   absl::Duration tick_period = absl::Milliseconds(250);
+  // The store's RocksDB Env; null: the real disk (tests: a journaling one, tests/crashfs).
+  rocksdb::Env* env = nullptr;
   // The gRPC port's credentials (plaintext, TLS or mutual TLS); null means plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   TokenFile* ingest_token = nullptr;  // optional, outlive the server

@@ -1,6 +1,7 @@
 // ncclwatch-aggregator: the central service. Takes batches from the node agents, stores them in
 // RocksDB, correlates the ranks of every communicator, flags slow ranks, and serves the gRPC Query
 // API plus HTTP /metrics, /federate and /healthz.
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -14,6 +15,9 @@
 #include "common/log.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/token.h"
+#ifdef NCCLWATCH_CRASHABLE_STORE
+#include "tests/crashfs/journaling_fs.h"
+#endif
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -282,6 +286,16 @@ int Main(int argc, char** argv) {
     }
   }
 
+#ifdef NCCLWATCH_CRASHABLE_STORE
+  // Test build only (ncclwatch-aggregator-crashable): the store writes through a journal of
+  // what was synced, so that a test can cut the power after killing this process.
+  std::unique_ptr<rocksdb::Env> journaling_env;
+  if (const char* journal = std::getenv("NCCLWATCH_CRASH_JOURNAL")) {
+    journaling_env = ncclwatch::testing::NewJournalingEnv(journal);
+    options.env = journaling_env.get();
+    LogWarning("test build: the store journals its syncs to %s", journal);
+  }
+#endif
   AggregatorServer server(std::move(options));
   if (absl::Status s = server.Start(); !s.ok()) {
     LogError("%s", s.message());

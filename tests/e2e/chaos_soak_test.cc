@@ -1,6 +1,9 @@
 // The chaos soak: a 4-node, 16-rank simulated job with one slow rank runs for
 // NCCLWATCH_SOAK_SECONDS (default 60; scripts/soak runs 600) while agents and the aggregator are
-// killed and restarted at random: SIGKILL or SIGTERM, every 3 to 12 s. Agents keep a spool.
+// killed and restarted at random: SIGKILL or SIGTERM, every 3 to 12 s. The first fault, and half
+// of the aggregator's later SIGKILLs, are power cuts of the aggregator's node (its store loses
+// whatever it had not synced: tests/crashfs).
+// Agents keep a spool.
 // Agent 0 is never killed, and the aggregator only in the first 60% of the run
 // (NCCLWATCH_SOAK_AGGREGATOR_FAULTS, a fraction), so that the run also shows whether memory stays
 // flat in long-lived processes; their RSS is printed every minute.
@@ -71,7 +74,10 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   constexpr int kRanksPerNode = 4;
   constexpr int kSlowRank = 6;
   ScopedTempDir spool("ncclwatch-soak-spool");
-  Pipeline p(kNodes, {}, {"--spool-dir=" + spool.path() + "/{node}"});
+  // The aggregator's store journals its syncs, so that a fault can also be a power cut of its
+  // node (tests/crashfs): whatever it had not synced is lost.
+  Pipeline p(kNodes, {}, {"--spool-dir=" + spool.path() + "/{node}"},
+             /*crashable_aggregator=*/true);
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
   const auto start = std::chrono::steady_clock::now();
@@ -97,6 +103,8 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   int agent_kills = 0, agent_terms = 0, aggregator_kills = 0, aggregator_terms = 0;
+  int aggregator_power_cuts = 0;
+  uint64_t bytes_lost_to_power_cuts = 0;
   uint64_t acked_before_crash_checked = 0;
   double aggregator_rss_start = -1;
   double aggregator_life_start = 0;
@@ -106,7 +114,9 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
     // The pacing of the faults themselves (not a wait for anything to happen).
     std::this_thread::sleep_for(std::chrono::milliseconds(3000 + rng() % 9000));
     if (elapsed() >= seconds - 8) break;
-    const bool hit_aggregator = elapsed() < aggregator_faults_until * seconds && rng() % 4 == 0;
+    // The first fault is a power cut of the aggregator's node; then one fault in four hits it.
+    const bool hit_aggregator = elapsed() < aggregator_faults_until * seconds &&
+                                (aggregator_power_cuts == 0 || rng() % 4 == 0);
     const int signal = rng() % 3 == 0 ? SIGTERM : SIGKILL;
     if (hit_aggregator) {
       // Each aggregator life counts the new batches it stored (and so acknowledged); read just
@@ -114,8 +124,15 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       const absl::StatusOr<uint64_t> acked = BatchesStored(p);
       ASSERT_TRUE(acked.ok()) << acked.status();
       acked_before_crash_checked += *acked;
-      ASSERT_TRUE(p.RestartAggregator(signal)) << p.error() << p.Logs();
-      (signal == SIGKILL ? aggregator_kills : aggregator_terms)++;
+      if (aggregator_power_cuts == 0 || (signal == SIGKILL && rng() % 2 == 0)) {
+        uint64_t dropped = 0;
+        ASSERT_TRUE(p.PowerCutAggregator(&dropped)) << p.error() << p.Logs();
+        ++aggregator_power_cuts;
+        bytes_lost_to_power_cuts += dropped;
+      } else {
+        ASSERT_TRUE(p.RestartAggregator(signal)) << p.error() << p.Logs();
+        (signal == SIGKILL ? aggregator_kills : aggregator_terms)++;
+      }
       aggregator_life_start = elapsed();
       aggregator_rss_start = -1;
     } else {
@@ -206,7 +223,8 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
 
   std::printf(
       "chaos soak: %d s, %d nodes x %d ranks; faults: %d agent SIGKILL, %d agent SIGTERM, %d "
-      "aggregator SIGKILL, %d aggregator SIGTERM\n"
+      "aggregator SIGKILL, %d aggregator SIGTERM, %d aggregator power cuts (%llu unsynced bytes "
+      "lost)\n"
       "  stored: %llu batches from %zu agent runs, %llu reports; batch gaps %llu; reports stored "
       "twice %llu\n"
       "  acknowledged batches (summed over %d aggregator lives, a lower bound): %llu, all stored\n"
@@ -215,9 +233,11 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       "  events: %d straggler (all rank %d), %d hang/silent, %d other\n"
       "  RSS agent 0 (never killed): %.1f -> %.1f MiB; aggregator's last life: %.1f -> %.1f MiB\n",
       seconds, kNodes, kRanksPerNode, agent_kills, agent_terms, aggregator_kills, aggregator_terms,
+      aggregator_power_cuts, static_cast<unsigned long long>(bytes_lost_to_power_cuts),
       static_cast<unsigned long long>(batches), seqs.size(),
       static_cast<unsigned long long>(stored_reports), static_cast<unsigned long long>(gaps),
-      static_cast<unsigned long long>(duplicates), aggregator_kills + aggregator_terms + 1,
+      static_cast<unsigned long long>(duplicates),
+      aggregator_kills + aggregator_terms + aggregator_power_cuts + 1,
       static_cast<unsigned long long>(acked_total), static_cast<unsigned long long>(missing),
       100.0 * static_cast<double>(missing) / static_cast<double>(stored_reports + missing),
       straggler_events, kSlowRank, hang_events, other_events, agent0_rss_start, agent0_rss_end,

@@ -9,20 +9,23 @@
 #include "absl/time/clock.h"
 #include "common/sync.h"
 #include "httplib.h"
+#include "tests/crashfs/journaling_fs.h"
 
 namespace ncclwatch::testing {
 
 std::string Binaries::Aggregator() { return NCCLWATCH_AGGREGATOR_BIN; }
+std::string Binaries::CrashableAggregator() { return NCCLWATCH_CRASHABLE_AGGREGATOR_BIN; }
 std::string Binaries::Agent() { return NCCLWATCH_AGENT_BIN; }
 std::string Binaries::Cli() { return NCCLWATCH_CLI_BIN; }
 std::string Binaries::Simjob() { return NCCLWATCH_SIMJOB_BIN; }
 std::string Binaries::Plugin() { return NCCLWATCH_PLUGIN_SO; }
 
 Pipeline::Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags,
-                   std::vector<std::string> extra_agent_flags)
+                   std::vector<std::string> extra_agent_flags, bool crashable_aggregator)
     : extra_aggregator_flags_(std::move(extra_aggregator_flags)),
       extra_agent_flags_(std::move(extra_agent_flags)),
-      agent_starts_(nodes, 0) {
+      agent_starts_(nodes, 0),
+      crashable_(crashable_aggregator) {
   char tmpl[] = "/tmp/ncclwatch-e2e-XXXXXX";
   dir_ = mkdtemp(tmpl);
   if (!StartAggregator()) return;
@@ -71,15 +74,16 @@ bool Pipeline::RestartAgent(int node, int signal) {
 }
 
 bool Pipeline::StartAggregator() {
-  std::vector<std::string> argv = {Binaries::Aggregator(), "--listen-host=127.0.0.1",
-                                   "--grpc-port=" + std::to_string(std::max(grpc_port_, 0)),
-                                   "--http-port=" + std::to_string(std::max(http_port_, 0)),
-                                   "--data-dir=" + dir_ + "/db"};
+  std::vector<std::string> argv = {
+      crashable_ ? Binaries::CrashableAggregator() : Binaries::Aggregator(),
+      "--listen-host=127.0.0.1", "--grpc-port=" + std::to_string(std::max(grpc_port_, 0)),
+      "--http-port=" + std::to_string(std::max(http_port_, 0)), "--data-dir=" + dir_ + "/db"};
   argv.insert(argv.end(), extra_aggregator_flags_.begin(), extra_aggregator_flags_.end());
   const std::string log =
       dir_ + "/aggregator" + (aggregator_starts_++ == 0 ? "" : "-restarted") + ".log";
-  aggregator_ =
-      std::make_unique<Process>(argv, std::map<std::string, std::string>{}, log, "--ready-fd");
+  std::map<std::string, std::string> env;
+  if (crashable_) env["NCCLWATCH_CRASH_JOURNAL"] = dir_ + "/db.journal";
+  aggregator_ = std::make_unique<Process>(argv, env, log, "--ready-fd");
   grpc_port_ = aggregator_->ReadyValue("grpc_port");
   http_port_ = aggregator_->ReadyValue("http_port");
   if (grpc_port_ <= 0 || http_port_ <= 0) {
@@ -111,6 +115,22 @@ bool Pipeline::RestartAggregator(int signal) {
     aggregator_->Signal(signal);
     aggregator_->Wait();
   }
+  return StartAggregator();
+}
+
+bool Pipeline::PowerCutAggregator(uint64_t* dropped) {
+  if (!crashable_) {
+    error_ = "PowerCutAggregator needs a crashable aggregator";
+    return false;
+  }
+  aggregator_->Signal(SIGKILL);
+  aggregator_->Wait();
+  absl::StatusOr<PowerCut> cut = ApplyPowerCut(dir_ + "/db.journal");
+  if (!cut.ok()) {
+    error_ = std::string(cut.status().message());
+    return false;
+  }
+  if (dropped != nullptr) *dropped = cut->bytes_dropped;
   return StartAggregator();
 }
 

@@ -21,6 +21,7 @@ namespace ncclwatch::testing {
 // Paths of the built binaries, injected by CMake.
 struct Binaries {
   static std::string Aggregator();
+  static std::string CrashableAggregator();
   static std::string Agent();
   static std::string Cli();
   static std::string Simjob();
@@ -31,8 +32,11 @@ class Pipeline {
  public:
   // Starts the aggregator and `nodes` agents (node names sim-node-<i>). Check ok() afterwards.
   // In `extra_agent_flags`, "{node}" becomes the agent's index.
+  // With `crashable_aggregator`, the aggregator is the test build whose store journals its syncs
+  // (tests/crashfs), so that PowerCutAggregator() can be used.
   explicit Pipeline(int nodes, std::vector<std::string> extra_aggregator_flags = {},
-                    std::vector<std::string> extra_agent_flags = {});
+                    std::vector<std::string> extra_agent_flags = {},
+                    bool crashable_aggregator = false);
   ~Pipeline();
 
   bool ok() const { return ok_; }
@@ -51,6 +55,10 @@ class Pipeline {
   // Stops the aggregator and starts a new one on the same RocksDB directory and ports. SIGTERM: it
   // runs a last detection pass and must exit 0; SIGKILL: a crash, at whatever it was doing.
   bool RestartAggregator(int signal = SIGTERM);
+  // The aggregator's node loses power: SIGKILL, then everything its store had not synced is lost
+  // (files cut back to their last sync, files created without a directory sync removed); then it
+  // starts again. Needs `crashable_aggregator`. `dropped` (optional) gets the bytes lost.
+  bool PowerCutAggregator(uint64_t* dropped = nullptr);
   // Stops the aggregator for good (SIGTERM, exit 0 expected), e.g. to open its store directly.
   bool StopAggregator();
   // Starts the aggregator again after StopAggregator (same ports and data).
@@ -75,6 +83,7 @@ class Pipeline {
   std::vector<std::string> extra_agent_flags_;
   std::vector<int> agent_starts_;
   int aggregator_starts_ = 0;
+  bool crashable_ = false;
   bool ok_ = false;
   std::string error_;
   int grpc_port_ = -1;
