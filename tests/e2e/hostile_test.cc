@@ -206,6 +206,22 @@ TEST(HostileInputTest, IdleConnectionsAndHugeBodiesLeaveBothDaemonsHttpAnswering
   }
 }
 
+// Waits until job `job` has one communicator in which `ranks` ranks have reported; `comms` holds
+// the last answer.
+bool WaitForRanks(Pipeline& p, const std::string& job, int ranks,
+                  ncclwatch::v1::ListCommsResponse* comms) {
+  return PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        ncclwatch::v1::ListCommsRequest request;
+        request.set_job_id(job);
+        comms->Clear();
+        return p.query().ListComms(&ctx, request, comms).ok() && comms->comms_size() == 1 &&
+               comms->comms(0).ranks_size() == ranks;
+      },
+      30);
+}
+
 TEST(HostileInputTest, APodAndNodeClaimedByAPluginAreNotTrusted) {
   Pipeline p(1, {}, {"--pod-resources-socket="});
   ASSERT_TRUE(p.ok()) << p.error();
@@ -233,16 +249,7 @@ TEST(HostileInputTest, APodAndNodeClaimedByAPluginAreNotTrusted) {
   ASSERT_EQ(summary.accepted(), 1u);
 
   ncclwatch::v1::ListCommsResponse comms;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        grpc::ClientContext ctx;
-        ncclwatch::v1::ListCommsRequest request;
-        request.set_job_id("impostor");
-        comms.Clear();
-        return p.query().ListComms(&ctx, request, &comms).ok() && comms.comms_size() == 1;
-      },
-      20))
-      << p.Logs();
+  ASSERT_TRUE(WaitForRanks(p, "impostor", 1, &comms)) << p.Logs();
   ASSERT_EQ(comms.comms(0).ranks_size(), 1);
   const auto& rank = comms.comms(0).ranks(0);
   EXPECT_EQ(rank.node(), "sim-node-0") << "the agent's node, not the claimed one";
@@ -352,17 +359,7 @@ TEST(HostileInputTest, NineThousandIdleStreamsAndAReportFloodLeaveTheAgentBounde
 
   // Every one of the neighbour's ranks reached the aggregator.
   ncclwatch::v1::ListCommsResponse comms;
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        grpc::ClientContext ctx;
-        ncclwatch::v1::ListCommsRequest request;
-        request.set_job_id("neighbour");
-        comms.Clear();
-        return p.query().ListComms(&ctx, request, &comms).ok() && comms.comms_size() == 1 &&
-               comms.comms(0).ranks_size() == 20;
-      },
-      30))
-      << comms.DebugString() << p.Logs();
+  EXPECT_TRUE(WaitForRanks(p, "neighbour", 20, &comms)) << comms.DebugString() << p.Logs();
   const double rss = RssMib(p.agent_pid(0));
   auto [code, metrics] = p.AgentGet(0, "/metrics");
   ASSERT_EQ(code, 200);
