@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +11,7 @@
 #include "agent/agent_service.h"
 #include "agent/forwarder.h"
 #include "agent/inspector_series.h"
+#include "agent/plugin_listener.h"
 #include "agent/pod_resources.h"
 #include "agent/spool.h"
 #include "agent/unix_socket.h"
@@ -76,12 +78,21 @@ absl::Status AgentServer::OpenForwarders() {
 
 absl::Status AgentServer::StartGrpc() {
   const bool unix_socket = absl::StartsWith(options_.listen, "unix:");
-  if (unix_socket) {
-    absl::Status s = PrepareUnixSocket(UnixSocketPath(options_.listen), options_.socket_dir_mode);
-    if (!s.ok()) return s;
-  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials());
+  if (unix_socket) {
+    // The agent accepts on the unix socket itself, to ask the kernel who each peer is.
+    const std::string path = UnixSocketPath(options_.listen);
+    if (absl::Status s = PrepareUnixSocket(path, options_.socket_dir_mode); !s.ok()) return s;
+    PluginListenerOptions lopts;
+    lopts.path = path;
+    lopts.mode = options_.socket_mode;
+    lopts.group = options_.socket_group;
+    lopts.proc_dir = options_.proc_dir;
+    listener_ = std::make_unique<PluginListener>(lopts, peers_, metrics_);
+    if (absl::Status s = listener_->Listen(); !s.ok()) return s;
+  } else {
+    builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials());
+  }
   if (!options_.listen_tcp.empty()) {
     builder.AddListeningPort(options_.listen_tcp, grpc::InsecureServerCredentials(), &tcp_port_);
   }
@@ -96,10 +107,7 @@ absl::Status AgentServer::StartGrpc() {
         absl::StrFormat("cannot listen on %s%s", options_.listen,
                         options_.listen_tcp.empty() ? "" : " and " + options_.listen_tcp));
   }
-  if (unix_socket) {
-    return SecureUnixSocket(UnixSocketPath(options_.listen), options_.socket_mode,
-                            options_.socket_group);
-  }
+  if (listener_) listener_->Start(grpc_.get());
   return absl::OkStatus();
 }
 
@@ -147,9 +155,21 @@ absl::Status AgentServer::Start() {
              static_cast<double>(inspector->capped()));
     inspector->Collect(w);
   });
+  if (!options_.pod_logs_dir.empty() && !options_.proc_dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(options_.pod_logs_dir, ec)) {
+      pod_names_ = std::make_unique<PodDirectory>(options_.pod_logs_dir);
+    } else {
+      // Outside Kubernetes (or without the mount) nothing can name a pod: GPUs alone attribute.
+      LogInfo(
+          "--pod-logs-dir=%s is not a directory: plugins are attributed to pods by the GPU "
+          "they name, not by the kernel",
+          options_.pod_logs_dir);
+    }
+  }
   handler_ = std::make_unique<ReportHandler>(options_.node_name, shards, metrics_, pods_.get(),
-                                             inspector_.get());
-  service_ = std::make_unique<AgentService>(*handler_, metrics_, options_.streams);
+                                             inspector_.get(), pod_names_.get());
+  service_ = std::make_unique<AgentService>(*handler_, metrics_, options_.streams, &peers_);
   if (absl::Status s = StartGrpc(); !s.ok()) {
     Abandon();
     return s;
@@ -173,6 +193,7 @@ absl::Status AgentServer::Start() {
 
 void AgentServer::Abandon() {
   if (idle_streams_) idle_streams_->Stop();
+  if (listener_) listener_->Stop();
   if (grpc_) {
     grpc_->Shutdown(std::chrono::system_clock::now());
     grpc_.reset();
@@ -187,6 +208,7 @@ void AgentServer::Stop() {
   if (!running_) return;
   running_ = false;
   idle_streams_->Stop();
+  if (listener_) listener_->Stop();
   grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   if (pods_) pods_->Stop();
   // Flush every shard within one shared deadline; what is left goes to the spool at Stop().

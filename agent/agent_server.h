@@ -36,6 +36,7 @@ namespace ncclwatch::agent {
 class AgentService;
 class Forwarder;
 class NodeInspectorSeries;
+class PluginListener;
 class PodResolver;
 class ReportHandler;
 class Spool;
@@ -78,6 +79,13 @@ struct AgentServerOptions {
   int64_t spool_max_bytes = 1ll << 30;
   bool spool_fsync = false;
 
+  // Where the kernel's word on a plugin's pod comes from (peer_identity.h): the processes' cgroups
+  // (empty: not read; peers are then attributed by their GPU alone) and the kubelet's per-pod log
+  // directories, which name the pods (empty, or not a directory as outside Kubernetes: not read;
+  // peers are then attributed by their GPU alone).
+  std::string proc_dir = "/proc";
+  std::string pod_logs_dir = "/var/log/pods";
+
   // The kubelet's pod-resources socket (empty: no pod attribution) and how often to ask it.
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   absl::Duration pod_resources_refresh = absl::Seconds(10);
@@ -111,11 +119,14 @@ class AgentServer {
   // The bound ports once Start() succeeded: HTTP, and the --listen-tcp listener (0 without one).
   int http_port() const { return http_port_; }
   int tcp_port() const { return tcp_port_; }
+  // The kubelet resolver once Start() succeeded; null without --pod-resources-socket. Tests wait
+  // on its refreshes.
+  const PodResolver* pod_resolver() const { return pods_.get(); }
 
  private:
   // Opens the spools and creates (without starting) one forwarder per endpoint.
   absl::Status OpenForwarders();
-  // Prepares the unix socket, starts the plugins' gRPC server and secures the socket.
+  // Prepares and binds the unix socket, starts the plugins' gRPC server, then the accept loop.
   absl::Status StartGrpc();
   void InstallHttpRoutes();
   static HttpServerOptions HttpOptions(MetricRegistry& metrics) {
@@ -135,9 +146,12 @@ class AgentServer {
   std::vector<std::unique_ptr<Spool>> spools_;
   std::vector<std::unique_ptr<Forwarder>> forwarders_;
   std::unique_ptr<PodResolver> pods_;
+  std::unique_ptr<PodDirectory> pod_names_;
+  PeerTable peers_;
   std::unique_ptr<ReportHandler> handler_;
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<PluginListener> listener_;    // the unix socket's accept loop
   std::unique_ptr<PeriodicTask> idle_streams_;  // closes silent plugin streams
   HttpServer http_{HttpOptions(metrics_)};
   int http_port_ = 0;

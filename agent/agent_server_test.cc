@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "agent/agent_test_util.h"
 #include "agent/spool.h"
 #include "common/metrics.h"
 #include "common/sync.h"
@@ -28,25 +29,6 @@
 
 namespace ncclwatch::agent {
 namespace {
-
-// Acknowledges and keeps every batch, decoded as the aggregator decodes them.
-class StandInAggregator final : public ncclwatch::v1::Ingest::CallbackService {
- public:
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const ncclwatch::v1::NodeBatch* batch,
-                                 ncclwatch::v1::BatchAck* ack) override {
-    {
-      ncclwatch::MutexLock lock(&mu);
-      batches.push_back(*batch);
-    }
-    ack->set_batch_seq(batch->batch_seq());
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  ncclwatch::Mutex mu;
-  std::vector<ncclwatch::v1::NodeBatch> batches ABSL_GUARDED_BY(mu);
-};
 
 // Streams `n` valid reports of job `job` to the agent at `address`, as a plugin does, and returns
 // once the agent has handled them all (it answers the stream only then).

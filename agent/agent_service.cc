@@ -14,6 +14,9 @@ namespace ncclwatch::agent {
 
 namespace {
 constexpr const char* kRejectedHelp = "Reports rejected by validation, by reason.";
+constexpr const char* kAttributedHelp =
+    "Accepted reports stamped with a pod, by where the pod came from: kernel (the sender's "
+    "cgroup) or gpu (the kubelet's owner of the GPU the report names).";
 }  // namespace
 
 size_t ShardOf(std::string_view job_id, size_t shards) {
@@ -24,18 +27,29 @@ size_t ShardOf(std::string_view job_id, size_t shards) {
 
 ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
                              MetricRegistry& metrics, const PodResolver* pods,
-                             NodeInspectorSeries* inspector)
+                             NodeInspectorSeries* inspector, PodDirectory* pod_names)
     : node_(std::move(node)),
       shards_(std::move(shards)),
       pods_(pods),
       inspector_(inspector),
+      pod_names_(pod_names),
       metrics_(metrics),
       received_(metrics.GetCounter("ncclwatch_agent_reports_received_total",
                                    "Reports received from plugins.")),
       accepted_(metrics.GetCounter("ncclwatch_agent_reports_accepted_total",
                                    "Reports that passed validation and were queued.")),
-      attributed_(metrics.GetCounter("ncclwatch_agent_reports_attributed_total",
-                                     "Accepted reports whose GPU the kubelet assigns to a pod.")),
+      attributed_by_kernel_(metrics.GetCounter("ncclwatch_agent_reports_attributed_total",
+                                               kAttributedHelp, {{"source", "kernel"}})),
+      attributed_by_gpu_(metrics.GetCounter("ncclwatch_agent_reports_attributed_total",
+                                            kAttributedHelp, {{"source", "gpu"}})),
+      claims_refused_(metrics.GetCounter(
+          "ncclwatch_agent_gpu_claims_refused_total",
+          "Reports naming a GPU that the kubelet allocates to a pod other than the sender's "
+          "(per the kernel); their gpu_uuid is dropped.")),
+      unnamed_pods_(metrics.GetCounter(
+          "ncclwatch_agent_reports_unnamed_pod_total",
+          "Reports from a pod the kernel knows but --pod-logs-dir does not name; sent without a "
+          "pod.")),
       streams_(metrics.GetGauge("ncclwatch_agent_plugin_streams",
                                 "Plugin streams currently connected.")) {
   // Every field the agent vouches for is written, empty ones too (they are `optional` in the
@@ -54,17 +68,52 @@ ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
   }
 }
 
-std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity) const {
-  if (pods_ == nullptr) return node_stamp_;
-  std::optional<PodRef> pod = pods_->Lookup(identity.gpu_uuid());
-  if (!pod) return node_stamp_;
-  attributed_->Increment();
+std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity,
+                                 const PeerIdentity* peer) {
+  std::optional<PodRef> owner;
+  if (pods_ != nullptr && !identity.gpu_uuid().empty()) owner = pods_->Lookup(identity.gpu_uuid());
   ncclwatch::v1::RankReport stamp;
   auto* id = stamp.mutable_identity();
   id->set_node(node_);
-  id->set_pod(pod->pod);
-  id->set_pod_namespace(pod->pod_namespace);
-  id->set_container(pod->container);
+  if (peer != nullptr && peer->pod && pod_names_ != nullptr) {
+    std::optional<PodName> sender = pod_names_->Find(peer->pod->pod_uid);
+    if (!sender) {
+      // The kernel knows the pod but nothing names it: neither it nor the GPU claim is trusted.
+      unnamed_pods_->Increment();
+      id->set_pod("");
+      id->set_pod_namespace("");
+      id->set_container("");
+      return stamp.SerializeAsString();
+    }
+    attributed_by_kernel_->Increment();
+    id->set_pod(sender->pod);
+    id->set_pod_namespace(sender->pod_namespace);
+    const bool owned =
+        owner && owner->pod == sender->pod && owner->pod_namespace == sender->pod_namespace;
+    id->set_container(owned ? owner->container : "");
+    if (owner && !owned) {
+      claims_refused_->Increment();
+      id->set_gpu_uuid("");
+      // One line per 10 s at most: a pod that keeps lying must not flood the agent's log.
+      const int64_t now_ns = absl::GetCurrentTimeNanos();
+      int64_t last_ns = last_claim_warning_ns_.load(std::memory_order_relaxed);
+      if (now_ns - last_ns < 10'000'000'000 ||
+          !last_claim_warning_ns_.compare_exchange_strong(last_ns, now_ns)) {
+        return stamp.SerializeAsString();
+      }
+      LogWarning(
+          "pod %s/%s (pid %d) sent a report naming GPU %s, which the kubelet allocates to "
+          "%s/%s; the GPU is dropped from the report",
+          sender->pod_namespace, sender->pod, peer->pid, identity.gpu_uuid(), owner->pod_namespace,
+          owner->pod);
+    }
+    return stamp.SerializeAsString();
+  }
+  if (!owner) return node_stamp_;
+  attributed_by_gpu_->Increment();
+  id->set_pod(owner->pod);
+  id->set_pod_namespace(owner->pod_namespace);
+  id->set_container(owner->container);
   return stamp.SerializeAsString();
 }
 
@@ -79,7 +128,7 @@ void ReportHandler::Reject(const std::string& reason) {
       ->Increment();
 }
 
-bool ReportHandler::Handle(std::string report, uint64_t source) {
+bool ReportHandler::Handle(std::string report, uint64_t source, const PeerIdentity* peer) {
   received_->Increment();
   // Decode into this thread's scratch block: a typical report fits, so the decoded copy costs no
   // allocation and is discarded whole when the arena goes.
@@ -102,7 +151,7 @@ bool ReportHandler::Handle(std::string report, uint64_t source) {
     return false;
   }
   if (inspector_ != nullptr) inspector_->Update(*decoded);
-  report.append(Stamp(decoded->identity()));
+  report.append(Stamp(decoded->identity(), peer));
   shards_[ShardOf(decoded->identity().job_id(), shards_.size())]->Enqueue(std::move(report),
                                                                           source);
   accepted_->Increment();
@@ -124,6 +173,7 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     refilled_ns_ = last_message_ns_.load(std::memory_order_relaxed);
     tokens_ = service_.limits().burst_bytes;
     source_ = next_source.fetch_add(1, std::memory_order_relaxed);
+    if (service_.peers() != nullptr) peer_ = service_.peers()->Find(context->peer());
     admitted_ = service_.Admit(this, AgentService::Live{context, &last_message_ns_});
     if (!admitted_) {
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -166,7 +216,7 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       handler_.RateLimited();
     } else {
       tokens_ -= size;
-      accepted = handler_.Handle(std::move(report), source_);
+      accepted = handler_.Handle(std::move(report), source_, peer_.get());
     }
     if (accepted) {
       summary_.set_accepted(summary_.accepted() + 1);
@@ -192,7 +242,8 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool admitted_ = false;
   std::atomic<int64_t> last_message_ns_{0};
   uint64_t source_ = 0;  // tells this stream's reports apart in the forwarding queue
-  double tokens_ = 0;    // rate limit: bytes this stream may send now
+  std::shared_ptr<const PeerIdentity> peer_;  // the kernel's word on the sender; null: none
+  double tokens_ = 0;                         // rate limit: bytes this stream may send now
   int64_t refilled_ns_ = 0;
   static inline std::atomic<uint64_t> next_source{1};
   grpc::ByteBuffer* response_;
@@ -203,9 +254,11 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-AgentService::AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits)
+AgentService::AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits,
+                           const PeerTable* peers)
     : handler_(handler),
       limits_(limits),
+      peers_(peers),
       refused_(metrics.GetCounter(
           "ncclwatch_agent_plugin_streams_refused_total",
           "Plugin streams refused: --max-plugin-streams were open, all of them closing.")),

@@ -5,8 +5,17 @@
 // Reports stay in the bytes their plugin serialized: the stream is read raw, a report is decoded
 // (on a per-thread arena) only to be validated, and the agent's identity fields are appended as a
 // second, partial `identity` field, which protobuf merges into the first when the aggregator
-// decodes it. Nothing is re-encoded, which halves the agent's CPU per report. The stamp is the
-// node's name and, where the kubelet knows the report's GPU, the pod, namespace and container.
+// decodes it. Nothing is re-encoded, which halves the agent's CPU per report.
+//
+// The stamp is the node's name and the report's pod, namespace and container, which come from the
+// kernel and the kubelet, never from the report:
+//  - when the kernel names the connection's pod (peer_identity.h), that pod; its container too
+//    when the kubelet allocates the report's GPU to that very pod. A GPU the kubelet allocates to
+//    another pod is a false claim: the report keeps its pod, loses its gpu_uuid, and the claim is
+//    counted (ncclwatch_agent_gpu_claims_refused_total) and logged;
+//  - when the kernel cannot tell (a process outside any pod, or an agent without hostPID), the pod
+//    the kubelet allocates the report's GPU to, as a best effort.
+// ncclwatch_agent_reports_attributed_total{source="kernel"|"gpu"} counts the reports given a pod.
 #ifndef NCCLWATCH_AGENT_AGENT_SERVICE_H_
 #define NCCLWATCH_AGENT_AGENT_SERVICE_H_
 
@@ -19,6 +28,7 @@
 #include "absl/time/time.h"
 #include "agent/forwarder.h"
 #include "agent/inspector_series.h"
+#include "agent/peer_identity.h"
 #include "agent/pod_resources.h"
 #include "common/metrics.h"
 #include "common/sync.h"
@@ -38,11 +48,14 @@ class ReportHandler {
   // ShardOf its job id names.
   // `pods` (optional, outlives the handler) attributes a report's GPU to its Kubernetes pod.
   // `inspector` (optional, outlives the handler) keeps the node-local Inspector series.
+  // `pod_names` (optional, outlives the handler) names the pods the kernel finds peers in; without
+  // it, peers are attributed by their GPU alone.
   ReportHandler(std::string node, std::vector<Forwarder*> shards, MetricRegistry& metrics,
-                const PodResolver* pods = nullptr, NodeInspectorSeries* inspector = nullptr);
-  // Takes one serialized RankReport that arrived on stream `source`; returns true if it was
-  // accepted.
-  bool Handle(std::string report, uint64_t source = 0);
+                const PodResolver* pods = nullptr, NodeInspectorSeries* inspector = nullptr,
+                PodDirectory* pod_names = nullptr);
+  // Takes one serialized RankReport that arrived on stream `source` from `peer` (null: unknown,
+  // e.g. over TCP); returns true if it was accepted.
+  bool Handle(std::string report, uint64_t source = 0, const PeerIdentity* peer = nullptr);
   void StreamOpened();
   void StreamClosed();
   // A report dropped by its stream's rate limit (counted as rejected, reason rate_limited).
@@ -51,17 +64,22 @@ class ReportHandler {
  private:
   void Reject(const std::string& reason);
   // The identity fields this agent adds to a report, serialized as a partial RankReport.
-  std::string Stamp(const ncclwatch::v1::RankIdentity& identity) const;
+  std::string Stamp(const ncclwatch::v1::RankIdentity& identity, const PeerIdentity* peer);
 
   const std::string node_;
   std::string node_stamp_;  // a serialized RankReport holding only identity.node
   const std::vector<Forwarder*> shards_;
   const PodResolver* pods_;
   NodeInspectorSeries* inspector_;
+  PodDirectory* pod_names_;
   MetricRegistry& metrics_;
   Counter* received_;
   Counter* accepted_;
-  Counter* attributed_;
+  Counter* attributed_by_kernel_;
+  Counter* attributed_by_gpu_;
+  Counter* claims_refused_;
+  Counter* unnamed_pods_;
+  std::atomic<int64_t> last_claim_warning_ns_{0};
   Gauge* streams_;
 };
 
@@ -82,7 +100,9 @@ struct StreamLimits {
 class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_StreamReports<
                                ncclwatch::v1::Agent::Service> {
  public:
-  AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits = {});
+  // `peers` (optional, outlives the service): the kernel's word on each connection's peer.
+  AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits = {},
+               const PeerTable* peers = nullptr);
   grpc::ServerReadReactor<grpc::ByteBuffer>* StreamReports(grpc::CallbackServerContext* context,
                                                            grpc::ByteBuffer* summary) override;
 
@@ -100,10 +120,12 @@ class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_St
   void Release(const void* stream);
   const StreamLimits& limits() const { return limits_; }
   ReportHandler& handler() { return handler_; }
+  const PeerTable* peers() const { return peers_; }
 
  private:
   ReportHandler& handler_;
   const StreamLimits limits_;
+  const PeerTable* peers_;
   Counter* refused_;
   Counter* evicted_;
   Counter* idle_closed_;

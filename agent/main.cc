@@ -43,6 +43,8 @@ struct AgentConfig {
   std::string aggregator_server_name;
   std::string aggregator_token_file;
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string proc_dir = "/proc";
+  std::string pod_logs_dir = "/var/log/pods";
   int64_t pod_resources_refresh_s = 10;
   int64_t http_port = 9472;
   std::string node_name;
@@ -97,6 +99,12 @@ void Register(ConfigTable& t, AgentConfig& c) {
               "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
   t.AddString("aggregator-token-file", "NCCLWATCH_AGGREGATOR_TOKEN_FILE", &c.aggregator_token_file,
               "File holding a bearer token sent with every batch (re-read every 30 s).");
+  t.AddString("proc-dir", "", &c.proc_dir,
+              "Where the plugins' processes are seen (their cgroups name their pods; needs the "
+              "host's pid namespace, hostPID); empty: attribute plugins by their GPU alone.");
+  t.AddString("pod-logs-dir", "", &c.pod_logs_dir,
+              "The kubelet's per-pod log directories (<namespace>_<pod>_<uid>), which name the pod "
+              "the kernel finds a plugin in; empty: attribute plugins by their GPU alone.");
   t.AddString("pod-resources-socket", "NCCLWATCH_POD_RESOURCES_SOCKET", &c.pod_resources_socket,
               "The kubelet's pod-resources socket, to name the pod of each GPU; empty: off. "
               "Absent sockets are retried quietly (outside Kubernetes there is none).");
@@ -247,6 +255,8 @@ int Main(int argc, char** argv) {
   options.spool_max_bytes = config.spool_max_bytes;
   options.spool_fsync = config.spool_fsync;
   options.pod_resources_socket = config.pod_resources_socket;
+  options.proc_dir = config.proc_dir;
+  options.pod_logs_dir = config.pod_logs_dir;
   options.pod_resources_refresh =
       absl::Seconds(std::max<int64_t>(1, config.pod_resources_refresh_s));
   options.http_port = static_cast<int>(config.http_port);

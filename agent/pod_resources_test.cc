@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/agent_test_util.h"
 #include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -30,78 +31,10 @@ constexpr char kGpuB[] = "GPU-bbbbbbbb-1111-2222-3333-444444444444";
 constexpr char kMigC[] = "MIG-cccccccc-1111-2222-3333-444444444444";
 constexpr char kFailures[] = "ncclwatch_agent_pod_resources_refresh_failures_total";
 
-// The kubelet's side of the API, answering what the test last told it to. Fault switches:
-// FailNext (answer the next call with an error) and Hang (hold every call until released).
-class FakeKubelet final : public ::v1::PodResourcesLister::Service {
- public:
-  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
-                    ::v1::ListPodResourcesResponse* response) override {
-    if (hang_) {
-      arrived_.Notify();
-      release_.WaitForNotificationWithTimeout(absl::Seconds(60));
-    }
-    ncclwatch::MutexLock lock(&mu_);
-    ++calls_;
-    if (fail_next_ != grpc::StatusCode::OK) {
-      grpc::Status status(fail_next_, "injected");
-      fail_next_ = grpc::StatusCode::OK;
-      return status;
-    }
-    *response = answer_;
-    return grpc::Status::OK;
-  }
-
-  void SetAnswer(::v1::ListPodResourcesResponse answer) {
-    ncclwatch::MutexLock lock(&mu_);
-    answer_ = std::move(answer);
-  }
-  void FailNext(grpc::StatusCode code) {
-    ncclwatch::MutexLock lock(&mu_);
-    fail_next_ = code;
-  }
-  int calls() {
-    ncclwatch::MutexLock lock(&mu_);
-    return calls_;
-  }
-  // Before the server starts.
-  void Hang() { hang_ = true; }
-  ncclwatch::Notification& arrived() { return arrived_; }
-  void Release() {
-    if (!release_.HasBeenNotified()) release_.Notify();
-  }
-
- private:
-  bool hang_ = false;
-  ncclwatch::Notification arrived_;  // a call is being held
-  ncclwatch::Notification release_;
-  ncclwatch::Mutex mu_;
-  ::v1::ListPodResourcesResponse answer_ ABSL_GUARDED_BY(mu_);
-  grpc::StatusCode fail_next_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
-  int calls_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
 // The pod `uuid` is attributed to, "<none>" when none: readable failures, no empty optional deref.
 std::string PodOf(const PodResolver& resolver, std::string_view uuid) {
   std::optional<PodRef> ref = resolver.Lookup(uuid);
   return ref ? ref->pod : "<none>";
-}
-
-// Adds a pod with one container and returns the container, for adding devices to.
-::v1::ContainerResources* AddPod(::v1::ListPodResourcesResponse* answer, const std::string& ns,
-                                 const std::string& pod, const std::string& container) {
-  ::v1::PodResources* p = answer->add_pod_resources();
-  p->set_namespace_(ns);
-  p->set_name(pod);
-  ::v1::ContainerResources* c = p->add_containers();
-  c->set_name(container);
-  return c;
-}
-
-void AddDevices(::v1::ContainerResources* container, const std::string& resource,
-                std::initializer_list<const char*> ids) {
-  ::v1::ContainerDevices* d = container->add_devices();
-  d->set_resource_name(resource);
-  for (const char* id : ids) d->add_device_ids(id);
 }
 
 // Two pods with GPUs; the second container also holds a NIC, whose id is made to look like a GPU

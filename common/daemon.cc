@@ -1,6 +1,8 @@
 #include "common/daemon.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -51,6 +53,22 @@ bool IsLoopbackHost(const std::string& host) {
   }
   in6_addr v6{};
   return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+std::string ReachableIpv4Address() {
+  ifaddrs* list = nullptr;
+  std::string found = "127.0.0.1";
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    found = text;
+    break;
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 }  // namespace ncclwatch

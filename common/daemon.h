@@ -26,6 +26,10 @@ void NotifyReady(int fd, const std::string& line);
 // other address is reachable from elsewhere.
 bool IsLoopbackHost(const std::string& host);
 
+// A local address other machines could reach: the first non-loopback IPv4 address of an interface
+// that is up, or "127.0.0.1" when the machine has none.
+std::string ReachableIpv4Address();
+
 }  // namespace ncclwatch
 
 #endif  // NCCLWATCH_COMMON_DAEMON_H_

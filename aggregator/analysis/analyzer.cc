@@ -7,6 +7,7 @@
 
 #include "aggregator/analysis/detection_series.h"
 #include "aggregator/analysis/report_input.h"
+#include "common/log.h"
 #include "proto/samples.h"
 
 namespace ncclwatch::aggregator {
@@ -19,8 +20,9 @@ DetectorOptions DetectorOptionsOf(const AnalyzerOptions& o) {
 }  // namespace
 
 Analyzer::Analyzer(AnalyzerOptions options)
-    : registry_(
-          RegistryOptions{options.max_jobs, options.max_comms_per_job, options.series_ttl_ns}),
+    : registry_(RegistryOptions{options.max_jobs, options.max_comms_per_job,
+                                options.max_jobs_per_agent, options.max_comms_per_agent,
+                                options.series_ttl_ns}),
       series_(options.max_series, options.series_ttl_ns),
       detectors_(DetectorOptionsOf(options)),
       own_time_(options.own_time),
@@ -52,15 +54,26 @@ void Analyzer::JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int6
   }
 }
 
-Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns) {
+Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns,
+                          const std::string& source) {
   ncclwatch::MutexLock lock(&mu_);
   clock_ns_ = std::max(clock_ns_, now_ns);
   ++reports_;
   const auto& id = report.identity();
   const CommKey key{id.job_id(), id.comm_hash()};
   bool restarted = false;
-  CommEntry* entry = registry_.Record(key, id, now_ns, &restarted);
-  if (entry == nullptr) return {};  // beyond a cap: counted by the registry
+  const bool source_was_capped = registry_.SourceCapped(source);
+  CommEntry* entry = registry_.Record(key, id, now_ns, &restarted, source);
+  if (entry == nullptr) {  // beyond a cap: counted by the registry
+    if (!source_was_capped && registry_.SourceCapped(source)) {
+      LogWarning(
+          "%s introduced more jobs or communicators than --max-jobs-per-agent or "
+          "--max-comms-per-agent allow; its new ones are not analysed (counted in "
+          "ncclwatch_aggregator_reports_capped_total)",
+          source.empty() ? "a source" : source);
+    }
+    return {};
+  }
   if (restarted) {
     // New communicator, or one re-created with another size under the same hash.
     detectors_.correlator.Forget(key);
@@ -308,7 +321,9 @@ Analyzer::Counters Analyzer::counters() const {
                   detectors_.correlator.open_groups(),
                   registry_.capped_jobs(),
                   registry_.capped_comms(),
-                  series_.capped()};
+                  series_.capped(),
+                  registry_.capped_source_jobs(),
+                  registry_.capped_source_comms()};
 }
 
 }  // namespace ncclwatch::aggregator

@@ -47,6 +47,9 @@ struct AnalyzerOptions {
   size_t max_jobs = 4096;
   size_t max_comms_per_job = 16384;
   size_t max_series = 2'000'000;
+  // Per source (the agent, as authenticated): the jobs and communicators it may introduce.
+  size_t max_jobs_per_agent = 256;
+  size_t max_comms_per_agent = 4096;
 };
 
 // What one report caused: the detection events (e.g. a rank flagged as a straggler) and the
@@ -60,8 +63,10 @@ class Analyzer {
  public:
   explicit Analyzer(AnalyzerOptions options = {});
 
-  // Takes one validated report received at `now_ns` (aggregator clock).
-  Ingested Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes one validated report received at `now_ns` (aggregator clock) from `source` (who sent it,
+  // as the aggregator authenticated it; the per-agent caps count by it).
+  Ingested Ingest(const ncclwatch::v1::RankReport& report, int64_t now_ns,
+                  const std::string& source = "") ABSL_LOCKS_EXCLUDED(mu_);
   // Re-evaluates hangs and silent ranks, expires incomplete collective groups and forgotten
   // series and communicators. Returns the detection events it caused. Call about four times a
   // second.
@@ -100,9 +105,11 @@ class Analyzer {
     uint64_t groups_completed = 0;
     uint64_t groups_expired = 0;
     uint64_t open_groups = 0;
-    uint64_t capped_jobs = 0;    // reports not analysed: their job is beyond max_jobs
-    uint64_t capped_comms = 0;   // ... their communicator is beyond max_comms_per_job
-    uint64_t capped_series = 0;  // series updates refused: beyond max_series
+    uint64_t capped_jobs = 0;         // reports not analysed: their job is beyond max_jobs
+    uint64_t capped_comms = 0;        // ... their communicator is beyond max_comms_per_job
+    uint64_t capped_series = 0;       // series updates refused: beyond max_series
+    uint64_t capped_agent_jobs = 0;   // reports not analysed: beyond max_jobs_per_agent
+    uint64_t capped_agent_comms = 0;  // ... beyond max_comms_per_agent
   };
   Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
 

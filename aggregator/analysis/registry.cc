@@ -6,19 +6,40 @@
 namespace ncclwatch::aggregator {
 
 CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id,
-                                int64_t now_ns, bool* restarted) {
+                                int64_t now_ns, bool* restarted, const std::string& source) {
   *restarted = false;
   auto found = comms_.find(key);
   if (found == comms_.end()) {
     auto job = comms_per_job_.find(key.job_id);
-    if (job == comms_per_job_.end() && comms_per_job_.size() >= options_.max_jobs) {
+    const bool new_job = job == comms_per_job_.end();
+    if (new_job && comms_per_job_.size() >= options_.max_jobs) {
       ++capped_jobs_;
       return nullptr;
     }
-    if (job != comms_per_job_.end() && job->second >= options_.max_comms_per_job) {
+    if (!new_job && job->second >= options_.max_comms_per_job) {
       ++capped_comms_;
       return nullptr;
     }
+    auto count = [](const std::map<std::string, size_t>& counts, const std::string& source) {
+      auto it = counts.find(source);
+      return it == counts.end() ? size_t{0} : it->second;
+    };
+    if (new_job && count(jobs_per_source_, source) >= options_.max_jobs_per_source) {
+      ++capped_source_jobs_;
+      capped_sources_.insert(source);
+      return nullptr;
+    }
+    if (count(comms_per_source_, source) >= options_.max_comms_per_source) {
+      ++capped_source_comms_;
+      capped_sources_.insert(source);
+      return nullptr;
+    }
+    if (new_job) {
+      ++jobs_per_source_[source];
+      job_source_[key.job_id] = source;
+    }
+    ++comms_per_source_[source];
+    comm_source_[key] = source;
     ++comms_per_job_[key.job_id];
     found = comms_.try_emplace(key).first;
   }
@@ -64,9 +85,21 @@ void CommRegistry::Expire(int64_t now_ns, const std::function<void(const CommKey
       if (now_ns - seen <= options_.ttl_ns) return false;
     }
     forget(kv.first);
+    // Each count drops with what it counted; a source whose counts reach zero is forgotten.
+    auto release = [](std::map<std::string, size_t>& counts, const std::string& source) {
+      if (auto it = counts.find(source); it != counts.end() && --it->second == 0) counts.erase(it);
+    };
+    if (auto comm = comm_source_.find(kv.first); comm != comm_source_.end()) {
+      release(comms_per_source_, comm->second);
+      comm_source_.erase(comm);
+    }
     if (auto job = comms_per_job_.find(kv.first.job_id);
         job != comms_per_job_.end() && --job->second == 0) {
       comms_per_job_.erase(job);
+      if (auto owner = job_source_.find(kv.first.job_id); owner != job_source_.end()) {
+        release(jobs_per_source_, owner->second);
+        job_source_.erase(owner);
+      }
     }
     return true;
   });

@@ -1,5 +1,7 @@
 // The communicators the analyzer knows: who each rank is (CommWho), when each rank last reported,
-// and the caps that bound how many jobs and communicators are analysed at once.
+// and the caps that bound how many jobs and communicators are analysed at once: in all, per job,
+// and per source (the agent that sent the report, as the aggregator authenticated it: one source
+// filling the caps cannot lock out every other node's jobs).
 //
 // Not thread-safe: the Analyzer serialises calls.
 #ifndef NCCLWATCH_AGGREGATOR_ANALYSIS_REGISTRY_H_
@@ -8,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,9 @@ namespace ncclwatch::aggregator {
 struct RegistryOptions {
   size_t max_jobs = 4096;
   size_t max_comms_per_job = 16384;
+  // A source introduces a job (or communicator) when it sends its first report.
+  size_t max_jobs_per_source = 256;
+  size_t max_comms_per_source = 4096;
   int64_t ttl_ns = 600'000'000'000;  // a communicator silent this long is gone
 };
 
@@ -45,12 +51,13 @@ class CommRegistry {
  public:
   explicit CommRegistry(RegistryOptions options) : options_(options) {}
 
-  // Records that rank `id.rank()` of `key` reported at `now_ns`. Returns its communicator, or
-  // nullptr (counted) when it is new and beyond --max-jobs or --max-comms-per-job: such reports
-  // are not analysed. `*restarted` is set when the communicator is new, or came back with another
-  // size under the same hash: whatever was kept about it must start over.
+  // Records that rank `id.rank()` of `key` reported at `now_ns`, sent by `source`. Returns its
+  // communicator, or nullptr (counted) when it is new and beyond --max-jobs, --max-comms-per-job,
+  // or the jobs or communicators `source` introduced beyond --max-{jobs,comms}-per-agent: such
+  // reports are not analysed. `*restarted` is set when the communicator is new, or came back
+  // with another size under the same hash: whatever was kept about it must start over.
   CommEntry* Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id, int64_t now_ns,
-                    bool* restarted);
+                    bool* restarted, const std::string& source = "");
   const CommEntry* Find(const CommKey& key) const;
   const CommWho* FindWho(const CommKey& key) const;
   // Forgets every communicator none of whose ranks reported within the TTL (its job ended or
@@ -60,6 +67,10 @@ class CommRegistry {
   const std::map<CommKey, CommEntry>& comms() const { return comms_; }
   uint64_t capped_jobs() const { return capped_jobs_; }
   uint64_t capped_comms() const { return capped_comms_; }
+  uint64_t capped_source_jobs() const { return capped_source_jobs_; }
+  uint64_t capped_source_comms() const { return capped_source_comms_; }
+  // Sources that have hit a per-source cap at least once (for a log line when one first does).
+  bool SourceCapped(const std::string& source) const { return capped_sources_.contains(source); }
 
   // The labels that name rank `rank` of a communicator on every per-rank series:
   // job_id, comm_hash, comm_name, rank, node, gpu.
@@ -72,8 +83,16 @@ class CommRegistry {
   std::map<CommKey, CommEntry> comms_;
   // comms_ counted by job: the caps' checks stay O(log n) when a flood of new job ids arrives.
   std::map<std::string, size_t> comms_per_job_;
+  // Who introduced each job and communicator, and how many of each every source introduced.
+  std::map<std::string, std::string> job_source_;
+  std::map<CommKey, std::string> comm_source_;
+  std::map<std::string, size_t> jobs_per_source_;
+  std::map<std::string, size_t> comms_per_source_;
+  std::set<std::string> capped_sources_;
   uint64_t capped_jobs_ = 0;
   uint64_t capped_comms_ = 0;
+  uint64_t capped_source_jobs_ = 0;
+  uint64_t capped_source_comms_ = 0;
 };
 
 }  // namespace ncclwatch::aggregator

@@ -30,12 +30,16 @@ void ExportAnalyzerCounters(const Analyzer& analyzer, PromTextWriter& w) {
   w.Sample("ncclwatch_aggregator_open_groups", {}, c.open_groups);
   w.Family("ncclwatch_aggregator_reports_capped_total",
            "Reports stored but not analysed: their job or communicator is beyond a cap "
-           "(--max-jobs, --max-comms-per-job).",
+           "(--max-jobs, --max-comms-per-job, --max-jobs-per-agent, --max-comms-per-agent).",
            "counter");
   w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_jobs"}},
            c.capped_jobs);
   w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_comms"}},
            c.capped_comms);
+  w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_jobs_per_agent"}},
+           c.capped_agent_jobs);
+  w.Sample("ncclwatch_aggregator_reports_capped_total", {{"reason", "too_many_comms_per_agent"}},
+           c.capped_agent_comms);
   w.Family("ncclwatch_aggregator_series_capped_total",
            "Series updates refused because --max-series series exist.", "counter");
   w.Sample("ncclwatch_aggregator_series_capped_total", {}, c.capped_series);
@@ -67,7 +71,8 @@ Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m)
   m.AddCollector([this](PromTextWriter& w) { ExportAnalyzerCounters(analyzer_, w); });
 }
 
-absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBatch& batch) {
+absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBatch& batch,
+                                                     const std::string& source) {
   if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
       batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
     batches_invalid_->Increment();
@@ -81,6 +86,9 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
   clean.set_batch_seq(batch.batch_seq());
   clean.set_node(batch.node());
   clean.set_sent_unix_ns(batch.sent_unix_ns());
+  // The sender as authenticated here, never as it says (whatever `source` it sent is dropped);
+  // stored with the batch, so that a replay counts it against the same per-agent caps.
+  clean.set_source(source.empty() ? "agent:" + batch.agent_id() : source);
   uint32_t rejected = 0;
   for (const auto& report : batch.reports()) {
     ReportVerdict verdict = ValidateReport(report);
@@ -144,7 +152,7 @@ void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
   std::vector<SeriesPoint> points;
   for (const auto& report : batch.reports()) {
     reports_ingested_->Increment();
-    Ingested ingested = analyzer_.Ingest(report, received_ns);
+    Ingested ingested = analyzer_.Ingest(report, received_ns, batch.source());
     for (const auto& event : ingested.events) handle(event);
     points.insert(points.end(), std::make_move_iterator(ingested.points.begin()),
                   std::make_move_iterator(ingested.points.end()));

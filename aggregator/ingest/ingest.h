@@ -30,10 +30,12 @@ class Ingest {
   // All three outlive the Ingest. Registers the aggregator's ingest metrics in `metrics`.
   Ingest(Store& store, Analyzer& analyzer, MetricRegistry& metrics);
 
-  // Validates, stores (durably) and analyses a batch. Errors: InvalidArgument for a malformed
-  // batch (not retried by agents), Unavailable when the store failed (retried). Invalid reports
-  // are left out and counted by reason; the ack says how many.
-  absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch);
+  // Validates, stores (durably) and analyses a batch sent by `source` (PushSource; empty:
+  // "agent:<agent_id>"), which is stored with it. Errors: InvalidArgument for a malformed batch
+  // (not retried by agents), Unavailable when the store failed (retried). Invalid reports are
+  // left out and counted by reason; the ack says how many.
+  absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch,
+                                               const std::string& source = "");
   // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
   // detection series (ncclwatch_*), at most once a second, when they change and at least once a
   // minute.

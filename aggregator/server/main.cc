@@ -51,6 +51,8 @@ struct AggregatorConfig {
   bool insecure_query = false;
   int64_t max_jobs = 4096;
   int64_t max_comms_per_job = 16384;
+  int64_t max_jobs_per_agent = 256;
+  int64_t max_comms_per_agent = 4096;
   int64_t max_series = 2'000'000;
   int64_t ready_fd = -1;
 };
@@ -107,6 +109,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
            "(counted in ncclwatch_aggregator_reports_capped_total).");
   t.AddInt("max-comms-per-job", "", &c.max_comms_per_job,
            "Most communicators analysed per job; beyond, as --max-jobs.");
+  t.AddInt("max-jobs-per-agent", "", &c.max_jobs_per_agent,
+           "Most jobs one agent (as authenticated: client certificate, else address) may "
+           "introduce, so that one node cannot fill --max-jobs; beyond, as --max-jobs.");
+  t.AddInt("max-comms-per-agent", "", &c.max_comms_per_agent,
+           "Most communicators one agent may introduce; beyond, as --max-jobs.");
   t.AddInt("max-series", "", &c.max_series,
            "Most exported series; further ones are neither exported nor stored "
            "(ncclwatch_aggregator_series_capped_total).");
@@ -164,8 +171,10 @@ std::optional<std::string> CheckRanges(const AggregatorConfig& c) {
   if (c.degraded_min_bytes < 0) {
     return "--degraded-min-bytes must be 0 or more";
   }
-  if (c.max_jobs < 1 || c.max_comms_per_job < 1 || c.max_series < 1) {
-    return "--max-jobs, --max-comms-per-job and --max-series must be positive";
+  if (c.max_jobs < 1 || c.max_comms_per_job < 1 || c.max_series < 1 || c.max_jobs_per_agent < 1 ||
+      c.max_comms_per_agent < 1) {
+    return "--max-jobs, --max-comms-per-job, --max-jobs-per-agent, --max-comms-per-agent and "
+           "--max-series must be positive";
   }
   return std::nullopt;
 }
@@ -205,6 +214,8 @@ AnalyzerOptions AnalyzerOptionsOf(const AggregatorConfig& c) {
   a.degraded.min_message_bytes = static_cast<uint64_t>(c.degraded_min_bytes);
   a.max_jobs = static_cast<size_t>(c.max_jobs);
   a.max_comms_per_job = static_cast<size_t>(c.max_comms_per_job);
+  a.max_jobs_per_agent = static_cast<size_t>(c.max_jobs_per_agent);
+  a.max_comms_per_agent = static_cast<size_t>(c.max_comms_per_agent);
   a.max_series = static_cast<size_t>(c.max_series);
   return a;
 }

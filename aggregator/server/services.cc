@@ -2,8 +2,11 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "aggregator/server/watch.h"
+#include "common/daemon.h"
+#include "grpcpp/security/auth_context.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -42,6 +45,28 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+std::string PushSource(const grpc::ServerContextBase& context, const std::string& agent_id) {
+  // A verified client certificate names the sender best.
+  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+      auth != nullptr && auth->IsPeerAuthenticated()) {
+    std::vector<grpc::string_ref> identity = auth->GetPeerIdentity();
+    if (!identity.empty()) return "cert:" + std::string(identity[0].data(), identity[0].size());
+  }
+  // Else its address, without the port: "ipv4:10.0.3.7:51234" -> "ip:10.0.3.7".
+  const std::string peer = context.peer();
+  std::string host = peer.substr(peer.find(':') + 1);
+  if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
+    host = host.substr(0, host.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    // On this machine (tests, the demo, a sidecar) every agent shares the address: its name
+    // tells them apart, and a local process is trusted as far as the machine is.
+    if (!IsLoopbackHost(host)) return "ip:" + host;
+  }
+  return "local:" + agent_id;
+}
+
 IngestService::IngestService(Ingest& ingest, TokenFile* token)
     : ingest_(ingest),
       gate_(token, ingest.metrics().GetCounter(
@@ -52,7 +77,8 @@ grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* conte
                                               const ncclwatch::v1::NodeBatch* request,
                                               ncclwatch::v1::BatchAck* response) {
   if (!gate_.Admits(*context)) return Finished(context, kPushUnauthenticated);
-  return Answer(context, ingest_.Push(*request), response);
+  return Answer(context, ingest_.Push(*request, PushSource(*context, request->agent_id())),
+                response);
 }
 
 QueryService::QueryService(QueryEngine& query, Ingest& ingest, TokenFile* token)

@@ -13,6 +13,10 @@
 
 namespace ncclwatch::aggregator {
 
+// Who pushed a batch, as authenticated: "cert:<identity>" for a verified client certificate,
+// "ip:<address>" for a peer beyond loopback, "local:<agent_id>" on loopback or a unix socket.
+std::string PushSource(const grpc::ServerContextBase& context, const std::string& agent_id);
+
 class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
  public:
   // With `token` (optional, outlives the service), a push without `authorization: Bearer

@@ -1,7 +1,9 @@
 #include "aggregator/store/store.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,39 @@ TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ(*(*reopened)->CountBatches(), 4u);
   EXPECT_FALSE(*(*reopened)->PutBatchIfNew(Batch("a", 2), 200));
+}
+
+TEST_F(StoreTest, TheSameBatchPushedConcurrentlyIsStoredOnceAndNewToExactlyOnePush) {
+  // An agent whose push timed out retries while the first push is still being synced: both reach
+  // PutBatchIfNew at once. Each of 64 batches goes to 4 threads released together.
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  constexpr int kBatches = 64;
+  constexpr int kThreads = 4;
+  std::atomic<int> new_answers[kBatches] = {};
+  std::atomic<int> errors{0};
+  for (int b = 0; b < kBatches; ++b) {
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, b] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        absl::StatusOr<bool> fresh = (*store)->PutBatchIfNew(Batch("a", b + 1), 1'000 + b);
+        if (!fresh.ok()) errors.fetch_add(1);
+        if (fresh.ok() && *fresh) new_answers[b].fetch_add(1);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_EQ(errors.load(), 0);
+  for (int b = 0; b < kBatches; ++b) EXPECT_EQ(new_answers[b].load(), 1) << "batch " << b + 1;
+  EXPECT_EQ(*(*store)->CountBatches(), static_cast<uint64_t>(kBatches));
+  int replayed = 0;
+  ASSERT_TRUE((*store)
+                  ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch&, int64_t) { ++replayed; })
+                  .ok());
+  EXPECT_EQ(replayed, kBatches) << "every batch once in the log that replays feed the detectors";
 }
 
 TEST_F(StoreTest, EventsComeBackInTimeOrder) {

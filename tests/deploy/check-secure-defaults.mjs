@@ -54,6 +54,17 @@ if (!aggregator || !agent) {
     const insecure = (pod.containers[0].args ?? []).filter((a) => a.startsWith("--insecure"));
     if (insecure.length) problems.push(`the ${who} runs with ${insecure.join(" ")}`);
   }
+  // Plugins are attributed to pods by the kernel: the agent sees the host's processes and reads
+  // the kubelet's pod directory names; its socket admits its user and group only.
+  const gArgs = gPod.containers[0].args ?? [];
+  const procDir = gArgs.find((a) => a.startsWith("--proc-dir="));
+  const podLogs = gArgs.find((a) => a.startsWith("--pod-logs-dir="))?.slice("--pod-logs-dir=".length);
+  if (!gPod.hostPID || procDir === "--proc-dir=" || !podLogs) {
+    problems.push("the agent attributes plugins by what they claim (needs hostPID, --proc-dir and --pod-logs-dir)");
+  } else if (!(gPod.containers[0].volumeMounts ?? []).some((m) => m.mountPath === podLogs && m.readOnly)) {
+    problems.push(`the agent's --pod-logs-dir=${podLogs} is not a read-only mount`);
+  }
+  if (!gArgs.includes("--socket-mode=0660")) problems.push("the agent's socket is not mode 0660");
   for (const name of [ingest, query]) {
     if (name && !name.startsWith("(") && !find("Secret", name) && !operatorCreatesSecrets) {
       problems.push(`Secret ${name} is mounted but not rendered`);
@@ -67,4 +78,6 @@ if (problems.length) {
   for (const p of problems) console.log(`${file}: ${p}`);
   process.exit(1);
 }
-console.log(`${file}: authenticated ingest and queries, NetworkPolicies for both components`);
+console.log(
+  `${file}: authenticated ingest and queries, NetworkPolicies for both components, kernel attribution of plugins`,
+);

@@ -2,8 +2,6 @@
 // CA signed, and, with an ingest token, only one that also sends it. Real daemons, real TLS
 // handshakes over real sockets; certificates made by openssl for the test.
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
 
@@ -14,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/daemon.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -251,24 +250,6 @@ TEST_F(SecurityTest, MisconfiguredTlsFailsAtStartWithAClearError) {
   EXPECT_NE(out.find("cannot read the server key file"), std::string::npos) << out;
 }
 
-// A local address other machines could reach (the first non-loopback IPv4 of an interface that
-// is up), or 127.0.0.1 when the machine has none.
-std::string ReachableAddress() {
-  ifaddrs* list = nullptr;
-  std::string found = "127.0.0.1";
-  if (getifaddrs(&list) != 0) return found;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char text[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
-    found = text;
-    break;
-  }
-  freeifaddrs(list);
-  return found;
-}
-
 TEST_F(SecurityTest, BeyondLoopbackTheAggregatorFailsClosed) {
   const std::string db = "--data-dir=" + certs_.path() + "/db";
   const std::vector<std::string> anywhere = {Binaries::Aggregator(), db, "--grpc-port=0",
@@ -304,7 +285,7 @@ TEST_F(SecurityTest, BeyondLoopbackTheAggregatorFailsClosed) {
   const int port = aggregator.ReadyValue("grpc_port");
   ASSERT_GT(port, 0) << aggregator.Log();
   auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
-      ReachableAddress() + ":" + std::to_string(port), grpc::InsecureChannelCredentials()));
+      ReachableIpv4Address() + ":" + std::to_string(port), grpc::InsecureChannelCredentials()));
   ncclwatch::v1::NodeBatch batch;
   batch.set_agent_id("outsider");
   batch.set_batch_seq(1);

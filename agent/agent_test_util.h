@@ -1,0 +1,108 @@
+// Stand-ins shared by the agent's tests: the kubelet's pod-resources service and an aggregator
+// that keeps what it is sent.
+#ifndef NCCLWATCH_AGENT_AGENT_TEST_UTIL_H_
+#define NCCLWATCH_AGENT_AGENT_TEST_UTIL_H_
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/sync.h"
+#include "grpcpp/grpcpp.h"
+#include "k8s/podresources_v1.grpc.pb.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+
+namespace ncclwatch::agent {
+
+// The kubelet's side of the API, answering what the test last told it to. Fault switches:
+// FailNext (answer the next call with an error) and Hang (hold every call until released).
+class FakeKubelet final : public ::v1::PodResourcesLister::Service {
+ public:
+  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
+                    ::v1::ListPodResourcesResponse* response) override {
+    if (hang_) {
+      arrived_.Notify();
+      release_.WaitForNotificationWithTimeout(absl::Seconds(60));
+    }
+    ncclwatch::MutexLock lock(&mu_);
+    ++calls_;
+    if (fail_next_ != grpc::StatusCode::OK) {
+      grpc::Status status(fail_next_, "injected");
+      fail_next_ = grpc::StatusCode::OK;
+      return status;
+    }
+    *response = answer_;
+    return grpc::Status::OK;
+  }
+
+  void SetAnswer(::v1::ListPodResourcesResponse answer) {
+    ncclwatch::MutexLock lock(&mu_);
+    answer_ = std::move(answer);
+  }
+  void FailNext(grpc::StatusCode code) {
+    ncclwatch::MutexLock lock(&mu_);
+    fail_next_ = code;
+  }
+  int calls() {
+    ncclwatch::MutexLock lock(&mu_);
+    return calls_;
+  }
+  // Before the server starts.
+  void Hang() { hang_ = true; }
+  ncclwatch::Notification& arrived() { return arrived_; }
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
+ private:
+  bool hang_ = false;
+  ncclwatch::Notification arrived_;  // a call is being held
+  ncclwatch::Notification release_;
+  ncclwatch::Mutex mu_;
+  ::v1::ListPodResourcesResponse answer_ ABSL_GUARDED_BY(mu_);
+  grpc::StatusCode fail_next_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Acknowledges and keeps every batch, decoded as the aggregator decodes them.
+class StandInAggregator final : public ncclwatch::v1::Ingest::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const ncclwatch::v1::NodeBatch* batch,
+                                 ncclwatch::v1::BatchAck* ack) override {
+    {
+      ncclwatch::MutexLock lock(&mu);
+      batches.push_back(*batch);
+    }
+    ack->set_batch_seq(batch->batch_seq());
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  ncclwatch::Mutex mu;
+  std::vector<ncclwatch::v1::NodeBatch> batches ABSL_GUARDED_BY(mu);
+};
+
+// Adds a pod with one container and returns the container, for adding devices to.
+inline ::v1::ContainerResources* AddPod(::v1::ListPodResourcesResponse* answer,
+                                        const std::string& ns, const std::string& pod,
+                                        const std::string& container) {
+  ::v1::PodResources* p = answer->add_pod_resources();
+  p->set_namespace_(ns);
+  p->set_name(pod);
+  ::v1::ContainerResources* c = p->add_containers();
+  c->set_name(container);
+  return c;
+}
+
+inline void AddDevices(::v1::ContainerResources* container, const std::string& resource,
+                       std::initializer_list<const char*> ids) {
+  ::v1::ContainerDevices* d = container->add_devices();
+  d->set_resource_name(resource);
+  for (const char* id : ids) d->add_device_ids(id);
+}
+
+}  // namespace ncclwatch::agent
+
+#endif  // NCCLWATCH_AGENT_AGENT_TEST_UTIL_H_
