@@ -14,6 +14,10 @@ struct SeriesFamily {
   const char* name;
   const char* help;
   const char* type;  // "gauge" or "counter"
+  // Computed by the detectors from the aggregator's current state (not measured by a plugin over
+  // an interval): /federate gives these no timestamp, so that Prometheus marks them stale the
+  // moment they are gone (a job that ended), and alerts on them resolve at once.
+  bool live = false;
 };
 
 // The NCCL Inspector-compatible families come first (kInspectorFamilies), then ncclwatch's own.
@@ -23,32 +27,34 @@ inline constexpr SeriesFamily kExportedSeries[] = {
     {"nccl_p2p_bus_bandwidth_gbs", "Point-to-point bus bandwidth in GB/s (geometric mean).",
      "gauge"},
     {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time.", "gauge"},
-    {"ncclwatch_straggler", "1 while the rank is flagged as consistently late, else 0.", "gauge"},
+    {"ncclwatch_straggler", "1 while the rank is flagged as consistently late, else 0.", "gauge",
+     true},
     {"ncclwatch_rank_lateness_seconds",
-     "Median time the rank reaches collectives after the first rank of its communicator.", "gauge"},
+     "Median time the rank reaches collectives after the first rank of its communicator.", "gauge",
+     true},
     {"ncclwatch_hang",
      "1 while a collective of the communicator has made no progress for longer than the hang "
      "threshold, else 0.",
-     "gauge"},
+     "gauge", true},
     {"ncclwatch_hang_age_seconds", "Age of the communicator's hung collective (0 when none).",
-     "gauge"},
+     "gauge", true},
     {"ncclwatch_rank_missing",
      "1 while the rank is missing from its communicator's hung collective: it never reached it, "
      "or went silent.",
-     "gauge"},
+     "gauge", true},
     {"ncclwatch_comm_degraded",
      "1 while the communicator's bus bandwidth stays below the baseline of communicators of its "
      "class (nvlink or hybrid), collective, message size and size, else 0.",
-     "gauge"},
+     "gauge", true},
     {"ncclwatch_node_network_suspect",
      "1 while the node's network is the common factor of the job's degraded hybrid "
      "communicators (its NVLink-only communicators being healthy).",
-     "gauge"},
+     "gauge", true},
     {"ncclwatch_node_straggler",
-     "1 while every rank the communicator has on the node is flagged slow, else 0.", "gauge"},
+     "1 while every rank the communicator has on the node is flagged slow, else 0.", "gauge", true},
     {"ncclwatch_rank_silent",
      "1 while the rank's reports have stopped and the rest of its communicator carries on.",
-     "gauge"},
+     "gauge", true},
     {"ncclwatch_plugin_drops_total",
      "What the rank's plugin could not record since its process started, by kind (events, "
      "records, reports, samples_capped, channel_events_orphaned): a pool, ring or queue was "

@@ -26,7 +26,8 @@ Analyzer::Analyzer(AnalyzerOptions options)
       series_(options.max_series, options.series_ttl_ns),
       detectors_(DetectorOptionsOf(options)),
       own_time_(options.own_time),
-      verdicts_(options.root_cause) {}
+      verdicts_(options.root_cause),
+      job_end_silence_ns_(options.job_end_silence_ns) {}
 
 void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
                                      const std::vector<FlagChange>& changes, int64_t now_ns,
@@ -61,6 +62,9 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   ++reports_;
   const auto& id = report.identity();
   const CommKey key{id.job_id(), id.comm_hash()};
+  // A job reporting again after it ended (restarted under the same id) is running again; a late
+  // final report of it only ends it once more.
+  if (!report.final() && lifecycle_.IsEnded(id.job_id())) lifecycle_.Resume(id.job_id());
   bool restarted = false;
   const bool source_was_capped = registry_.SourceCapped(source);
   CommEntry* entry = registry_.Record(key, id, now_ns, &restarted, source);
@@ -122,6 +126,15 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
                           &out.events);
     }
   });
+  lifecycle_.Filter(&out.events);
+  if (report.final()) {
+    entry->finalized.insert(id.rank());
+    const auto comms = registry_.JobComms(key.job_id);
+    if (std::all_of(comms.begin(), comms.end(),
+                    [](const auto* comm) { return comm->second.Finished(); })) {
+      EndJobLocked(key.job_id, "every rank sent its final report", now_ns, &out.events);
+    }
+  }
   return out;
 }
 
@@ -139,6 +152,9 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   registry_.Expire(
       now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   VerdictEventsLocked(verdicts_.Tick(now_ns, GpusOnNodeLocked()), now_ns, &events);
+  lifecycle_.Filter(&events);
+  EndSilentJobsLocked(now_ns, &events);
+  lifecycle_.Expire(now_ns);
   return events;
 }
 
@@ -281,35 +297,6 @@ std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) 
     return std::make_tuple(a.job_id(), a.comm_name(), a.comm_hash()) <
            std::make_tuple(b.job_id(), b.comm_name(), b.comm_hash());
   });
-  return out;
-}
-
-std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
-  ncclwatch::MutexLock lock(&mu_);
-  std::map<std::string, ncclwatch::v1::JobInfo> jobs;  // by id: the answer is sorted
-  std::map<std::string, std::set<std::string>> nodes;
-  for (const auto& [key, entry] : registry_.comms()) {
-    CommHealth health;
-    const ncclwatch::v1::CommInfo c = CommInfoLocked(key, entry, &health);
-    ncclwatch::v1::JobInfo& j = jobs[key.job_id];
-    j.set_job_id(key.job_id);
-    j.set_communicators(j.communicators() + 1);
-    j.set_ranks(std::max<uint32_t>(j.ranks(), static_cast<uint32_t>(c.nranks())));
-    j.set_last_report_unix_ns(std::max(j.last_report_unix_ns(), c.last_report_unix_ns()));
-    j.set_stragglers(j.stragglers() + health.stragglers);
-    j.set_silent_ranks(j.silent_ranks() + health.silent_ranks);
-    j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
-    j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
-    j.set_unreported_ranks(std::max<uint32_t>(j.unreported_ranks(), health.unreported));
-    for (const auto& r : c.ranks()) {
-      if (!r.node().empty()) nodes[key.job_id].insert(r.node());
-    }
-  }
-  std::vector<ncclwatch::v1::JobInfo> out;
-  for (auto& [id, j] : jobs) {
-    for (const auto& n : nodes[id]) j.add_nodes(n);
-    out.push_back(std::move(j));
-  }
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "aggregator/analysis/job_lifecycle.h"
 #include "aggregator/analysis/registry.h"
 #include "aggregator/analysis/series_table.h"
 #include "aggregator/detect/detectors.h"
@@ -47,6 +48,8 @@ struct AnalyzerOptions {
   size_t max_jobs = 4096;
   size_t max_comms_per_job = 16384;
   size_t max_series = 2'000'000;
+  // A job none of whose ranks reported for this long has ended (job_lifecycle.h).
+  int64_t job_end_silence_ns = 120'000'000'000;
   // Per source (the agent, as authenticated): the jobs and communicators it may introduce.
   size_t max_jobs_per_agent = 256;
   size_t max_comms_per_agent = 4096;
@@ -148,6 +151,15 @@ class Analyzer {
   RootCauseVerdicts::GpusOnNode GpusOnNodeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
   void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running jobs (`job_id` empty: all), as Jobs() lists them.
+  std::map<std::string, ncclwatch::v1::JobInfo> JobInfosLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job_id` ended at `now_ns` because of `why`: its open findings end, it is forgotten.
+  void EndJobLocked(const std::string& job_id, const std::string& why, int64_t now_ns,
+                    std::vector<ncclwatch::v1::Event>* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the jobs every rank of which has been silent for job_end_silence_ns.
+  void EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Node-level verdicts after the rank flags of `key` changed.
   void JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
                         std::vector<ncclwatch::v1::Event>* events)
@@ -167,6 +179,8 @@ class Analyzer {
   OwnTimeAnalyzer own_time_ ABSL_GUARDED_BY(mu_);
   RootCauseVerdicts verdicts_ ABSL_GUARDED_BY(mu_);  // what of own_time_'s verdicts pages
   HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
+  JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);      // open findings, ended jobs
+  const int64_t job_end_silence_ns_;
   // Silent processes -> their communicators flagged silent (one RANK_SILENT per process).
   std::map<ProcessKey, std::set<CommKey>> silent_processes_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,5 +1,8 @@
 #include "aggregator/analysis/registry.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "proto/inspector.h"
 
@@ -52,6 +55,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     entry.first_seen_ns = now_ns;
     entry.unreported = id.nranks();
     entry.flagged_since_ns.clear();
+    entry.finalized.clear();
     *restarted = true;
   }
   who.comm_name = id.comm_name();
@@ -79,30 +83,63 @@ const CommWho* CommRegistry::FindWho(const CommKey& key) const {
   return entry == nullptr ? nullptr : &entry->who;
 }
 
+void CommRegistry::Erase(std::map<CommKey, CommEntry>::iterator it,
+                         const std::function<void(const CommKey&)>& forget) {
+  const CommKey key = it->first;
+  forget(key);
+  comms_.erase(it);
+  // Each count drops with what it counted; a source whose counts reach zero is forgotten.
+  auto release = [](std::map<std::string, size_t>& counts, const std::string& source) {
+    if (auto c = counts.find(source); c != counts.end() && --c->second == 0) counts.erase(c);
+  };
+  if (auto comm = comm_source_.find(key); comm != comm_source_.end()) {
+    release(comms_per_source_, comm->second);
+    comm_source_.erase(comm);
+  }
+  if (auto job = comms_per_job_.find(key.job_id);
+      job != comms_per_job_.end() && --job->second == 0) {
+    comms_per_job_.erase(job);
+    if (auto owner = job_source_.find(key.job_id); owner != job_source_.end()) {
+      release(jobs_per_source_, owner->second);
+      job_source_.erase(owner);
+    }
+  }
+}
+
 void CommRegistry::Expire(int64_t now_ns, const std::function<void(const CommKey&)>& forget) {
-  std::erase_if(comms_, [&](const auto& kv) {
-    for (const auto& [rank, seen] : kv.second.last_seen_ns) {
-      if (now_ns - seen <= options_.ttl_ns) return false;
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    const auto& seen = it->second.last_seen_ns;
+    const bool alive = std::any_of(seen.begin(), seen.end(), [&](const auto& rank_seen) {
+      return now_ns - rank_seen.second <= options_.ttl_ns;
+    });
+    if (alive) {
+      ++it;
+      continue;
     }
-    forget(kv.first);
-    // Each count drops with what it counted; a source whose counts reach zero is forgotten.
-    auto release = [](std::map<std::string, size_t>& counts, const std::string& source) {
-      if (auto it = counts.find(source); it != counts.end() && --it->second == 0) counts.erase(it);
-    };
-    if (auto comm = comm_source_.find(kv.first); comm != comm_source_.end()) {
-      release(comms_per_source_, comm->second);
-      comm_source_.erase(comm);
-    }
-    if (auto job = comms_per_job_.find(kv.first.job_id);
-        job != comms_per_job_.end() && --job->second == 0) {
-      comms_per_job_.erase(job);
-      if (auto owner = job_source_.find(kv.first.job_id); owner != job_source_.end()) {
-        release(jobs_per_source_, owner->second);
-        job_source_.erase(owner);
-      }
-    }
-    return true;
-  });
+    auto next = std::next(it);
+    Erase(it, forget);
+    it = next;
+  }
+}
+
+void CommRegistry::EraseJob(const std::string& job_id,
+                            const std::function<void(const CommKey&)>& forget) {
+  auto it = comms_.lower_bound(CommKey{job_id, 0});
+  while (it != comms_.end() && it->first.job_id == job_id) {
+    auto next = std::next(it);
+    Erase(it, forget);
+    it = next;
+  }
+}
+
+std::vector<const std::pair<const CommKey, CommEntry>*> CommRegistry::JobComms(
+    const std::string& job_id) const {
+  std::vector<const std::pair<const CommKey, CommEntry>*> out;
+  for (auto it = comms_.lower_bound(CommKey{job_id, 0});
+       it != comms_.end() && it->first.job_id == job_id; ++it) {
+    out.push_back(&*it);
+  }
+  return out;
 }
 
 LabelPairs CommRegistry::CommLabels(const CommKey& key, const CommWho& who) {

@@ -37,6 +37,9 @@ struct CommEntry {
   int64_t first_seen_ns = 0;                // its first report (of any rank)
   int unreported = 0;                       // ranks that never reported
   std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
+  std::set<int> finalized;                  // ranks that sent their final report
+  // Every rank that reported has sent its final report: NCCL finalized it everywhere.
+  bool Finished() const { return !last_seen_ns.empty() && finalized.size() == last_seen_ns.size(); }
   // When `rank` was flagged late (0: it is not).
   int64_t FlaggedSince(int rank) const {
     auto it = flagged_since_ns.find(rank);
@@ -63,6 +66,10 @@ class CommRegistry {
   // Forgets every communicator none of whose ranks reported within the TTL (its job ended or
   // died), calling `forget` with each key first.
   void Expire(int64_t now_ns, const std::function<void(const CommKey&)>& forget);
+  // Forgets every communicator of `job_id` (it ended), calling `forget` with each key first.
+  void EraseJob(const std::string& job_id, const std::function<void(const CommKey&)>& forget);
+  // The communicators of `job_id`, in hash order.
+  std::vector<const std::pair<const CommKey, CommEntry>*> JobComms(const std::string& job_id) const;
 
   const std::map<CommKey, CommEntry>& comms() const { return comms_; }
   uint64_t capped_jobs() const { return capped_jobs_; }
@@ -79,6 +86,10 @@ class CommRegistry {
   static LabelPairs CommLabels(const CommKey& key, const CommWho& who);
 
  private:
+  // Forgets one communicator: `forget`, then every count that includes it.
+  void Erase(std::map<CommKey, CommEntry>::iterator it,
+             const std::function<void(const CommKey&)>& forget);
+
   const RegistryOptions options_;
   std::map<CommKey, CommEntry> comms_;
   // comms_ counted by job: the caps' checks stay O(log n) when a flood of new job ids arrives.

@@ -207,15 +207,23 @@ std::string DegradedText(const ncclwatch::v1::ListDegradedResponse& response) {
 std::string JobsText(const ncclwatch::v1::ListJobsResponse& response) {
   if (response.jobs_size() == 0) return "No job has reported yet.\n";
   std::string out =
-      absl::StrFormat("%-24s %5s %6s %6s %10s %5s %8s %6s  %s\n", "JOB", "COMMS", "RANKS", "NODES",
-                      "STRAGGLERS", "HUNG", "DEGRADED", "SILENT", "LAST REPORT");
+      absl::StrFormat("%-24s %-7s %5s %6s %6s %10s %5s %8s %6s  %s\n", "JOB", "STATE", "COMMS",
+                      "RANKS", "NODES", "STRAGGLERS", "HUNG", "DEGRADED", "SILENT", "LAST REPORT");
   for (const auto& j : response.jobs()) {
-    absl::StrAppendFormat(&out, "%-24s %5u %6u %6d %10u %5u %8u %6u  %s\n", j.job_id().c_str(),
-                          j.communicators(), j.ranks(), j.nodes_size(), j.stragglers(),
-                          j.hung_communicators(), j.degraded_communicators(), j.silent_ranks(),
+    absl::StrAppendFormat(&out, "%-24s %-7s %5u %6u %6d %10u %5u %8u %6u  %s\n", j.job_id().c_str(),
+                          j.state().empty() ? "running" : j.state().c_str(), j.communicators(),
+                          j.ranks(), j.nodes_size(), j.stragglers(), j.hung_communicators(),
+                          j.degraded_communicators(), j.silent_ranks(),
                           ClockText(j.last_report_unix_ns()).c_str());
   }
   for (const auto& j : response.jobs()) {
+    if (j.state() == "ended") {
+      absl::StrAppendFormat(&out,
+                            "\nJob %s ended at %s (%s); its findings ended with it, the counts "
+                            "above are from when it ran.\n",
+                            j.job_id(), ClockText(j.ended_unix_ns()), j.end_reason());
+      continue;
+    }
     if (j.unreported_ranks() == 0) continue;
     absl::StrAppendFormat(&out,
                           "\nJob %s is incomplete: %u ranks of a communicator never reported, so "

@@ -211,11 +211,22 @@ TEST_F(TablesTest, AnIncompleteJobIsSaidUnderTheTable) {
 }
 
 TEST_F(TablesTest, JobsAndComms) {
-  EXPECT_EQ(JobsText(OneJob()),
-            "JOB                      COMMS  RANKS  NODES STRAGGLERS  HUNG DEGRADED SILENT  LAST "
-            "REPORT\n"
-            "job-a                        3     16      2          1     0        2      0  "
-            "01:02:03\n");
+  EXPECT_EQ(
+      JobsText(OneJob()),
+      "JOB                      STATE   COMMS  RANKS  NODES STRAGGLERS  HUNG DEGRADED SILENT  "
+      "LAST REPORT\n"
+      "job-a                    running     3     16      2          1     0        2      0  "
+      "01:02:03\n");
+  ncclwatch::v1::ListJobsResponse ended = OneJob();
+  ended.mutable_jobs(0)->set_state("ended");
+  ended.mutable_jobs(0)->set_ended_unix_ns(ended.jobs(0).last_report_unix_ns());
+  ended.mutable_jobs(0)->set_end_reason("every rank sent its final report");
+  EXPECT_NE(JobsText(ended).find("job-a                    ended       3"), std::string::npos)
+      << JobsText(ended);
+  EXPECT_NE(JobsText(ended).find("\nJob job-a ended at 01:02:03 (every rank sent its final "
+                                 "report); its findings ended with it"),
+            std::string::npos)
+      << JobsText(ended);
   EXPECT_EQ(CommsText(TwoComms()),
             "JOB                      COMMUNICATOR                 CLASS    RANKS  NODES "
             "HEALTH               LAST REPORT\n"

@@ -21,9 +21,11 @@ std::string RenderFederate(const std::vector<SeriesPoint>& samples,
     std::sort(members.begin(), members.end(),
               [](const SeriesPoint* a, const SeriesPoint* b) { return a->labels < b->labels; });
     const SeriesFamily* family = FindExportedSeries(name);
-    writer.Family(name, family != nullptr ? family->help : "", "untyped");
+    writer.Family(name, family != nullptr ? family->help : "",
+                  family != nullptr ? family->type : "untyped");
+    const bool live = family != nullptr && family->live;
     for (const SeriesPoint* s : members) {
-      writer.Sample(s->name, s->labels, s->value, s->time_ms);
+      writer.Sample(s->name, s->labels, s->value, live ? -1 : s->time_ms);
     }
   }
   return writer.Take();

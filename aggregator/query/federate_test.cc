@@ -26,18 +26,19 @@ std::string Render(std::vector<std::string> texts) {
 TEST(FederateTest, MetricNameAndEqualityMatchers) {
   EXPECT_EQ(Render({"ncclwatch_straggler{rank=\"5\"}"}),
             "# HELP ncclwatch_straggler 1 while the rank is flagged as consistently late, else 0.\n"
-            "# TYPE ncclwatch_straggler untyped\n"
-            "ncclwatch_straggler{job_id=\"j1\",rank=\"5\"} 1 1000\n");
+            "# TYPE ncclwatch_straggler gauge\n"
+            "ncclwatch_straggler{job_id=\"j1\",rank=\"5\"} 1\n")
+      << "typed, and live (no timestamp: Prometheus marks it stale once it is gone)";
 }
 
 TEST(FederateTest, RegexNegationAndUnionOfSelectors) {
   std::string both = Render({"{__name__=~\"ncclwatch_.*\", rank!=\"5\"}", "{job_id='j2'}"});
-  EXPECT_NE(both.find("# TYPE nccl_bus_bandwidth_gbs untyped\n"
+  EXPECT_NE(both.find("# TYPE nccl_bus_bandwidth_gbs gauge\n"
                       "nccl_bus_bandwidth_gbs{job_id=\"j2\",collective=\"AllReduce\"} 12.5 2000\n"),
             std::string::npos)
       << both;
-  EXPECT_NE(both.find("# TYPE ncclwatch_straggler untyped\n"
-                      "ncclwatch_straggler{job_id=\"j1\",rank=\"4\"} 0 1000\n"),
+  EXPECT_NE(both.find("# TYPE ncclwatch_straggler gauge\n"
+                      "ncclwatch_straggler{job_id=\"j1\",rank=\"4\"} 0\n"),
             std::string::npos)
       << both;
   EXPECT_EQ(both.find("rank=\"5\""), std::string::npos);

@@ -42,6 +42,12 @@ void RootCauseVerdicts::Confirm(int64_t now_ns, VerdictChanges* out,
   }
 }
 
+void RootCauseVerdicts::ForgetJob(const std::string& job_id) {
+  std::erase_if(gpus_, [&](const auto& kv) { return kv.first.job_id == job_id; });
+  std::erase_if(pending_, [&](const auto& kv) { return kv.first.job_id == job_id; });
+  std::erase_if(nodes_, [&](const auto& kv) { return kv.first.first == job_id; });
+}
+
 VerdictChanges RootCauseVerdicts::Tick(int64_t now_ns, const GpusOnNode& gpus_on_node) {
   VerdictChanges out;
   std::vector<NodeKey> touched;

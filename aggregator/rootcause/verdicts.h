@@ -77,6 +77,10 @@ class RootCauseVerdicts {
   // found not slow for the hold time.
   VerdictChanges Tick(int64_t now_ns, const GpusOnNode& gpus_on_node);
 
+  // Forgets every finding and pending verdict of `job_id` at once, without events (the job ended;
+  // its findings were ended with it).
+  void ForgetJob(const std::string& job_id);
+
   const std::map<ProcessKey, ReportedGpu>& gpus() const { return gpus_; }
   bool IsReported(const ProcessKey& p) const { return gpus_.count(p) > 0; }
   bool IsNodeSlow(const std::string& job_id, const std::string& node) const {

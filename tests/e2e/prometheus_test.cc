@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -174,6 +175,63 @@ TEST(PrometheusEndToEndTest, ARealPrometheusFederatesTheFindingsWithTheirLabels)
   EXPECT_EQ(missing[0].labels["rank"], "6");
   EXPECT_EQ(missing[0].labels["node"], "sim-node-1");
   EXPECT_EQ(job.Wait(), 0) << job.Log();
+}
+
+// A job with a slow GPU runs long enough for the shipped NcclwatchStraggler alert (for: 1m) to
+// fire, then ends normally. Its ranks' final reports end the job: the finding's END ("job ended")
+// comes within 5 s, /federate drops the series at once, and Prometheus resolves the alert.
+TEST(PrometheusEndToEndTest, AJobThatEndsResolvesItsAlertsAtOnce) {
+  Pipeline p(2, {"--hang-threshold-s=2"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::string http = "127.0.0.1:" + std::to_string(p.http_port());
+  Prometheus prom(p.dir(),
+                  "rule_files:\n"
+                  "  - " NCCLWATCH_SOURCE_DIR
+                  "/deploy/prometheus/ncclwatch-rules.yaml\n"
+                  "scrape_configs:\n"
+                  "  - job_name: ncclwatch\n"
+                  "    honor_labels: true\n"
+                  "    metrics_path: /federate\n"
+                  "    params:\n"
+                  "      'match[]': ['{__name__=~\"ncclwatch_.*\"}']\n"
+                  "    static_configs:\n"
+                  "      - targets: ['" +
+                      http + "']\n");
+  ASSERT_TRUE(prom.WaitReady()) << prom.Log();
+  EventRecorder events(p.query());
+  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2",
+               "--ranks-per-node=4", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=ends",
+               "--duration-s=75", "--slow-rank=5", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
+              {}, p.dir() + "/simjob.log");
+  const std::string firing =
+      R"(ALERTS{alertname="NcclwatchStraggler",alertstate="firing",job_id="ends"})";
+  ASSERT_EQ(prom.WaitFor(firing, 1, 90).size(), 1u) << prom.Log() << p.Logs();
+  ASSERT_EQ(job.Wait(), 0) << job.Log();
+  const auto exited = std::chrono::steady_clock::now();
+
+  // The END, with its reason, within 5 s of the job's exit (its final reports).
+  ASSERT_TRUE(events.WaitFor(
+      [](const ncclwatch::v1::Event& e) {
+        return e.kind() == ncclwatch::v1::Event::STRAGGLER &&
+               e.phase() == ncclwatch::v1::Event::END && e.end_reason() == "job ended";
+      },
+      5))
+      << p.Logs();
+  EXPECT_LE(std::chrono::steady_clock::now() - exited, std::chrono::seconds(5));
+  const auto [status, federate] = p.Get("/federate?match[]=ncclwatch_straggler");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(federate.find("job_id=\"ends\""), std::string::npos) << federate;
+  // Prometheus sees the series go stale and the alert resolve (no pending or firing ALERTS).
+  prom.WaitFor(R"(ALERTS{alertname="NcclwatchStraggler",job_id="ends"})", 0, 30);
+  EXPECT_TRUE(prom.Query(R"(ALERTS{alertname="NcclwatchStraggler",job_id="ends"})").empty())
+      << "the alert is still active";
+  // The job is listed as ended, with why.
+  grpc::ClientContext context;
+  ncclwatch::v1::ListJobsResponse jobs;
+  ASSERT_TRUE(p.query().ListJobs(&context, {}, &jobs).ok());
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  EXPECT_EQ(jobs.jobs(0).state(), "ended");
+  EXPECT_EQ(jobs.jobs(0).end_reason(), "every rank sent its final report");
 }
 
 TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {

@@ -29,23 +29,16 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   ASSERT_TRUE(PollUntil(
       [&] { return follow.Log().find("Waiting for new ones") != std::string::npos; }, 10, 20))
       << follow.Log();
-  auto [code, log] = RunToCompletion(
+  Process job(
       {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2", "--ranks-per-node=4",
-       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=traced", "--duration-s=3",
+       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=traced", "--duration-s=5",
        "--slow-rank=5", "--clock-skew-ms=50", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=500"},
-      p.dir() + "/simjob.log");
-  ASSERT_EQ(code, 0) << log;
-  ASSERT_TRUE(p.StopAgents()) << p.Logs();
-  EXPECT_EQ(follow.Wait(), 0) << follow.Log();
-  EXPECT_NE(follow.Log().find("STRAGGLER: GPU1 on node sim-node-1 (host "), std::string::npos)
-      << follow.Log();
-
-  // The job and its communicator as the CLI lists them.
-  auto [jobs_code, jobs_out] = RunToCompletion(
-      {Binaries::Cli(), "jobs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli-jobs.log");
-  EXPECT_EQ(jobs_code, 0) << jobs_out;
-  EXPECT_TRUE(std::regex_search(jobs_out, std::regex(R"(traced\s+1\s+8\s+2\s+1\s+0\s+0\s+0 )")))
-      << jobs_out;
+      {}, p.dir() + "/simjob.log");
+  ASSERT_TRUE(PollUntil(
+      [&] { return follow.Log().find("STRAGGLER: GPU1 on node sim-node-1") != std::string::npos; },
+      30))
+      << follow.Log() << p.Logs();
+  // Its communicator as the CLI lists it while the job runs.
   auto [comms_code, comms_out] = RunToCompletion(
       {Binaries::Cli(), "comms", "--job=traced", "--aggregator=" + p.AggregatorAddr()},
       p.dir() + "/cli-comms.log");
@@ -53,6 +46,20 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   EXPECT_TRUE(std::regex_search(
       comms_out, std::regex(R"(world 0x[0-9a-f]{16}\s+hybrid\s+8\s+2\s+straggler )")))
       << comms_out;
+  ASSERT_EQ(job.Wait(), 0) << job.Log();
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+  EXPECT_EQ(follow.Wait(), 0) << follow.Log();
+  EXPECT_NE(follow.Log().find("STRAGGLER: GPU1 on node sim-node-1 (host "), std::string::npos)
+      << follow.Log();
+
+  // The job as the CLI lists it once it ended: its findings as they were while it ran.
+  auto [jobs_code, jobs_out] = RunToCompletion(
+      {Binaries::Cli(), "jobs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli-jobs.log");
+  EXPECT_EQ(jobs_code, 0) << jobs_out;
+  EXPECT_TRUE(
+      std::regex_search(jobs_out, std::regex(R"(traced\s+ended\s+1\s+8\s+2\s+1\s+0\s+0\s+0 )")))
+      << jobs_out;
+  EXPECT_NE(jobs_out.find("Job traced ended at "), std::string::npos) << jobs_out;
 
   const std::string file = p.dir() + "/trace.json";
   auto [cli_code, cli_out] =
