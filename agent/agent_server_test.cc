@@ -69,12 +69,7 @@ bool Accepts(const std::string& path) {
 
 class AgentServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ncclwatch-agent-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
   // No aggregator listens on 127.0.0.1:1, no spool, no kubelet, any free HTTP port.
   AgentServerOptions Options() const {
@@ -90,7 +85,8 @@ class AgentServerTest : public ::testing::Test {
   }
   std::string socket() const { return dir_ + "/agent.sock"; }
 
-  std::string dir_;
+  TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(AgentServerTest, AnswersHealthAndStopsPromptlyWithoutAnAggregator) {
@@ -133,15 +129,11 @@ TEST_F(AgentServerTest, AnswersHealthAndStopsPromptlyWithoutAnAggregator) {
 
 TEST_F(AgentServerTest, WhatPluginsSentIsForwardedBeforeStopReturns) {
   StandInAggregator aggregator;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&aggregator);
-  std::unique_ptr<grpc::Server> aggregator_server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
+  const std::string aggregator_address = aggregator.Serve();
+  ASSERT_FALSE(aggregator_address.empty());
 
   AgentServerOptions options = Options();
-  options.aggregators = {"127.0.0.1:" + std::to_string(port)};
+  options.aggregators = {aggregator_address};
   options.listen_tcp = "127.0.0.1:0";
   options.shutdown_timeout = absl::Seconds(30);
   AgentServer server(options);
@@ -162,7 +154,6 @@ TEST_F(AgentServerTest, WhatPluginsSentIsForwardedBeforeStopReturns) {
     }
   }
   EXPECT_EQ(reports, 5);
-  aggregator_server->Shutdown();
 }
 
 TEST_F(AgentServerTest, WhatCannotBeForwardedWithinTheShutdownTimeoutIsSpooled) {

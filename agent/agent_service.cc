@@ -78,7 +78,7 @@ std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity,
   if (peer != nullptr && peer->pod && pod_names_ != nullptr) {
     std::optional<PodName> sender = pod_names_->Find(peer->pod->pod_uid);
     if (!sender) {
-      // The kernel knows the pod but nothing names it: neither it nor the GPU claim is trusted.
+      // The kernel knows the pod but nothing names it; its GPU claim cannot name one either.
       unnamed_pods_->Increment();
       id->set_pod("");
       id->set_pod_namespace("");
@@ -94,18 +94,13 @@ std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity,
     if (owner && !owned) {
       claims_refused_->Increment();
       id->set_gpu_uuid("");
-      // One line per 10 s at most: a pod that keeps lying must not flood the agent's log.
-      const int64_t now_ns = absl::GetCurrentTimeNanos();
-      int64_t last_ns = last_claim_warning_ns_.load(std::memory_order_relaxed);
-      if (now_ns - last_ns < 10'000'000'000 ||
-          !last_claim_warning_ns_.compare_exchange_strong(last_ns, now_ns)) {
-        return stamp.SerializeAsString();
+      if (ClaimWarningDue()) {
+        LogWarning(
+            "pod %s/%s (pid %d) sent a report naming GPU %s, which the kubelet allocates to "
+            "%s/%s; the GPU is dropped from the report",
+            sender->pod_namespace, sender->pod, peer->pid, identity.gpu_uuid(),
+            owner->pod_namespace, owner->pod);
       }
-      LogWarning(
-          "pod %s/%s (pid %d) sent a report naming GPU %s, which the kubelet allocates to "
-          "%s/%s; the GPU is dropped from the report",
-          sender->pod_namespace, sender->pod, peer->pid, identity.gpu_uuid(), owner->pod_namespace,
-          owner->pod);
     }
     return stamp.SerializeAsString();
   }
@@ -115,6 +110,14 @@ std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity,
   id->set_pod_namespace(owner->pod_namespace);
   id->set_container(owner->container);
   return stamp.SerializeAsString();
+}
+
+bool ReportHandler::ClaimWarningDue() {
+  // One line per 10 s at most: a pod that keeps lying must not flood the agent's log.
+  const int64_t now_ns = absl::GetCurrentTimeNanos();
+  int64_t last_ns = last_claim_warning_ns_.load(std::memory_order_relaxed);
+  return now_ns - last_ns >= 10'000'000'000 &&
+         last_claim_warning_ns_.compare_exchange_strong(last_ns, now_ns);
 }
 
 void ReportHandler::RateLimited() {

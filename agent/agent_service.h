@@ -65,6 +65,8 @@ class ReportHandler {
   void Reject(const std::string& reason);
   // The identity fields this agent adds to a report, serialized as a partial RankReport.
   std::string Stamp(const ncclwatch::v1::RankIdentity& identity, const PeerIdentity* peer);
+  // Whether a refused GPU claim may be logged now (true at most once per 10 s).
+  bool ClaimWarningDue();
 
   const std::string node_;
   std::string node_stamp_;  // a serialized RankReport holding only identity.node

@@ -1,9 +1,13 @@
-// Stand-ins shared by the agent's tests: the kubelet's pod-resources service and an aggregator
-// that keeps what it is sent.
+// Stand-ins shared by the agent's tests: a temporary directory, the kubelet's pod-resources
+// service and an aggregator that keeps what it is sent, each serving on a real socket.
 #ifndef NCCLWATCH_AGENT_AGENT_TEST_UTIL_H_
 #define NCCLWATCH_AGENT_AGENT_TEST_UTIL_H_
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,10 +19,42 @@
 
 namespace ncclwatch::agent {
 
+// A fresh directory under /tmp, removed with everything in it at destruction; empty path if it
+// could not be made.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ncclwatch-agent-test-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    if (!path_.empty()) std::filesystem::remove_all(path_);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // The kubelet's side of the API, answering what the test last told it to. Fault switches:
 // FailNext (answer the next call with an error) and Hang (hold every call until released).
 class FakeKubelet final : public ::v1::PodResourcesLister::Service {
  public:
+  ~FakeKubelet() {
+    Release();
+    if (server_) server_->Shutdown();
+  }
+  // Serves on the unix socket `path`; false if it cannot.
+  bool Serve(const std::string& path) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    return server_ != nullptr;
+  }
+
   grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
                     ::v1::ListPodResourcesResponse* response) override {
     if (hang_) {
@@ -63,11 +99,25 @@ class FakeKubelet final : public ::v1::PodResourcesLister::Service {
   ::v1::ListPodResourcesResponse answer_ ABSL_GUARDED_BY(mu_);
   grpc::StatusCode fail_next_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<grpc::Server> server_;  // last: shut down before the rest goes
 };
 
 // Acknowledges and keeps every batch, decoded as the aggregator decodes them.
 class StandInAggregator final : public ncclwatch::v1::Ingest::CallbackService {
  public:
+  ~StandInAggregator() {
+    if (server_) server_->Shutdown();
+  }
+  // Serves on a free loopback port; returns its host:port, empty if it cannot.
+  std::string Serve() {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    return server_ != nullptr && port != 0 ? "127.0.0.1:" + std::to_string(port) : "";
+  }
+
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const ncclwatch::v1::NodeBatch* batch,
                                  ncclwatch::v1::BatchAck* ack) override {
@@ -82,6 +132,9 @@ class StandInAggregator final : public ncclwatch::v1::Ingest::CallbackService {
   }
   ncclwatch::Mutex mu;
   std::vector<ncclwatch::v1::NodeBatch> batches ABSL_GUARDED_BY(mu);
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
 };
 
 // Adds a pod with one container and returns the container, for adding devices to.

@@ -193,7 +193,7 @@ void Forwarder::Admit(Cut cut) {
 }
 
 void Forwarder::Run() {
-  Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+  Backoff backoff(std::chrono::milliseconds(100), kPushRetryMaxDelay);
   absl::Time retry_at = absl::InfinitePast();
   for (;;) {
     std::vector<Cut> cut;

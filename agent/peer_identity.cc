@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "common/strings.h"
 
 namespace ncclwatch::agent {
 namespace {
@@ -19,10 +21,6 @@ bool IsHex(std::string_view s) {
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
   }
   return !s.empty();
-}
-
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 // A pod UID, 8-4-4-4-12 hex digits separated by '-' (cgroupfs) or '_' (systemd, which reserves
@@ -44,7 +42,7 @@ std::optional<std::string> CanonicalUid(std::string_view text) {
 
 // The pod UID in one cgroup path segment: "pod<uid>" or "kubepods[-<qos>]-pod<uid>.slice".
 std::optional<std::string> UidInSegment(std::string_view segment) {
-  if (EndsWith(segment, ".slice")) segment.remove_suffix(6);
+  if (segment.ends_with(".slice")) segment.remove_suffix(6);
   const size_t at = segment.rfind("pod");
   if (at == std::string_view::npos) return std::nullopt;
   if (at != 0 && segment[at - 1] != '-') return std::nullopt;
@@ -53,7 +51,7 @@ std::optional<std::string> UidInSegment(std::string_view segment) {
 
 // The container id in a path's last segment: "<64 hex>" or "<runtime>-<64 hex>.scope".
 std::string ContainerInSegment(std::string_view segment) {
-  if (EndsWith(segment, ".scope")) segment.remove_suffix(6);
+  if (segment.ends_with(".scope")) segment.remove_suffix(6);
   const size_t dash = segment.rfind('-');
   if (dash != std::string_view::npos) segment.remove_prefix(dash + 1);
   return segment.size() == 64 && IsHex(segment) ? std::string(segment) : std::string();
@@ -100,10 +98,9 @@ std::optional<std::pair<std::string, PodName>> ParsePodLogDir(std::string_view n
   const size_t first = name.find('_');
   const size_t second = first == std::string_view::npos ? first : name.find('_', first + 1);
   if (second == std::string_view::npos || first == 0 || second == first + 1) return std::nullopt;
+  // The kubelet writes the dashed form: one with underscores is not its directory.
   std::optional<std::string> uid = CanonicalUid(name.substr(second + 1));
-  if (!uid || uid->find('_') != std::string::npos || name.substr(second + 1) != *uid) {
-    return std::nullopt;
-  }
+  if (!uid || name.substr(second + 1) != *uid) return std::nullopt;
   return std::make_pair(*std::move(uid),
                         PodName{std::string(name.substr(0, first)),
                                 std::string(name.substr(first + 1, second - first - 1))});
@@ -168,13 +165,10 @@ void PeerTable::Record(int fd, std::shared_ptr<const PeerIdentity> identity) {
 
 std::shared_ptr<const PeerIdentity> PeerTable::Find(std::string_view grpc_peer) const {
   constexpr std::string_view kPrefix = "fd:";
-  if (grpc_peer.size() <= kPrefix.size() || grpc_peer.substr(0, kPrefix.size()) != kPrefix) {
-    return nullptr;
-  }
   int fd = 0;
-  for (char c : grpc_peer.substr(kPrefix.size())) {
-    if (c < '0' || c > '9' || fd > 1 << 24) return nullptr;
-    fd = fd * 10 + (c - '0');
+  if (!grpc_peer.starts_with(kPrefix) ||
+      !absl::SimpleAtoi(Av(grpc_peer.substr(kPrefix.size())), &fd)) {
+    return nullptr;
   }
   ncclwatch::MutexLock lock(&mu_);
   auto it = by_fd_.find(fd);

@@ -78,12 +78,7 @@ TEST(ParsePodLogDirTest, NamespacePodAndUid) {
 
 class PeerIdentityTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ncclwatch-peer-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
   // Makes `proc` show this process in the pod `uid`, as /proc/<pid>/cgroup would.
   void PlaceThisProcessInPod(const std::string& proc, const std::string& uid_underscores) {
@@ -94,7 +89,8 @@ class PeerIdentityTest : public ::testing::Test {
         << ".slice/cri-containerd-" << kContainer << ".scope\n";
   }
 
-  std::string dir_;
+  TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(PeerIdentityTest, TheKernelNamesTheProcessAtTheOtherEndOfASocket) {
@@ -186,22 +182,14 @@ TEST_F(PeerIdentityTest, TheAgentStampsThePodTheKernelNamesAndDropsAGpuOfAnother
   AddDevices(AddPod(&answer, "prod-ns", "victim-pod-0", "trainer"), "nvidia.com/gpu", {kVictimGpu});
   AddDevices(AddPod(&answer, "ml", "attacker-0", "pytorch"), "nvidia.com/gpu", {kOwnGpu});
   kubelet.SetAnswer(answer);
-  grpc::ServerBuilder kubelet_builder;
-  kubelet_builder.AddListeningPort("unix://" + dir_ + "/kubelet.sock",
-                                   grpc::InsecureServerCredentials());
-  kubelet_builder.RegisterService(&kubelet);
-  std::unique_ptr<grpc::Server> kubelet_server = kubelet_builder.BuildAndStart();
+  ASSERT_TRUE(kubelet.Serve(dir_ + "/kubelet.sock"));
   StandInAggregator aggregator;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&aggregator);
-  std::unique_ptr<grpc::Server> aggregator_server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
+  const std::string aggregator_address = aggregator.Serve();
+  ASSERT_FALSE(aggregator_address.empty());
 
   AgentServerOptions options;
   options.listen = "unix://" + dir_ + "/agent.sock";
-  options.aggregators = {"127.0.0.1:" + std::to_string(port)};
+  options.aggregators = {aggregator_address};
   options.node_name = "node-t";
   options.agent_id = "node-t-test";
   options.http_port = 0;
@@ -241,8 +229,6 @@ TEST_F(PeerIdentityTest, TheAgentStampsThePodTheKernelNamesAndDropsAGpuOfAnother
     }
   }
   EXPECT_EQ(seen, 2);
-  aggregator_server->Shutdown();
-  kubelet_server->Shutdown();
 }
 
 }  // namespace

@@ -51,25 +51,9 @@ std::string PodOf(const PodResolver& resolver, std::string_view uuid) {
 
 class PodResolverTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ncclwatch-podres-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    socket_ = dir_ + "/kubelet.sock";
-  }
-  void TearDown() override {
-    kubelet_.Release();
-    if (server_) server_->Shutdown();
-    std::filesystem::remove_all(dir_);
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
-  void Serve() {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials());
-    builder.RegisterService(&kubelet_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-  }
+  void Serve() { ASSERT_TRUE(kubelet_.Serve(socket_)); }
 
   PodResolverOptions Options() const {
     PodResolverOptions o;
@@ -81,11 +65,11 @@ class PodResolverTest : public ::testing::Test {
   }
   double GaugeValue(const char* name) { return metrics_.GetGauge(name, "")->value(); }
 
-  std::string dir_;
-  std::string socket_;
+  TempDir tmp_;
+  const std::string dir_ = tmp_.path();
+  const std::string socket_ = dir_ + "/kubelet.sock";
   MetricRegistry metrics_;
   FakeKubelet kubelet_;
-  std::unique_ptr<grpc::Server> server_;
 };
 
 TEST_F(PodResolverTest, AttributesGpusOfEveryPodAndIgnoresOtherDevices) {

@@ -4,10 +4,13 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "aggregator/analysis/analyzer.h"
+#include "common/rpc/backoff.h"
 
 namespace ncclwatch::aggregator {
 
@@ -51,14 +54,19 @@ std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
 
 void Analyzer::EndJobLocked(const std::string& job_id, const std::string& why, int64_t now_ns,
                             std::vector<ncclwatch::v1::Event>* events) {
-  std::map<std::string, ncclwatch::v1::JobInfo> last = JobInfosLocked(job_id);
-  ncclwatch::v1::JobInfo info = last.count(job_id) ? last[job_id] : ncclwatch::v1::JobInfo();
+  // The job as it last ran: ended, its counts describe it while it ran.
+  ncclwatch::v1::JobInfo info = std::move(JobInfosLocked(job_id)[job_id]);
   info.set_job_id(job_id);
-  // What the running job showed as findings is over: the counts describe it while it ran.
   lifecycle_.End(info, why, now_ns, events);
   registry_.EraseJob(
       job_id, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   verdicts_.ForgetJob(job_id);
+}
+
+void Analyzer::StartListening(int64_t now_ns) {
+  ncclwatch::MutexLock lock(&mu_);
+  heard_from_ns_ = now_ns + absl::ToInt64Nanoseconds(absl::FromChrono(kPushRetryMaxDelay));
+  detectors_.hangs.HeardFrom(heard_from_ns_);
 }
 
 void Analyzer::EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
@@ -68,7 +76,7 @@ void Analyzer::EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Ev
     for (const auto& [rank, seen] : entry.last_seen_ns) newest = std::max(newest, seen);
   }
   for (const auto& [job, newest] : last_seen) {
-    if (now_ns - newest <= job_end_silence_ns_) continue;
+    if (now_ns - std::max(newest, heard_from_ns_) <= job_end_silence_ns_) continue;
     EndJobLocked(job,
                  absl::StrCat("every rank silent for ", job_end_silence_ns_ / 1'000'000'000, " s"),
                  now_ns, events);

@@ -191,6 +191,52 @@ TEST(AnalyzerTest, JobsCommunicatorsAndSeriesBeyondTheirCapsAreCountedNotKept) {
   EXPECT_GT(capped.counters().capped_series, 0u);
 }
 
+// A report of rank 0 of a 2-rank communicator `comm` of `job`, without statistics.
+ncclwatch::v1::RankReport CommReport(const std::string& job, uint64_t comm) {
+  ncclwatch::v1::RankReport r;
+  auto* id = r.mutable_identity();
+  id->set_job_id(job);
+  id->set_comm_hash(comm);
+  id->set_comm_name("world");
+  id->set_rank(0);
+  id->set_nranks(2);
+  id->set_n_nodes(1);
+  return r;
+}
+
+TEST(AnalyzerTest, OneSourceFillsItsOwnShareOfJobsNotTheWholeAggregator) {
+  AnalyzerOptions opts;
+  opts.max_jobs_per_agent = 2;
+  opts.max_comms_per_agent = 3;
+  Analyzer analyzer(opts);
+  const int64_t t = 1'000'000'000;
+  analyzer.Ingest(CommReport("a1", 1), t, "ip:10.0.0.1");
+  analyzer.Ingest(CommReport("a2", 1), t, "ip:10.0.0.1");
+  analyzer.Ingest(CommReport("a3", 1), t, "ip:10.0.0.1");  // a third job of this source
+  EXPECT_TRUE(analyzer.Comms("a3").empty());
+  EXPECT_EQ(analyzer.counters().capped_agent_jobs, 1u);
+  // Another node's jobs, and its ranks in the first source's jobs, are analysed.
+  analyzer.Ingest(CommReport("b1", 1), t, "ip:10.0.0.2");
+  analyzer.Ingest(CommReport("a1", 2), t, "ip:10.0.0.2");
+  EXPECT_EQ(analyzer.Comms("b1").size(), 1u);
+  EXPECT_EQ(analyzer.Comms("a1").size(), 2u);
+  // Communicators: the first source has 2 of its 3, one more fits, the next does not.
+  analyzer.Ingest(CommReport("a2", 2), t, "ip:10.0.0.1");
+  analyzer.Ingest(CommReport("a2", 3), t, "ip:10.0.0.1");
+  EXPECT_EQ(analyzer.Comms("a2").size(), 2u);
+  EXPECT_EQ(analyzer.counters().capped_agent_comms, 1u);
+  // Known communicators keep being analysed, whoever sends their reports, capped or not.
+  analyzer.Ingest(CommReport("a2", 1), t + 1, "ip:10.0.0.1");
+  analyzer.Ingest(CommReport("a2", 1), t + 1, "ip:10.0.0.3");
+  EXPECT_EQ(analyzer.counters().capped_agent_jobs, 1u);
+  EXPECT_EQ(analyzer.counters().capped_agent_comms, 1u);
+  // Once its jobs are forgotten (silent past the TTL), the source has room again.
+  const int64_t later = t + opts.series_ttl_ns + 1;
+  analyzer.Tick(later);
+  analyzer.Ingest(CommReport("a3", 1), later, "ip:10.0.0.1");
+  EXPECT_EQ(analyzer.Comms("a3").size(), 1u);
+}
+
 TEST(AnalyzerTest, SilentSeriesExpire) {
   AnalyzerOptions opts;
   opts.series_ttl_ns = 1000;

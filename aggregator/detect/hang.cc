@@ -118,10 +118,10 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
     }
     for (auto& [r, rs] : cs.ranks) {
       // Once flagged, a rank stays silent until it reports again.
-      const bool stale =
-          rs.seen && !rs.finalized && now_ns - rs.last_report_ns >= options_.silent_after_ns;
-      const bool silent =
-          stale && (rs.silent || newest - rs.last_report_ns >= options_.silent_after_ns);
+      const int64_t heard =
+          rs.silent ? rs.last_report_ns : std::max(rs.last_report_ns, heard_from_ns_);
+      const bool stale = rs.seen && !rs.finalized && now_ns - heard >= options_.silent_after_ns;
+      const bool silent = stale && (rs.silent || newest - heard >= options_.silent_after_ns);
       if (silent == rs.silent) continue;
       rs.silent = silent;
       if (silent) rs.silent_since_ns = now_ns;

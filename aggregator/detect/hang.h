@@ -80,6 +80,10 @@ class HangDetector {
   void Update(const CommKey& comm, const RankInterval& report, int64_t now_ns);
   // Re-evaluates every communicator at `now_ns`; returns what started or ended.
   std::vector<HangChange> Evaluate(int64_t now_ns);
+  // Nothing could be heard before `ns` (the aggregator was down, and its agents take a while to
+  // reconnect): a rank's silence counts from then at the earliest, so that a restart singles out
+  // nobody. A rank already silent stays so.
+  void HeardFrom(int64_t ns) { heard_from_ns_ = ns; }
   // Drops a communicator that is gone (its job ended long ago); nothing is reported for it.
   void Forget(const CommKey& comm) { comms_.erase(comm); }
 
@@ -125,6 +129,7 @@ class HangDetector {
   const HangOptions options_;
   std::map<CommKey, CommState> comms_;
   std::vector<HangChange> pending_;  // ends caused by Update, reported by the next Evaluate
+  int64_t heard_from_ns_ = 0;
 };
 
 }  // namespace ncclwatch::aggregator

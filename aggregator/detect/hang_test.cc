@@ -140,6 +140,35 @@ TEST_F(HangTest, ARankThatStopsReportingIsSilentAndMissingFromTheHang) {
   EXPECT_FALSE(detector_.Hung(comm_));
 }
 
+TEST_F(HangTest, AnAggregatorRestartSinglesOutNobodyButAFoundSilenceStays) {
+  const int64_t t0 = 10 * kS;
+  // Before the restart: every rank reports until t0 + 3 s, except rank 3, dead since t0.
+  ReportAll(4, {}, 0, 0, t0);
+  for (int s = 1; s <= 8; ++s) {
+    ReportAll(4, {}, 0, 0, t0 + s * kS, /*quiet=*/{3});
+    detector_.Evaluate(t0 + s * kS);
+  }
+  ASSERT_TRUE(detector_.IsSilent(comm_, 3));
+  // The aggregator is down for 4 s and listens again at t0 + 12 s; its agents may take up to 5 s
+  // to reconnect. Ranks 0 and 1 are back at once, rank 2's agent 6 s later.
+  const int64_t listening = t0 + 12 * kS;
+  detector_.HeardFrom(listening + 5 * kS);
+  for (int s = 0; s <= 6; ++s) {
+    ReportAll(4, {}, 0, 0, listening + s * kS, /*quiet=*/{2, 3});
+    EXPECT_TRUE(detector_.Evaluate(listening + s * kS).empty()) << s;
+    EXPECT_FALSE(detector_.IsSilent(comm_, 2)) << s;
+    EXPECT_TRUE(detector_.IsSilent(comm_, 3)) << s;
+  }
+  ReportAll(4, {}, 0, 0, listening + 7 * kS, /*quiet=*/{3});
+  EXPECT_TRUE(detector_.Evaluate(listening + 7 * kS).empty());
+  // A rank that does not come back is silent once the grace and the silence have passed.
+  for (int s = 8; s < 15; ++s) {
+    ReportAll(4, {}, 0, 0, listening + s * kS, /*quiet=*/{1, 3});
+    detector_.Evaluate(listening + s * kS);
+    EXPECT_EQ(detector_.IsSilent(comm_, 1), s >= 12) << s;
+  }
+}
+
 TEST_F(HangTest, AJobThatEndsOrIsCancelledSinglesNobodyOut) {
   const int64_t t0 = 10 * kS;
   ReportAll(4, {}, 0, 0, t0);

@@ -201,6 +201,7 @@ absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns) {
         Analyse(batch, received_ns, handle_replayed);
       });
   if (!s.ok()) return s;
+  analyzer_.StartListening(now_ns);
   // And once at start-up time, as the first live tick would: verdicts that were waiting to be
   // confirmed (or to end) when the aggregator stopped are settled before the first query.
   if (batches > 0) {

@@ -1,6 +1,8 @@
 // The aggregator run in-process: it serves Ingest, Query and HTTP on the ports it reports, its
 // detection tick runs, it answers what it stored after a restart on the same data directory, and
-// a Start that cannot bind leaves nothing running.
+// a Start that cannot bind leaves nothing running. Caps per agent: one agent (as the aggregator
+// authenticates it) cannot take every job slot, the source is the aggregator's word and never the
+// batch's, and a replay counts it the same way.
 #include "aggregator/server/aggregator_server.h"
 
 #include <arpa/inet.h>
@@ -14,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "common/daemon.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -23,6 +26,51 @@
 
 namespace ncclwatch::aggregator {
 namespace {
+
+// Pushes one report of `job` as agent `agent_id` (batch `seq`), the batch claiming `source`.
+void PushAs(const std::string& address, const std::string& agent_id, uint64_t seq,
+            const std::string& job) {
+  ncclwatch::v1::NodeBatch batch;
+  batch.set_agent_id(agent_id);
+  batch.set_batch_seq(seq);
+  batch.set_source("ip:192.0.2.1");  // a claim the aggregator must ignore
+  auto* report = batch.add_reports();
+  report->set_report_id(seq);
+  auto* id = report->mutable_identity();
+  id->set_job_id(job);
+  id->set_comm_hash(7);
+  id->set_rank(0);
+  id->set_nranks(2);
+  id->set_n_nodes(1);
+  grpc::ClientContext context;
+  ncclwatch::v1::BatchAck ack;
+  auto stub = ncclwatch::v1::Ingest::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(stub->Push(&context, batch, &ack).ok());
+}
+
+// How many communicators of `job` the aggregator at `address` analyses.
+int CommsOf(const std::string& address, const std::string& job) {
+  grpc::ClientContext context;
+  ncclwatch::v1::ListCommsRequest request;
+  request.set_job_id(job);
+  ncclwatch::v1::ListCommsResponse comms;
+  auto stub = ncclwatch::v1::Query::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  EXPECT_TRUE(stub->ListComms(&context, request, &comms).ok());
+  return comms.comms_size();
+}
+
+// The value of the reports capped by --max-jobs-per-agent on /metrics, as text.
+std::string CappedByAgentJobs(int http_port) {
+  auto metrics = httplib::Client("127.0.0.1", http_port).Get("/metrics");
+  if (!metrics) return "no /metrics";
+  const std::string name =
+      "ncclwatch_aggregator_reports_capped_total{reason=\"too_many_jobs_per_agent\"} ";
+  const size_t at = metrics->body.find(name);
+  if (at == std::string::npos) return "absent";
+  return metrics->body.substr(at + name.size(), metrics->body.find('\n', at) - at - name.size());
+}
 
 class AggregatorServerTest : public ::testing::Test {
  protected:
@@ -40,6 +88,14 @@ class AggregatorServerTest : public ::testing::Test {
     o.http_port = 0;
     o.data_dir = dir_;
     o.tick_period = absl::Milliseconds(1);
+    return o;
+  }
+
+  // One job per agent (as authenticated) at most, on `host`.
+  AggregatorServerOptions CappedOptions(const std::string& host) const {
+    AggregatorServerOptions o = Options();
+    o.listen_host = host;
+    o.analyzer.max_jobs_per_agent = 1;
     return o;
   }
 
@@ -213,6 +269,43 @@ TEST_F(AggregatorServerTest, ASecondAggregatorOnTheSamePortsIsRefusedNotSharingT
   s = third.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("for HTTP: the port is in use"));
+}
+
+TEST_F(AggregatorServerTest, LoopbackAgentsAreToldApartByNameAndAReplayCapsTheSameReports) {
+  {
+    AggregatorServer server(CappedOptions("127.0.0.1"));
+    ASSERT_TRUE(server.Start().ok());
+    const std::string address = "127.0.0.1:" + std::to_string(server.grpc_port());
+    PushAs(address, "agent-1", 1, "job-a");
+    PushAs(address, "agent-1", 2, "job-b");  // agent-1's second job: beyond its cap of one
+    PushAs(address, "agent-2", 1, "job-c");  // on loopback too, but another agent
+    EXPECT_EQ(CommsOf(address, "job-a"), 1);
+    EXPECT_EQ(CommsOf(address, "job-b"), 0);
+    EXPECT_EQ(CommsOf(address, "job-c"), 1);
+    EXPECT_EQ(CappedByAgentJobs(server.http_port()), "1");
+  }
+  // The replay at start-up meets the stored sources, not the claimed one they all share.
+  AggregatorServer again(CappedOptions("127.0.0.1"));
+  ASSERT_TRUE(again.Start().ok());
+  const std::string address = "127.0.0.1:" + std::to_string(again.grpc_port());
+  EXPECT_EQ(CommsOf(address, "job-a"), 1);
+  EXPECT_EQ(CommsOf(address, "job-b"), 0);
+  EXPECT_EQ(CommsOf(address, "job-c"), 1);
+  EXPECT_EQ(CappedByAgentJobs(again.http_port()), "1");
+}
+
+TEST_F(AggregatorServerTest, BeyondLoopbackTheAddressIsTheSourceWhateverTheAgentIdSays) {
+  const std::string ip = ReachableIpv4Address();
+  if (ip == "127.0.0.1") GTEST_SKIP() << "this machine has no address beyond loopback";
+  AggregatorServer server(CappedOptions("0.0.0.0"));
+  ASSERT_TRUE(server.Start().ok());
+  const std::string address = ip + ":" + std::to_string(server.grpc_port());
+  PushAs(address, "agent-1", 1, "job-a");
+  // A new agent_id from the same address is the same source: still capped.
+  PushAs(address, "agent-renamed", 1, "job-b");
+  EXPECT_EQ(CommsOf(address, "job-a"), 1);
+  EXPECT_EQ(CommsOf(address, "job-b"), 0);
+  EXPECT_EQ(CappedByAgentJobs(server.http_port()), "1");
 }
 
 }  // namespace

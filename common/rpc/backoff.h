@@ -10,6 +10,10 @@
 
 namespace ncclwatch {
 
+// The longest an agent waits between two attempts to push to the aggregator. An aggregator that
+// comes back hears from every agent within about this long (the detectors' restart grace).
+inline constexpr std::chrono::milliseconds kPushRetryMaxDelay{5000};
+
 // Each NextDelay() returns a wait drawn uniformly from [d/2, d], where d starts at `initial` and
 // doubles after each call up to `max`; Reset() (after a success) starts over at `initial`. The
 // jitter keeps many clients that failed together from retrying together. Not thread-safe: one per
