@@ -195,7 +195,8 @@ TEST(NodeInspectorSeriesTest, LatestStatsOfEachLiveRankWithTheAggregatorsLabels)
   series.Collect(w);
   const std::string whose =
       "job_id=\"job-1\",comm_hash=\"0x0000000000000abc\",comm_name=\"unknown\",rank=\"2\","
-      "node=\"node-7\",gpu=\"GPU3\",n_nodes=\"2\",nranks=\"8\"";
+      "node=\"node-7\",gpu=\"GPU3\",version=\"v5.1\",slurm_job_id=\"job-1\",n_nodes=\"2\","
+      "nranks=\"8\"";
   EXPECT_NE(w.text().find("nccl_bus_bandwidth_gbs{" + whose +
                           ",collective=\"AllReduce\",message_size=\"1-2MB\","
                           "algo_proto=\"RING_SIMPLE\"} 40\n"),

@@ -84,8 +84,10 @@ void NodeInspectorSeries::Collect(PromTextWriter& writer) {
                               {"rank", absl::StrCat(id.rank())},
                               {"node", node_},
                               {"gpu", GpuLabel(id.cuda_device())}};
+    const LabelPairs inspector = InspectorJobLabels(id.job_id());
     for (InspectorSample& s : InspectorSamples(report)) {
       LabelPairs labels = whose;
+      labels.insert(labels.end(), inspector.begin(), inspector.end());
       labels.insert(labels.end(), s.labels.begin(), s.labels.end());
       families[s.name].emplace_back(std::move(labels), s.value);
     }

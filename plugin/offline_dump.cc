@@ -127,11 +127,10 @@ void OfflineDump::UpdateMetrics(const ncclwatch::v1::RankReport& report) {
   std::vector<Sample>& out = latest_[{id.comm_hash(), id.rank()}];
   out.clear();
   for (InspectorSample& sample : InspectorSamples(report)) {
-    LabelPairs labels = {{"version", "v5.1"},
-                         {"slurm_job_id", OrUnknown(identity_.slurm_job_id)},
-                         {"node", OrUnknown(identity_.host)},
-                         {"gpu", GpuLabel(identity_.cuda_device)},
-                         {"comm_name", OrUnknown(id.comm_name())}};
+    LabelPairs labels = InspectorJobLabels(identity_.slurm_job_id);
+    labels.insert(labels.end(), {{"node", OrUnknown(identity_.host)},
+                                 {"gpu", GpuLabel(identity_.cuda_device)},
+                                 {"comm_name", OrUnknown(id.comm_name())}});
     labels.insert(labels.end(), sample.labels.begin(), sample.labels.end());
     // Render the label block once through the exposition writer: "name{...} value\n".
     PromTextWriter w;

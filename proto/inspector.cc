@@ -49,6 +49,10 @@ std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& r
   return out;
 }
 
+LabelPairs InspectorJobLabels(const std::string& job_id) {
+  return {{"version", kInspectorVersion}, {"slurm_job_id", OrUnknown(job_id)}};
+}
+
 std::vector<InspectorSample> UserTagSamples(const ncclwatch::v1::RankReport& report,
                                             size_t max_tags) {
   struct Sums {

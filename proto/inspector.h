@@ -37,6 +37,13 @@ std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& r
 std::vector<InspectorSample> UserTagSamples(const ncclwatch::v1::RankReport& report,
                                             size_t max_tags = 16);
 
+// The labels NCCL Inspector puts on its four families that say which job and exporter they come
+// from: version (Inspector's exporter version, whose label set we follow) and slurm_job_id (the
+// job id). Every exporter adds them, so that Inspector's own dashboards, which filter on
+// slurm_job_id, work unchanged.
+inline constexpr char kInspectorVersion[] = "v5.1";
+LabelPairs InspectorJobLabels(const std::string& job_id);
+
 // The four families, with their help texts, in a fixed order: proto/exported_series.h.
 using InspectorFamily = SeriesFamily;
 

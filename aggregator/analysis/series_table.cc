@@ -73,8 +73,10 @@ void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::
                             int64_t now_ns, std::vector<SeriesPoint>* points) {
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   const int64_t sample_ns = end_ns > 0 ? end_ns : now_ns;
+  const LabelPairs inspector = InspectorJobLabels(report.identity().job_id());
   for (InspectorSample& sample : InspectorSamples(report)) {
     LabelPairs labels = rank_labels;
+    labels.insert(labels.end(), inspector.begin(), inspector.end());
     labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
                   std::make_move_iterator(sample.labels.end()));
     Set(sample.name, std::move(labels), sample.value, sample_ns, now_ns, points);

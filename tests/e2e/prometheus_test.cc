@@ -3,119 +3,16 @@
 //     the straggler, bandwidth and hang series with the right labels;
 //   - the aggregator remote-writes into Prometheus's remote-write receiver, and the same API must
 //     return the series it sent.
-// Prometheus has no readiness pipe, so the test polls its /-/ready endpoint and its query results
-// against a deadline.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <fstream>
-#include <functional>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "tests/e2e/pipeline.h"
+#include "tests/e2e/prometheus_server.h"
 
 namespace ncclwatch::testing {
 namespace {
-
-// A loopback port nobody listens on right now.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// One series of an instant query's answer.
-struct Series {
-  std::map<std::string, std::string> labels;
-  double value = 0;
-};
-
-class Prometheus {
- public:
-  // Starts Prometheus with `scrape_configs` (YAML, may be empty) and its remote-write receiver.
-  Prometheus(const std::string& dir, const std::string& scrape_configs) : port_(FreePort()) {
-    const std::string config = dir + "/prometheus.yml";
-    std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                          << scrape_configs;
-    process_ = std::make_unique<Process>(
-        std::vector<std::string>{"prometheus", "--config.file=" + config,
-                                 "--storage.tsdb.path=" + dir + "/prometheus-data",
-                                 "--web.listen-address=127.0.0.1:" + std::to_string(port_),
-                                 "--web.enable-remote-write-receiver", "--log.level=warn"},
-        std::map<std::string, std::string>{}, dir + "/prometheus.log");
-  }
-
-  int port() const { return port_; }
-  std::string Log() const { return process_->Log(); }
-
-  bool WaitReady() {
-    return PollUntil(
-        [&] {
-          httplib::Client c("127.0.0.1", port_);
-          auto res = c.Get("/-/ready");
-          return res && res->status == 200;
-        },
-        30, 200);
-  }
-
-  // Instant query through the HTTP API; empty on any error.
-  std::vector<Series> Query(const std::string& expr) {
-    httplib::Client c("127.0.0.1", port_);
-    auto res = c.Get(("/api/v1/query?query=" + httplib::detail::encode_query_param(expr)).c_str());
-    std::vector<Series> out;
-    google::protobuf::Struct doc;
-    if (!res || res->status != 200 ||
-        !google::protobuf::util::JsonStringToMessage(res->body, &doc).ok()) {
-      return out;
-    }
-    const auto& result = doc.fields().at("data").struct_value().fields().at("result");
-    for (const auto& item : result.list_value().values()) {
-      Series s;
-      for (const auto& [k, v] : item.struct_value().fields().at("metric").struct_value().fields()) {
-        s.labels[k] = v.string_value();
-      }
-      const auto& value = item.struct_value().fields().at("value").list_value();
-      s.value = std::stod(value.values(1).string_value());
-      out.push_back(std::move(s));
-    }
-    return out;
-  }
-
-  // Waits until the query returns exactly `n` series; returns them (empty on timeout).
-  std::vector<Series> WaitFor(const std::string& expr, size_t n, double timeout_s = 30) {
-    std::vector<Series> last;
-    PollUntil(
-        [&] {
-          last = Query(expr);
-          return last.size() == n;
-        },
-        timeout_s, 200);
-    return last.size() == n ? last : std::vector<Series>{};
-  }
-
- private:
-  int port_;
-  std::unique_ptr<Process> process_;
-};
 
 std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
   return {Binaries::Simjob(),

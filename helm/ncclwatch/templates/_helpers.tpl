@@ -94,3 +94,15 @@ generates, else "" (insecure.ingest). */}}
 {{- printf "%s-query-token" (include "ncclwatch.fullname" .) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The relabeling that adds the `cluster` label (value `cluster`) to every scraped series, as NCCL
+Inspector's dashboard expects; nothing when the value is empty. With honorLabels, a `cluster`
+label an exporter sets itself wins (ncclwatch's do not set one).
+*/}}
+{{- define "ncclwatch.clusterRelabeling" -}}
+{{- with .Values.cluster -}}
+- targetLabel: cluster
+  replacement: {{ . | quote }}
+{{- end }}
+{{- end -}}
