@@ -16,6 +16,7 @@
 #include "agent/spool.h"
 #include "agent/unix_socket.h"
 #include "common/log.h"
+#include "common/process_metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/validate.h"
 
@@ -33,7 +34,10 @@ std::string EndpointDirName(const std::string& endpoint) {
 
 }  // namespace
 
-AgentServer::AgentServer(AgentServerOptions options) : options_(std::move(options)) {}
+AgentServer::AgentServer(AgentServerOptions options) : options_(std::move(options)) {
+  AddProcessMetrics(metrics_);
+  AddBuildInfo(metrics_, "ncclwatch_agent");
+}
 
 AgentServer::~AgentServer() { Stop(); }
 

@@ -43,7 +43,7 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
       outbox_depth_(m.GetGauge("ncclwatch_agent_outbox_batches",
                                "Batches cut and waiting for the aggregator's acknowledgement.",
                                options_.metric_labels)),
-      last_push_seconds_(m.GetGauge("ncclwatch_agent_last_push_seconds",
+      last_push_duration_(m.GetGauge("ncclwatch_agent_last_push_duration_seconds",
                                     "Duration of the last successful batch push.",
                                     options_.metric_labels)),
       push_seconds_(
@@ -133,7 +133,7 @@ Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
     return PushResult::kRetry;
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  last_push_seconds_->Set(seconds);
+  last_push_duration_->Set(seconds);
   push_seconds_->Observe(seconds);
   batches_acked_->Increment();
   if (ack.duplicate()) batches_duplicate_->Increment();

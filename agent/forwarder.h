@@ -127,7 +127,7 @@ class Forwarder {
   Counter* batches_replayed_;
   Gauge* queue_depth_;
   Gauge* outbox_depth_;
-  Gauge* last_push_seconds_;
+  Gauge* last_push_duration_;
   Histogram* push_seconds_;
   Histogram* delay_seconds_;
 };

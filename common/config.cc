@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/build_info.h"
 #include "common/strings.h"
 
 namespace ncclwatch {
@@ -110,6 +111,10 @@ absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char
       help_requested_ = true;
       continue;
     }
+    if (arg == "--version") {
+      version_requested_ = true;
+      continue;
+    }
     if (arg == "--") {
       for (++i; i < argc; ++i) positional.emplace_back(argv[i]);
       break;
@@ -163,6 +168,10 @@ std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* con
     std::fputs(HelpText().c_str(), stdout);
     return 0;
   }
+  if (version_requested_) {
+    std::printf("%s\n", VersionText(program_).c_str());
+    return 0;
+  }
   if (!positional->empty()) {
     std::fprintf(stderr, "%s: unexpected argument '%s' (see %s --help)\n", program_.c_str(),
                  (*positional)[0].c_str(), program_.c_str());
@@ -191,6 +200,8 @@ std::string ConfigTable::HelpText(std::string_view usage_args) const {
   }
   absl::StrAppendFormat(&out, "  %-*s  %s\n", static_cast<int>(width), "--help",
                         "Print this help and exit.");
+  absl::StrAppendFormat(&out, "  %-*s  %s\n", static_cast<int>(width), "--version",
+                        "Print the version and git revision and exit.");
   return out;
 }
 

@@ -48,6 +48,8 @@ class ConfigTable {
 
   // True when Parse saw --help or -h; the caller prints HelpText() and exits 0.
   bool help_requested() const { return help_requested_; }
+  // True when Parse saw --version; the caller prints VersionText (common/build_info.h), exits 0.
+  bool version_requested() const { return version_requested_; }
   // Usage line, summary and a table of every entry: flag, environment variable, default, meaning.
   std::string HelpText(std::string_view usage_args = "[flags]") const;
   // "name=value" pairs of the effective configuration, for the start-up log line.
@@ -78,6 +80,7 @@ class ConfigTable {
   std::string summary_;
   std::vector<Entry> entries_;
   bool help_requested_ = false;
+  bool version_requested_ = false;
 };
 
 }  // namespace ncclwatch

@@ -51,6 +51,15 @@ TEST(ConfigTableTest, NegatedBoolAndHelp) {
   EXPECT_TRUE(f.table.help_requested());
 }
 
+TEST(ConfigTableTest, VersionIsAskedForAndListedInTheHelp) {
+  Fixture f;
+  const char* argv[] = {"prog", "--version"};
+  ASSERT_TRUE(f.table.Parse(2, argv, EnvFrom({})).ok());
+  EXPECT_TRUE(f.table.version_requested());
+  EXPECT_FALSE(f.table.help_requested());
+  EXPECT_NE(f.table.HelpText().find("--version"), std::string::npos);
+}
+
 TEST(ConfigTableTest, ErrorsNameTheCulprit) {
   Fixture f;
   const char* unknown[] = {"prog", "--bogus=1"};

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "aggregator/cli/commands.h"
+#include "common/build_info.h"
 #include "common/config.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/token.h"
@@ -88,6 +89,10 @@ int Main(int argc, char** argv) {
       "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
   auto positional = table.Parse(argc, argv);
   if (!positional.ok()) return Fail(console, std::string(positional.status().message()));
+  if (table.version_requested() && !table.help_requested()) {
+    std::printf("%s\n", VersionText("ncclwatch").c_str());
+    return 0;
+  }
   if (table.help_requested() || positional->empty()) {
     std::fputs(table.HelpText(kUsage).c_str(), table.help_requested() ? stdout : stderr);
     return table.help_requested() ? 0 : 2;

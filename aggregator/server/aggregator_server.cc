@@ -6,13 +6,16 @@
 #include "absl/time/clock.h"
 #include "aggregator/server/http_routes.h"
 #include "common/log.h"
+#include "common/process_metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/validate.h"
 
 namespace ncclwatch::aggregator {
 
-AggregatorServer::AggregatorServer(AggregatorServerOptions options)
-    : options_(std::move(options)) {}
+AggregatorServer::AggregatorServer(AggregatorServerOptions options) : options_(std::move(options)) {
+  AddProcessMetrics(metrics_);
+  AddBuildInfo(metrics_, "ncclwatch_aggregator");
+}
 
 AggregatorServer::~AggregatorServer() { Stop(); }
 

@@ -2,8 +2,12 @@
 // aggregator (real gRPC, real RocksDB) -> /federate, the Query API and the CLI.
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
+#include <string>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "common/sync.h"
@@ -189,16 +193,46 @@ TEST(EndToEndTest, CleanRunFlagsNobody) {
   EXPECT_TRUE(events.Stop().empty()) << "nothing flagged, so nothing ended with the job";
 }
 
+// What promtool (from the prometheus package) finds in an exposition, one finding per line; the
+// only lint allowed is the unit of the two NCCL Inspector names, which compatibility fixes.
+void ExpectLintClean(const Pipeline& p, const std::string& what, const std::string& body) {
+  const std::string file = p.dir() + "/exposition.txt";
+  std::ofstream(file) << body;
+  auto [lint, findings] = RunToCompletion({"/bin/sh", "-c", "promtool check metrics < " + file},
+                                          p.dir() + "/promtool.log");
+  ASSERT_TRUE(lint == 0 || lint == 3) << what << ": promtool could not parse it:\n" << findings;
+  std::istringstream lines(findings);
+  std::string finding;
+  while (std::getline(lines, finding)) {
+    const bool inspector_unit =
+        finding ==
+            "nccl_collective_exec_time_microseconds use base unit \"seconds\" instead "
+            "of \"microseconds\"" ||
+        finding ==
+            "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of "
+            "\"microseconds\"";
+    EXPECT_TRUE(inspector_unit) << what << ": promtool: " << finding;
+  }
+}
+
 TEST(EndToEndTest, HttpEndpointsAreWellFormed) {
   Pipeline p(1);
   ASSERT_TRUE(p.ok()) << p.error();
-  auto [code, log] = RunToCompletion(
-      {Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1", "--ranks-per-node=2",
-       "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=e2e-http", "--duration-s=2",
-       "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
-      p.dir() + "/simjob.log");
-  ASSERT_EQ(code, 0) << log;
-  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=1",
+               "--ranks-per-node=2", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=e2e-http",
+               "--duration-s=15", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=200"},
+              {}, p.dir() + "/simjob.log");
+  // While the job runs, all three expositions hold its NCCL Inspector series.
+  const std::string job_federate = Federate("{job_id=\"e2e-http\"}");
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        return p.Get(job_federate).second.find("nccl_p2p_exec_time_microseconds{") !=
+                   std::string::npos &&
+               p.AgentGet(0, "/metrics").second.find("nccl_bus_bandwidth_gbs{") !=
+                   std::string::npos;
+      },
+      30))
+      << p.Logs();
 
   EXPECT_EQ(p.Get("/healthz").first, 200);
   for (std::string bad :
@@ -207,34 +241,51 @@ TEST(EndToEndTest, HttpEndpointsAreWellFormed) {
     EXPECT_EQ(status, 400) << bad;
     EXPECT_FALSE(body.empty()) << bad;
   }
-  // promtool (from the prometheus package) parses and lints both expositions. The only lint
-  // finding allowed is the unit of the two NCCL Inspector names, which compatibility fixes.
-  for (std::string path : {std::string("/metrics"), Federate("{job_id=\"e2e-http\"}")}) {
-    auto [status, body] = p.Get(path);
-    ASSERT_EQ(status, 200) << path;
-    ASSERT_NE(body.find("\n"), std::string::npos) << path;
-    std::string file = p.dir() + "/exposition.txt";
-    FILE* f = fopen(file.c_str(), "w");
-    fwrite(body.data(), 1, body.size(), f);
-    fclose(f);
-    auto [lint, findings] = RunToCompletion({"/bin/sh", "-c", "promtool check metrics < " + file},
-                                            p.dir() + "/promtool.log");
-    ASSERT_TRUE(lint == 0 || lint == 3) << path << ": promtool could not parse it:\n" << findings;
-    std::istringstream lines(findings);
-    std::string finding;
-    while (std::getline(lines, finding)) {
-      bool inspector_unit =
-          finding ==
-              "nccl_collective_exec_time_microseconds use base unit \"seconds\" instead "
-              "of \"microseconds\"" ||
-          finding ==
-              "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of "
-              "\"microseconds\"";
-      EXPECT_TRUE(inspector_unit) << path << ": promtool: " << finding;
-    }
+  const std::pair<std::string, std::pair<int, std::string>> expositions[] = {
+      {"aggregator /federate", p.Get(job_federate)},
+      {"aggregator /metrics", p.Get("/metrics")},
+      {"agent /metrics", p.AgentGet(0, "/metrics")}};
+  for (const auto& [what, answer] : expositions) {
+    ASSERT_EQ(answer.first, 200) << what;
+    ExpectLintClean(p, what, answer.second);
   }
-  auto [status, metrics] = p.Get("/metrics");
-  EXPECT_NE(metrics.find("ncclwatch_aggregator_reports_ingested_total"), std::string::npos);
+  // Each daemon exports what every exporter has: process_* and its build.
+  for (const auto& [index, prefix] :
+       {std::pair<int, std::string>{1, "ncclwatch_aggregator"}, {2, "ncclwatch_agent"}}) {
+    const std::string& what = expositions[index].first;
+    const std::string& text = expositions[index].second.second;
+    for (const std::string name :
+         {"process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
+          "process_max_fds ", "process_start_time_seconds ", "process_virtual_memory_bytes "}) {
+      EXPECT_NE(text.find("\n" + name), std::string::npos) << what << ": " << name;
+    }
+    EXPECT_NE(text.find(prefix + "_build_info{version=\""), std::string::npos) << what;
+  }
+  EXPECT_NE(expositions[0].second.second.find("# TYPE ncclwatch_straggler gauge\n"),
+            std::string::npos);
+
+  // A selector as `curl -g` sends it, unencoded, is the same selector.
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string(p.http_port()) +
+      "/federate?match[]=nccl_bus_bandwidth_gbs{job_id=\"e2e-http\",rank=\"1\"}";
+  auto [curl, fetched] = RunToCompletion({"curl", "-g", "-s", "-w", "\nHTTP %{http_code}\n", url},
+                                         p.dir() + "/curl.log");
+  ASSERT_EQ(curl, 0) << fetched;
+  EXPECT_NE(fetched.find("\nHTTP 200\n"), std::string::npos) << fetched;
+  EXPECT_NE(fetched.find("rank=\"1\""), std::string::npos) << fetched;
+  EXPECT_EQ(fetched.find("rank=\"0\""), std::string::npos) << fetched;
+
+  // Every binary names its version.
+  for (const auto& [binary, name] :
+       {std::pair<std::string, std::string>{Binaries::Aggregator(), "ncclwatch-aggregator"},
+        {Binaries::Agent(), "ncclwatch-agent"},
+        {Binaries::Cli(), "ncclwatch"}}) {
+    auto [code, out] = RunToCompletion({binary, "--version"}, p.dir() + "/version.log");
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_EQ(out.rfind(name + " 0.", 0), 0u) << out;
+    EXPECT_NE(out.find(" (git "), std::string::npos) << out;
+  }
+  EXPECT_EQ(job.Wait(), 0) << job.Log();
 }
 
 }  // namespace
