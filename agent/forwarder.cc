@@ -44,8 +44,8 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
                                "Batches cut and waiting for the aggregator's acknowledgement.",
                                options_.metric_labels)),
       last_push_duration_(m.GetGauge("ncclwatch_agent_last_push_duration_seconds",
-                                    "Duration of the last successful batch push.",
-                                    options_.metric_labels)),
+                                     "Duration of the last successful batch push.",
+                                     options_.metric_labels)),
       push_seconds_(
           m.GetHistogram("ncclwatch_agent_push_duration_seconds",
                          "Round trip of successful batch pushes to the aggregator.",

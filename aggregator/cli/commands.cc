@@ -6,16 +6,22 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "aggregator/cli/chrome_trace.h"
 #include "aggregator/cli/json.h"
 #include "aggregator/cli/tables.h"
 #include "aggregator/findings/findings.h"
+#include "common/rpc/backoff.h"
 
 namespace ncclwatch::cli {
 namespace {
@@ -61,12 +67,41 @@ bool Call(QueryStub& stub, const CommandConfig& config, UnaryRpc<Request, Respon
   return status->ok();
 }
 
+// With --job: whether the aggregator knows the job (running, or ended and still listed). An
+// unknown one fails (exit 1) naming the known ones; while waiting for findings (--wait-s) or
+// following events, the job may simply not have started yet: a note on stderr, and on.
+std::optional<int> CheckJob(QueryStub& stub, const CommandConfig& config, const Console& console,
+                            bool may_start_later) {
+  if (config.job.empty()) return std::nullopt;
+  ncclwatch::v1::ListJobsResponse jobs;
+  grpc::Status status;
+  if (!Call(stub, config, &QueryStub::ListJobs, ncclwatch::v1::ListJobsRequest(), &jobs, &status)) {
+    return Fail(console, RpcError(status, config.aggregator));
+  }
+  std::vector<std::string> known;
+  for (const auto& j : jobs.jobs()) {
+    if (j.job_id() == config.job) return std::nullopt;
+    if (known.size() < 10) known.push_back(j.job_id());
+  }
+  const std::string list =
+      known.empty() ? "it knows no job yet"
+                    : absl::StrCat("it knows ", absl::StrJoin(known, ", "),
+                                   jobs.jobs_size() > 10 ? ", ... (ncclwatch jobs)" : "");
+  if (may_start_later) {
+    std::fprintf(console.err, "ncclwatch: job '%s' has not reported yet (%s); waiting for it\n",
+                 config.job.c_str(), list.c_str());
+    return std::nullopt;
+  }
+  return Fail(console, absl::StrFormat("no job '%s' at the aggregator at %s: %s", config.job,
+                                       config.aggregator, list));
+}
+
 // Lists with `list` (a unary call filling its response; false on error). With --wait-s and an
 // empty answer, waits for the first START event `wanted` accepts, then lists again. The watch is
 // opened before the first list, so that nothing flagged in between is missed.
 template <typename List, typename Empty, typename Wanted>
-bool ListOrWait(QueryStub& stub, const CommandConfig& config, List list, Empty empty,
-                Wanted wanted) {
+bool ListOrWait(QueryStub& stub, const CommandConfig& config, List list, Empty empty, Wanted wanted,
+                const Console& console) {
   grpc::ClientContext watch_context;
   Authorize(config, &watch_context);
   std::unique_ptr<grpc::ClientReaderInterface<Event>> watch;
@@ -77,6 +112,11 @@ bool ListOrWait(QueryStub& stub, const CommandConfig& config, List list, Empty e
   }
   bool ok = list();
   if (ok && watch && empty()) {
+    // Progress on stderr, so that a person knows it waits and a script's stdout stays clean.
+    std::fprintf(console.err,
+                 "ncclwatch: nothing flagged yet; waiting up to %.0f s for a finding\n",
+                 config.wait_s);
+    std::fflush(console.err);
     Event event;
     bool found = false;
     while (!found && watch->Read(&event)) {
@@ -98,6 +138,7 @@ template <typename Request, typename Response, typename Empty>
 int ListCommand(QueryStub& stub, const CommandConfig& config, const Console& console,
                 UnaryRpc<Request, Response> rpc, std::initializer_list<Event::Kind> kinds,
                 Empty empty, std::string (*text)(const Response&)) {
+  if (auto failed = CheckJob(stub, config, console, config.wait_s > 0)) return *failed;
   Request request;
   request.set_job_id(config.job);
   Response response;
@@ -107,7 +148,7 @@ int ListCommand(QueryStub& stub, const CommandConfig& config, const Console& con
     return std::find(kinds.begin(), kinds.end(), e.kind()) != kinds.end() && JobMatches(e, config);
   };
   if (!ListOrWait(
-          stub, config, list, [&] { return empty(response); }, wanted)) {
+          stub, config, list, [&] { return empty(response); }, wanted, console)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
   if (config.json) {
@@ -115,7 +156,7 @@ int ListCommand(QueryStub& stub, const CommandConfig& config, const Console& con
   } else {
     Write(console, text(response));
   }
-  return 0;
+  return empty(response) ? kExitNothingFound : kExitFindings;
 }
 
 // jobs and comms: one call, written as JSON or as `text` renders it.
@@ -192,21 +233,36 @@ int Jobs(QueryStub& stub, const CommandConfig& config, const Console& console) {
 }
 
 int Comms(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  if (auto failed = CheckJob(stub, config, console, false)) return *failed;
   ncclwatch::v1::ListCommsRequest request;
   request.set_job_id(config.job);
   return Show(stub, config, console, &QueryStub::ListComms, request, &CommsText);
 }
 
 int Events(QueryStub& stub, const CommandConfig& config, const Console& console) {
+  if (auto failed = CheckJob(stub, config, console, config.follow)) return *failed;
+  const bool forever = config.wait_s <= 0;
+  const auto deadline = After(config.wait_s);
   // With --follow the watch opens before the stored events are read, so nothing falls in between.
-  grpc::ClientContext watch_context;
-  Authorize(config, &watch_context);
+  auto watch_context = std::make_unique<grpc::ClientContext>();
   std::unique_ptr<grpc::ClientReaderInterface<Event>> watch;
-  if (config.follow) {
-    if (config.wait_s > 0) watch_context.set_deadline(After(config.wait_s));
-    watch = stub.Watch(&watch_context, ncclwatch::v1::WatchRequest());
-    watch->WaitForInitialMetadata();
-  }
+  const auto open_watch = [&] {
+    watch_context = std::make_unique<grpc::ClientContext>();
+    Authorize(config, watch_context.get());
+    if (!forever) watch_context->set_deadline(deadline);
+    watch = stub.Watch(watch_context.get(), ncclwatch::v1::WatchRequest());
+    watch->WaitForInitialMetadata();  // returns at once when the aggregator is not there
+  };
+  if (config.follow) open_watch();
+  // Flushed event by event: a script reading a --follow pipe sees each as it happens.
+  std::set<std::pair<uint64_t, std::string>> printed;
+  uint64_t newest_ns = 0;
+  const auto print = [&](const Event& e) {
+    if (!printed.insert({e.time_unix_ns(), e.summary()}).second) return;
+    newest_ns = std::max<uint64_t>(newest_ns, e.time_unix_ns());
+    Write(console, config.json ? ProtoJson(e) + "\n" : EventLine(e));
+    std::fflush(console.out);
+  };
   ncclwatch::v1::ListEventsRequest request;
   request.set_job_id(config.job);
   const int64_t now = absl::GetCurrentTimeNanos();
@@ -218,39 +274,52 @@ int Events(QueryStub& stub, const CommandConfig& config, const Console& console)
   if (!Call(stub, config, &QueryStub::ListEvents, request, &response, &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
-  // Flushed event by event: a script reading a --follow pipe sees each as it happens.
-  auto print = [&](const Event& e) {
-    if (config.json) {
-      WriteJson(console, e);
-    } else {
-      Write(console, EventLine(e));
-    }
-    std::fflush(console.out);
-  };
-  std::set<std::pair<uint64_t, std::string>> listed;
   if (config.json && !config.follow) {
     WriteJson(console, response);
   } else {
-    for (const auto& e : response.events()) {
-      print(e);
-      listed.insert({e.time_unix_ns(), e.summary()});
-    }
+    for (const auto& e : response.events()) print(e);
     if (response.events_size() == 0 && !config.json) {
       Write(console, NoEventsText(config.since_s, config.follow));
       std::fflush(console.out);
     }
   }
+  if (!response.next_page_token().empty()) {
+    std::fprintf(console.err,
+                 "ncclwatch: showing the oldest %d events of the last %.0f s; more are stored "
+                 "(raise --limit or lower --since-s)\n",
+                 response.events_size(), config.since_s);
+  }
   if (!watch) return 0;
-  Event e;
-  while (watch->Read(&e)) {
-    if (!JobMatches(e, config) || listed.count({e.time_unix_ns(), e.summary()})) continue;
-    print(e);
+  // Until --wait-s (or for ever): a stream the aggregator ends by going away (a restart) is
+  // opened again, and what was stored meanwhile is listed, each event printed once.
+  bool reconnecting = false;
+  for (Backoff backoff(std::chrono::milliseconds(200), std::chrono::milliseconds(5000));;) {
+    Event e;
+    while (watch->Read(&e)) {
+      if (JobMatches(e, config)) print(e);
+    }
+    const grpc::Status end = watch->Finish();
+    const bool gone = end.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      end.error_code() == grpc::StatusCode::CANCELLED;
+    if (end.ok() || (!forever && std::chrono::system_clock::now() >= deadline)) return 0;
+    if (!gone) return Fail(console, RpcError(end, config.aggregator));
+    if (!reconnecting) {
+      std::fprintf(console.err, "ncclwatch: lost the aggregator at %s (%s); reconnecting\n",
+                   config.aggregator.c_str(), end.error_message().c_str());
+      std::fflush(console.err);
+      reconnecting = true;
+    }
+    std::this_thread::sleep_for(backoff.NextDelay());  // a retry's pacing
+    open_watch();
+    request.set_since_unix_ns(newest_ns);
+    if (!Call(stub, config, &QueryStub::ListEvents, request, &response, &status)) continue;
+    std::fprintf(console.err, "ncclwatch: reconnected to the aggregator at %s\n",
+                 config.aggregator.c_str());
+    std::fflush(console.err);
+    reconnecting = false;
+    backoff.Reset();
+    for (const auto& stored : response.events()) print(stored);
   }
-  grpc::Status end = watch->Finish();
-  if (!end.ok() && end.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return Fail(console, RpcError(end, config.aggregator));
-  }
-  return 0;
 }
 
 int Query(QueryStub& stub, const CommandConfig& config, const std::string& selector,
@@ -279,6 +348,7 @@ int Trace(QueryStub& stub, const CommandConfig& config, const Console& console) 
     return Fail(console,
                 "trace needs --job and --comm (a communicator name such as world, or its 0x hash)");
   }
+  if (auto failed = CheckJob(stub, config, console, false)) return *failed;
   ncclwatch::v1::GetTraceRequest request;
   request.set_job_id(config.job);
   request.set_comm(config.comm);
@@ -290,6 +360,11 @@ int Trace(QueryStub& stub, const CommandConfig& config, const Console& console) 
   if (!Call(stub, config, &QueryStub::GetTrace, request, &response, &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
+  const std::string json = ChromeTrace(response);
+  if (config.output == "-") {  // the trace itself on stdout, e.g. for a pipe
+    Write(console, json);
+    return 0;
+  }
   const std::string path = config.output.empty()
                                ? absl::StrFormat("trace-%s-%s.json", config.job, config.comm)
                                : config.output;
@@ -297,7 +372,6 @@ int Trace(QueryStub& stub, const CommandConfig& config, const Console& console) 
   if (f == nullptr) {
     return Fail(console, absl::StrFormat("cannot write %s: %s", path, std::strerror(errno)));
   }
-  const std::string json = ChromeTrace(response);
   const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
   if (std::fclose(f) != 0 || !written)
     return Fail(console, absl::StrFormat("cannot write %s", path));

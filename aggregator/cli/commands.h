@@ -2,9 +2,11 @@
 //
 // Each command makes its calls on `stub` (every call carries the bearer token, when there is one,
 // and the --timeout-s deadline; a Watch stream lasts --wait-s), writes its answer to `console.out`
-// (a table for people, or JSON with --json) and returns the process's exit code: 0 on success, 1
-// after writing one "ncclwatch: <message>" line to `console.err` (the aggregator cannot be reached
-// or refused the call, a bad argument, a file that cannot be written).
+// (a table for people, or JSON with --json) and returns the process's exit code (below): 0 on
+// success (3 for a finding command that shows findings), 1 after writing one "ncclwatch:
+// <message>" line to `console.err` (the aggregator cannot be reached or refused the call, a bad
+// argument, a --job the aggregator does not know, a file that cannot be written). Progress notes
+// (waiting, reconnecting, what a limit left out) go to `console.err` too.
 //
 // A command blocks until its calls end: at most --timeout-s per unary call plus --wait-s for a
 // watch (events --follow without --wait-s: until the stream ends). Commands share no state; the
@@ -45,6 +47,14 @@ struct Console {
   std::FILE* err = stderr;
 };
 
+// Exit codes, for cron and CI: a finding command (stragglers, hangs, degraded) exits 3 when it
+// shows something flagged and 0 when nothing is; every command exits 1 when it failed (the
+// aggregator unreachable or refusing, an unknown --job, a file it cannot write) and main 2 for
+// a bad command line.
+inline constexpr int kExitNothingFound = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitFindings = 3;
+
 // Writes "ncclwatch: <message>\n" to `console.err`; returns 1, the exit code of a failed command.
 int Fail(const Console& console, const std::string& message);
 
@@ -79,7 +89,8 @@ int Query(QueryStub& stub, const CommandConfig& config, const std::string& selec
           const Console& console);
 
 // trace: writes the Chrome trace (chrome_trace.h) of communicator --comm of --job over the last
-// --since-s seconds to --output (default trace-<job>-<comm>.json), then says so on `console.out`.
+// --since-s seconds to --output (default trace-<job>-<comm>.json), then says so on `console.out`;
+// with --output - the trace itself goes to `console.out`.
 // Fails without calling when --job or --comm is missing.
 int Trace(QueryStub& stub, const CommandConfig& config, const Console& console);
 

@@ -108,14 +108,44 @@ class CommandsTest : public ::testing::Test {
   CapturedConsole captured_;
 };
 
-TEST_F(CommandsTest, StragglersPrintsTheTableAndExitsZero) {
+TEST_F(CommandsTest, StragglersPrintsTheTableAndExitsThreeForFindings) {
   fake_.stragglers = {TwoStragglers()};
   Serve();
-  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_EQ(captured_.out(), StragglersText(TwoStragglers()));
   EXPECT_EQ(captured_.err(), "");
   EXPECT_EQ(fake_.calls("ListStragglers"), 1);
   EXPECT_EQ(fake_.calls("Watch"), 0) << "no watch without --wait-s";
+}
+
+TEST_F(CommandsTest, NothingFlaggedExitsZero) {
+  Serve();
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitNothingFound);
+  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), kExitNothingFound);
+  EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), kExitNothingFound);
+  EXPECT_EQ(captured_.err(), "");
+}
+
+// A mistyped --job is an error naming the jobs the aggregator knows, not a healthy-looking job.
+TEST_F(CommandsTest, AnUnknownJobFailsAndNamesTheKnownOnes) {
+  fake_.jobs = {OneJob()};
+  fake_.stragglers = {TwoStragglers()};
+  Serve();
+  config_.job = "jbo-a";
+  config_.comm = "world";
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitFailed);
+  EXPECT_EQ(Comms(*stub_, config_, captured_.console()), kExitFailed);
+  EXPECT_EQ(Events(*stub_, config_, captured_.console()), kExitFailed);
+  EXPECT_EQ(Trace(*stub_, config_, captured_.console()), kExitFailed);
+  EXPECT_EQ(captured_.out(), "");
+  const std::string line =
+      "ncclwatch: no job 'jbo-a' at the aggregator at " + config_.aggregator + ": it knows job-a\n";
+  EXPECT_EQ(captured_.err(), line + line + line + line);
+  EXPECT_EQ(fake_.calls("ListStragglers") + fake_.calls("ListComms") + fake_.calls("ListEvents") +
+                fake_.calls("GetTrace"),
+            0);
+  config_.job = "job-a";
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitFindings);
 }
 
 TEST_F(CommandsTest, EveryListingPrintsItsTextOrItsJson) {
@@ -124,12 +154,12 @@ TEST_F(CommandsTest, EveryListingPrintsItsTextOrItsJson) {
   fake_.jobs = {OneJob()};
   fake_.comms = {TwoComms()};
   Serve();
-  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), 0);
-  EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), kExitFindings);
+  EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_EQ(Jobs(*stub_, config_, captured_.console()), 0);
   EXPECT_EQ(Comms(*stub_, config_, captured_.console()), 0);
   config_.json = true;
-  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_EQ(Jobs(*stub_, config_, captured_.console()), 0);
   EXPECT_EQ(captured_.out(), HangsText(ThreeHangsAndASilentRank()) +
                                  DegradedText(DegradedWithSuspect()) + JobsText(OneJob()) +
@@ -186,6 +216,7 @@ TEST_F(CommandsTest, EveryCallCarriesTheBearerToken) {
 // ends the wait (the token goes on the watch too).
 TEST_F(CommandsTest, WaitReturnsAsSoonAsAStartEventOfTheWantedKindArrives) {
   fake_.token = "s3cret";
+  fake_.jobs = {OneJob()};
   fake_.stragglers = {ncclwatch::v1::ListStragglersResponse(), TwoStragglers()};
   fake_.watch_events = {
       MakeEvent(Event::STRAGGLER, Event::END, "job-a", 1, "ended"),
@@ -198,10 +229,11 @@ TEST_F(CommandsTest, WaitReturnsAsSoonAsAStartEventOfTheWantedKindArrives) {
   config_.job = "job-a";
   config_.wait_s = 60;
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_LT(SecondsSince(start), 30) << "returned on the event, not at the end of --wait-s";
   EXPECT_EQ(captured_.out(), StragglersText(TwoStragglers()));
-  EXPECT_EQ(captured_.err(), "");
+  // Progress on stderr only: stdout stays the answer.
+  EXPECT_EQ(captured_.err(), "ncclwatch: nothing flagged yet; waiting up to 60 s for a finding\n");
   EXPECT_EQ(fake_.calls("Watch"), 1);
   EXPECT_EQ(fake_.calls("ListStragglers"), 2);
 }
@@ -211,7 +243,7 @@ TEST_F(CommandsTest, WaitDoesNotWaitWhenSomethingIsFlaggedAlready) {
   Serve();
   config_.wait_s = 60;
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_LT(SecondsSince(start), 30);
   EXPECT_EQ(captured_.out(), HangsText(ThreeHangsAndASilentRank()));
   EXPECT_EQ(fake_.calls("Watch"), 1) << "the watch opens before the first list";
@@ -226,7 +258,7 @@ TEST_F(CommandsTest, WaitDoesNotWaitWhenARootCauseIsFoundAlready) {
   fake_.stragglers = {roots};
   Serve();
   config_.wait_s = 60;
-  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_EQ(captured_.out(), StragglersText(roots));
   EXPECT_EQ(fake_.calls("ListStragglers"), 1);
 }
@@ -237,7 +269,7 @@ TEST_F(CommandsTest, WaitForHangsEndsOnASilentRank) {
   Serve();
   config_.wait_s = 60;
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Hangs(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_LT(SecondsSince(start), 30);
   EXPECT_EQ(captured_.out(), HangsText(ThreeHangsAndASilentRank()));
   EXPECT_EQ(fake_.calls("ListHangs"), 2);
@@ -251,7 +283,7 @@ TEST_F(CommandsTest, WaitForDegradedIgnoresDegradedCommunicatorsUntilTheDeadline
   Serve();
   config_.wait_s = 0.3;
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), kExitFindings);
   EXPECT_GE(SecondsSince(start), 0.25);
   EXPECT_EQ(captured_.out(), DegradedText(DegradedWithSuspect()));
   EXPECT_EQ(fake_.calls("ListDegraded"), 2);
@@ -260,7 +292,9 @@ TEST_F(CommandsTest, WaitForDegradedIgnoresDegradedCommunicatorsUntilTheDeadline
 TEST_F(CommandsTest, EventsListsTheStoredOnesWithinLimitAndSince) {
   ncclwatch::v1::ListEventsResponse stored;
   *stored.add_events() = MakeEvent(Event::HANG, Event::START, "job-a", 3723 * kSecond, "hung");
+  stored.set_next_page_token("more");
   fake_.events = {stored};
+  fake_.jobs = {OneJob()};
   Serve();
   config_.job = "job-a";
   config_.since_s = 600;
@@ -277,6 +311,11 @@ TEST_F(CommandsTest, EventsListsTheStoredOnesWithinLimitAndSince) {
   EXPECT_GE(request.since_unix_ns(), before - 600 * kSecond);
   EXPECT_LE(request.since_unix_ns(), before - 599 * kSecond);
   EXPECT_EQ(fake_.calls("Watch"), 0);
+  // What the limit left out is said, on stderr.
+  const std::string note =
+      "ncclwatch: showing the oldest 1 events of the last 600 s; more are stored (raise --limit "
+      "or lower --since-s)\n";
+  EXPECT_EQ(captured_.err(), note + note);
 }
 
 TEST_F(CommandsTest, EventsSaysWhenThereAreNone) {
@@ -297,6 +336,7 @@ TEST_F(CommandsTest, EventsFollowPrintsNewEventsOnceUntilTheStreamEnds) {
   *stored.add_events() = a;
   *stored.add_events() = b;
   fake_.events = {stored};
+  fake_.jobs = {OneJob()};
   fake_.watch_events = {b, other, c};
   fake_.watch_end = grpc::Status::OK;
   Serve();
@@ -349,6 +389,8 @@ class TraceCommandTest : public CommandsTest {
  protected:
   void SetUp() override {
     CommandsTest::SetUp();
+    fake_.jobs.resize(1);
+    fake_.jobs[0].add_jobs()->set_job_id("job-t");
     char tmpl[] = "/tmp/ncclwatch-cli-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -377,6 +419,19 @@ TEST_F(TraceCommandTest, WritesTheChromeTraceAndSaysWhere) {
   EXPECT_EQ(request.job_id(), "job-t");
   EXPECT_EQ(request.comm(), "world");
   EXPECT_EQ(request.end_unix_ms() - request.start_unix_ms(), 30'000u);
+}
+
+TEST_F(TraceCommandTest, OutputDashWritesTheTraceToStdout) {
+  fake_.trace = {TwoRankTrace()};
+  Serve();
+  config_.job = "job-t";
+  config_.comm = "world";
+  config_.output = "-";
+  EXPECT_EQ(Trace(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(captured_.out(), ChromeTrace(TwoRankTrace()));
+  EXPECT_EQ(captured_.err(), "");
+  std::ifstream none("-");
+  EXPECT_FALSE(none.good()) << "no file named '-'";
 }
 
 TEST_F(TraceCommandTest, NeedsJobAndCommAndAWritableOutput) {

@@ -49,14 +49,40 @@ TEST(JsonStringTest, TheTestReaderIsStrict) {
   }
 }
 
-TEST(ProtoJsonTest, OneLineWithProtoFieldNames) {
-  ncclwatch::v1::ListJobsResponse jobs;
-  auto* j = jobs.add_jobs();
-  j->set_job_id("job \"a\"");
-  j->set_hung_communicators(2);
-  EXPECT_EQ(ProtoJson(jobs),
-            "{\"jobs\":[{\"job_id\":\"job \\\"a\\\"\",\"hung_communicators\":2}]}");
-  EXPECT_EQ(ProtoJson(ncclwatch::v1::ListJobsResponse()), "{}");
+TEST(ProtoJsonTest, OneLineWithProtoFieldNamesAndEveryFieldZerosIncluded) {
+  ncclwatch::v1::ListCommsResponse comms;
+  auto* c = comms.add_comms();
+  c->set_job_id("job \"a\"");
+  c->set_comm_hash(0xabc);
+  c->add_ranks()->set_node("node-0");  // rank 0, all of its counters zero
+  const std::string json = ProtoJson(comms);
+  EXPECT_EQ(json.find('\n'), std::string::npos) << json;
+  const std::optional<Json> root = ParseJson(json);
+  ASSERT_TRUE(root.has_value()) << json;
+  const Json& comm = (*root)["comms"].array.at(0);
+  EXPECT_EQ(comm["job_id"].string, "job \"a\"");
+  EXPECT_EQ(comm["comm_hash"].string, "0x0000000000000abc");  // as in the tables and labels
+  EXPECT_EQ(comm["nranks"].type, Json::kNumber);              // zero, and still there
+  const Json& rank = comm["ranks"].array.at(0);
+  EXPECT_EQ(rank["rank"].type, Json::kNumber) << json;
+  EXPECT_EQ(rank["rank"].number, 0);
+  EXPECT_EQ(rank["node"].string, "node-0");
+  EXPECT_EQ(ProtoJson(ncclwatch::v1::ListJobsResponse()), "{\"jobs\":[]}");
+}
+
+TEST(ReadableJsonTest, HashesInHexAndTimesAlsoInRfc3339Utc) {
+  EXPECT_EQ(
+      ReadableJson(R"({"comm_hash":"2748","parent_comm_hash":"1","x":"2748"})"),
+      R"({"comm_hash":"0x0000000000000abc","parent_comm_hash":"0x0000000000000001","x":"2748"})");
+  EXPECT_EQ(
+      ReadableJson(R"({"time_unix_ns":"1795044979000000123","n":[1,2]})"),
+      R"({"time_unix_ns":"1795044979000000123","time_utc":"2026-11-18T23:36:19.000000123Z","n":[1,2]})");
+  EXPECT_EQ(ReadableJson(R"({"start_unix_ms":"1795044979001"})"),
+            R"({"start_unix_ms":"1795044979001","start_utc":"2026-11-18T23:36:19.001000000Z"})");
+  // Zero is "unknown", not 1970; keys inside string values are text, not keys.
+  EXPECT_EQ(ReadableJson(R"({"since_unix_ns":"0","summary":"a "comm_hash":"5" b"})"),
+            R"({"since_unix_ns":"0","summary":"a "comm_hash":"5" b"})");
+  EXPECT_EQ(Rfc3339Utc(0), "1970-01-01T00:00:00.000000000Z");
 }
 
 // The parsed trace: metadata and complete events, by kind.

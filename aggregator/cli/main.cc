@@ -11,7 +11,8 @@
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
 // This file holds the configuration table, the channel (TLS, token) and the dispatch; the commands
-// are in commands.h, their text in tables.h. Exit codes: 0 ok, 1 failed, 2 bad command line.
+// are in commands.h, their text in tables.h. Exit codes: 0 ok (nothing flagged), 1 failed,
+// 2 bad command line, 3 findings shown (stragglers, hangs, degraded).
 #include <cstdio>
 #include <string>
 
@@ -52,7 +53,11 @@ constexpr char kSummary[] =
     "               'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)\n"
     "  trace        a Chrome/Perfetto trace (JSON) of the sampled collectives of communicator\n"
     "               --comm of --job over the last --since-s seconds, one track per rank, GPU\n"
-    "               clocks aligned on collective ends; open it in ui.perfetto.dev";
+    "               clocks aligned on collective ends; open it in ui.perfetto.dev\n\n"
+    "Exit codes: 0 done (stragglers/hangs/degraded: nothing flagged), 1 failed (aggregator\n"
+    "unreachable or refusing, unknown --job, unwritable file), 2 bad command line,\n"
+    "3 stragglers/hangs/degraded found something. Notes (waiting, reconnecting) go to stderr.\n"
+    "Environment: NCCLWATCH_LOG_LEVEL is not used by this client.";
 
 int Main(int argc, char** argv) {
   CliConfig config;
@@ -66,7 +71,8 @@ int Main(int argc, char** argv) {
   table.AddBool("follow", "", &c.follow,
                 "events: keep printing new events as they happen (until Ctrl-C, or --wait-s).");
   table.AddString("comm", "", &c.comm, "trace: communicator name (e.g. world) or 0x hash.");
-  table.AddString("output", "", &c.output, "trace: output file (default trace-<job>-<comm>.json).");
+  table.AddString("output", "", &c.output,
+                  "trace: output file (default trace-<job>-<comm>.json); - writes to stdout.");
   table.AddDouble("wait-s", "", &c.wait_s,
                   "If nothing is flagged yet, wait up to this long for the first finding.");
   table.AddDouble("timeout-s", "", &c.timeout_s, "Deadline of each request.");
