@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/build_info.h"
+#include "common/log.h"
 #include "common/strings.h"
 
 namespace ncclwatch {
@@ -158,6 +159,8 @@ absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char
 }
 
 std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* const* argv) {
+  AddString("log-level", "NCCLWATCH_LOG_LEVEL", &log_level_,
+            "Least severe log lines written to stderr: debug, info, warning or error.");
   auto positional = Parse(argc, argv);
   if (!positional.ok()) {
     std::fprintf(stderr, "%s: %s\n", program_.c_str(),
@@ -177,6 +180,15 @@ std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* con
                  (*positional)[0].c_str(), program_.c_str());
     return 2;
   }
+  LogSeverity severity;
+  if (!ParseLogSeverity(log_level_, &severity)) {
+    std::fprintf(stderr,
+                 "%s: --log-level (or NCCLWATCH_LOG_LEVEL) is '%s': expected debug, info, "
+                 "warning or error\n",
+                 program_.c_str(), log_level_.c_str());
+    return 2;
+  }
+  SetMinLogSeverity(severity);
   return std::nullopt;
 }
 

@@ -1,8 +1,10 @@
 #include "common/config.h"
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
+#include "common/log.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch {
@@ -58,6 +60,23 @@ TEST(ConfigTableTest, VersionIsAskedForAndListedInTheHelp) {
   EXPECT_TRUE(f.table.version_requested());
   EXPECT_FALSE(f.table.help_requested());
   EXPECT_NE(f.table.HelpText().find("--version"), std::string::npos);
+}
+
+TEST(ConfigTableTest, ADaemonsLogLevelIsValidatedFromTheEnvironmentAndTheFlag) {
+  const char* argv[] = {"prog"};
+  setenv("NCCLWATCH_LOG_LEVEL", "verbose", 1);
+  Fixture bad;
+  EXPECT_EQ(bad.table.ParseDaemonCommandLine(1, argv), 2) << "a typo is an error, not 'info'";
+  const char* flag[] = {"prog", "--log-level=WARNING"};
+  Fixture good;
+  EXPECT_EQ(good.table.ParseDaemonCommandLine(2, flag), std::nullopt) << "the flag wins";
+  EXPECT_NE(good.table.HelpText().find("NCCLWATCH_LOG_LEVEL"), std::string::npos);
+  unsetenv("NCCLWATCH_LOG_LEVEL");
+  SetMinLogSeverity(LogSeverity::kInfo);
+  LogSeverity severity;
+  EXPECT_TRUE(ParseLogSeverity("Debug", &severity));
+  EXPECT_EQ(severity, LogSeverity::kDebug);
+  EXPECT_FALSE(ParseLogSeverity("", &severity));
 }
 
 TEST(ConfigTableTest, ErrorsNameTheCulprit) {

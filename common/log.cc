@@ -15,12 +15,9 @@ namespace {
 
 LogSeverity InitialSeverity() {
   const char* env = std::getenv("NCCLWATCH_LOG_LEVEL");
-  if (env == nullptr) return LogSeverity::kInfo;
-  std::string level = absl::AsciiStrToLower(env);
-  if (level == "debug") return LogSeverity::kDebug;
-  if (level == "warning" || level == "warn") return LogSeverity::kWarning;
-  if (level == "error") return LogSeverity::kError;
-  return LogSeverity::kInfo;
+  LogSeverity severity = LogSeverity::kInfo;
+  if (env != nullptr) ParseLogSeverity(env, &severity);
+  return severity;
 }
 
 std::atomic<int> min_severity{static_cast<int>(InitialSeverity())};
@@ -28,6 +25,22 @@ std::atomic<int> min_severity{static_cast<int>(InitialSeverity())};
 std::string* component = new std::string("ncclwatch");
 
 }  // namespace
+
+bool ParseLogSeverity(std::string_view text, LogSeverity* out) {
+  const std::string level = absl::AsciiStrToLower(std::string(text));
+  if (level == "debug") {
+    *out = LogSeverity::kDebug;
+  } else if (level == "info") {
+    *out = LogSeverity::kInfo;
+  } else if (level == "warning" || level == "warn") {
+    *out = LogSeverity::kWarning;
+  } else if (level == "error") {
+    *out = LogSeverity::kError;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 void SetMinLogSeverity(LogSeverity severity) { min_severity = static_cast<int>(severity); }
 

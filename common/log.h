@@ -12,8 +12,11 @@ namespace ncclwatch {
 
 enum class LogSeverity { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
-// Messages below this severity are discarded. Default kInfo; NCCLWATCH_LOG_LEVEL=debug lowers it.
+// Messages below this severity are discarded. Default kInfo, or NCCLWATCH_LOG_LEVEL when it names
+// a level; the daemons validate the variable (and --log-level) through ConfigTable.
 void SetMinLogSeverity(LogSeverity severity);
+// "debug", "info", "warning" (or "warn"), "error", any case; false for anything else.
+bool ParseLogSeverity(std::string_view text, LogSeverity* out);
 // The component name printed in every line, e.g. "agent".
 void SetLogComponent(std::string_view component);
 void LogLine(LogSeverity severity, std::string_view message);
