@@ -89,6 +89,9 @@ class Analyzer {
   // now; `job_id` empty means every job.
   ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Nodes flagged slow right now (the open NODE_STRAGGLER findings); `job_id` empty: every job.
+  std::vector<ncclwatch::v1::NodeStragglerInfo> SlowNodes(const std::string& job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Degraded communicators and network suspects right now; `job_id` empty means every job.
   ncclwatch::v1::ListDegradedResponse Degraded(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -63,6 +63,15 @@ void Analyzer::EndJobLocked(const std::string& job_id, const std::string& why, i
   verdicts_.ForgetJob(job_id);
 }
 
+std::vector<ncclwatch::v1::NodeStragglerInfo> Analyzer::SlowNodes(const std::string& job_id) const {
+  ncclwatch::MutexLock lock(&mu_);
+  std::vector<ncclwatch::v1::NodeStragglerInfo> out;
+  for (const auto& start : lifecycle_.Open(ncclwatch::v1::Event::NODE_STRAGGLER, job_id)) {
+    out.push_back(start.node_straggler());
+  }
+  return out;
+}
+
 void Analyzer::StartListening(int64_t now_ns) {
   ncclwatch::MutexLock lock(&mu_);
   heard_from_ns_ = now_ns + absl::ToInt64Nanoseconds(absl::FromChrono(kPushRetryMaxDelay));

@@ -84,4 +84,18 @@ void JobLifecycle::Expire(int64_t now_ns) {
   }
 }
 
+std::vector<ncclwatch::v1::Event> JobLifecycle::Open(ncclwatch::v1::Event::Kind kind,
+                                                     const std::string& job_id) const {
+  std::vector<ncclwatch::v1::Event> out;
+  for (const auto& [finding, start] : open_) {
+    if (start.kind() == kind && (job_id.empty() || EventJobId(start) == job_id)) {
+      out.push_back(start);
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.time_unix_ns() < b.time_unix_ns();
+  });
+  return out;
+}
+
 }  // namespace ncclwatch::aggregator

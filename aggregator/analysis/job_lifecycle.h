@@ -55,6 +55,9 @@ class JobLifecycle {
   const std::map<std::string, ncclwatch::v1::JobInfo>& ended() const { return ended_; }
   bool IsEnded(const std::string& job_id) const { return ended_.count(job_id) > 0; }
   size_t open_findings() const { return open_.size(); }
+  // The STARTs of the open findings of `kind`, of `job_id` (empty: every job), oldest first.
+  std::vector<ncclwatch::v1::Event> Open(ncclwatch::v1::Event::Kind kind,
+                                         const std::string& job_id) const;
 
  private:
   // What a finding is, whichever phase: the START's identity.

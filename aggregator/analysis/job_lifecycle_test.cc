@@ -110,6 +110,39 @@ TEST(JobLifecycleTest, AJobWhoseRanksAllFallSilentEndsAfterTheSilenceTime) {
   EXPECT_EQ(FindJob(analyzer.Jobs(), "job-7")->state(), "running");
 }
 
+// What `ncclwatch stragglers` lists as slow nodes: the open NODE_STRAGGLER findings, per job.
+TEST(JobLifecycleTest, OpenListsTheStartsOfOneKindUntilTheyEnd) {
+  JobLifecycle lifecycle;
+  const auto slow_node = [](const std::string& job, const std::string& node, uint64_t t) {
+    Event e;
+    e.set_kind(Event::NODE_STRAGGLER);
+    e.set_phase(Event::START);
+    e.set_time_unix_ns(t);
+    e.mutable_node_straggler()->set_job_id(job);
+    e.mutable_node_straggler()->set_node(node);
+    return e;
+  };
+  Event hang;
+  hang.set_kind(Event::HANG);
+  hang.set_phase(Event::START);
+  hang.mutable_hang()->set_job_id("j");
+  std::vector<Event> events = {slow_node("j", "n2", 20), slow_node("j", "n1", 10),
+                               slow_node("k", "n3", 30), hang};
+  lifecycle.Filter(&events);
+  std::vector<Event> open = lifecycle.Open(Event::NODE_STRAGGLER, "j");
+  ASSERT_EQ(open.size(), 2u);
+  EXPECT_EQ(open[0].node_straggler().node(), "n1");  // oldest first
+  EXPECT_EQ(open[1].node_straggler().node(), "n2");
+  EXPECT_EQ(lifecycle.Open(Event::NODE_STRAGGLER, "").size(), 3u);
+  Event recovered = slow_node("j", "n1", 40);
+  recovered.set_phase(Event::END);
+  events = {recovered};
+  lifecycle.Filter(&events);
+  open = lifecycle.Open(Event::NODE_STRAGGLER, "j");
+  ASSERT_EQ(open.size(), 1u);
+  EXPECT_EQ(open[0].node_straggler().node(), "n2");
+}
+
 TEST(JobLifecycleTest, AFindingThatClearsEndsOnceAsFaultCleared) {
   JobLifecycle lifecycle;
   Event start;

@@ -204,9 +204,9 @@ std::string RpcError(const grpc::Status& status, const std::string& aggregator) 
 
 int Stragglers(QueryStub& stub, const CommandConfig& config, const Console& console) {
   return ListCommand(
-      stub, config, console, &QueryStub::ListStragglers, {Event::STRAGGLER},
+      stub, config, console, &QueryStub::ListStragglers, {Event::STRAGGLER, Event::NODE_STRAGGLER},
       [](const ncclwatch::v1::ListStragglersResponse& r) {
-        return r.stragglers_size() == 0 && r.root_causes_size() == 0;
+        return r.stragglers_size() == 0 && r.root_causes_size() == 0 && r.slow_nodes_size() == 0;
       },
       &StragglersText);
 }

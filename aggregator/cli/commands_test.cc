@@ -304,7 +304,7 @@ TEST_F(CommandsTest, EventsListsTheStoredOnesWithinLimitAndSince) {
   config_.json = true;
   config_.limit = 0;
   EXPECT_EQ(Events(*stub_, config_, captured_.console()), 0);
-  EXPECT_EQ(captured_.out(), "01:02:03  hung\n" + ProtoJson(stored) + "\n");
+  EXPECT_EQ(captured_.out(), EventLine(stored.events(0)) + ProtoJson(stored) + "\n");
   const ncclwatch::v1::ListEventsRequest request = fake_.last_events_request();
   EXPECT_EQ(request.job_id(), "job-a");
   EXPECT_EQ(request.limit(), 1u) << "--limit is clamped to [1, 100000]";
@@ -358,8 +358,8 @@ TEST_F(CommandsTest, EventsFollowEndsQuietlyAtWaitAndLoudlyOnAnError) {
   config_.wait_s = 0.2;
   EXPECT_EQ(Events(*stub_, config_, captured_.console()), 0) << "the end of --wait-s is no error";
   EXPECT_EQ(captured_.out(),
-            "No detection event in the last 3600 s. Waiting for new ones (Ctrl-C to stop).\n"
-            "01:02:03  new\n");
+            "No detection event in the last 3600 s. Waiting for new ones (Ctrl-C to stop).\n" +
+                EventLine(fake_.watch_events[0]));
   EXPECT_EQ(captured_.err(), "");
 
   FakeQuery refusing;

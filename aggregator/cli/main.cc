@@ -14,6 +14,8 @@
 // are in commands.h, their text in tables.h. Exit codes: 0 ok (nothing flagged), 1 failed,
 // 2 bad command line, 3 findings shown (stragglers, hangs, degraded).
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <string>
 
 #include "aggregator/cli/commands.h"
@@ -35,6 +37,7 @@ struct CliConfig {
   std::string key_file;
   std::string server_name;
   std::string token_file;  // read into command.token
+  bool utc = false;
 };
 
 constexpr char kUsage[] = "<command> [flags]";
@@ -66,7 +69,10 @@ int Main(int argc, char** argv) {
   ConfigTable table("ncclwatch", kSummary);
   table.AddString("aggregator", "NCCLWATCH_AGGREGATOR", &c.aggregator,
                   "Aggregator gRPC address, host:port.");
-  table.AddBool("json", "", &c.json, "Print JSON instead of a table.");
+  table.AddBool("json", "", &c.json,
+                "Print JSON instead of a table (every field; times also as RFC 3339 UTC).");
+  table.AddBool("utc", "", &config.utc,
+                "Print the tables' times in UTC instead of the local time zone (TZ).");
   table.AddString("job", "", &c.job, "Only this job id.");
   table.AddBool("follow", "", &c.follow,
                 "events: keep printing new events as they happen (until Ctrl-C, or --wait-s).");
@@ -104,6 +110,10 @@ int Main(int argc, char** argv) {
     return table.help_requested() ? 0 : 2;
   }
   const std::string& command = (*positional)[0];
+  if (config.utc) {  // the tables format local time (tables.h): make local time UTC
+    setenv("TZ", "UTC", 1);
+    tzset();
+  }
   auto credentials = MakeChannelCredentials(
       ClientTls::FromFlags(config.tls, config.ca_file, config.cert_file, config.key_file));
   auto token = TokenFile::Open(config.token_file);

@@ -1,7 +1,9 @@
 #include "aggregator/cli/tables.h"
 
+#include <algorithm>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,11 +14,51 @@
 #include "common/op_math.h"
 #include "proto/inspector.h"
 
-// The formats are those the CLI has always printed with printf: scripts and people read these
-// columns. Strings are passed as C strings where printf got them so, so that even a name with an
-// embedded NUL prints as before.
+// Tables are sized to their content: each column as wide as its widest cell or header, one space
+// apart, numbers right-aligned, so that long job ids and communicator names never push the
+// columns out of line. Strings are passed as C strings where printf got them so, so that even a
+// name with an embedded NUL prints as before.
 namespace ncclwatch::cli {
 namespace {
+
+// A table whose columns fit their widest cell. Each column: its header, and whether its cells are
+// right-aligned (numbers). Lines carry no trailing spaces.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::pair<std::string, bool>> columns)
+      : columns_(std::move(columns)) {}
+  void Row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  std::string Render() const {
+    std::vector<size_t> width(columns_.size());
+    for (size_t c = 0; c < columns_.size(); ++c) width[c] = columns_[c].first.size();
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+        width[c] = std::max(width[c], row[c].size());
+      }
+    }
+    std::string out;
+    const auto line = [&](const std::vector<std::string>& cells) {
+      std::string text;
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        const std::string& cell = c < cells.size() ? cells[c] : std::string();
+        if (c > 0) text += ' ';
+        const std::string pad(width[c] - cell.size(), ' ');
+        text += columns_[c].second ? pad + cell : cell + pad;
+      }
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+      out += text + "\n";
+    };
+    std::vector<std::string> header;
+    for (const auto& [name, right] : columns_) header.push_back(name);
+    line(header);
+    for (const auto& row : rows_) line(row);
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, bool>> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
 
 // "name 0x…" as the COMMUNICATOR column shows it ("-" for an unnamed communicator).
 std::string CommColumn(const std::string& name, uint64_t hash) {
@@ -47,13 +89,16 @@ std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response
 
 }  // namespace
 
-std::string ClockText(uint64_t unix_ns) {
+std::string ClockText(uint64_t unix_ns, bool millis) {
   std::time_t secs = static_cast<std::time_t>(unix_ns / 1'000'000'000);
   std::tm tm;
   localtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
-  return buf;
+  char date[32];
+  char zone[16];
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", &tm);
+  std::strftime(zone, sizeof(zone), "%Z", &tm);
+  if (!millis) return absl::StrCat(date, " ", zone);
+  return absl::StrFormat("%s.%03d %s", date, static_cast<int>(unix_ns / 1'000'000 % 1000), zone);
 }
 
 std::string RankText(const ncclwatch::v1::RankRef& r) {
@@ -68,23 +113,55 @@ std::string RankText(const ncclwatch::v1::RankRef& r) {
   return text + ")";
 }
 
+namespace {
+
+// The finding line of a node flagged slow.
+std::string SlowNodeSentence(const ncclwatch::v1::NodeStragglerInfo& n) {
+  if (n.gpus_size() > 0) {
+    std::vector<std::string> gpus;
+    for (int g : n.gpus()) gpus.push_back(GpuLabel(g));
+    return absl::StrFormat(
+        "Slow node: %s of job %s: %d of its GPUs (%s) are each slow themselves; suspect the node "
+        "(cooling, power, a noisy neighbour, the host) rather than one GPU.\n",
+        n.node(), n.job_id(), n.gpus_size(), absl::StrJoin(gpus, ", "));
+  }
+  return absl::StrFormat(
+      "Slow node: %s of job %s: all %d ranks communicator %s has on it (%s) are late; suspect the "
+      "node rather than one GPU.\n",
+      n.node(), n.job_id(), n.ranks_size(), aggregator::CommWord(n.comm_name(), n.comm_hash()),
+      absl::StrJoin(n.ranks(), ","));
+}
+
+}  // namespace
+
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response) {
   std::string out = RootCausesText(response);
+  for (const auto& n : response.slow_nodes()) out += SlowNodeSentence(n);
   if (response.stragglers_size() == 0) {
     return out.empty() ? "No GPU is slow itself and no rank is flagged as a straggler.\n" : out;
   }
   if (!out.empty()) out += "\n";
-  out += absl::StrFormat("%-20s %-28s %5s %-16s %-8s %10s %10s %7s %7s %13s %9s\n", "JOB",
-                         "COMMUNICATOR", "RANK", "NODE", "GPU", "LATENESS", "EXCESS", "PEER-Z",
-                         "VS-OWN", "ARRIVED-LAST", "SINCE");
+  TextTable table({{"JOB", false},
+                   {"COMMUNICATOR", false},
+                   {"RANK", true},
+                   {"NODE", false},
+                   {"GPU", false},
+                   {"LATENESS", true},
+                   {"EXCESS", true},
+                   {"PEER-Z", true},
+                   {"VS-OWN", true},
+                   {"ARRIVED-LAST", true},
+                   {"SINCE", false}});
   for (const auto& s : response.stragglers()) {
-    absl::StrAppendFormat(
-        &out, "%-20s %-28s %5d %-16s %-8s %7.2f ms %7.2f ms %7.1f %6.1fx %12.0f%% %9s\n",
-        s.job_id().c_str(), CommColumn(s.comm_name(), s.comm_hash()).c_str(), s.rank(),
-        NodeOrUnknown(s.node()), GpuLabel(s.cuda_device()).c_str(), s.lateness_seconds() * 1e3,
-        s.excess_seconds() * 1e3, s.peer_z_score(), s.history_ratio(),
-        s.arrived_last_fraction() * 100, ClockText(s.since_unix_ns()).c_str());
+    table.Row(
+        {s.job_id().c_str(), CommColumn(s.comm_name(), s.comm_hash()), absl::StrCat(s.rank()),
+         NodeOrUnknown(s.node()), GpuLabel(s.cuda_device()),
+         absl::StrFormat("%.2f ms", s.lateness_seconds() * 1e3),
+         absl::StrFormat("%.2f ms", s.excess_seconds() * 1e3),
+         absl::StrFormat("%.1f", s.peer_z_score()), absl::StrFormat("%.1fx", s.history_ratio()),
+         absl::StrFormat("%.0f%%", s.arrived_last_fraction() * 100), ClockText(s.since_unix_ns())});
   }
+  out += table.Render();
   out += "\n";
   for (const auto& s : response.stragglers()) {
     absl::StrAppendFormat(
@@ -107,32 +184,40 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
   }
   std::string out;
   if (response.hangs_size() > 0) {
-    absl::StrAppendFormat(&out, "%-20s %-28s %-14s %8s %-13s %9s %-9s %s\n", "JOB", "COMMUNICATOR",
-                          "COLLECTIVE", "SEQ", "KIND", "AGE", "SINCE", "MISSING RANKS");
-  }
-  for (const auto& h : response.hangs()) {
-    std::vector<std::string> missing;
-    for (const auto& r : h.missing()) missing.push_back(absl::StrCat(r.rank()));
-    const bool p2p = h.op() == aggregator::kP2pHangOp;
-    const std::string seq = p2p ? "-" : absl::StrCat(h.seq());
-    absl::StrAppendFormat(
-        &out, "%-20s %-28s %-14s %8s %-13s %7.1f s %-9s %s\n", h.job_id().c_str(),
-        CommColumn(h.comm_name(), h.comm_hash()).c_str(), p2p ? "Send/Recv" : h.op().c_str(),
-        seq.c_str(),
-        h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS ? "no-progress" : "missing-ranks",
-        h.age_seconds(), ClockText(h.since_unix_ns()).c_str(),
-        missing.empty() ? "-" : absl::StrJoin(missing, ",").c_str());
+    TextTable table({{"JOB", false},
+                     {"COMMUNICATOR", false},
+                     {"COLLECTIVE", false},
+                     {"SEQ", true},
+                     {"KIND", false},
+                     {"AGE", true},
+                     {"SINCE", false},
+                     {"MISSING RANKS", false}});
+    for (const auto& h : response.hangs()) {
+      std::vector<std::string> missing;
+      for (const auto& r : h.missing()) missing.push_back(absl::StrCat(r.rank()));
+      const bool p2p = h.op() == aggregator::kP2pHangOp;
+      table.Row({h.job_id().c_str(), CommColumn(h.comm_name(), h.comm_hash()),
+                 p2p ? "Send/Recv" : h.op().c_str(), p2p ? "-" : absl::StrCat(h.seq()),
+                 h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS ? "no-progress" : "missing-ranks",
+                 absl::StrFormat("%.1f s", h.age_seconds()), ClockText(h.since_unix_ns()),
+                 missing.empty() ? "-" : absl::StrJoin(missing, ",")});
+    }
+    out += table.Render();
   }
   if (response.silent_size() > 0) {
     if (response.hangs_size() > 0) out += "\n";
-    absl::StrAppendFormat(&out, "%-20s %-28s %5s %-16s %-8s %-12s\n", "JOB", "COMMUNICATOR", "RANK",
-                          "NODE", "GPU", "LAST REPORT");
-  }
-  for (const auto& s : response.silent()) {
-    absl::StrAppendFormat(&out, "%-20s %-28s %5d %-16s %-8s %-12s\n", s.job_id().c_str(),
-                          CommColumn(s.comm_name(), s.comm_hash()).c_str(), s.rank().rank(),
-                          NodeOrUnknown(s.rank().node()), GpuLabel(s.rank().cuda_device()).c_str(),
-                          ClockText(s.last_report_unix_ns()).c_str());
+    TextTable table({{"JOB", false},
+                     {"COMMUNICATOR", false},
+                     {"RANK", true},
+                     {"NODE", false},
+                     {"GPU", false},
+                     {"LAST REPORT", false}});
+    for (const auto& s : response.silent()) {
+      table.Row({s.job_id().c_str(), CommColumn(s.comm_name(), s.comm_hash()),
+                 absl::StrCat(s.rank().rank()), NodeOrUnknown(s.rank().node()),
+                 GpuLabel(s.rank().cuda_device()), ClockText(s.last_report_unix_ns())});
+    }
+    out += table.Render();
   }
   out += "\n";
   for (const auto& h : response.hangs()) {
@@ -177,16 +262,20 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
 
 std::string DegradedText(const ncclwatch::v1::ListDegradedResponse& response) {
   if (response.comms_size() == 0) return "No degraded communicator.\n";
-  std::string out =
-      absl::StrFormat("%-20s %-28s %-7s %-14s %-10s %9s %9s  %s\n", "JOB", "COMMUNICATOR", "CLASS",
-                      "COLLECTIVE", "SIZE", "BUS GB/s", "BASELINE", "NODES");
+  TextTable table({{"JOB", false},
+                   {"COMMUNICATOR", false},
+                   {"CLASS", false},
+                   {"COLLECTIVE", false},
+                   {"SIZE", false},
+                   {"BUS GB/s", true},
+                   {"BASELINE", true},
+                   {"NODES", false}});
   for (const auto& d : response.comms()) {
-    absl::StrAppendFormat(&out, "%-20s %-28s %-7s %-14s %-10s %9.1f %9.1f  %s\n",
-                          d.job_id().c_str(), CommColumn(d.comm_name(), d.comm_hash()).c_str(),
-                          d.comm_class().c_str(), d.op().c_str(), d.message_size().c_str(),
-                          d.bus_bw_gbs(), d.baseline_bus_bw_gbs(),
-                          absl::StrJoin(d.nodes(), ",").c_str());
+    table.Row({d.job_id().c_str(), CommColumn(d.comm_name(), d.comm_hash()), d.comm_class().c_str(),
+               d.op().c_str(), d.message_size().c_str(), absl::StrFormat("%.1f", d.bus_bw_gbs()),
+               absl::StrFormat("%.1f", d.baseline_bus_bw_gbs()), absl::StrJoin(d.nodes(), ",")});
   }
+  std::string out = table.Render();
   out += "\n";
   for (const auto& s : response.suspects()) {
     absl::StrAppendFormat(&out,
@@ -206,16 +295,24 @@ std::string DegradedText(const ncclwatch::v1::ListDegradedResponse& response) {
 
 std::string JobsText(const ncclwatch::v1::ListJobsResponse& response) {
   if (response.jobs_size() == 0) return "No job has reported yet.\n";
-  std::string out =
-      absl::StrFormat("%-24s %-7s %5s %6s %6s %10s %5s %8s %6s  %s\n", "JOB", "STATE", "COMMS",
-                      "RANKS", "NODES", "STRAGGLERS", "HUNG", "DEGRADED", "SILENT", "LAST REPORT");
+  TextTable table({{"JOB", false},
+                   {"STATE", false},
+                   {"COMMS", true},
+                   {"RANKS", true},
+                   {"NODES", true},
+                   {"STRAGGLERS", true},
+                   {"HUNG", true},
+                   {"DEGRADED", true},
+                   {"SILENT", true},
+                   {"LAST REPORT", false}});
   for (const auto& j : response.jobs()) {
-    absl::StrAppendFormat(&out, "%-24s %-7s %5u %6u %6d %10u %5u %8u %6u  %s\n", j.job_id().c_str(),
-                          j.state().empty() ? "running" : j.state().c_str(), j.communicators(),
-                          j.ranks(), j.nodes_size(), j.stragglers(), j.hung_communicators(),
-                          j.degraded_communicators(), j.silent_ranks(),
-                          ClockText(j.last_report_unix_ns()).c_str());
+    table.Row({j.job_id().c_str(), j.state().empty() ? "running" : j.state().c_str(),
+               absl::StrCat(j.communicators()), absl::StrCat(j.ranks()),
+               absl::StrCat(j.nodes_size()), absl::StrCat(j.stragglers()),
+               absl::StrCat(j.hung_communicators()), absl::StrCat(j.degraded_communicators()),
+               absl::StrCat(j.silent_ranks()), ClockText(j.last_report_unix_ns())});
   }
+  std::string out = table.Render();
   for (const auto& j : response.jobs()) {
     if (j.state() == "ended") {
       absl::StrAppendFormat(&out,
@@ -236,15 +333,19 @@ std::string JobsText(const ncclwatch::v1::ListJobsResponse& response) {
 
 std::string CommsText(const ncclwatch::v1::ListCommsResponse& response) {
   if (response.comms_size() == 0) return "No communicator has reported yet.\n";
-  std::string out = absl::StrFormat("%-24s %-28s %-7s %6s %6s %-20s %s\n", "JOB", "COMMUNICATOR",
-                                    "CLASS", "RANKS", "NODES", "HEALTH", "LAST REPORT");
+  TextTable table({{"JOB", false},
+                   {"COMMUNICATOR", false},
+                   {"CLASS", false},
+                   {"RANKS", true},
+                   {"NODES", true},
+                   {"HEALTH", false},
+                   {"LAST REPORT", false}});
   for (const auto& c : response.comms()) {
-    absl::StrAppendFormat(&out, "%-24s %-28s %-7s %6d %6d %-20s %s\n", c.job_id().c_str(),
-                          CommColumn(c.comm_name(), c.comm_hash()).c_str(), c.comm_class().c_str(),
-                          c.nranks(), c.n_nodes(), c.health().c_str(),
-                          ClockText(c.last_report_unix_ns()).c_str());
+    table.Row({c.job_id().c_str(), CommColumn(c.comm_name(), c.comm_hash()), c.comm_class().c_str(),
+               absl::StrCat(c.nranks()), absl::StrCat(c.n_nodes()), c.health().c_str(),
+               ClockText(c.last_report_unix_ns())});
   }
-  return out;
+  return table.Render();
 }
 
 std::string QueryText(const ncclwatch::v1::QueryRangeResponse& response,
@@ -262,9 +363,9 @@ std::string QueryText(const ncclwatch::v1::QueryRangeResponse& response,
     absl::StrAppendFormat(&out, "%s{%s}  %d points\n", ts.name().c_str(),
                           absl::StrJoin(labels, ",").c_str(), ts.points_size());
     for (const auto& p : ts.points()) {
-      absl::StrAppendFormat(&out, "  %s.%03lld  %g\n",
-                            ClockText(static_cast<uint64_t>(p.time_ms()) * 1'000'000).c_str(),
-                            static_cast<long long>(p.time_ms() % 1000), p.value());
+      absl::StrAppendFormat(
+          &out, "  %s  %g\n",
+          ClockText(static_cast<uint64_t>(p.time_ms()) * 1'000'000, /*millis=*/true), p.value());
     }
   }
   if (response.truncated()) {

@@ -2,8 +2,8 @@
 // returning exactly the bytes the command writes to stdout (tables, then "Finding:" sentences),
 // newlines included. No I/O, no state; thread-safe.
 //
-// Times are local wall-clock times ("%H:%M:%S" in the process's time zone, TZ): the output of the
-// same answer differs between time zones, as it always has.
+// Times are dated and zoned, in the process's time zone (TZ; `ncclwatch --utc` sets it to UTC):
+// "2026-11-24 23:36:19 UTC". JSON carries RFC 3339 UTC instead (json.h).
 #ifndef NCCLWATCH_AGGREGATOR_CLI_TABLES_H_
 #define NCCLWATCH_AGGREGATOR_CLI_TABLES_H_
 
@@ -14,15 +14,17 @@
 
 namespace ncclwatch::cli {
 
-// "HH:MM:SS" of a Unix time in nanoseconds, in local time.
-std::string ClockText(uint64_t unix_ns);
+// "YYYY-MM-DD HH:MM:SS ZONE" of a Unix time in nanoseconds, in local time; with `millis`,
+// "YYYY-MM-DD HH:MM:SS.mmm ZONE".
+std::string ClockText(uint64_t unix_ns, bool millis = false);
 
 // "rank 3 (node node-a, GPU1)", plus ", pod ns/name, container c" when the agent found the rank's
 // GPU in the kubelet's pod-resources answer (never outside Kubernetes). An empty node is
 // "unknown", an empty pod namespace "-".
 std::string RankText(const ncclwatch::v1::RankRef& rank);
 
-// `ncclwatch stragglers`: the root causes with their consequences, then a table of the ranks
+// `ncclwatch stragglers`: the root causes with their consequences, the slow nodes, then a table of
+// the ranks
 // flagged late in communicators without own times (older plugins) and one "Finding:" sentence
 // per such rank; "No GPU is slow itself and no rank is flagged as a straggler." when neither.
 // Root causes first (each GPU slow itself, with the late ranks it explains under it), then every

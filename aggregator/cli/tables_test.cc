@@ -17,9 +17,30 @@ class TablesTest : public ::testing::Test {
   void SetUp() override { UseUtc(); }
 };
 
-TEST_F(TablesTest, ClockTextIsLocalWallClockTime) {
-  EXPECT_EQ(ClockText(0), "00:00:00");
-  EXPECT_EQ(ClockText(3723'999'999'999), "01:02:03");
+TEST_F(TablesTest, ClockTextIsDatedAndZoned) {
+  EXPECT_EQ(ClockText(0), "1970-01-01 00:00:00 UTC");
+  EXPECT_EQ(ClockText(3723'999'999'999), "1970-01-01 01:02:03 UTC");
+  EXPECT_EQ(ClockText(3723'004'999'999, /*millis=*/true), "1970-01-01 01:02:03.004 UTC");
+  EXPECT_EQ(ClockText(1795044979'000'000'000), "2026-11-18 23:36:19 UTC");
+}
+
+// A long job id widens its column instead of pushing the others out of line.
+TEST_F(TablesTest, ColumnsFitLongIds) {
+  ncclwatch::v1::ListJobsResponse jobs = OneJob();
+  *jobs.add_jobs() = jobs.jobs(0);
+  jobs.mutable_jobs(1)->set_job_id("pretrain-llama-405b-run-20261124-a1b2c3d4");
+  const std::string text = JobsText(jobs);
+  std::vector<std::string> lines;
+  for (size_t at = 0, next; (next = text.find('\n', at)) != std::string::npos; at = next + 1) {
+    lines.push_back(text.substr(at, next - at));
+  }
+  ASSERT_EQ(lines.size(), 3u) << text;
+  // STATE starts at the same column on every line, one space after the longest id.
+  const size_t state = lines[0].find("STATE");
+  EXPECT_EQ(state, std::string("pretrain-llama-405b-run-20261124-a1b2c3d4 ").size()) << text;
+  EXPECT_EQ(lines[1].find("running"), state) << text;
+  EXPECT_EQ(lines[2].find("running"), state) << text;
+  EXPECT_EQ(lines[1].size(), lines[2].size()) << text;
 }
 
 TEST_F(TablesTest, RankTextNamesNodeGpuAndPodWhenKnown) {
@@ -51,12 +72,12 @@ TEST_F(TablesTest, EmptyAnswersSaySoInOneLine) {
 
 TEST_F(TablesTest, Stragglers) {
   EXPECT_EQ(StragglersText(TwoStragglers()),
-            "JOB                  COMMUNICATOR                  RANK NODE             GPU        "
-            "LATENESS     EXCESS  PEER-Z  VS-OWN  ARRIVED-LAST     SINCE\n"
-            "job-a                world 0x00000000000000ab         5 node-1           GPU1       "
-            "12.34 ms   10.00 ms     4.5    3.0x           75%  01:02:03\n"
-            "job-a                - 0x00000000000000cd             2 unknown          unknown     "
-            "2.00 ms    1.50 ms     3.2    1.2x           50%  00:00:00\n"
+            "JOB   COMMUNICATOR             RANK NODE    GPU     LATENESS   EXCESS PEER-Z VS-OWN "
+            "ARRIVED-LAST SINCE\n"
+            "job-a world 0x00000000000000ab    5 node-1  GPU1    12.34 ms 10.00 ms    4.5   3.0x "
+            "         75% 1970-01-01 01:02:03 UTC\n"
+            "job-a - 0x00000000000000cd        2 unknown unknown  2.00 ms  1.50 ms    3.2   1.2x "
+            "         50% 1970-01-01 00:00:00 UTC\n"
             "\n"
             "Finding: rank 5 on node node-1 (GPU1) is slowing communicator world of job job-a: it "
             "reaches the collectives 12.34 ms after the first rank (median of its last 50 "
@@ -91,7 +112,8 @@ TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
   const std::string first =
       "Root cause: GPU1 on node node-1 (host host-1, pid 4242, pod ml/trainer-1) of job job-a is "
       "slow itself: before AllReduce 16-17MB in communicator tp0 (its rank 1) it spends 3.10 ms "
-      "more on its own work than peers doing the same work (2.00 ms), since 01:02:03.\n"
+      "more on its own work than peers doing the same work (2.00 ms), since 1970-01-01 01:02:03 "
+      "UTC.\n"
       "  consequence: rank 2 of 0x00000000000000cd on node unknown (unknown) arrives 2.00 ms "
       "late\n\n";
   EXPECT_EQ(text.substr(0, first.size()), first);
@@ -100,21 +122,41 @@ TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
   EXPECT_EQ(StragglersText(r), first.substr(0, first.size() - 1));
 }
 
+TEST_F(TablesTest, SlowNodesAreFindingsOfTheirOwn) {
+  ncclwatch::v1::ListStragglersResponse r;
+  auto* by_gpus = r.add_slow_nodes();
+  by_gpus->set_job_id("job-a");
+  by_gpus->set_node("node-3");
+  by_gpus->add_gpus(0);
+  by_gpus->add_gpus(2);
+  auto* by_ranks = r.add_slow_nodes();
+  by_ranks->set_job_id("job-a");
+  by_ranks->set_node("node-4");
+  by_ranks->set_comm_name("dp0");
+  by_ranks->set_comm_hash(0x12);
+  by_ranks->add_ranks(8);
+  by_ranks->add_ranks(9);
+  EXPECT_EQ(
+      StragglersText(r),
+      "Slow node: node-3 of job job-a: 2 of its GPUs (GPU0, GPU2) are each slow themselves; "
+      "suspect the node (cooling, power, a noisy neighbour, the host) rather than one GPU.\n"
+      "Slow node: node-4 of job job-a: all 2 ranks communicator dp0 has on it (8,9) are late; "
+      "suspect the node rather than one GPU.\n");
+}
+
 TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
   EXPECT_EQ(HangsText(ThreeHangsAndASilentRank()),
-            "JOB                  COMMUNICATOR                 COLLECTIVE          SEQ "
-            "KIND                AGE SINCE     MISSING RANKS\n"
-            "job-h                world 0x0000000000000001     AllReduce            12 "
-            "missing-ranks    42.2 s 01:00:00  2,3\n"
-            "job-h                pairs 0x0000000000000002     Send/Recv             - "
-            "missing-ranks     5.5 s 01:00:01  1\n"
-            "job-h                - 0x0000000000000003         Broadcast             7 "
-            "no-progress       7.0 s 01:00:02  -\n"
+            "JOB   COMMUNICATOR             COLLECTIVE SEQ KIND             AGE SINCE          "
+            "         MISSING RANKS\n"
+            "job-h world 0x0000000000000001 AllReduce   12 missing-ranks 42.2 s 1970-01-01 "
+            "01:00:00 UTC 2,3\n"
+            "job-h pairs 0x0000000000000002 Send/Recv    - missing-ranks  5.5 s 1970-01-01 "
+            "01:00:01 UTC 1\n"
+            "job-h - 0x0000000000000003     Broadcast    7 no-progress    7.0 s 1970-01-01 "
+            "01:00:02 UTC -\n"
             "\n"
-            "JOB                  COMMUNICATOR                  RANK NODE             GPU      "
-            "LAST REPORT \n"
-            "job-h                world 0x0000000000000001         6 node-2           GPU6     "
-            "00:59:50    \n"
+            "JOB   COMMUNICATOR             RANK NODE   GPU  LAST REPORT\n"
+            "job-h world 0x0000000000000001    6 node-2 GPU6 1970-01-01 00:59:50 UTC\n"
             "\n"
             "Finding: AllReduce #12 of communicator world in job job-h has been stuck for 42.2 s: "
             "rank 2 (node node-0, GPU2, pod ml/trainer-0, container worker), rank 3 (node unknown, "
@@ -124,8 +166,8 @@ TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
             "Finding: Broadcast #7 of communicator 0x0000000000000003 in job job-h has been stuck "
             "for 7.0 s although all 8 ranks reached it: suspect the network or NVLink fabric.\n"
             "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
-            "reporting at 00:59:50 while the other ranks carry on (process dead or stuck outside "
-            "NCCL?).\n");
+            "reporting at 1970-01-01 00:59:50 UTC while the other ranks carry on (process dead or "
+            "stuck outside NCCL?).\n");
 }
 
 TEST_F(TablesTest, AHangsConsequencesFollowItsFinding) {
@@ -171,22 +213,18 @@ TEST_F(TablesTest, HangsWithOnlyASilentRankHaveNoHangTable) {
   ncclwatch::v1::ListHangsResponse silent_only = ThreeHangsAndASilentRank();
   silent_only.clear_hangs();
   EXPECT_EQ(HangsText(silent_only),
-            "JOB                  COMMUNICATOR                  RANK NODE             GPU      "
-            "LAST REPORT \n"
-            "job-h                world 0x0000000000000001         6 node-2           GPU6     "
-            "00:59:50    \n"
+            "JOB   COMMUNICATOR             RANK NODE   GPU  LAST REPORT\n"
+            "job-h world 0x0000000000000001    6 node-2 GPU6 1970-01-01 00:59:50 UTC\n"
             "\n"
             "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
-            "reporting at 00:59:50 while the other ranks carry on (process dead or stuck outside "
-            "NCCL?).\n");
+            "reporting at 1970-01-01 00:59:50 UTC while the other ranks carry on (process dead or "
+            "stuck outside NCCL?).\n");
 }
 
 TEST_F(TablesTest, DegradedWithAndWithoutASuspectNode) {
   const std::string table =
-      "JOB                  COMMUNICATOR                 CLASS   COLLECTIVE     SIZE        "
-      "BUS GB/s  BASELINE  NODES\n"
-      "job-d                world 0x0000000000000010     hybrid  AllReduce      "
-      "1-4MB           12.3      45.6  n1,n2\n"
+      "JOB   COMMUNICATOR             CLASS  COLLECTIVE SIZE  BUS GB/s BASELINE NODES\n"
+      "job-d world 0x0000000000000010 hybrid AllReduce  1-4MB     12.3     45.6 n1,n2\n"
       "\n";
   ncclwatch::v1::ListDegradedResponse degraded = DegradedWithSuspect();
   EXPECT_EQ(DegradedText(degraded),
@@ -213,34 +251,31 @@ TEST_F(TablesTest, AnIncompleteJobIsSaidUnderTheTable) {
 TEST_F(TablesTest, JobsAndComms) {
   EXPECT_EQ(
       JobsText(OneJob()),
-      "JOB                      STATE   COMMS  RANKS  NODES STRAGGLERS  HUNG DEGRADED SILENT  "
-      "LAST REPORT\n"
-      "job-a                    running     3     16      2          1     0        2      0  "
-      "01:02:03\n");
+      "JOB   STATE   COMMS RANKS NODES STRAGGLERS HUNG DEGRADED SILENT LAST REPORT\n"
+      "job-a running     3    16     2          1    0        2      0 1970-01-01 01:02:03 UTC\n");
   ncclwatch::v1::ListJobsResponse ended = OneJob();
   ended.mutable_jobs(0)->set_state("ended");
   ended.mutable_jobs(0)->set_ended_unix_ns(ended.jobs(0).last_report_unix_ns());
   ended.mutable_jobs(0)->set_end_reason("every rank sent its final report");
-  EXPECT_NE(JobsText(ended).find("job-a                    ended       3"), std::string::npos)
-      << JobsText(ended);
-  EXPECT_NE(JobsText(ended).find("\nJob job-a ended at 01:02:03 (every rank sent its final "
+  EXPECT_NE(JobsText(ended).find("job-a ended     3"), std::string::npos) << JobsText(ended);
+  EXPECT_NE(JobsText(ended).find("\nJob job-a ended at 1970-01-01 01:02:03 UTC (every rank sent "
+                                 "its final "
                                  "report); its findings ended with it"),
             std::string::npos)
       << JobsText(ended);
   EXPECT_EQ(CommsText(TwoComms()),
-            "JOB                      COMMUNICATOR                 CLASS    RANKS  NODES "
-            "HEALTH               LAST REPORT\n"
-            "job-a                    world 0x00000000000000ab     hybrid      16      2 "
-            "straggler+degraded   01:02:03\n"
-            "job-a                    - 0x00000000000000cd         nvlink       8      1 "
-            "ok                   01:02:04\n");
+            "JOB   COMMUNICATOR             CLASS  RANKS NODES HEALTH             LAST REPORT\n"
+            "job-a world 0x00000000000000ab hybrid    16     2 straggler+degraded 1970-01-01 "
+            "01:02:03 UTC\n"
+            "job-a - 0x00000000000000cd     nvlink     8     1 ok                 1970-01-01 "
+            "01:02:04 UTC\n");
 }
 
 TEST_F(TablesTest, QueryPoints) {
   EXPECT_EQ(QueryText(OneSeries(), "nccl_bus_bandwidth_gbs", 3600),
             "nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}  2 points\n"
-            "  01:02:03.004  12.5\n"
-            "  01:02:04.000  1e-07\n"
+            "  1970-01-01 01:02:03.004 UTC  12.5\n"
+            "  1970-01-01 01:02:04.000 UTC  1e-07\n"
             "(more series matched than were returned: narrow the selector)\n");
 }
 
@@ -248,7 +283,7 @@ TEST_F(TablesTest, EventLines) {
   ncclwatch::v1::Event e;
   e.set_time_unix_ns(3723'000'000'000);
   e.set_summary("straggler: rank 5 of world (job-a) is late");
-  EXPECT_EQ(EventLine(e), "01:02:03  straggler: rank 5 of world (job-a) is late\n");
+  EXPECT_EQ(EventLine(e), "1970-01-01 01:02:03 UTC  straggler: rank 5 of world (job-a) is late\n");
   EXPECT_EQ(NoEventsText(3600, false), "No detection event in the last 3600 s.\n");
   EXPECT_EQ(NoEventsText(59.6, true),
             "No detection event in the last 60 s. Waiting for new ones (Ctrl-C to stop).\n");

@@ -24,6 +24,7 @@ ncclwatch::v1::ListStragglersResponse QueryEngine::ListStragglers(
   ncclwatch::v1::ListStragglersResponse out;
   for (auto& s : analyzer_.Stragglers(request.job_id())) *out.add_stragglers() = std::move(s);
   for (auto& r : analyzer_.RootCauses(request.job_id())) *out.add_root_causes() = std::move(r);
+  for (auto& n : analyzer_.SlowNodes(request.job_id())) *out.add_slow_nodes() = std::move(n);
   return out;
 }
 
