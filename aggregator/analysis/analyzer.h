@@ -74,8 +74,9 @@ class Analyzer {
   // series and communicators. Returns the detection events it caused. Call about four times a
   // second.
   std::vector<ncclwatch::v1::Event> Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
-  // The aggregator (re)starts listening at `now_ns`, after its replay: ranks and jobs unheard
-  // since before it are not silent until its agents had time to reconnect.
+  // The aggregator (re)starts listening at `now_ns`, after its replay: ranks and jobs last heard
+  // before it (known from the replay) are not silent until its agents had time to reconnect;
+  // those heard live are judged as always.
   void StartListening(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every exported series, current values; with `detection_only`, just the ncclwatch_* families
@@ -187,7 +188,8 @@ class Analyzer {
   HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);      // open findings, ended jobs
   const int64_t job_end_silence_ns_;
-  int64_t heard_from_ns_ ABSL_GUARDED_BY(mu_) = 0;  // StartListening()
+  int64_t listening_ns_ ABSL_GUARDED_BY(mu_) = 0;  // StartListening()
+  int64_t heard_from_ns_ ABSL_GUARDED_BY(mu_) = 0;
   // Silent processes -> their communicators flagged silent (one RANK_SILENT per process).
   std::map<ProcessKey, std::set<CommKey>> silent_processes_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;

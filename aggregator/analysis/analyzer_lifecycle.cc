@@ -74,8 +74,9 @@ std::vector<ncclwatch::v1::NodeStragglerInfo> Analyzer::SlowNodes(const std::str
 
 void Analyzer::StartListening(int64_t now_ns) {
   ncclwatch::MutexLock lock(&mu_);
+  listening_ns_ = now_ns;
   heard_from_ns_ = now_ns + absl::ToInt64Nanoseconds(absl::FromChrono(kPushRetryMaxDelay));
-  detectors_.hangs.HeardFrom(heard_from_ns_);
+  detectors_.hangs.StartListening(listening_ns_, heard_from_ns_);
 }
 
 void Analyzer::EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
@@ -85,7 +86,8 @@ void Analyzer::EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Ev
     for (const auto& [rank, seen] : entry.last_seen_ns) newest = std::max(newest, seen);
   }
   for (const auto& [job, newest] : last_seen) {
-    if (now_ns - std::max(newest, heard_from_ns_) <= job_end_silence_ns_) continue;
+    const int64_t heard = newest < listening_ns_ ? std::max(newest, heard_from_ns_) : newest;
+    if (now_ns - heard <= job_end_silence_ns_) continue;
     EndJobLocked(job,
                  absl::StrCat("every rank silent for ", job_end_silence_ns_ / 1'000'000'000, " s"),
                  now_ns, events);

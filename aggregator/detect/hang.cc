@@ -118,8 +118,9 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
     }
     for (auto& [r, rs] : cs.ranks) {
       // Once flagged, a rank stays silent until it reports again.
+      const bool before_restart = !rs.silent && rs.last_report_ns < listening_ns_;
       const int64_t heard =
-          rs.silent ? rs.last_report_ns : std::max(rs.last_report_ns, heard_from_ns_);
+          before_restart ? std::max(rs.last_report_ns, heard_from_ns_) : rs.last_report_ns;
       const bool stale = rs.seen && !rs.finalized && now_ns - heard >= options_.silent_after_ns;
       const bool silent = stale && (rs.silent || newest - heard >= options_.silent_after_ns);
       if (silent == rs.silent) continue;

@@ -80,10 +80,14 @@ class HangDetector {
   void Update(const CommKey& comm, const RankInterval& report, int64_t now_ns);
   // Re-evaluates every communicator at `now_ns`; returns what started or ended.
   std::vector<HangChange> Evaluate(int64_t now_ns);
-  // Nothing could be heard before `ns` (the aggregator was down, and its agents take a while to
-  // reconnect): a rank's silence counts from then at the earliest, so that a restart singles out
-  // nobody. A rank already silent stays so.
-  void HeardFrom(int64_t ns) { heard_from_ns_ = ns; }
+  // The aggregator listens again from `listening_ns`; its agents may take until `heard_from_ns`
+  // to reconnect. The silence of a rank last heard before `listening_ns` (known from the replay)
+  // counts from `heard_from_ns` at the earliest, so that a restart singles out nobody; ranks heard
+  // live are judged as always, and a rank already silent stays so.
+  void StartListening(int64_t listening_ns, int64_t heard_from_ns) {
+    listening_ns_ = listening_ns;
+    heard_from_ns_ = heard_from_ns;
+  }
   // Drops a communicator that is gone (its job ended long ago); nothing is reported for it.
   void Forget(const CommKey& comm) { comms_.erase(comm); }
 
@@ -129,6 +133,7 @@ class HangDetector {
   const HangOptions options_;
   std::map<CommKey, CommState> comms_;
   std::vector<HangChange> pending_;  // ends caused by Update, reported by the next Evaluate
+  int64_t listening_ns_ = 0;
   int64_t heard_from_ns_ = 0;
 };
 

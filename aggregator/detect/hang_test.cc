@@ -152,7 +152,7 @@ TEST_F(HangTest, AnAggregatorRestartSinglesOutNobodyButAFoundSilenceStays) {
   // The aggregator is down for 4 s and listens again at t0 + 12 s; its agents may take up to 5 s
   // to reconnect. Ranks 0 and 1 are back at once, rank 2's agent 6 s later.
   const int64_t listening = t0 + 12 * kS;
-  detector_.HeardFrom(listening + 5 * kS);
+  detector_.StartListening(listening, listening + 5 * kS);
   for (int s = 0; s <= 6; ++s) {
     ReportAll(4, {}, 0, 0, listening + s * kS, /*quiet=*/{2, 3});
     EXPECT_TRUE(detector_.Evaluate(listening + s * kS).empty()) << s;
@@ -166,6 +166,19 @@ TEST_F(HangTest, AnAggregatorRestartSinglesOutNobodyButAFoundSilenceStays) {
     ReportAll(4, {}, 0, 0, listening + s * kS, /*quiet=*/{1, 3});
     detector_.Evaluate(listening + s * kS);
     EXPECT_EQ(detector_.IsSilent(comm_, 1), s >= 12) << s;
+  }
+}
+
+// The grace is for ranks known from before the restart only: one that reports live after it and
+// then dies is flagged as soon as ever.
+TEST_F(HangTest, ARankHeardAfterTheRestartIsJudgedAsAlways) {
+  const int64_t listening = 10 * kS;
+  detector_.StartListening(listening, listening + 5 * kS);
+  ReportAll(4, {}, 0, 0, listening + kS);
+  for (int s = 2; s <= 12; ++s) {
+    ReportAll(4, {}, 0, 0, listening + s * kS, /*quiet=*/{2});
+    detector_.Evaluate(listening + s * kS);
+    EXPECT_EQ(detector_.IsSilent(comm_, 2), s >= 6) << s;  // 5 s after its last report
   }
 }
 
