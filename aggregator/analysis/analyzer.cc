@@ -98,13 +98,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
 
   const RankInterval interval = ToRankInterval(report);
   detectors_.hangs.Update(key, interval, now_ns);
-  // A communicator some of whose ranks never reported is not judged on bandwidth: "every rank
-  // low" needs every rank (coverage reports the gap).
-  if (entry->unreported == 0) {
-    for (const DegradedChange& change : detectors_.degraded.Observe(key, interval)) {
-      out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
-    }
-  }
+  detectors_.degraded.Observe(key, interval);
   // Under mu_: the lambda runs within this call.
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
                             const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -121,6 +115,16 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     const std::vector<SlowProcess> verdicts = own_time_.Observe(OwnTimeGroup{
         key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()), group->own_time_ns, now_ns});
     LatenessChangesLocked(key, *entry, detectors_.stragglers.Observe(*group), now_ns, &out.events);
+    // The wire's speed: the collective's shortest kernel, its last arriver's, waited for nobody.
+    // A communicator some of whose ranks never reported is not judged (coverage reports it).
+    if (entry->unreported == 0 && !group->duration_ns.empty()) {
+      const uint64_t fastest =
+          *std::min_element(group->duration_ns.begin(), group->duration_ns.end());
+      for (const DegradedChange& change : detectors_.degraded.ObserveCollective(
+               key, id.nranks(), col.op(), col.bytes(), fastest, now_ns)) {
+        out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
+      }
+    }
     if (!verdicts.empty()) {
       VerdictEventsLocked(verdicts_.Observe(verdicts, now_ns, GpusOnNodeLocked()), now_ns,
                           &out.events);

@@ -17,11 +17,8 @@ bool DegradedDetector::CommState::degraded() const {
 }
 
 bool DegradedDetector::CommState::TrendingLow() const {
-  return std::any_of(keys.begin(), keys.end(), [](const auto& kv) {
-    const auto& ranks = kv.second.ranks;
-    return !ranks.empty() && std::all_of(ranks.begin(), ranks.end(),
-                                         [](const auto& rt) { return rt.second.low_streak > 0; });
-  });
+  return std::any_of(keys.begin(), keys.end(),
+                     [](const auto& kv) { return kv.second.low_streak > 0; });
 }
 
 std::set<std::string> DegradedDetector::Nodes(const CommState& cs) const {
@@ -37,78 +34,84 @@ DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs, con
   v.hybrid = cs.hybrid;
   v.op = op;
   v.message_size = size;
-  std::vector<double> latest;
-  for (const auto& [rank, t] : ks.ranks) latest.push_back(t.latest_gbs);
-  v.bus_gbs = Median(latest);
+  v.bus_gbs = ks.latest_gbs;
   auto b = baselines_.find(BaselineKey{cs.hybrid, op, size, cs.nranks});
   if (b != baselines_.end()) v.baseline_gbs = b->second.Median();
   v.nodes = Nodes(cs);
   return v;
 }
 
-std::vector<DegradedChange> DegradedDetector::Observe(const CommKey& comm,
-                                                      const RankInterval& report) {
-  std::vector<DegradedChange> changes;
+void DegradedDetector::Observe(const CommKey& comm, const RankInterval& report) {
   CommState& cs = comms_[comm];
   cs.hybrid = report.n_nodes > 1;
   cs.nranks = report.nranks;
   cs.node_of_rank[report.rank] = std::string(report.node);
-  const bool was_degraded = cs.degraded();
+}
 
-  // One value per (op, size) for this rank and interval: the bus bandwidth of its fastest
-  // operation (over its algorithms). A kernel's time includes waiting for the last rank to
-  // arrive; the fastest one of an interval is the one that waited least, so it measures the wire.
-  std::map<std::pair<std::string, std::string>, double> values;
-  for (const OpStats& s : report.stats) {
-    if (s.p2p || s.count == 0 || s.exec_time_us_min <= 0) continue;
-    const uint64_t mean_bytes = s.bytes / s.count;
-    // Small messages are latency-bound: their bus bandwidth says nothing about the wire.
-    if (mean_bytes < options_.min_message_bytes) continue;
-    const auto exec_ns = static_cast<uint64_t>(s.exec_time_us_min * 1000);
-    const double gbs = ComputeBandwidth(s.op, report.nranks, mean_bytes, exec_ns).bus_gbs;
-    double& best = values[{std::string(s.op), std::string(s.message_size)}];
-    best = std::max(best, gbs);
-  }
-  for (const auto& [op_size, gbs] : values) {
-    if (gbs <= 0) continue;
-    Baseline& baseline =
-        baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second, cs.nranks}];
-    KeyState& ks = cs.keys[op_size];
-    RankTrack& t = ks.ranks[report.rank];
-    t.latest_gbs = gbs;
-    const bool judged = static_cast<int>(baseline.values.size()) >= options_.min_baseline;
-    const double base = judged ? baseline.Median() : 0;
-    const bool low = judged && gbs < (1 - options_.fraction) * base;
-    const bool ok = !judged || gbs >= (1 - options_.fraction / 2) * base;
-    t.low_streak = low ? t.low_streak + 1 : 0;
-    t.ok_streak = ok ? t.ok_streak + 1 : 0;
-    // A rank that waited on every operation of its interval (its peers were late) shows less than
-    // the wire delivers: only values close to the communicator's best teach the baseline.
-    double comm_best = 0;
-    for (const auto& [rank, rt] : ks.ranks) comm_best = std::max(comm_best, rt.latest_gbs);
-    if (!low && !ks.degraded && gbs >= (1 - options_.fraction) * comm_best) {
-      baseline.values.push_back(gbs);
+void DegradedDetector::JudgeWindow(const CommState& cs,
+                                   const std::pair<std::string, std::string>& op_size,
+                                   KeyState& ks) {
+  const double gbs = ks.window_best;
+  Baseline& baseline = baselines_[BaselineKey{cs.hybrid, op_size.first, op_size.second, cs.nranks}];
+  ks.latest_gbs = gbs;
+  const bool judged = static_cast<int>(baseline.values.size()) >= options_.min_baseline;
+  const double base = judged ? baseline.Median() : 0;
+  const bool low = judged && gbs < (1 - options_.fraction) * base;
+  const bool ok = !judged || gbs >= (1 - options_.fraction / 2) * base;
+  ks.low_streak = low ? ks.low_streak + 1 : 0;
+  ks.ok_streak = ok ? ks.ok_streak + 1 : 0;
+  if (!low && !ks.degraded) {
+    for (double v : ks.window_values) {
+      baseline.values.push_back(v);
       if (static_cast<int>(baseline.values.size()) > options_.baseline_window) {
         baseline.values.pop_front();
       }
     }
-    // Degraded when every reporting rank is low: one rank that still sees full speed shows the
-    // wire is fine and the others were waiting for peers. Every rank of a small communicator
-    // must have reported the key (in a pair, the one rank heard from may be the one that waited);
-    // at least half of a large one.
-    int lows = 0, oks = 0;
-    for (const auto& [rank, rt] : ks.ranks) {
-      lows += rt.low_streak >= options_.intervals ? 1 : 0;
-      oks += rt.ok_streak >= options_.intervals ? 1 : 0;
-    }
-    const int reporting = static_cast<int>(ks.ranks.size());
-    const bool enough = cs.nranks <= 8 ? reporting == cs.nranks : 2 * reporting >= cs.nranks;
-    if (!ks.degraded && lows == reporting && enough) {
-      ks.degraded = true;
-    } else if (ks.degraded && oks > 0) {
-      ks.degraded = false;
+  }
+  if (!ks.degraded && ks.low_streak >= options_.intervals) {
+    ks.degraded = true;
+  } else if (ks.degraded && ks.ok_streak >= options_.intervals) {
+    ks.degraded = false;
+  }
+}
+
+std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& comm, int nranks,
+                                                                std::string_view op, uint64_t bytes,
+                                                                uint64_t fastest_ns,
+                                                                int64_t now_ns) {
+  std::vector<DegradedChange> changes;
+  // Small messages are latency-bound: their bus bandwidth says nothing about the wire.
+  if (bytes < options_.min_message_bytes || fastest_ns == 0) return changes;
+  const double gbs = ComputeBandwidth(op, nranks, bytes, fastest_ns).bus_gbs;
+  if (!(gbs > 0)) return changes;
+  CommState& cs = comms_[comm];
+  if (cs.nranks == 0) cs.nranks = nranks;
+  const bool was_degraded = cs.degraded();
+  const std::pair<std::string, std::string> op_size{std::string(op), MessageSizeBucket(bytes)};
+  KeyState& ks = cs.keys[op_size];
+  if (ks.window_best > 0 && now_ns - ks.window_start_ns >= options_.window_ns) {
+    if (!ks.window_judged) JudgeWindow(cs, op_size, ks);
+    ks.window_best = 0;
+    ks.window_values.clear();
+    ks.window_judged = false;
+  }
+  if (ks.window_best == 0) ks.window_start_ns = now_ns;
+  ks.window_best = std::max(ks.window_best, gbs);
+  if (static_cast<int>(ks.window_values.size()) < options_.baseline_window) {
+    ks.window_values.push_back(gbs);
+  }
+  // Enough collectives of the window all low already: no need to wait for it to close.
+  if (!ks.window_judged &&
+      static_cast<int>(ks.window_values.size()) >= options_.early_collectives) {
+    auto b = baselines_.find(BaselineKey{cs.hybrid, op_size.first, op_size.second, cs.nranks});
+    if (b != baselines_.end() &&
+        static_cast<int>(b->second.values.size()) >= options_.min_baseline &&
+        ks.window_best < (1 - options_.fraction) * b->second.Median()) {
+      JudgeWindow(cs, op_size, ks);
+      ks.window_judged = true;
     }
   }
+
   const bool now_degraded = cs.degraded();
   const bool trending = cs.TrendingLow();
   const bool trend_changed = trending != cs.trending_low;

@@ -4,22 +4,26 @@
 // Method (docs/detection.md):
 // - A communicator's class is `nvlink` (all ranks on one node) or `hybrid` (several nodes: the
 //   network is in the path).
-// - A rank's value for an interval is the bus bandwidth of its fastest operation of each
-//   (collective, message-size bucket): kernel times include waiting for late peers, and the
-//   operation that waited least is the best view of the wire. Buckets whose operations average
-//   less than `min_message_bytes` are latency-bound (a few bytes of gradient norm, a barrier) and
-//   never judged: their bandwidth moves with latency, not with the wire.
+// - What is judged is the collective, joined across all its ranks (correlator.h): every rank's
+//   kernel time includes its wait for the last rank to arrive, and the last to arrive waits for
+//   nobody, so the shortest kernel of a sampled collective is its time on the wire. Collectives
+//   smaller than `min_message_bytes` are latency-bound (a few bytes of gradient norm, a barrier)
+//   and never judged: their bandwidth moves with latency, not with the wire.
+// - A communicator's value per (collective, message-size bucket) and window of `window_ns`
+//   (about one flush interval) is the best bus bandwidth of the collectives joined in it: one
+//   collective slowed by a passing burst of traffic is not a degraded wire.
 // - Baseline per (class, collective, message-size bucket, nranks): the median of the last
-//   `baseline_window` healthy rank values of every communicator of that key, learned online;
-//   judged only after `min_baseline` values. A value feeds the baseline only if it is not low and
-//   within `fraction` of the best current value of its communicator (a rank that waited on every
-//   operation does not teach the baseline).
-// - A rank's interval is low when its value is below (1 - fraction) x baseline. A communicator is
-//   degraded for that key when every reporting rank (all ranks of a communicator of up to 8, at
-//   least half of a larger one) had
-//   `intervals` low intervals in a row -- one rank still at full speed means the others were
-//   waiting for peers, not for the wire; it recovers when any rank had as many intervals back
-//   above (1 - fraction/2) x baseline. Low intervals never feed the baseline.
+//   `baseline_window` collectives of healthy windows of every communicator of that key, learned
+//   online; judged only after `min_baseline` values. (Single collectives, not window bests: the
+//   baseline is learned within a window or two, and sits at or below what a healthy window's
+//   best reaches.)
+// - A window is low when its value is below (1 - fraction) x baseline. A communicator is degraded
+//   for that key after `intervals` low windows in a row, and recovers after as many windows back
+//   above (1 - fraction/2) x baseline. Low windows never feed the baseline. A window whose first
+//   `early_collectives` are all low is judged low at once rather than when it closes.
+//   (Per-rank interval statistics were judged before: with one rank waiting for another in
+//   every interval, a rank's new value beside a peer's older one could make every rank look low
+//   at once, and in a large communicator "half of its ranks low" was the waiting half.)
 // - Network suspects of a job: the nodes common to every degraded hybrid communicator, minus the
 //   nodes of its healthy hybrid communicators, provided no NVLink-only communicator on those nodes
 //   is degraded or trending low and the set is smaller than all of the job's hybrid nodes
@@ -34,6 +38,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -43,11 +48,14 @@ namespace ncclwatch::aggregator {
 
 struct DegradedOptions {
   double fraction = 0.2;     // flag below (1 - fraction) x baseline
-  int intervals = 1;         // consecutive low intervals (K)
+  int intervals = 1;         // consecutive low windows (K)
   int baseline_window = 64;  // healthy values kept per baseline key
   int min_baseline = 8;      // values needed before judging
   // Operations smaller than this are latency-bound: not judged on bandwidth at all.
   uint64_t min_message_bytes = 1 << 20;
+  int64_t window_ns = 1'000'000'000;  // collectives judged together (about a flush interval)
+  // A window this many of whose collectives are all low is judged low at once, before it closes.
+  int early_collectives = 8;
 };
 
 struct DegradedView {
@@ -55,7 +63,7 @@ struct DegradedView {
   bool hybrid = false;
   std::string op;
   std::string message_size;
-  double bus_gbs = 0;  // median of the ranks' latest values
+  double bus_gbs = 0;  // the last window's value: its best collective's bus bandwidth
   double baseline_gbs = 0;
   std::set<std::string> nodes;
 };
@@ -77,8 +85,14 @@ class DegradedDetector {
  public:
   explicit DegradedDetector(DegradedOptions options = {}) : options_(options) {}
 
-  // Takes one report's statistics; returns what started or ended because of it.
-  std::vector<DegradedChange> Observe(const CommKey& comm, const RankInterval& report);
+  // Takes who reported: the communicator's size, class and the node of each of its ranks.
+  void Observe(const CommKey& comm, const RankInterval& report);
+  // Takes one sampled collective of `comm` joined across all its `nranks` ranks at `now_ns`:
+  // `bytes` its message size (NCCL's count x type size), `fastest_ns` the shortest of its ranks'
+  // kernel times. Returns what started or ended because of it.
+  std::vector<DegradedChange> ObserveCollective(const CommKey& comm, int nranks,
+                                                std::string_view op, uint64_t bytes,
+                                                uint64_t fastest_ns, int64_t now_ns);
   void Forget(const CommKey& comm);
 
   // Communicators degraded now, each described by its worst key.
@@ -89,13 +103,14 @@ class DegradedDetector {
 
  private:
   using BaselineKey = std::tuple<bool, std::string, std::string, int>;  // hybrid, op, size, n
-  struct RankTrack {
-    double latest_gbs = 0;
+  struct KeyState {
+    int64_t window_start_ns = 0;
+    double window_best = 0;             // the best collective of the open window; 0: no window open
+    std::vector<double> window_values;  // its collectives (at most baseline_window)
+    bool window_judged = false;         // judged low before it closed
+    double latest_gbs = 0;              // the value of the last closed window
     int low_streak = 0;
     int ok_streak = 0;
-  };
-  struct KeyState {
-    std::map<int, RankTrack> ranks;
     bool degraded = false;
   };
   struct CommState {
@@ -105,7 +120,7 @@ class DegradedDetector {
     std::map<std::pair<std::string, std::string>, KeyState> keys;  // (op, size)
     bool trending_low = false;  // at the last report: see TrendingLow()
     bool degraded() const;
-    // Some key has all of its ranks in a low interval right now: on its way to degraded.
+    // Some key's last window was low: on its way to degraded.
     bool TrendingLow() const;
   };
   struct Baseline {
@@ -117,6 +132,9 @@ class DegradedDetector {
   DegradedView Worst(const CommKey& key, const CommState& cs, bool degraded_only) const;
   DegradedView View(const CommKey& key, const CommState& cs, const std::string& op,
                     const std::string& size, const KeyState& ks) const;
+  // Judges the closed window of `ks` (its best collective) against the key's baseline.
+  void JudgeWindow(const CommState& cs, const std::pair<std::string, std::string>& op_size,
+                   KeyState& ks);
   std::map<std::string, int> ComputeSuspects(const std::string& job_id) const;
   void UpdateSuspects(const std::string& job_id, std::vector<DegradedChange>* changes);
 

@@ -33,6 +33,23 @@ RankInterval Report(const Comm& c, int rank, double gbs) {
   return r;
 }
 
+constexpr int64_t kSecond = 1'000'000'000;
+
+// A 16 MiB AllReduce of `c` joined across its ranks, rank r's kernel running at gbs[r] bus
+// bandwidth (its wait for the last arriver included): every rank's report registers it, then the
+// collective is judged by its shortest kernel. Returns what changed.
+std::vector<DegradedChange> Collective(DegradedDetector& d, const Comm& c,
+                                       const std::vector<double>& gbs, int64_t now_ns) {
+  const int n = static_cast<int>(c.nodes.size());
+  const double bus_bytes = 2.0 * (n - 1) / n * (16 << 20);
+  uint64_t fastest = UINT64_MAX;
+  for (int r = 0; r < n; ++r) {
+    d.Observe(c.key, Report(c, r, gbs[r]));
+    fastest = std::min(fastest, static_cast<uint64_t>(bus_bytes / gbs[r]));
+  }
+  return d.ObserveCollective(c.key, n, "AllReduce", 16 << 20, fastest, now_ns);
+}
+
 // Four nodes; a hybrid pair communicator per neighbouring pair of nodes (2 ranks, one per node,
 // like data-parallel groups) and an NVLink-only communicator per node (tensor parallel).
 class DegradedTest : public ::testing::Test {
@@ -52,18 +69,24 @@ class DegradedTest : public ::testing::Test {
     std::vector<DegradedChange> all;
     std::uniform_real_distribution<double> jitter(0.95, 1.05);
     const std::string bad = "node-" + std::to_string(degraded_node);
-    for (const Comm& c : pairs_) {
-      bool through = degraded_node >= 0 && (c.nodes[0] == bad || c.nodes[1] == bad);
-      for (int r = 0; r < 2; ++r) {
-        double gbs = 20 * jitter(rng_) * (through ? net_degraded_factor : 1.0);
-        for (auto& ch : detector_.Observe(c.key, Report(c, r, gbs))) all.push_back(ch);
+    // Two collectives a window: the first of a window closes the last one.
+    for (int k = 0; k < 2; ++k) {
+      now_ns_ += kSecond / 2;
+      for (const Comm& c : pairs_) {
+        bool through = degraded_node >= 0 && (c.nodes[0] == bad || c.nodes[1] == bad);
+        std::vector<double> gbs;
+        for (int r = 0; r < 2; ++r) {
+          gbs.push_back(20 * jitter(rng_) * (through ? net_degraded_factor : 1.0));
+        }
+        for (auto& ch : Collective(detector_, c, gbs, now_ns_)) all.push_back(ch);
       }
-    }
-    for (const Comm& c : tp_) {
-      bool on_bad = degraded_node >= 0 && c.nodes[0] == bad;
-      for (int r = 0; r < 4; ++r) {
-        double gbs = 150 * jitter(rng_) * (on_bad ? nvlink_factor : 1.0);
-        for (auto& ch : detector_.Observe(c.key, Report(c, r, gbs))) all.push_back(ch);
+      for (const Comm& c : tp_) {
+        bool on_bad = degraded_node >= 0 && c.nodes[0] == bad;
+        std::vector<double> gbs;
+        for (int r = 0; r < 4; ++r) {
+          gbs.push_back(150 * jitter(rng_) * (on_bad ? nvlink_factor : 1.0));
+        }
+        for (auto& ch : Collective(detector_, c, gbs, now_ns_)) all.push_back(ch);
       }
     }
     return all;
@@ -71,6 +94,7 @@ class DegradedTest : public ::testing::Test {
 
   DegradedDetector detector_{DegradedOptions{0.2, 3, 64, 8}};
   std::mt19937 rng_{7};
+  int64_t now_ns_ = 0;
   std::vector<Comm> pairs_, tp_;
 };
 
@@ -85,7 +109,8 @@ TEST_F(DegradedTest, ADegradedNicFlagsItsHybridCommunicatorsAndNamesTheNode) {
   std::vector<DegradedChange> changes;
   int interval = 0;
   for (; interval < 10 && changes.empty(); ++interval) changes = Interval(0.5, 2);
-  EXPECT_EQ(interval, 3) << "flagged after K=3 low intervals";
+  // A window is judged when the next one's first collective arrives.
+  EXPECT_EQ(interval, 4) << "flagged after K=3 low windows";
   // Both pair communicators through node-2 degrade (in one interval), then node-2 is named.
   for (int i = 0; i < 3; ++i) {
     for (auto& c : Interval(0.5, 2)) changes.push_back(c);
@@ -142,8 +167,8 @@ TEST(DegradedSingleCommTest, OneWorldCommunicatorDegradesWithoutNamingANode) {
   std::vector<DegradedChange> changes;
   for (int i = 0; i < 30; ++i) {
     double gbs = i < 15 ? 20 : 12;
-    for (int r = 0; r < 4; ++r) {
-      for (auto& c : detector.Observe(world.key, Report(world, r, gbs))) changes.push_back(c);
+    for (auto& c : Collective(detector, world, {gbs, gbs, gbs, gbs}, i * kSecond)) {
+      changes.push_back(c);
     }
   }
   ASSERT_EQ(changes.size(), 1u);
@@ -162,45 +187,60 @@ namespace {
 TEST(DegradedWaitingTest, PeersWaitingForASlowRankAreNotADegradedWire) {
   // An 8-rank hybrid communicator in which ranks 4-7 (a slow node) arrive late to everything:
   // ranks 0-3 wait on every operation, so even their fastest one shows a third of the wire speed.
+  // The collective's shortest kernel is the wire's.
   DegradedDetector detector(DegradedOptions{0.2, 2, 64, 8});
   Comm world{{"job", 0x300}, {"a", "a", "a", "a", "b", "b", "b", "b"}};
-  for (int interval = 0; interval < 10; ++interval) {
-    for (int r = 0; r < 8; ++r) {
-      const double gbs = r < 4 ? 7.0 : 21.0;
-      EXPECT_TRUE(detector.Observe(world.key, Report(world, r, gbs)).empty())
-          << "interval " << interval << " rank " << r;
-    }
+  int64_t now = 0;
+  for (int i = 0; i < 10; ++i, now += kSecond) {
+    EXPECT_TRUE(Collective(detector, world, {7, 7, 7, 7, 21, 21, 21, 21}, now).empty()) << i;
   }
   EXPECT_FALSE(detector.IsDegraded(world.key));
-  // The waiting ranks did not teach the baseline: when the wire itself halves, it is flagged.
+  // When the wire itself halves, it is flagged.
   bool flagged = false;
-  for (int interval = 0; interval < 3; ++interval) {
-    for (int r = 0; r < 8; ++r) {
-      for (const auto& c : detector.Observe(world.key, Report(world, r, r < 4 ? 5.0 : 10.5))) {
-        flagged |= c.start && !c.node;
-      }
+  for (int i = 0; i < 4; ++i, now += kSecond) {
+    for (const auto& c : Collective(detector, world, {5, 5, 5, 5, 10.5, 10.5, 10.5, 10.5}, now)) {
+      flagged |= c.start && !c.node;
     }
   }
   EXPECT_TRUE(flagged);
 }
 
-TEST(DegradedWaitingTest, APairIsJudgedOnlyOnceBothItsRanksReported) {
-  // Data-parallel pairs of a job teach the baseline; then in one pair the rank that waits for a
-  // slow GPU reports first (low). The slow GPU itself, heard from next, sees the wire at full
-  // speed: never degraded.
+TEST(DegradedWaitingTest, ALargeCommunicatorWhoseLastArriverChangesIsNeverDegraded) {
+  // A 256-rank data-parallel group across nodes: in every collective one rank (a different one
+  // each time) arrives last and sees the wire, the other 255 wait. Never degraded.
   DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
-  for (int p = 0; p < 4; ++p) {
-    Comm pair{{"job", 0x400u + p}, {"a", "b"}};
-    for (int r = 0; r < 2; ++r) detector.Observe(pair.key, Report(pair, r, 20.0));
+  Comm dp{{"job", 0x600}, {}};
+  for (int r = 0; r < 256; ++r) dp.nodes.push_back("node-" + std::to_string(r));
+  for (int i = 0; i < 60; ++i) {
+    std::vector<double> gbs(256, 6.0);
+    gbs[(i * 37) % 256] = 20.0;
+    EXPECT_TRUE(Collective(detector, dp, gbs, i * kSecond / 2).empty()) << i;
   }
-  Comm pair{{"job", 0x500}, {"c", "d"}};
-  EXPECT_TRUE(detector.Observe(pair.key, Report(pair, 0, 8.0)).empty());
+  EXPECT_FALSE(detector.IsDegraded(dp.key));
+}
+
+TEST(DegradedWindowTest, OneSlowCollectiveInAWindowIsNotADegradedWire) {
+  // Ten collectives a window: one of them slowed by a passing burst of traffic leaves the window
+  // at full speed; a window all of whose collectives are slow is low.
+  DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
+  Comm pair{{"job", 0x700}, {"a", "b"}};
+  int64_t now = 0;
+  auto window = [&](double slow_gbs, int slow_count) {
+    std::vector<DegradedChange> all;
+    for (int k = 0; k < 10; ++k, now += kSecond / 10) {
+      const double gbs = k < slow_count ? slow_gbs : 20.0;
+      for (auto& c : Collective(detector, pair, {gbs, gbs}, now)) all.push_back(c);
+    }
+    return all;
+  };
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(window(20, 0).empty());
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(window(5, 1).empty()) << i;
   EXPECT_FALSE(detector.IsDegraded(pair.key));
-  EXPECT_TRUE(detector.Observe(pair.key, Report(pair, 1, 20.0)).empty());
-  EXPECT_FALSE(detector.IsDegraded(pair.key));
-  // Both low: the wire.
-  EXPECT_FALSE(detector.Observe(pair.key, Report(pair, 1, 8.0)).empty());
-  EXPECT_TRUE(detector.IsDegraded(pair.key));
+  // The next window's first collective closes the all-slow one.
+  std::vector<DegradedChange> changes = window(5, 10);
+  for (auto& c : window(20, 0)) changes.push_back(c);
+  ASSERT_FALSE(changes.empty());
+  EXPECT_TRUE(changes[0].start);
 }
 
 TEST(DegradedLatencyBoundTest, SmallCollectivesAreNeverJudgedOnBandwidth) {
@@ -208,33 +248,40 @@ TEST(DegradedLatencyBoundTest, SmallCollectivesAreNeverJudgedOnBandwidth) {
   // 16 MiB one: only the latter can make the communicator degraded.
   DegradedDetector d;
   const CommKey key{"job", 7};
-  auto report = [&](int rank, double small_gbs, double large_gbs) {
-    RankInterval r;
-    r.rank = rank;
-    r.nranks = 2;
-    r.n_nodes = 2;
-    r.node = rank == 0 ? "a" : "b";
-    r.stats.push_back(OpStats{"AllReduce", "0-1KB", false, 10, 40, 4.0 / small_gbs / 1000});
-    const double bus_bytes = 1.0 * (16 << 20);
-    r.stats.push_back(OpStats{"AllReduce", "16-17MB", false, 10, 10ull * (16 << 20),
-                              bus_bytes / large_gbs / 1000});
-    return r;
+  RankInterval who;
+  who.nranks = 2;
+  who.n_nodes = 2;
+  for (int r = 0; r < 2; ++r) {
+    who.rank = r;
+    who.node = r == 0 ? "a" : "b";
+    d.Observe(key, who);
+  }
+  // One 4-byte and one 16 MiB AllReduce joined a window, at these bus bandwidths.
+  int64_t now = 0;
+  auto window = [&](double small_gbs, double large_gbs) {
+    std::vector<DegradedChange> out;
+    for (auto& c :
+         d.ObserveCollective(key, 2, "AllReduce", 4, static_cast<uint64_t>(4.0 / small_gbs), now)) {
+      out.push_back(c);
+    }
+    for (auto& c : d.ObserveCollective(key, 2, "AllReduce", 16 << 20,
+                                       static_cast<uint64_t>((16 << 20) / large_gbs), now)) {
+      out.push_back(c);
+    }
+    now += kSecond;
+    return out;
   };
   std::vector<DegradedChange> changes;
   for (int i = 0; i < 16; ++i) {  // learn the baselines
-    for (int r = 0; r < 2; ++r) {
-      for (auto& c : d.Observe(key, report(r, 0.001, 20))) changes.push_back(c);
-    }
+    for (auto& c : window(0.001, 20)) changes.push_back(c);
   }
   for (int i = 0; i < 4; ++i) {  // the small one at a tenth: latency, not the wire
-    for (int r = 0; r < 2; ++r) {
-      for (auto& c : d.Observe(key, report(r, 0.0001, 20))) changes.push_back(c);
-    }
+    for (auto& c : window(0.0001, 20)) changes.push_back(c);
   }
   EXPECT_TRUE(changes.empty());
   EXPECT_FALSE(d.IsDegraded(key));
-  for (int r = 0; r < 2; ++r) {  // the large one at half: degraded
-    for (auto& c : d.Observe(key, report(r, 0.001, 10))) changes.push_back(c);
+  for (int i = 0; i < 2; ++i) {  // the large one at half: degraded once its window closes
+    for (auto& c : window(0.001, 10)) changes.push_back(c);
   }
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].comm.op, "AllReduce");

@@ -1,0 +1,264 @@
+#include "tests/loadgen/job_reports.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "common/op_math.h"
+#include "proto/samples.h"
+
+namespace ncclwatch::loadgen {
+namespace {
+
+using simjob::CommRef;
+using simjob::JobOp;
+using simjob::JobOpKindName;
+using simjob::kNever;
+
+}  // namespace
+
+// One communicator of one rank, over the interval being built (plugin/compactor.cc's
+// CommAccumulator, fed from the model instead of NCCL).
+struct JobReports::CommAcc {
+  struct Stat {
+    const char* op = nullptr;
+    uint64_t size_floor = 0;
+    int peer = -1;
+    uint64_t count = 0, bytes = 0;
+    double sum_us = 0, min_us = 0, max_us = 0;
+    uint64_t hist[kExecHistBuckets] = {};
+    double bus_log_sum = 0, alg_log_sum = 0;
+    uint64_t bw_samples = 0;
+  };
+  struct Sampled {
+    const char* op;
+    uint64_t bytes;
+    Sample sample;
+  };
+  std::vector<Stat> stats;
+  std::vector<Sampled> samples;
+  bool have_clock = false;
+  ncclwatch::v1::ClockSync clock;
+};
+
+struct JobReports::RankState {
+  int rank = 0;
+  int node = 0;
+  int local = 0;
+  std::vector<CommRef> comms;
+  std::vector<int> comm_ids;
+  std::vector<CommAcc> acc;   // [index in comms]
+  std::deque<JobOp> fetched;  // from the model, not yet finished by the last interval's end
+  bool exhausted = false;
+  int64_t last_end_ns = -1;  // GPU end of the previous finished operation (model time)
+  int64_t interval_start_ns = 0;
+  uint64_t reports = 0;
+
+  int IndexOf(CommRef comm, const simjob::MegatronLayout& layout) const {
+    const int id = layout.CommId(comm);
+    for (size_t i = 0; i < comm_ids.size(); ++i) {
+      if (comm_ids[i] == id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+JobReports::JobReports(simjob::JobModelConfig model, JobReportsOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  const simjob::MegatronLayout& layout = model_.layout();
+  comm_names_.resize(layout.NumCommIds());
+  comm_hashes_.resize(layout.NumCommIds());
+  comm_nodes_.resize(layout.NumCommIds());
+  for (const CommRef& c : layout.AllComms()) {
+    const int id = layout.CommId(c);
+    comm_names_[id] = layout.CommName(c);
+    comm_hashes_[id] = simjob::CommHash(options_.job_id, comm_names_[id]);
+    comm_nodes_[id] = layout.NodesSpanned(c);
+  }
+  ranks_.reserve(layout.world_size());
+  for (int r = 0; r < layout.world_size(); ++r) {
+    auto rs = std::make_unique<RankState>();
+    rs->rank = r;
+    rs->node = layout.NodeOf(r);
+    rs->local = r % layout.gpus_per_node();
+    rs->comms = layout.CommsOf(r);
+    for (const CommRef& c : rs->comms) rs->comm_ids.push_back(layout.CommId(c));
+    rs->acc.resize(rs->comms.size());
+    ranks_.push_back(std::move(rs));
+  }
+}
+
+JobReports::~JobReports() = default;
+
+std::string JobReports::NodeName(int node) {
+  char name[32];
+  std::snprintf(name, sizeof name, "loadgen-node-%d", node);
+  return name;
+}
+
+void JobReports::Account(RankState& rs, const JobOp& op) {
+  const simjob::MegatronLayout& layout = model_.layout();
+  const int index = rs.IndexOf(op.comm, layout);
+  if (index < 0) return;
+  CommAcc& acc = rs.acc[index];
+  const int nranks = static_cast<int>(layout.Members(op.comm.family, op.comm.instance).size());
+  const int64_t exec_ns = op.gpu_end_ns - op.gpu_start_ns;
+  const double exec_us = static_cast<double>(exec_ns) / 1000.0;
+  const uint64_t stride = static_cast<uint64_t>(options_.stride);
+  for (int t = 0; t < op.n_tasks; ++t) {
+    const simjob::JobTask& task = op.tasks[t];
+    const char* name = JobOpKindName(task.kind);
+    const bool p2p = simjob::IsP2p(task.kind);
+    // NCCL's message size (what the plugin sees): per rank for AllGather and ReduceScatter, whose
+    // model size is the nccl-tests total.
+    const bool per_rank = task.kind == simjob::JobOpKind::kAllGather ||
+                          task.kind == simjob::JobOpKind::kReduceScatter;
+    const uint64_t bytes = per_rank ? task.bytes / static_cast<uint64_t>(nranks) : task.bytes;
+    const uint64_t floor = MessageSizeBucketFloor(bytes);
+    const int peer = p2p ? task.peer : -1;
+    auto it = std::find_if(acc.stats.begin(), acc.stats.end(), [&](const CommAcc::Stat& s) {
+      return s.op == name && s.size_floor == floor && s.peer == peer;
+    });
+    if (it == acc.stats.end()) {
+      acc.stats.push_back(
+          {.op = name, .size_floor = floor, .peer = peer, .min_us = exec_us, .max_us = exec_us});
+      it = acc.stats.end() - 1;
+    }
+    it->count += stride;
+    it->bytes += stride * bytes;
+    it->sum_us += static_cast<double>(stride) * exec_us;
+    it->min_us = std::min(it->min_us, exec_us);
+    it->max_us = std::max(it->max_us, exec_us);
+    it->hist[ExecTimeBucket(exec_us)] += stride;
+    const Bandwidth bw = ComputeBandwidth(name, nranks, bytes, static_cast<uint64_t>(exec_ns));
+    if (bw.bus_gbs > 0 && bw.alg_gbs > 0) {
+      it->bus_log_sum += static_cast<double>(stride) * std::log(bw.bus_gbs);
+      it->alg_log_sum += static_cast<double>(stride) * std::log(bw.alg_gbs);
+      it->bw_samples += stride;
+    }
+    if (!p2p) {
+      Sample s;
+      s.seq = static_cast<uint64_t>(task.seq) * stride;
+      s.gpu_start_ns = model_.GpuTimerNs(rs.rank, op.gpu_start_ns, 0);
+      s.duration_ns =
+          model_.GpuTimerNs(rs.rank, op.gpu_end_ns, options_.channels - 1) - s.gpu_start_ns;
+      s.own_time_ns = rs.last_end_ns < 0 ? -1 : op.gpu_start_ns - rs.last_end_ns;
+      acc.samples.push_back({name, bytes, s});
+    }
+  }
+  // The plugin keeps the clock pair seen with the least callback delay; the model has none.
+  acc.have_clock = true;
+  acc.clock.set_host_unix_ns(static_cast<uint64_t>(op.gpu_end_ns));
+  acc.clock.set_gpu_ns(model_.GpuTimerNs(rs.rank, op.gpu_end_ns, 0));
+  rs.last_end_ns = op.gpu_end_ns;
+  ++ops_;
+}
+
+void JobReports::FillReport(RankState& rs, int index, int64_t start_ns, int64_t end_ns,
+                            ncclwatch::v1::RankReport* report) {
+  const simjob::MegatronLayout& layout = model_.layout();
+  const CommRef comm = rs.comms[index];
+  const int id = rs.comm_ids[index];
+  CommAcc& acc = rs.acc[index];
+  report->set_report_id((static_cast<uint64_t>(rs.rank) << 32) | ++rs.reports);
+  auto* who = report->mutable_identity();
+  who->set_job_id(options_.job_id);
+  who->set_host(NodeName(rs.node));
+  who->set_pid(static_cast<uint32_t>(100000 + rs.rank));
+  who->set_cuda_device(rs.local);
+  char uuid[48];
+  std::snprintf(uuid, sizeof uuid, "GPU-00000000-0000-0000-0000-%012d", rs.rank);
+  who->set_gpu_uuid(uuid);
+  who->set_comm_hash(comm_hashes_[id]);
+  who->set_comm_name(comm_names_[id]);
+  who->set_rank(layout.CommRank(comm.family, rs.rank));
+  who->set_nranks(static_cast<int>(layout.Members(comm.family, comm.instance).size()));
+  who->set_n_nodes(comm_nodes_[id]);
+  who->set_node(NodeName(rs.node));
+  report->set_interval_start_unix_ns(static_cast<uint64_t>(start_ns));
+  report->set_interval_end_unix_ns(static_cast<uint64_t>(end_ns));
+  for (const CommAcc::Stat& s : acc.stats) {
+    auto* out = report->add_stats();
+    out->set_op(s.op);
+    out->set_p2p(s.peer >= 0);
+    out->set_algo_proto(s.peer >= 0 ? "" : "RING_SIMPLE");
+    out->set_message_size(MessageSizeBucket(s.size_floor));
+    out->set_peer(s.peer);
+    out->set_count(s.count);
+    out->set_bytes(s.bytes);
+    out->set_exec_time_us_sum(s.sum_us);
+    out->set_exec_time_us_min(s.min_us);
+    out->set_exec_time_us_max(s.max_us);
+    int last = kExecHistBuckets - 1;
+    while (last > 0 && s.hist[last] == 0) --last;
+    for (int i = 0; i <= last; ++i) out->add_exec_time_hist(s.hist[i]);
+    out->set_bus_bw_gbs_log_sum(s.bus_log_sum);
+    out->set_alg_bw_gbs_log_sum(s.alg_log_sum);
+    out->set_bw_samples(s.bw_samples);
+  }
+  std::sort(acc.samples.begin(), acc.samples.end(),
+            [](const CommAcc::Sampled& a, const CommAcc::Sampled& b) {
+              return std::tie(a.op, a.bytes, a.sample.seq) < std::tie(b.op, b.bytes, b.sample.seq);
+            });
+  SampleColumnWriter writer(report);
+  for (const CommAcc::Sampled& s : acc.samples) {
+    writer.Add(s.op, "RING_SIMPLE", s.bytes, static_cast<uint32_t>(options_.channels), s.sample);
+  }
+  // The operations of this communicator enqueued but not finished at the interval's end.
+  uint32_t in_flight = 0;
+  for (const JobOp& op : rs.fetched) {
+    if (op.host_enqueue_ns > end_ns) break;
+    if (op.comm != comm) continue;
+    ++in_flight;
+    if (report->in_flight_size() >= options_.max_in_flight) continue;
+    const simjob::JobTask& task = op.tasks[0];
+    auto* f = report->add_in_flight();
+    f->set_op(JobOpKindName(task.kind));
+    const bool p2p = simjob::IsP2p(task.kind);
+    f->set_p2p(p2p);
+    f->set_seq(p2p ? 0 : static_cast<uint64_t>(task.seq) * options_.stride);
+    f->set_peer(p2p ? task.peer : -1);
+    f->set_age_ns(static_cast<uint64_t>(end_ns - op.host_enqueue_ns));
+    f->set_channels(static_cast<uint32_t>(options_.channels));
+    f->set_channels_started(op.gpu_start_ns <= end_ns ? options_.channels : 0);
+  }
+  report->set_in_flight_count(in_flight);
+  report->mutable_drops();
+  if (acc.have_clock) *report->mutable_clock() = acc.clock;
+  report->set_sample_stride(static_cast<uint32_t>(options_.stride));
+  acc.stats.clear();
+  acc.samples.clear();
+  acc.have_clock = false;
+}
+
+void JobReports::NodeReports(int node, int64_t end_ns,
+                             std::vector<ncclwatch::v1::RankReport>* out) {
+  const simjob::MegatronLayout& layout = model_.layout();
+  const int first = node * layout.gpus_per_node();
+  const int last = std::min(first + layout.gpus_per_node(), layout.world_size());
+  for (int r = first; r < last; ++r) {
+    RankState& rs = *ranks_[r];
+    // Everything enqueued by the interval's end, and one operation beyond.
+    while (!rs.exhausted && (rs.fetched.empty() || rs.fetched.back().host_enqueue_ns <= end_ns)) {
+      const JobOp* op = model_.Next(r);
+      if (op == nullptr) {
+        rs.exhausted = true;
+      } else {
+        rs.fetched.push_back(*op);
+      }
+    }
+    while (!rs.fetched.empty() && rs.fetched.front().gpu_end_ns <= end_ns) {
+      Account(rs, rs.fetched.front());
+      rs.fetched.pop_front();
+    }
+    const int64_t start_ns =
+        rs.interval_start_ns > 0 ? rs.interval_start_ns : end_ns - 1'000'000'000;
+    for (size_t i = 0; i < rs.comms.size(); ++i) {
+      out->emplace_back();
+      FillReport(rs, static_cast<int>(i), start_ns, end_ns, &out->back());
+    }
+    rs.interval_start_ns = end_ns;
+  }
+}
+
+}  // namespace ncclwatch::loadgen

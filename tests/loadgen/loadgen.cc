@@ -1,0 +1,517 @@
+// ncclwatch-loadgen: stands in for the node agents of one or more large Megatron-style jobs and
+// pushes their NodeBatches to an aggregator through the real Ingest gRPC, exactly as agents do
+// (bearer token, one batch per node and interval, batch_seq from 1, retried until acknowledged
+// under the same sequence number). The reports come from simjob's closed-loop job model
+// (job_reports.h), so the aggregator correlates and judges them for real; a slow GPU or a hung
+// rank can be injected at a chosen time, and the loadgen watches the Query API for the finding.
+//
+// It prints one line per second (progress) and, at the end, a summary with the figures the scale
+// benchmark (scripts/bench --scale) puts in its table: wire bytes per rank-second, ack latency
+// percentiles, the largest send backlog, how late the generator ran behind its schedule, the
+// detection latency and every finding the aggregator started (anything but the injected fault is
+// a false page), and the Query API's latency at that size.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config.h"
+#include "common/rpc/backoff.h"
+#include "common/rpc/channel.h"
+#include "grpcpp/grpcpp.h"
+#include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "ncclwatch/v1/query.grpc.pb.h"
+#include "tests/loadgen/job_reports.h"
+#include "tests/simjob/job_common.h"
+
+namespace ncclwatch::loadgen {
+namespace {
+
+struct Config {
+  std::string aggregator = "127.0.0.1:9470";
+  std::string token_file;
+  std::string query_token_file;
+  int64_t jobs = 1;
+  int64_t tp = 8, pp = 8, dp = 16;
+  int64_t gpus_per_node = 8;
+  int64_t microbatches = 4;
+  double layer_ms = 40;
+  int64_t stride = 8;
+  double interval_s = 1;
+  double seconds = 60;
+  double warmup_s = 20;
+  int64_t senders = 16;
+  std::string job_prefix = "loadgen";
+  int64_t slow_rank = -1;
+  double slow_factor = 1.5;
+  double slow_at_s = 30;
+  int64_t hang_rank = -1;
+  double hang_at_s = 30;
+  double query_every_s = 0.25;
+  std::string summary_file;
+  int64_t seed = 1;
+};
+
+std::string ReadToken(const std::string& file) {
+  if (file.empty()) return "";
+  std::ifstream in(file);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+    token.pop_back();
+  return token;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+// Sends node batches with a pool of threads; each node's batches go out in order, one at a time,
+// retried (same batch_seq) until acknowledged, as an agent's forwarder does.
+class Sender {
+ public:
+  Sender(std::shared_ptr<grpc::Channel> channel, std::string token, int threads)
+      : stub_(ncclwatch::v1::Ingest::NewStub(channel)), token_(std::move(token)) {
+    queues_.resize(threads);
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this, i] { Run(i); });
+  }
+  ~Sender() { Stop(); }
+
+  void Enqueue(int node, std::unique_ptr<ncclwatch::v1::NodeBatch> batch) {
+    Queue& q = queues_[node % queues_.size()];
+    {
+      std::lock_guard<std::mutex> lock(q.mu);
+      q.items.push_back(std::move(batch));
+    }
+    backlog_.fetch_add(1);
+    q.cv.notify_one();
+  }
+  void Stop() {
+    for (Queue& q : queues_) {
+      std::lock_guard<std::mutex> lock(q.mu);
+      q.stop = true;
+      q.cv.notify_all();
+    }
+    for (auto& w : workers_) {
+      if (w.joinable()) w.join();
+    }
+  }
+  // Waits until every queued batch is acknowledged (or `deadline` passes).
+  bool Drain(std::chrono::steady_clock::time_point deadline) {
+    while (backlog_.load() > 0) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  int64_t backlog() const { return backlog_.load(); }
+  int64_t wire_bytes() const { return wire_bytes_.load(); }
+  int64_t acked() const { return acked_.load(); }
+  int64_t retries() const { return retries_.load(); }
+  int64_t rejected_reports() const { return rejected_.load(); }
+  // Ack latencies (s) since the last call.
+  std::vector<double> TakeLatencies() {
+    std::lock_guard<std::mutex> lock(lat_mu_);
+    std::vector<double> out;
+    out.swap(latencies_);
+    return out;
+  }
+
+ private:
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::unique_ptr<ncclwatch::v1::NodeBatch>> items;
+    bool stop = false;
+  };
+
+  void Run(int i) {
+    Queue& q = queues_[i];
+    Backoff backoff(std::chrono::milliseconds(100), kPushRetryMaxDelay, static_cast<uint32_t>(i));
+    for (;;) {
+      std::unique_ptr<ncclwatch::v1::NodeBatch> batch;
+      {
+        std::unique_lock<std::mutex> lock(q.mu);
+        q.cv.wait(lock, [&] { return q.stop || !q.items.empty(); });
+        if (q.items.empty()) return;
+        batch = std::move(q.items.front());
+        q.items.pop_front();
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const int64_t bytes = static_cast<int64_t>(batch->ByteSizeLong());
+      for (;;) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
+        batch->set_sent_unix_ns(static_cast<uint64_t>(simjob::NowNs()));
+        ncclwatch::v1::BatchAck ack;
+        wire_bytes_.fetch_add(bytes);
+        const grpc::Status s = stub_->Push(&context, *batch, &ack);
+        if (s.ok()) {
+          backoff.Reset();
+          rejected_.fetch_add(ack.rejected_reports());
+          break;
+        }
+        if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+            s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+            s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+          std::fprintf(stderr, "loadgen: batch %llu of %s refused for good: %s\n",
+                       static_cast<unsigned long long>(batch->batch_seq()),
+                       batch->agent_id().c_str(), s.error_message().c_str());
+          break;
+        }
+        retries_.fetch_add(1);
+        std::this_thread::sleep_for(backoff.NextDelay());
+        std::lock_guard<std::mutex> lock(q.mu);
+        if (q.stop) break;
+      }
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      {
+        std::lock_guard<std::mutex> lock(lat_mu_);
+        latencies_.push_back(seconds);
+      }
+      acked_.fetch_add(1);
+      backlog_.fetch_sub(1);
+    }
+  }
+
+  std::unique_ptr<ncclwatch::v1::Ingest::Stub> stub_;
+  const std::string token_;
+  std::deque<Queue> queues_;
+  std::vector<std::thread> workers_;
+  std::atomic<int64_t> backlog_{0}, wire_bytes_{0}, acked_{0}, retries_{0}, rejected_{0};
+  std::mutex lat_mu_;
+  std::vector<double> latencies_;
+};
+
+// The job an event is about (each kind carries it in its own part).
+std::string EventJob(const ncclwatch::v1::Event& e) {
+  for (const std::string* id :
+       {&e.root_cause().job_id(), &e.straggler().job_id(), &e.hang().job_id(), &e.silent().job_id(),
+        &e.degraded().job_id(), &e.suspect().job_id(), &e.node_straggler().job_id(),
+        &e.coverage().job_id()}) {
+    if (!id->empty()) return *id;
+  }
+  return "";
+}
+
+struct QueryTimes {
+  std::vector<double> stragglers_s, comms_s;
+};
+
+int Main(int argc, char** argv) {
+  Config c;
+  ConfigTable t("ncclwatch-loadgen",
+                "Stands in for the node agents of large simulated Megatron-style jobs (TP x PP x "
+                "DP ranks each) and pushes their batches to an aggregator through the real "
+                "Ingest gRPC; injects a slow GPU or a hang and times its finding.");
+  t.AddString("aggregator", "", &c.aggregator, "The aggregator's gRPC address, HOST:PORT.");
+  t.AddString("token-file", "", &c.token_file, "File with the ingest bearer token (optional).");
+  t.AddString("query-token-file", "", &c.query_token_file,
+              "File with the query bearer token (optional; default: the ingest token's file).");
+  t.AddInt("jobs", "", &c.jobs, "Jobs to run side by side, each TP x PP x DP ranks.");
+  t.AddInt("tp", "", &c.tp, "Tensor-parallel size (inside a node).");
+  t.AddInt("pp", "", &c.pp, "Pipeline stages.");
+  t.AddInt("dp", "", &c.dp, "Data-parallel replicas.");
+  t.AddInt("gpus-per-node", "", &c.gpus_per_node, "GPUs (ranks) per node: one batch per node.");
+  t.AddInt("microbatches", "", &c.microbatches, "Microbatches per iteration (1F1B).");
+  t.AddDouble("layer-ms", "", &c.layer_ms,
+              "Forward compute of one layer and microbatch, ms (sets the step time).");
+  t.AddInt("stride", "", &c.stride,
+           "Real operations per modelled one (the plugin's sample stride): reported seqNumbers "
+           "and operation counts are multiplied by it.");
+  t.AddDouble("interval-s", "", &c.interval_s, "Flush interval of the simulated plugins, s.");
+  t.AddDouble("seconds", "", &c.seconds, "How long to run, s.");
+  t.AddDouble("warmup-s", "", &c.warmup_s,
+              "Findings before this (job warm-up) are listed but not counted as false pages.");
+  t.AddInt("senders", "", &c.senders, "Threads pushing batches (each node's batches in order).");
+  t.AddString("job-prefix", "", &c.job_prefix, "Job ids are <prefix>-<i>.");
+  t.AddInt("slow-rank", "", &c.slow_rank, "A rank of job 0 whose GPU turns slow (-1: none).");
+  t.AddDouble("slow-factor", "", &c.slow_factor, "Its compute takes this many times as long.");
+  t.AddDouble("slow-at-s", "", &c.slow_at_s, "When it turns slow, s after the start.");
+  t.AddInt("hang-rank", "", &c.hang_rank, "A rank of job 0 that stops calling NCCL (-1: none).");
+  t.AddDouble("hang-at-s", "", &c.hang_at_s, "When it stops, s after the start.");
+  t.AddDouble("query-every-s", "", &c.query_every_s,
+              "How often the Query API is asked for the findings while the job runs.");
+  t.AddString("summary-file", "", &c.summary_file,
+              "Also write the summary as key=value lines to this file.");
+  t.AddInt("seed", "", &c.seed, "Seed of the job model's jitter.");
+  absl::StatusOr<std::vector<std::string>> parsed = t.Parse(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "ncclwatch-loadgen: %s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (t.help_requested()) {
+    std::printf("%s", t.HelpText().c_str());
+    return 0;
+  }
+  if (c.jobs < 1 || c.tp < 1 || c.pp < 1 || c.dp < 1 || c.gpus_per_node < 1 ||
+      c.gpus_per_node % c.tp != 0 || c.stride < 1 || c.interval_s < 0.05 || c.senders < 1 ||
+      c.seconds <= 0) {
+    std::fprintf(stderr,
+                 "ncclwatch-loadgen: need jobs, tp, pp, dp, stride, senders >= 1, gpus-per-node "
+                 "a multiple of tp, interval-s >= 0.05 and seconds > 0\n");
+    return 2;
+  }
+  if (c.query_token_file.empty()) c.query_token_file = c.token_file;
+  const int64_t ranks_per_job = c.tp * c.pp * c.dp;
+  const int64_t interval_ns = static_cast<int64_t>(c.interval_s * 1e9);
+  const int64_t t0 = (simjob::NowNs() / interval_ns + 1) * interval_ns;
+
+  std::vector<std::unique_ptr<JobReports>> jobs;
+  for (int64_t j = 0; j < c.jobs; ++j) {
+    simjob::JobModelConfig m;
+    m.tp = static_cast<int>(c.tp);
+    m.pp = static_cast<int>(c.pp);
+    m.dp = static_cast<int>(c.dp);
+    m.gpus_per_node = static_cast<int>(c.gpus_per_node);
+    m.program.microbatches = static_cast<int>(c.microbatches);
+    m.program.layers = 1;
+    m.program.layer_fwd_ns = static_cast<int64_t>(c.layer_ms * 1e6);
+    m.program.optimizer_ns = 2 * m.program.layer_fwd_ns;
+    m.seed = static_cast<uint64_t>(c.seed + j);
+    m.t0_ns = t0;
+    m.end_ns = t0 + static_cast<int64_t>((c.seconds + 5) * 1e9);
+    m.warmup_iterations = 2;
+    m.clock_skew_ns = 20'000'000;
+    if (j == 0 && c.slow_rank >= 0 && c.slow_rank < ranks_per_job) {
+      m.slow.push_back({static_cast<int>(c.slow_rank), c.slow_factor,
+                        t0 + static_cast<int64_t>(c.slow_at_s * 1e9)});
+    }
+    if (j == 0 && c.hang_rank >= 0 && c.hang_rank < ranks_per_job) {
+      m.hang_rank = static_cast<int>(c.hang_rank);
+      m.hang_at_ns = t0 + static_cast<int64_t>(c.hang_at_s * 1e9);
+    }
+    JobReportsOptions o;
+    o.job_id = absl::StrCat(c.job_prefix, "-", j);
+    o.stride = static_cast<int>(c.stride);
+    jobs.push_back(std::make_unique<JobReports>(m, o));
+  }
+  const int64_t total_ranks = ranks_per_job * c.jobs;
+  std::fprintf(stderr,
+               "loadgen: %lld job(s) of %lld ranks (TP %lld x PP %lld x DP %lld, %lld nodes "
+               "each), %lld ranks in all, interval %.2f s, stride %lld, for %.0f s -> %s\n",
+               static_cast<long long>(c.jobs), static_cast<long long>(ranks_per_job),
+               static_cast<long long>(c.tp), static_cast<long long>(c.pp),
+               static_cast<long long>(c.dp), static_cast<long long>(jobs[0]->nodes()),
+               static_cast<long long>(total_ranks), c.interval_s, static_cast<long long>(c.stride),
+               c.seconds, c.aggregator.c_str());
+
+  auto channel = ReconnectingChannel(c.aggregator, 1000);
+  Sender sender(channel, ReadToken(c.token_file), static_cast<int>(c.senders));
+  auto query = ncclwatch::v1::Query::NewStub(channel);
+  const std::string query_token = ReadToken(c.query_token_file);
+
+  // The Query API, asked while the job runs: how long a large job's answers take, and when the
+  // injected fault is first named.
+  std::atomic<bool> stop_queries{false};
+  std::atomic<int64_t> detected_ns{0};
+  QueryTimes qt;
+  std::mutex qt_mu;
+  const int64_t fault_ns =
+      c.slow_rank >= 0 ? t0 + static_cast<int64_t>(c.slow_at_s * 1e9)
+                       : (c.hang_rank >= 0 ? t0 + static_cast<int64_t>(c.hang_at_s * 1e9) : 0);
+  const uint32_t fault_pid =
+      static_cast<uint32_t>(100000 + (c.slow_rank >= 0 ? c.slow_rank : c.hang_rank));
+  std::thread querier([&] {
+    const std::string job0 = absl::StrCat(c.job_prefix, "-0");
+    while (!stop_queries.load()) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(c.query_every_s));
+      auto ask = [&](auto call) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        if (!query_token.empty()) ctx.AddMetadata("authorization", "Bearer " + query_token);
+        const auto start = std::chrono::steady_clock::now();
+        const bool ok = call(&ctx);
+        return ok ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+                  : -1.0;
+      };
+      ncclwatch::v1::ListStragglersRequest sreq;
+      sreq.set_job_id(job0);
+      ncclwatch::v1::ListStragglersResponse sresp;
+      const double s_s = ask(
+          [&](grpc::ClientContext* ctx) { return query->ListStragglers(ctx, sreq, &sresp).ok(); });
+      if (s_s >= 0 && simjob::NowNs() > t0) {
+        std::lock_guard<std::mutex> lock(qt_mu);
+        qt.stragglers_s.push_back(s_s);
+      }
+      if (c.slow_rank >= 0 && detected_ns.load() == 0) {
+        for (const auto& rc : sresp.root_causes()) {
+          if (rc.pid() == fault_pid) detected_ns.store(simjob::NowNs());
+        }
+      }
+      if (c.hang_rank >= 0 && detected_ns.load() == 0) {
+        ncclwatch::v1::ListHangsRequest hreq;
+        hreq.set_job_id(job0);
+        ncclwatch::v1::ListHangsResponse hresp;
+        ask([&](grpc::ClientContext* ctx) { return query->ListHangs(ctx, hreq, &hresp).ok(); });
+        if (hresp.hangs_size() > 0 || hresp.silent_size() > 0) {
+          detected_ns.store(simjob::NowNs());
+        }
+      }
+      ncclwatch::v1::ListCommsRequest creq;
+      creq.set_job_id(job0);
+      ncclwatch::v1::ListCommsResponse cresp;
+      const double c_s =
+          ask([&](grpc::ClientContext* ctx) { return query->ListComms(ctx, creq, &cresp).ok(); });
+      if (c_s >= 0 && simjob::NowNs() > t0) {
+        std::lock_guard<std::mutex> lock(qt_mu);
+        qt.comms_s.push_back(c_s);
+      }
+    }
+  });
+
+  // The schedule: every interval, every node of every job sends one batch.
+  std::vector<uint64_t> batch_seq(static_cast<size_t>(jobs[0]->nodes() * c.jobs), 0);
+  std::vector<double> lags, all_latencies;
+  int64_t max_backlog = 0, reports = 0;
+  const int intervals = static_cast<int>(c.seconds / c.interval_s);
+  const auto cpu_start = std::clock();
+  for (int k = 1; k <= intervals; ++k) {
+    const int64_t end_ns = t0 + k * interval_ns;
+    simjob::SleepUntil(end_ns);
+    // What is still unacknowledged from earlier intervals: a backlog that grows means the
+    // aggregator does not keep up.
+    max_backlog = std::max(max_backlog, sender.backlog());
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      JobReports& job = *jobs[j];
+      for (int n = 0; n < job.nodes(); ++n) {
+        auto batch = std::make_unique<ncclwatch::v1::NodeBatch>();
+        std::vector<ncclwatch::v1::RankReport> out;
+        job.NodeReports(n, end_ns, &out);
+        const size_t slot = j * job.nodes() + n;
+        batch->set_agent_id(absl::StrCat("loadgen-", j, "-", JobReports::NodeName(n)));
+        batch->set_batch_seq(++batch_seq[slot]);
+        batch->set_node(JobReports::NodeName(n));
+        batch->mutable_reports()->Reserve(static_cast<int>(out.size()));
+        for (auto& r : out) batch->mutable_reports()->Add(std::move(r));
+        reports += static_cast<int64_t>(out.size());
+        sender.Enqueue(static_cast<int>(slot), std::move(batch));
+      }
+    }
+    const double lag = static_cast<double>(simjob::NowNs() - end_ns) / 1e9;
+    lags.push_back(lag);
+    std::vector<double> lat = sender.TakeLatencies();
+    all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
+    std::fprintf(stderr,
+                 "loadgen: t=%3d s  built in %.3f s  backlog %lld batches  acked %lld  ack p50 "
+                 "%.3f s p99 %.3f s  %.1f MB sent\n",
+                 k, lag, static_cast<long long>(sender.backlog()),
+                 static_cast<long long>(sender.acked()), Percentile(lat, 0.5),
+                 Percentile(lat, 0.99), static_cast<double>(sender.wire_bytes()) / 1e6);
+  }
+  const double gen_cpu_s = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  const bool drained = sender.Drain(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  stop_queries.store(true);
+  querier.join();
+  std::vector<double> lat = sender.TakeLatencies();
+  all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
+  sender.Stop();
+
+  // Every finding the aggregator started for these jobs: the injected one, or a false page.
+  ncclwatch::v1::ListEventsRequest ereq;
+  ereq.set_since_unix_ns(static_cast<uint64_t>(t0));
+  ereq.set_limit(10000);
+  ncclwatch::v1::ListEventsResponse eresp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!query_token.empty()) ctx.AddMetadata("authorization", "Bearer " + query_token);
+    const grpc::Status s = query->ListEvents(&ctx, ereq, &eresp);
+    if (!s.ok()) std::fprintf(stderr, "loadgen: ListEvents: %s\n", s.error_message().c_str());
+  }
+  int true_pages = 0, false_pages = 0, warmup_pages = 0;
+  const int64_t warm_ns = t0 + static_cast<int64_t>(c.warmup_s * 1e9);
+  for (const auto& e : eresp.events()) {
+    if (e.phase() != ncclwatch::v1::Event::START) continue;
+    const std::string job = EventJob(e);
+    if (job.rfind(c.job_prefix + "-", 0) != 0) continue;
+    const bool in_fault_window = fault_ns > 0 && job == absl::StrCat(c.job_prefix, "-0") &&
+                                 static_cast<int64_t>(e.time_unix_ns()) >= fault_ns;
+    const bool injected =
+        in_fault_window && ((c.slow_rank >= 0 && e.kind() == ncclwatch::v1::Event::STRAGGLER &&
+                             e.root_cause().pid() == fault_pid) ||
+                            (c.hang_rank >= 0 && (e.kind() == ncclwatch::v1::Event::HANG ||
+                                                  e.kind() == ncclwatch::v1::Event::RANK_SILENT)));
+    if (injected) {
+      ++true_pages;
+    } else if (static_cast<int64_t>(e.time_unix_ns()) < warm_ns) {
+      ++warmup_pages;
+    } else {
+      ++false_pages;
+    }
+    std::fprintf(stderr, "loadgen: finding %s at t=%.1f s: %s\n",
+                 injected ? "(injected)"
+                          : (static_cast<int64_t>(e.time_unix_ns()) < warm_ns ? "(warm-up)"
+                                                                              : "(FALSE PAGE)"),
+                 static_cast<double>(static_cast<int64_t>(e.time_unix_ns()) - t0) / 1e9,
+                 e.summary().c_str());
+  }
+
+  const double rank_seconds = static_cast<double>(total_ranks) * intervals * c.interval_s;
+  int64_t model_ops = 0;
+  for (const auto& j : jobs) model_ops += j->ops();
+  std::ostringstream s;
+  s << "ranks=" << total_ranks << "\n"
+    << "jobs=" << c.jobs << "\n"
+    << "seconds=" << intervals * c.interval_s << "\n"
+    << "reports=" << reports << "\n"
+    << "reports_per_rank_s=" << static_cast<double>(reports) / rank_seconds << "\n"
+    << "batches_acked=" << sender.acked() << "\n"
+    << "push_retries=" << sender.retries() << "\n"
+    << "rejected_reports=" << sender.rejected_reports() << "\n"
+    << "drained=" << (drained ? 1 : 0) << "\n"
+    << "wire_bytes=" << sender.wire_bytes() << "\n"
+    << "wire_bytes_per_rank_s=" << static_cast<double>(sender.wire_bytes()) / rank_seconds << "\n"
+    << "model_ops_per_rank_s=" << static_cast<double>(model_ops) / rank_seconds << "\n"
+    << "nccl_ops_per_rank_s="
+    << static_cast<double>(model_ops) * static_cast<double>(c.stride) / rank_seconds << "\n"
+    << "ack_p50_s=" << Percentile(all_latencies, 0.5) << "\n"
+    << "ack_p99_s=" << Percentile(all_latencies, 0.99) << "\n"
+    << "ack_max_s=" << Percentile(all_latencies, 1.0) << "\n"
+    << "max_backlog_batches=" << max_backlog << "\n"
+    << "generator_lag_p50_s=" << Percentile(lags, 0.5) << "\n"
+    << "generator_lag_max_s=" << Percentile(lags, 1.0) << "\n"
+    << "generator_cpu_s=" << gen_cpu_s << "\n"
+    << "detection_s="
+    << (detected_ns.load() > 0 && fault_ns > 0
+            ? static_cast<double>(detected_ns.load() - fault_ns) / 1e9
+            : -1.0)
+    << "\n"
+    << "true_pages=" << true_pages << "\n"
+    << "false_pages=" << false_pages << "\n"
+    << "warmup_pages=" << warmup_pages << "\n";
+  {
+    std::lock_guard<std::mutex> lock(qt_mu);
+    s << "list_stragglers_p50_s=" << Percentile(qt.stragglers_s, 0.5) << "\n"
+      << "list_stragglers_max_s=" << Percentile(qt.stragglers_s, 1.0) << "\n"
+      << "list_comms_p50_s=" << Percentile(qt.comms_s, 0.5) << "\n"
+      << "list_comms_max_s=" << Percentile(qt.comms_s, 1.0) << "\n";
+  }
+  std::printf("%s", s.str().c_str());
+  if (!c.summary_file.empty()) {
+    std::ofstream out(c.summary_file);
+    out << s.str();
+  }
+  return drained ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ncclwatch::loadgen
+
+int main(int argc, char** argv) { return ncclwatch::loadgen::Main(argc, argv); }
