@@ -27,7 +27,8 @@ Analyzer::Analyzer(AnalyzerOptions options)
       detectors_(DetectorOptionsOf(options)),
       own_time_(options.own_time),
       verdicts_(options.root_cause),
-      job_end_silence_ns_(options.job_end_silence_ns) {}
+      job_end_silence_ns_(options.job_end_silence_ns),
+      report_points_(options.report_points) {}
 
 void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
                                      const std::vector<FlagChange>& changes, int64_t now_ns,
@@ -94,7 +95,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   }
   Ingested out;
   series_.AddReport(CommRegistry::RankLabels(key, entry->who, id.rank()), report, now_ns,
-                    &out.points);
+                    report_points_ ? &out.points : nullptr);
 
   const RankInterval interval = ToRankInterval(report);
   detectors_.hangs.Update(key, interval, now_ns);

@@ -48,6 +48,9 @@ struct AnalyzerOptions {
   size_t max_jobs = 4096;
   size_t max_comms_per_job = 16384;
   size_t max_series = 2'000'000;
+  // Whether Ingest returns the points of every rank's per-report series (Ingested::points) for
+  // the store's history; the detection series are stored either way (Ingest::Tick).
+  bool report_points = false;
   // A job none of whose ranks reported for this long has ended (job_lifecycle.h).
   int64_t job_end_silence_ns = 120'000'000'000;
   // Per source (the agent, as authenticated): the jobs and communicators it may introduce.
@@ -188,6 +191,7 @@ class Analyzer {
   HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);      // open findings, ended jobs
   const int64_t job_end_silence_ns_;
+  const bool report_points_;
   int64_t listening_ns_ ABSL_GUARDED_BY(mu_) = 0;  // StartListening()
   int64_t heard_from_ns_ ABSL_GUARDED_BY(mu_) = 0;
   // Silent processes -> their communicators flagged silent (one RANK_SILENT per process).

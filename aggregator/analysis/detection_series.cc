@@ -27,14 +27,13 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
       if (!r.node.empty()) nodes.insert(r.node);
     }
     for (const auto& node : nodes) {
+      if (!(entry.own_times ? verdicts.IsNodeSlow(key.job_id, node)
+                            : d.slow_nodes.IsSlow(key, node))) {
+        continue;
+      }
       LabelPairs node_labels = comm_labels;
       node_labels.emplace_back("node", node);
-      out->push_back({"ncclwatch_node_straggler", std::move(node_labels),
-                      (entry.own_times ? verdicts.IsNodeSlow(key.job_id, node)
-                                       : d.slow_nodes.IsSlow(key, node))
-                          ? 1.0
-                          : 0.0,
-                      now_ms});
+      out->push_back({"ncclwatch_node_straggler", std::move(node_labels), 1.0, now_ms});
     }
     LabelPairs class_labels = comm_labels;
     class_labels.emplace_back("class", d.degraded.IsHybrid(key) ? "hybrid" : "nvlink");
@@ -45,11 +44,12 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     // Per-rank series for the ranks that report, and for the missing ranks a hang names (never
     // one per rank a communicator merely claims: detect/rank_set.h).
     for (const auto& [r, rank_who] : who.ranks) {
+      const bool missing = h != hung.end() && d.hangs.Missing(key, r);
+      const bool silent = d.hangs.IsSilent(key, r);
+      if (!missing && !silent) continue;
       LabelPairs labels = CommRegistry::RankLabels(key, who, r);
-      out->push_back({"ncclwatch_rank_missing", labels,
-                      h != hung.end() && d.hangs.Missing(key, r) ? 1.0 : 0.0, now_ms});
-      out->push_back({"ncclwatch_rank_silent", std::move(labels),
-                      d.hangs.IsSilent(key, r) ? 1.0 : 0.0, now_ms});
+      if (missing) out->push_back({"ncclwatch_rank_missing", labels, 1.0, now_ms});
+      if (silent) out->push_back({"ncclwatch_rank_silent", std::move(labels), 1.0, now_ms});
     }
     if (h != hung.end()) {
       for (int r : h->second->missing) {
@@ -60,10 +60,12 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     }
     for (const RankScore& score : d.stragglers.Scores(key)) {
       if (score.rank >= who.nranks) continue;
-      LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
       const bool flagged =
           entry.own_times ? root_ranks.count({key, score.rank}) > 0 : score.flagged;
-      out->push_back({"ncclwatch_straggler", labels, flagged ? 1.0 : 0.0, now_ms});
+      const bool late = score.lateness_ns >= d.stragglers.options().threshold_ns;
+      if (!flagged && !late) continue;
+      LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
+      if (flagged) out->push_back({"ncclwatch_straggler", labels, 1.0, now_ms});
       out->push_back(
           {"ncclwatch_rank_lateness_seconds", std::move(labels), score.lateness_ns * 1e-9, now_ms});
     }

@@ -24,6 +24,14 @@ namespace ncclwatch::aggregator {
 // it was reported in, and for a node reported slow), else from the lateness flags. Likewise
 // ncclwatch_hang, ncclwatch_hang_age_seconds and ncclwatch_rank_missing are set for the origins
 // of hangs (`hangs`) only, not for the operations stuck behind them.
+//
+// Per communicator (ncclwatch_hang, ncclwatch_hang_age_seconds, ncclwatch_comm_degraded) every
+// series is there, 0 when clear. Per rank and per node (ncclwatch_straggler,
+// ncclwatch_rank_lateness_seconds, ncclwatch_node_straggler, ncclwatch_rank_missing,
+// ncclwatch_rank_silent) only the ones set are: a 16,384-rank job would otherwise export some
+// 400,000 zeros (docs/scale.md). Alerts select `== 1` and resolve when the series goes stale;
+// a rank's lateness is there while it is flagged or at least the straggler threshold late (the
+// consequences of a slow GPU stay visible).
 void AppendDetectionSeries(const CommRegistry& registry, const Detectors& detectors,
                            const RootCauseVerdicts& verdicts, const HangOrigins& hangs,
                            int64_t now_ns, std::vector<SeriesPoint>* out);

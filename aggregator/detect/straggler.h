@@ -70,6 +70,7 @@ struct FlagChange {
 class StragglerDetector {
  public:
   explicit StragglerDetector(StragglerOptions options = {}) : options_(options) {}
+  const StragglerOptions& options() const { return options_; }
 
   // Feeds one completed collective; returns the ranks whose flag changed because of it.
   std::vector<FlagChange> Observe(const CompletedGroup& group);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "aggregator/findings/findings.h"
@@ -158,7 +159,7 @@ void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
                   std::make_move_iterator(ingested.points.end()));
   }
   // The batch is durable already; a lost point is re-derived from it at the next start-up.
-  StorePoints(points);
+  if (!points.empty()) StorePoints(points);
 }
 
 absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns) {
@@ -223,14 +224,36 @@ void Ingest::StoreDetectionSeries(int64_t now_ns) {
     ncclwatch::MutexLock lock(&snapshot_mu_);
     if (now_ns - last_snapshot_ns_ < kEveryNs) return;  // once a second is enough history
     last_snapshot_ns_ = now_ns;
-    for (SeriesPoint& s : analyzer_.Series(/*detection_only=*/true)) {
-      auto [it, added] = snapshot_.try_emplace(SeriesIdentity(s.name, s.labels), s.value, now_ns);
+    std::vector<SeriesPoint> now = analyzer_.Series(/*detection_only=*/true);
+    absl::flat_hash_set<std::string> present;
+    present.reserve(now.size());
+    for (SeriesPoint& s : now) {
+      std::string identity = SeriesIdentity(s.name, s.labels);
+      auto [it, added] = snapshot_.try_emplace(identity, s.value, now_ns);
+      present.insert(std::move(identity));
       if (!added && it->second.first == s.value && now_ns - it->second.second < kHeartbeatNs) {
         continue;
       }
       it->second = {s.value, now_ns};
       s.time_ms = now_ns / 1'000'000;
       points.push_back(std::move(s));
+    }
+    // Per-rank flags are exported only while set (detection_series.h): one that is gone is
+    // stored as 0 once, so the history shows it clear rather than stuck at its last value.
+    for (auto it = snapshot_.begin(); it != snapshot_.end();) {
+      if (present.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      if (it->second.first != 0) {
+        SeriesPoint cleared;
+        if (ParseSeriesIdentity(it->first, &cleared.name, &cleared.labels)) {
+          cleared.value = 0;
+          cleared.time_ms = now_ns / 1'000'000;
+          points.push_back(std::move(cleared));
+        }
+      }
+      snapshot_.erase(it++);
     }
   }
   if (!points.empty()) StorePoints(points);

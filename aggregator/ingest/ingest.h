@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "aggregator/analysis/analyzer.h"
 #include "aggregator/ingest/event_bus.h"
@@ -77,7 +78,8 @@ class Ingest {
   Counter* detection_points_;
   // The last stored value and time of each detection series (by identity), for change detection.
   ncclwatch::Mutex snapshot_mu_;
-  std::map<std::string, std::pair<double, int64_t>> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  absl::flat_hash_map<std::string, std::pair<double, int64_t>> snapshot_
+      ABSL_GUARDED_BY(snapshot_mu_);
   int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
   // Pushes are stored concurrently (their synced writes share a group commit) but analysed one at
   // a time in the order of their receive times, strictly increasing: the order in which a replay

@@ -32,7 +32,10 @@ class QueryEngine {
   ncclwatch::v1::ListJobsResponse ListJobs() const;
   ncclwatch::v1::ListCommsResponse ListComms(const ncclwatch::v1::ListCommsRequest& request) const;
   // Every exported series with its current value (/federate, remote-write).
-  std::vector<SeriesPoint> CurrentSeries() const { return analyzer_.Series(); }
+  // Every exported series now; with `detection_only`, just the detectors' (live) families.
+  std::vector<SeriesPoint> CurrentSeries(bool detection_only = false) const {
+    return analyzer_.Series(detection_only);
+  }
 
   // Stored detection events from `since_unix_ns`, oldest first, at most `limit` (default 1000,
   // at most 100,000) matching the job; next_page_token resumes after the last one returned.

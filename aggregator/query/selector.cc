@@ -194,6 +194,13 @@ bool Selector::Matches(const std::string& name, const LabelPairs& labels) const 
   return true;
 }
 
+bool Selector::MayMatchName(const std::string& name) const {
+  for (const LabelMatcher& m : matchers) {
+    if (m.name == "__name__" && !m.Matches(name)) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<Selector> ParseSelector(std::string_view text) { return Parser(text).Parse(); }
 
 }  // namespace ncclwatch::aggregator

@@ -30,6 +30,8 @@ struct Selector {
   bool Matches(const SeriesPoint& sample) const;
   // An absent label matches as "".
   bool Matches(const std::string& name, const LabelPairs& labels) const;
+  // Whether some series called `name` could match (its __name__ matchers accept the name).
+  bool MayMatchName(const std::string& name) const;
 };
 
 // Parses one selector. InvalidArgument carries a message fit for an HTTP 400 body.

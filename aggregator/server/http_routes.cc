@@ -1,10 +1,13 @@
 #include "aggregator/server/http_routes.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "aggregator/query/federate.h"
 #include "aggregator/query/selector.h"
+#include "proto/exported_series.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -38,7 +41,15 @@ void ServeFederate(const QueryEngine& query, const BearerGate& gate, Counter* ba
     res.Set(error + "\n", "text/plain");
     return;
   }
-  res.Set(RenderFederate(query.CurrentSeries(), selectors), kTextFormat);
+  // Selectors that name only detection families (what alerting federates) are answered from the
+  // detectors alone, without copying every rank's Inspector series (a million at 16,384 ranks)
+  // under the analyzer's lock.
+  const bool detection_only =
+      std::none_of(std::begin(kExportedSeries), std::end(kExportedSeries), [&](const auto& f) {
+        return !f.live && std::any_of(selectors.begin(), selectors.end(),
+                                      [&](const Selector& s) { return s.MayMatchName(f.name); });
+      });
+  res.Set(RenderFederate(query.CurrentSeries(detection_only), selectors), kTextFormat);
 }
 
 }  // namespace

@@ -54,6 +54,7 @@ struct AggregatorConfig {
   int64_t max_jobs_per_agent = 256;
   int64_t max_comms_per_agent = 4096;
   int64_t max_series = 2'000'000;
+  bool store_rank_series = false;
   int64_t ready_fd = -1;
 };
 
@@ -117,6 +118,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddInt("max-series", "", &c.max_series,
            "Most exported series; further ones are neither exported nor stored "
            "(ncclwatch_aggregator_series_capped_total).");
+  t.AddBool("store-rank-series", "", &c.store_rank_series,
+            "Also keep every rank's per-report series (the Inspector families, plugin drops) in "
+            "the store's history for QueryRange. Off: at 16,384 ranks that is ~650,000 points/s; "
+            "they are served live on /federate and the agents' /metrics, and Prometheus keeps "
+            "their history (docs/scale.md).");
   t.AddString("query-token-file", "NCCLWATCH_QUERY_TOKEN_FILE", &c.query_token_file,
               "File holding the bearer token the Query API and /federate require (re-read every "
               "30 s); empty: none required. /metrics and /healthz stay open.");
@@ -217,6 +223,7 @@ AnalyzerOptions AnalyzerOptionsOf(const AggregatorConfig& c) {
   a.max_jobs_per_agent = static_cast<size_t>(c.max_jobs_per_agent);
   a.max_comms_per_agent = static_cast<size_t>(c.max_comms_per_agent);
   a.max_series = static_cast<size_t>(c.max_series);
+  a.report_points = c.store_rank_series;
   return a;
 }
 

@@ -19,7 +19,7 @@ namespace {
 using ncclwatch::v1::Event;
 
 TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetectorsResume) {
-  Pipeline p(2);
+  Pipeline p(2, {"--store-rank-series"});
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
   Process job(
@@ -82,7 +82,7 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   // they stopped cleanly the store must hold every sequence number up to the last.
   std::map<std::string, std::set<uint64_t>> seqs;
   std::vector<SeriesPoint> derived;
-  aggregator::Analyzer analyzer;
+  aggregator::Analyzer analyzer(aggregator::AnalyzerOptions{.report_points = true});
   ASSERT_TRUE((*store)
                   ->ReplayBatches(0,
                                   [&](const ncclwatch::v1::NodeBatch& batch, int64_t received) {

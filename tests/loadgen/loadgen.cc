@@ -58,7 +58,7 @@ struct Config {
   double slow_at_s = 30;
   int64_t hang_rank = -1;
   double hang_at_s = 30;
-  double query_every_s = 0.25;
+  double query_every_s = 2;
   std::string summary_file;
   int64_t seed = 1;
 };
@@ -247,7 +247,8 @@ int Main(int argc, char** argv) {
   t.AddInt("hang-rank", "", &c.hang_rank, "A rank of job 0 that stops calling NCCL (-1: none).");
   t.AddDouble("hang-at-s", "", &c.hang_at_s, "When it stops, s after the start.");
   t.AddDouble("query-every-s", "", &c.query_every_s,
-              "How often the Query API is asked for the findings while the job runs.");
+              "How often ListStragglers and ListComms are timed while the job runs (the "
+              "finding itself is awaited on a Watch stream).");
   t.AddString("summary-file", "", &c.summary_file,
               "Also write the summary as key=value lines to this file.");
   t.AddInt("seed", "", &c.seed, "Seed of the job model's jitter.");
@@ -328,6 +329,23 @@ int Main(int argc, char** argv) {
                        : (c.hang_rank >= 0 ? t0 + static_cast<int64_t>(c.hang_at_s * 1e9) : 0);
   const uint32_t fault_pid =
       static_cast<uint32_t>(100000 + (c.slow_rank >= 0 ? c.slow_rank : c.hang_rank));
+  // The finding as on-call would get it first: the Watch stream of detection events.
+  grpc::ClientContext watch_ctx;
+  if (!query_token.empty()) watch_ctx.AddMetadata("authorization", "Bearer " + query_token);
+  std::thread watcher([&] {
+    auto stream = query->Watch(&watch_ctx, ncclwatch::v1::WatchRequest());
+    ncclwatch::v1::Event e;
+    const std::string job0 = absl::StrCat(c.job_prefix, "-0");
+    while (stream->Read(&e)) {
+      if (e.phase() != ncclwatch::v1::Event::START || detected_ns.load() != 0) continue;
+      const bool slow = c.slow_rank >= 0 && e.kind() == ncclwatch::v1::Event::STRAGGLER &&
+                        e.root_cause().pid() == fault_pid;
+      const bool hang =
+          c.hang_rank >= 0 && EventJob(e) == job0 &&
+          (e.kind() == ncclwatch::v1::Event::HANG || e.kind() == ncclwatch::v1::Event::RANK_SILENT);
+      if (slow || hang) detected_ns.store(simjob::NowNs());
+    }
+  });
   std::thread querier([&] {
     const std::string job0 = absl::StrCat(c.job_prefix, "-0");
     while (!stop_queries.load()) {
@@ -349,20 +367,6 @@ int Main(int argc, char** argv) {
       if (s_s >= 0 && simjob::NowNs() > t0) {
         std::lock_guard<std::mutex> lock(qt_mu);
         qt.stragglers_s.push_back(s_s);
-      }
-      if (c.slow_rank >= 0 && detected_ns.load() == 0) {
-        for (const auto& rc : sresp.root_causes()) {
-          if (rc.pid() == fault_pid) detected_ns.store(simjob::NowNs());
-        }
-      }
-      if (c.hang_rank >= 0 && detected_ns.load() == 0) {
-        ncclwatch::v1::ListHangsRequest hreq;
-        hreq.set_job_id(job0);
-        ncclwatch::v1::ListHangsResponse hresp;
-        ask([&](grpc::ClientContext* ctx) { return query->ListHangs(ctx, hreq, &hresp).ok(); });
-        if (hresp.hangs_size() > 0 || hresp.silent_size() > 0) {
-          detected_ns.store(simjob::NowNs());
-        }
       }
       ncclwatch::v1::ListCommsRequest creq;
       creq.set_job_id(job0);
@@ -419,6 +423,8 @@ int Main(int argc, char** argv) {
   const bool drained = sender.Drain(std::chrono::steady_clock::now() + std::chrono::seconds(60));
   stop_queries.store(true);
   querier.join();
+  watch_ctx.TryCancel();
+  watcher.join();
   std::vector<double> lat = sender.TakeLatencies();
   all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
   sender.Stop();
@@ -455,7 +461,7 @@ int Main(int argc, char** argv) {
     } else {
       ++false_pages;
     }
-    std::fprintf(stderr, "loadgen: finding %s at t=%.1f s: %s\n",
+    std::fprintf(stderr, "loadgen: finding %s at t=%.3f s: %s\n",
                  injected ? "(injected)"
                           : (static_cast<int64_t>(e.time_unix_ns()) < warm_ns ? "(warm-up)"
                                                                               : "(FALSE PAGE)"),
