@@ -24,6 +24,17 @@ absl::Status AggregatorServer::OpenAndReplay() {
   if (!store.ok()) return store.status();
   store_ = *std::move(store);
   if (auto n = store_->CountBatches(); n.ok()) LogInfo("store holds %d batches", *n);
+  metrics_.AddCollector([store = store_.get()](PromTextWriter& w) {
+    const Store::Sizes sizes = store->DiskSizes();
+    w.Family("ncclwatch_aggregator_store_bytes",
+             "Bytes of the store's table files: the raw batch log (kept --batch-log-retention) "
+             "and the long-term history (detection series, events; kept --retention).",
+             "gauge");
+    w.Sample("ncclwatch_aggregator_store_bytes", {{"part", "batch_log"}},
+             static_cast<double>(sizes.batch_log_bytes));
+    w.Sample("ncclwatch_aggregator_store_bytes", {{"part", "history"}},
+             static_cast<double>(sizes.history_bytes));
+  });
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
   analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
   ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_);
@@ -68,9 +79,15 @@ absl::Status AggregatorServer::StartGrpc() {
 }
 
 void AggregatorServer::Housekeep() {
-  // Every minute: moves the retention cutoff along. Hourly: downsamples old points and compacts,
-  // so that expired data leaves the disk. The ticker keeps ticking meanwhile (its own thread).
+  // Every minute: moves the retention cutoff along and drops the batches past their window.
+  // Hourly: downsamples old points and compacts, so that expired data leaves the disk. The ticker
+  // keeps ticking meanwhile (its own thread).
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
+  if (absl::Status s =
+          store_->DropBatchesBefore(absl::GetCurrentTimeNanos() - options_.batch_log_retention_ns);
+      !s.ok()) {
+    LogError("%s", s.message());
+  }
   if (++housekeeping_runs_ % 60 != 0) return;
   const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
   auto removed = store_->Downsample(now_ms - options_.downsample_after_ns / 1'000'000,

@@ -40,6 +40,7 @@ struct AggregatorServerOptions {
   int64_t downsample_after_ns = 86'400'000'000'000;
   int64_t downsample_step_ns = 300'000'000'000;
   int64_t replay_ns = 600'000'000'000;  // batches replayed into the detectors at start-up
+  int64_t batch_log_retention_ns = 3'600'000'000'000;  // raw batches kept (>= replay_ns)
   std::optional<RemoteWriteTarget> remote_write;
   absl::Duration remote_write_interval = absl::Seconds(10);
   absl::Duration tick_period = absl::Milliseconds(250);

@@ -37,6 +37,7 @@ struct AggregatorConfig {
   int64_t degraded_intervals = 1;
   int64_t degraded_min_bytes = 1 << 20;
   std::string retention = "15d";
+  std::string batch_log_retention = "1h";
   std::string downsample_after = "1d";
   std::string downsample_step = "5m";
   std::string remote_write_url;
@@ -150,7 +151,12 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
            "Collectives smaller than this (bytes, on average in their size bucket) are "
            "latency-bound and never judged on bandwidth.");
   t.AddString("retention", "NCCLWATCH_RETENTION", &c.retention,
-              "How long batches, points and events are kept: e.g. 15d, 36h, 90m (at least 1m).");
+              "How long the history (detection series, events) is kept: e.g. 15d, 36h, 90m (at "
+              "least 1m).");
+  t.AddString("batch-log-retention", "NCCLWATCH_BATCH_LOG_RETENTION", &c.batch_log_retention,
+              "How long the raw batches are kept, for --replay-s at start-up and for traces "
+              "(at least --replay-s, at most --retention): about 5 KiB per rank and minute "
+              "(docs/scale.md).");
   t.AddString("downsample-after", "", &c.downsample_after,
               "Points older than this are reduced to one mean per --downsample-step (hourly).");
   t.AddString("downsample-step", "", &c.downsample_step, "Bucket of downsampled points, e.g. 5m.");
@@ -247,6 +253,8 @@ int Main(int argc, char** argv) {
   options.data_dir = config.data_dir;
   for (const auto& [flag, value, out] :
        {std::tuple{"retention", config.retention, &options.retention_ns},
+        std::tuple{"batch-log-retention", config.batch_log_retention,
+                   &options.batch_log_retention_ns},
         std::tuple{"downsample-after", config.downsample_after, &options.downsample_after_ns},
         std::tuple{"downsample-step", config.downsample_step, &options.downsample_step_ns}}) {
     const std::optional<int64_t> parsed = ParseDuration(value);
@@ -272,6 +280,14 @@ int Main(int argc, char** argv) {
   }
   options.analyzer = AnalyzerOptionsOf(config);
   options.replay_ns = static_cast<int64_t>(config.replay_s * 1e9);
+  if (options.batch_log_retention_ns < options.replay_ns ||
+      options.batch_log_retention_ns > options.retention_ns) {
+    LogError(
+        "--batch-log-retention=%s must be at least --replay-s (%.0f s) and at most "
+        "--retention=%s",
+        config.batch_log_retention, config.replay_s, config.retention);
+    return 2;
+  }
   auto ingest_token = TokenFile::Open(config.ingest_token_file);
   auto query_token = TokenFile::Open(config.query_token_file);
   for (const auto* token : {&ingest_token, &query_token}) {

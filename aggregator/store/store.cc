@@ -1,10 +1,12 @@
 #include "aggregator/store/store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/compaction_filter.h"
+#include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
@@ -63,35 +65,70 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env,
                                                    bool sync_batches) {
   auto filter = std::make_unique<RetentionFilter>();
-  rocksdb::Options options;
-  options.create_if_missing = true;
-  options.IncreaseParallelism(2);
-  options.compaction_filter = filter.get();
-  // A new point usually lands right after its series' previous one: the memtable remembers the
-  // last insert position per series prefix ('P' + id) and starts there.
-  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(9));
-  // Bounded memory whatever the data on disk: at most two 32 MiB memtables, and one 32 MiB block
-  // cache that also holds the index and filter blocks of every table file (RocksDB otherwise keeps
-  // those outside any limit, growing with the number of files).
-  options.write_buffer_size = 32 << 20;
-  options.max_write_buffer_number = 2;
+  const std::vector<rocksdb::CompressionType> supported = rocksdb::GetSupportedCompressions();
+  auto has = [&](rocksdb::CompressionType t) {
+    return std::find(supported.begin(), supported.end(), t) != supported.end();
+  };
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.IncreaseParallelism(2);
+  // The batch log dominates what is written: its log records compressed (RocksDB >= 7 reads
+  // either kind back).
+  if (has(rocksdb::kZSTD)) db_options.wal_compression = rocksdb::kZSTD;
+  // The history column family fills slowly: flush it before old log files pile up for it.
+  db_options.max_total_wal_size = 256 << 20;
+  if (env != nullptr) db_options.env = env;
+
+  // Bounded memory whatever the data on disk: at most two 32 MiB memtables per column family,
+  // and one 32 MiB block cache that also holds the index and filter blocks of every table file
+  // (RocksDB otherwise keeps those outside any limit, growing with the number of files).
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(32 << 20);
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  if (env != nullptr) options.env = env;
+  std::shared_ptr<rocksdb::TableFactory> factory(rocksdb::NewBlockBasedTableFactory(table));
+
+  rocksdb::ColumnFamilyOptions history;
+  history.compaction_filter = filter.get();
+  // A new point usually lands right after its series' previous one: the memtable remembers the
+  // last insert position per series prefix ('P' + id) and starts there.
+  history.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(9));
+  history.write_buffer_size = 32 << 20;
+  history.max_write_buffer_number = 2;
+  history.table_factory = factory;
+  if (has(rocksdb::kLZ4Compression)) history.compression = rocksdb::kLZ4Compression;
+  if (has(rocksdb::kZSTD)) history.bottommost_compression = rocksdb::kZSTD;
+
+  // The batch log: appended in time order, read back only by replay and traces, dropped by age.
+  rocksdb::ColumnFamilyOptions batches;
+  batches.write_buffer_size = 32 << 20;
+  batches.max_write_buffer_number = 2;
+  batches.table_factory = factory;
+  if (has(rocksdb::kZSTD)) batches.compression = rocksdb::kZSTD;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, history}, {"batches", batches}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
+  rocksdb::Status s = rocksdb::DB::Open(db_options, dir, families, &handles, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open RocksDB in ", dir));
-  std::unique_ptr<Store> store(new Store(db, std::move(filter), sync_batches));
+  std::unique_ptr<Store> store(new Store(db, std::move(handles), std::move(filter), sync_batches));
   if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
   return store;
 }
 
-Store::Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter, bool sync_batches)
-    : filter_(std::move(filter)), db_(db), sync_batches_(sync_batches) {}
-Store::~Store() = default;
+Store::Store(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> handles,
+             std::unique_ptr<RetentionFilter> filter, bool sync_batches)
+    : filter_(std::move(filter)),
+      db_(db),
+      handles_(std::move(handles)),
+      batches_(handles_.at(1)),
+      sync_batches_(sync_batches) {}
+
+Store::~Store() {
+  for (rocksdb::ColumnFamilyHandle* h : handles_) db_->DestroyColumnFamilyHandle(h);
+}
 void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
 
 absl::Status Store::LoadSeriesIndex() {
@@ -149,7 +186,7 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
                                               .time = static_cast<uint64_t>(received_ns),
                                               .counter = counter_.fetch_add(1)});
   rocksdb::WriteBatch write;
-  write.Put(log_key, value);
+  write.Put(batches_, log_key, value);
   write.Put(key, log_key);
   rocksdb::WriteOptions options;
   options.sync = sync_batches_;  // on stable storage before the acknowledgement
@@ -162,7 +199,7 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
 absl::Status Store::ReplayBatches(
     int64_t since_ns, const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
     int64_t until_ns) const {
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), batches_));
   for (it->Seek(EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
       .time = static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))}));
        it->Valid() && it->key().starts_with("L"); it->Next()) {
@@ -180,7 +217,7 @@ absl::Status Store::ReplayBatches(
 
 absl::StatusOr<uint64_t> Store::CountBatches() const {
   uint64_t n = 0;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), batches_));
   for (it->Seek("L"); it->Valid() && it->key().starts_with("L"); it->Next()) ++n;
   rocksdb::Status s = it->status();
   if (!s.ok()) return FromRocks(s, "batch scan");
@@ -319,9 +356,38 @@ absl::StatusOr<uint64_t> Store::Downsample(int64_t before_ms, int64_t step_ms) {
 
 void Store::SetRetentionCutoff(int64_t cutoff_ns) { filter_->SetCutoff(cutoff_ns); }
 
+absl::Status Store::DropBatchesBefore(int64_t cutoff_ns) {
+  if (cutoff_ns <= 0) return absl::OkStatus();
+  const std::string begin = "L";
+  const std::string end =
+      EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog, .time = static_cast<uint64_t>(cutoff_ns)});
+  const rocksdb::Slice b(begin), e(end);
+  // Whole files first: batches arrive in key order, so most old files hold nothing newer.
+  if (absl::Status s = FromRocks(rocksdb::DeleteFilesInRange(db_.get(), batches_, &b, &e),
+                                 "batch log file deletion");
+      !s.ok()) {
+    return s;
+  }
+  return FromRocks(db_->DeleteRange(rocksdb::WriteOptions(), batches_, b, e),
+                   "batch log range deletion");
+}
+
+Store::Sizes Store::DiskSizes() const {
+  Sizes out;
+  uint64_t v = 0;
+  if (db_->GetIntProperty(batches_, "rocksdb.total-sst-files-size", &v)) out.batch_log_bytes = v;
+  if (db_->GetIntProperty(handles_.at(0), "rocksdb.total-sst-files-size", &v)) {
+    out.history_bytes = v;
+  }
+  return out;
+}
+
 absl::Status Store::Compact() {
-  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr),
-                   "compaction");
+  // The history only: the batch log leaves by whole files (DropBatchesBefore), and rewriting it
+  // would double what it costs to write.
+  return FromRocks(
+      db_->CompactRange(rocksdb::CompactRangeOptions(), handles_.at(0), nullptr, nullptr),
+      "compaction");
 }
 
 }  // namespace ncclwatch::aggregator

@@ -1,4 +1,6 @@
-// The aggregator's durable store, on RocksDB (key layout: docs/storage-format.md):
+// The aggregator's durable store, on RocksDB (key layout: docs/storage-format.md). The batch log
+// has a column family of its own ("batches"), kept for --batch-log-retention and dropped whole
+// files at a time; everything else is the long-term history in the default column family:
 //   'L' be64(received_ns) be64(n)         -> NodeBatch  acknowledged batches in arrival order
 //   'B' agent_id '\0' be64(batch_seq)      -> 'L' key    deduplication index of the batches
 //   'E' be64(time_unix_ns) be64(n)         -> Event      detection events, in time order
@@ -11,8 +13,9 @@
 // crash of the aggregator process and of its node. Concurrent pushes share one WAL write and one
 // sync (RocksDB's group commit: the writes are not serialised here); the points
 // derived from it are written right after and re-derived from the batch log at start-up
-// (ReplayBatches), so no acknowledged point is lost either. Retention is enforced by a compaction
-// filter: batches, events and points older than the retention are dropped as RocksDB compacts.
+// (ReplayBatches), so no acknowledged point is lost either. Retention of the history is enforced by
+// a compaction filter: events and points older than the retention are dropped as RocksDB compacts;
+// the batch log goes sooner (DropBatchesBefore).
 #ifndef NCCLWATCH_AGGREGATOR_STORE_STORE_H_
 #define NCCLWATCH_AGGREGATOR_STORE_STORE_H_
 
@@ -35,6 +38,7 @@
 #include "ncclwatch/v1/query.pb.h"
 
 namespace rocksdb {
+class ColumnFamilyHandle;
 class DB;
 class Env;
 }  // namespace rocksdb
@@ -96,18 +100,32 @@ class Store {
 
   // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
   void SetRetentionCutoff(int64_t cutoff_ns);
+  // Drops the batches received before `cutoff_ns` from the batch log: table files below level 0
+  // holding only such batches are deleted outright (no rewrite), the rest by a range deletion
+  // that compactions apply. Replay and traces reach back no further.
+  absl::Status DropBatchesBefore(int64_t cutoff_ns);
+  // Bytes of table files on disk: the batch log, and the rest (the long-term history).
+  struct Sizes {
+    uint64_t batch_log_bytes = 0;
+    uint64_t history_bytes = 0;
+  };
+  Sizes DiskSizes() const;
   // Compacts the whole database now (applies the retention cutoff). Slow; for a periodic task.
   absl::Status Compact();
 
  private:
   class RetentionFilter;
-  Store(rocksdb::DB* db, std::unique_ptr<RetentionFilter> filter, bool sync_batches);
+  Store(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> handles,
+        std::unique_ptr<RetentionFilter> filter, bool sync_batches);
   absl::Status LoadSeriesIndex();
   struct DbDeleter {
     void operator()(rocksdb::DB* db) const;
   };
   std::unique_ptr<RetentionFilter> filter_;  // outlives db_ (declared first, destroyed last)
   std::unique_ptr<rocksdb::DB, DbDeleter> db_;
+  // Owned; released before db_ (~Store). [0] the default column family, [1] the batch log.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* batches_ = nullptr;
   const bool sync_batches_;
   // The duplicate check and the write are one step per batch key, without serialising writes of
   // different batches (which would defeat group commit): a key being written is in `writing_`,

@@ -164,6 +164,9 @@ TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
   ASSERT_TRUE((*store)->PutEvent(old_event).ok());
   (*store)->SetRetentionCutoff(5'000'000'000);  // 5 s after the epoch
   ASSERT_TRUE((*store)->Compact().ok());
+  // The batch log has a window of its own (--batch-log-retention), dropped apart.
+  EXPECT_EQ(*(*store)->CountBatches(), 2u);
+  ASSERT_TRUE((*store)->DropBatchesBefore(5'000'000'000).ok());
   auto points = (*store)->ReadPoints(1, 0, 100'000);
   ASSERT_EQ(points->size(), 1u);
   EXPECT_EQ((*points)[0].time_ms, 9'000);
@@ -172,6 +175,35 @@ TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
   EXPECT_EQ((*store)->Series().size(), 1u);
   // The expired batch's dedup entry went with it; the kept one still deduplicates.
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 2), 10'000'000'000));
+}
+
+TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
+  // Two sessions: reopening leaves each one's batches in table files, which DiskSizes counts.
+  for (uint64_t first : {1, 101}) {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    for (uint64_t seq = first; seq < first + 100; ++seq) {
+      ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", seq), static_cast<int64_t>(seq) * 1'000));
+    }
+    ASSERT_TRUE((*store)->AppendPoints({{"ncclwatch_hang", {}, 1, 1'000}}).ok());
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  const Store::Sizes before = (*store)->DiskSizes();
+  EXPECT_GT(before.batch_log_bytes, 0u);
+  EXPECT_GT(before.history_bytes, 0u);
+  ASSERT_TRUE((*store)->DropBatchesBefore(150'500).ok());
+  std::vector<uint64_t> seqs;
+  ASSERT_TRUE((*store)
+                  ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                         int64_t) { seqs.push_back(b.batch_seq()); })
+                  .ok());
+  ASSERT_EQ(seqs.size(), 50u);
+  EXPECT_EQ(seqs.front(), 151u);
+  EXPECT_EQ(*(*store)->CountBatches(), 50u);
+  EXPECT_EQ((*store)->DiskSizes().history_bytes, before.history_bytes);
+  // A dropped batch's dedup entry stays in the history: a late replay of it is still known.
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 3), 300'000));
 }
 
 TEST_F(StoreTest, LastEventTimeIsTheNewestEvent) {
