@@ -33,16 +33,24 @@ std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> Analyzer::Conseq
     const ProcessKey*& f = first[p.job_id];
     if (f == nullptr || gpu.since_ns < verdicts_.gpus().at(*f).since_ns) f = &p;
   }
+  // A reported GPU of each communicator, looked up once per call: a slow GPU of a large job has
+  // hundreds of late ranks in communicators of thousands of members.
+  std::map<CommKey, const ProcessKey*> reported_in;
+  auto reported = [&](const CommKey& comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [it, added] = reported_in.try_emplace(comm, nullptr);
+    if (added) it->second = ReportedInLocked(comm);
+    return it->second;
+  };
   for (const auto& [key, entry] : registry_.comms()) {
     if (!job_id.empty() && key.job_id != job_id) continue;
     for (const RankScore& score : detectors_.stragglers.Scores(key)) {
       if (!score.flagged) continue;
       const ProcessKey* late = processes_.Of(key, score.rank);
       if (late != nullptr && verdicts_.IsReported(*late)) continue;  // a root cause itself
-      const ProcessKey* root = ReportedInLocked(key);
+      const ProcessKey* root = reported(key);
       if (root == nullptr && late != nullptr) {
         for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
-          if ((root = ReportedInLocked(comm)) != nullptr) break;
+          if ((root = reported(comm)) != nullptr) break;
         }
       }
       if (root == nullptr) {

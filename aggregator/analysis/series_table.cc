@@ -107,7 +107,15 @@ void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::
 }
 
 void SeriesTable::Expire(int64_t now_ns) {
-  std::erase_if(series_, [&](const auto& kv) { return now_ns - kv.second.updated_ns > ttl_ns_; });
+  if (now_ns - last_expire_ns_ < ttl_ns_ / 60) return;
+  last_expire_ns_ = now_ns;
+  for (auto it = series_.begin(); it != series_.end();) {
+    if (now_ns - it->second.updated_ns > ttl_ns_) {
+      series_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void SeriesTable::AppendTo(std::vector<SeriesPoint>* out) const {

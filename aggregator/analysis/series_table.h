@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "common/series.h"
 #include "ncclwatch/v1/report.pb.h"
 
@@ -28,7 +29,9 @@ class SeriesTable {
   // neither kept nor appended, and is counted.
   void AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
                  int64_t now_ns, std::vector<SeriesPoint>* points);
-  // Forgets the series not updated within the TTL.
+  // Forgets the series not updated within the TTL. Walks the table at most every TTL/60 (10 s by
+  // default): called four times a second, a walk of a million series each time would cost more
+  // than the reports that fill it.
   void Expire(int64_t now_ns);
   // Every series, with its latest value.
   void AppendTo(std::vector<SeriesPoint>* out) const;
@@ -47,8 +50,9 @@ class SeriesTable {
 
   const size_t max_series_;
   const int64_t ttl_ns_;
-  std::map<std::string, Entry> series_;  // by name and labels, encoded
+  absl::flat_hash_map<std::string, Entry> series_;  // by name and labels, encoded
   uint64_t capped_ = 0;
+  int64_t last_expire_ns_ = INT64_MIN / 2;
 };
 
 }  // namespace ncclwatch::aggregator

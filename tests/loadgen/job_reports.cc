@@ -47,7 +47,8 @@ struct JobReports::RankState {
   int local = 0;
   std::vector<CommRef> comms;
   std::vector<int> comm_ids;
-  std::vector<CommAcc> acc;   // [index in comms]
+  std::vector<int> comm_ranks;  // [index in comms]: its rank there
+  std::vector<CommAcc> acc;     // [index in comms]
   std::deque<JobOp> fetched;  // from the model, not yet finished by the last interval's end
   bool exhausted = false;
   int64_t last_end_ns = -1;  // GPU end of the previous finished operation (model time)
@@ -83,8 +84,19 @@ JobReports::JobReports(simjob::JobModelConfig model, JobReportsOptions options)
     rs->local = r % layout.gpus_per_node();
     rs->comms = layout.CommsOf(r);
     for (const CommRef& c : rs->comms) rs->comm_ids.push_back(layout.CommId(c));
+    rs->comm_ranks.resize(rs->comms.size(), -1);
     rs->acc.resize(rs->comms.size());
     ranks_.push_back(std::move(rs));
+  }
+  // Each rank's index in each of its communicators, from the member lists (a search per rank
+  // would cost world-size squared).
+  for (const CommRef& c : layout.AllComms()) {
+    const std::vector<int>& members = layout.Members(c.family, c.instance);
+    for (size_t i = 0; i < members.size(); ++i) {
+      RankState& rs = *ranks_[members[i]];
+      const int index = rs.IndexOf(c, layout);
+      if (index >= 0) rs.comm_ranks[index] = static_cast<int>(i);
+    }
   }
 }
 
@@ -171,7 +183,7 @@ void JobReports::FillReport(RankState& rs, int index, int64_t start_ns, int64_t 
   who->set_gpu_uuid(uuid);
   who->set_comm_hash(comm_hashes_[id]);
   who->set_comm_name(comm_names_[id]);
-  who->set_rank(layout.CommRank(comm.family, rs.rank));
+  who->set_rank(rs.comm_ranks[index]);
   who->set_nranks(static_cast<int>(layout.Members(comm.family, comm.instance).size()));
   who->set_n_nodes(comm_nodes_[id]);
   who->set_node(NodeName(rs.node));

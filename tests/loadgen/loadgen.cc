@@ -413,9 +413,9 @@ int Main(int argc, char** argv) {
     std::vector<double> lat = sender.TakeLatencies();
     all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
     std::fprintf(stderr,
-                 "loadgen: t=%3d s  built in %.3f s  backlog %lld batches  acked %lld  ack p50 "
+                 "loadgen: t=%5.1f s  built in %.3f s  backlog %lld batches  acked %lld  ack p50 "
                  "%.3f s p99 %.3f s  %.1f MB sent\n",
-                 k, lag, static_cast<long long>(sender.backlog()),
+                 k * c.interval_s, lag, static_cast<long long>(sender.backlog()),
                  static_cast<long long>(sender.acked()), Percentile(lat, 0.5),
                  Percentile(lat, 0.99), static_cast<double>(sender.wire_bytes()) / 1e6);
   }
