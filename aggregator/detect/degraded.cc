@@ -43,6 +43,8 @@ DegradedView DegradedDetector::View(const CommKey& key, const CommState& cs, con
 
 void DegradedDetector::Observe(const CommKey& comm, const RankInterval& report) {
   CommState& cs = comms_[comm];
+  // Re-created with another size under the same hash: its windows and baseline key are another's.
+  if (cs.nranks != 0 && cs.nranks != report.nranks) cs.keys.clear();
   cs.hybrid = report.n_nodes > 1;
   cs.nranks = report.nranks;
   cs.node_of_rank[report.rank] = std::string(report.node);
@@ -88,7 +90,23 @@ std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& c
   if (cs.nranks == 0) cs.nranks = nranks;
   const bool was_degraded = cs.degraded();
   const std::pair<std::string, std::string> op_size{std::string(op), MessageSizeBucket(bytes)};
+  // The communicator's other keys whose traffic stopped: a window left open is judged once it is
+  // two windows old, and a key quiet for ten no longer counts as trending low (which would veto
+  // naming a network suspect on its nodes for as long as the job runs).
+  for (auto& [other_key, other] : cs.keys) {
+    if (other_key == op_size) continue;
+    if (other.window_best > 0 && now_ns - other.window_start_ns >= 2 * options_.window_ns) {
+      if (!other.window_judged) JudgeWindow(cs, other_key, other);
+      other.window_best = 0;
+      other.window_values.clear();
+      other.window_judged = false;
+    }
+    if (other.low_streak > 0 && now_ns - other.last_ns >= 10 * options_.window_ns) {
+      other.low_streak = 0;
+    }
+  }
   KeyState& ks = cs.keys[op_size];
+  ks.last_ns = now_ns;
   if (ks.window_best > 0 && now_ns - ks.window_start_ns >= options_.window_ns) {
     if (!ks.window_judged) JudgeWindow(cs, op_size, ks);
     ks.window_best = 0;

@@ -108,6 +108,7 @@ class DegradedDetector {
     double window_best = 0;             // the best collective of the open window; 0: no window open
     std::vector<double> window_values;  // its collectives (at most baseline_window)
     bool window_judged = false;         // judged low before it closed
+    int64_t last_ns = 0;                // when its latest collective was joined
     double latest_gbs = 0;              // the value of the last closed window
     int low_streak = 0;
     int ok_streak = 0;

@@ -25,7 +25,8 @@ std::string Render(std::vector<std::string> texts) {
 
 TEST(FederateTest, MetricNameAndEqualityMatchers) {
   EXPECT_EQ(Render({"ncclwatch_straggler{rank=\"5\"}"}),
-            "# HELP ncclwatch_straggler 1 while the rank is flagged as consistently late, else 0.\n"
+            "# HELP ncclwatch_straggler 1 while the rank is flagged as consistently late (absent "
+            "otherwise).\n"
             "# TYPE ncclwatch_straggler gauge\n"
             "ncclwatch_straggler{job_id=\"j1\",rank=\"5\"} 1\n")
       << "typed, and live (no timestamp: Prometheus marks it stale once it is gone)";
@@ -69,6 +70,25 @@ TEST(FederateTest, EscapesInLabelValues) {
   EXPECT_EQ(s->matchers[1].value, "x\"y");
   EXPECT_TRUE(s->matchers[2].Matches("123"));
   EXPECT_FALSE(s->matchers[2].Matches("12a"));
+}
+
+TEST(SelectorTest, MayMatchNameRejectsOnlyOnTheName) {
+  // /federate answers from the detectors alone when no selector may match a per-rank family.
+  auto exact = ParseSelector("ncclwatch_straggler");
+  ASSERT_TRUE(exact.ok());
+  EXPECT_TRUE(exact->MayMatchName("ncclwatch_straggler"));
+  EXPECT_FALSE(exact->MayMatchName("nccl_bus_bandwidth_gbs"));
+  auto by_label = ParseSelector("{job_id=\"j1\"}");
+  ASSERT_TRUE(by_label.ok());
+  EXPECT_TRUE(by_label->MayMatchName("nccl_bus_bandwidth_gbs"));
+  auto regex = ParseSelector("{__name__=~\"ncclwatch_.+\"}");
+  ASSERT_TRUE(regex.ok());
+  EXPECT_TRUE(regex->MayMatchName("ncclwatch_plugin_drops_total"));
+  EXPECT_FALSE(regex->MayMatchName("nccl_bus_bandwidth_gbs"));
+  auto negative = ParseSelector("{__name__!=\"nccl_bus_bandwidth_gbs\",job_id=\"j1\"}");
+  ASSERT_TRUE(negative.ok());
+  EXPECT_FALSE(negative->MayMatchName("nccl_bus_bandwidth_gbs"));
+  EXPECT_TRUE(negative->MayMatchName("nccl_p2p_bus_bandwidth_gbs"));
 }
 
 }  // namespace

@@ -146,7 +146,8 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "A communicator is degraded when its bus bandwidth stays this fraction below the "
               "baseline of its kind (0..1).");
   t.AddInt("degraded-intervals", "", &c.degraded_intervals,
-           "Consecutive low report intervals before a communicator is flagged degraded.");
+           "Consecutive low windows (about one report interval each) before a communicator is "
+           "flagged degraded.");
   t.AddInt("degraded-min-bytes", "", &c.degraded_min_bytes,
            "Collectives smaller than this (bytes, on average in their size bucket) are "
            "latency-bound and never judged on bandwidth.");

@@ -200,8 +200,9 @@ absl::Status Store::ReplayBatches(
     int64_t since_ns, const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t)>& fn,
     int64_t until_ns) const {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), batches_));
-  for (it->Seek(EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
-      .time = static_cast<uint64_t>(std::max<int64_t>(since_ns, 0))}));
+  const int64_t from = std::max({since_ns, batch_cutoff_ns_.load(), int64_t{0}});
+  for (it->Seek(EncodeStoreKey(
+           {.kind = StoreKey::Kind::kBatchLog, .time = static_cast<uint64_t>(from)}));
        it->Valid() && it->key().starts_with("L"); it->Next()) {
     absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
     if (!key.ok()) return absl::DataLossError(absl::StrCat("batch log: ", key.status().message()));
@@ -218,7 +219,11 @@ absl::Status Store::ReplayBatches(
 absl::StatusOr<uint64_t> Store::CountBatches() const {
   uint64_t n = 0;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), batches_));
-  for (it->Seek("L"); it->Valid() && it->key().starts_with("L"); it->Next()) ++n;
+  for (it->Seek(EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
+      .time = static_cast<uint64_t>(batch_cutoff_ns_.load())}));
+       it->Valid() && it->key().starts_with("L"); it->Next()) {
+    ++n;
+  }
   rocksdb::Status s = it->status();
   if (!s.ok()) return FromRocks(s, "batch scan");
   return n;
@@ -358,18 +363,16 @@ void Store::SetRetentionCutoff(int64_t cutoff_ns) { filter_->SetCutoff(cutoff_ns
 
 absl::Status Store::DropBatchesBefore(int64_t cutoff_ns) {
   if (cutoff_ns <= 0) return absl::OkStatus();
+  int64_t before = batch_cutoff_ns_.load();
+  while (before < cutoff_ns && !batch_cutoff_ns_.compare_exchange_weak(before, cutoff_ns)) {
+  }
   const std::string begin = "L";
   const std::string end =
       EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog, .time = static_cast<uint64_t>(cutoff_ns)});
   const rocksdb::Slice b(begin), e(end);
-  // Whole files first: batches arrive in key order, so most old files hold nothing newer.
-  if (absl::Status s = FromRocks(rocksdb::DeleteFilesInRange(db_.get(), batches_, &b, &e),
-                                 "batch log file deletion");
-      !s.ok()) {
-    return s;
-  }
-  return FromRocks(db_->DeleteRange(rocksdb::WriteOptions(), batches_, b, e),
-                   "batch log range deletion");
+  // Batches arrive in key order: most old files hold nothing newer.
+  return FromRocks(rocksdb::DeleteFilesInRange(db_.get(), batches_, &b, &e),
+                   "batch log file deletion");
 }
 
 Store::Sizes Store::DiskSizes() const {

@@ -100,9 +100,11 @@ class Store {
 
   // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
   void SetRetentionCutoff(int64_t cutoff_ns);
-  // Drops the batches received before `cutoff_ns` from the batch log: table files below level 0
-  // holding only such batches are deleted outright (no rewrite), the rest by a range deletion
-  // that compactions apply. Replay and traces reach back no further.
+  // Drops the batches received before `cutoff_ns` from the batch log: ReplayBatches and
+  // CountBatches no longer see them, and the table files (below level 0) holding nothing newer
+  // are deleted outright, without a rewrite. The rest leave with their files. (No range
+  // deletion: RocksDB widens every later file's key range over a range tombstone, and compactions
+  // would then rewrite the whole log again and again.)
   absl::Status DropBatchesBefore(int64_t cutoff_ns);
   // Bytes of table files on disk: the batch log, and the rest (the long-term history).
   struct Sizes {
@@ -126,6 +128,7 @@ class Store {
   // Owned; released before db_ (~Store). [0] the default column family, [1] the batch log.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* batches_ = nullptr;
+  std::atomic<int64_t> batch_cutoff_ns_{0};  // DropBatchesBefore
   const bool sync_batches_;
   // The duplicate check and the write are one step per batch key, without serialising writes of
   // different batches (which would defeat group commit): a key being written is in `writing_`,

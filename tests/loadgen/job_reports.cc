@@ -49,7 +49,7 @@ struct JobReports::RankState {
   std::vector<int> comm_ids;
   std::vector<int> comm_ranks;  // [index in comms]: its rank there
   std::vector<CommAcc> acc;     // [index in comms]
-  std::deque<JobOp> fetched;  // from the model, not yet finished by the last interval's end
+  std::deque<JobOp> fetched;    // from the model, not yet finished by the last interval's end
   bool exhausted = false;
   int64_t last_end_ns = -1;  // GPU end of the previous finished operation (model time)
   int64_t interval_start_ns = 0;

@@ -121,6 +121,8 @@ class Sender {
   int64_t backlog() const { return backlog_.load(); }
   int64_t wire_bytes() const { return wire_bytes_.load(); }
   int64_t acked() const { return acked_.load(); }
+  // Batches given up on: refused for good, or still unacknowledged at Stop().
+  int64_t lost() const { return lost_.load(); }
   int64_t retries() const { return retries_.load(); }
   int64_t rejected_reports() const { return rejected_.load(); }
   // Ack latencies (s) since the last call.
@@ -153,6 +155,7 @@ class Sender {
       }
       const auto start = std::chrono::steady_clock::now();
       const int64_t bytes = static_cast<int64_t>(batch->ByteSizeLong());
+      bool acked = false;
       for (;;) {
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -164,6 +167,7 @@ class Sender {
         if (s.ok()) {
           backoff.Reset();
           rejected_.fetch_add(ack.rejected_reports());
+          acked = true;
           break;
         }
         if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
@@ -179,13 +183,15 @@ class Sender {
         std::lock_guard<std::mutex> lock(q.mu);
         if (q.stop) break;
       }
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      {
+      if (acked) {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::lock_guard<std::mutex> lock(lat_mu_);
         latencies_.push_back(seconds);
+        acked_.fetch_add(1);
+      } else {
+        lost_.fetch_add(1);
       }
-      acked_.fetch_add(1);
       backlog_.fetch_sub(1);
     }
   }
@@ -194,7 +200,7 @@ class Sender {
   const std::string token_;
   std::deque<Queue> queues_;
   std::vector<std::thread> workers_;
-  std::atomic<int64_t> backlog_{0}, wire_bytes_{0}, acked_{0}, retries_{0}, rejected_{0};
+  std::atomic<int64_t> backlog_{0}, wire_bytes_{0}, acked_{0}, retries_{0}, rejected_{0}, lost_{0};
   std::mutex lat_mu_;
   std::vector<double> latencies_;
 };
@@ -434,12 +440,19 @@ int Main(int argc, char** argv) {
   ereq.set_since_unix_ns(static_cast<uint64_t>(t0));
   ereq.set_limit(10000);
   ncclwatch::v1::ListEventsResponse eresp;
-  {
+  for (;;) {  // every page
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     if (!query_token.empty()) ctx.AddMetadata("authorization", "Bearer " + query_token);
-    const grpc::Status s = query->ListEvents(&ctx, ereq, &eresp);
-    if (!s.ok()) std::fprintf(stderr, "loadgen: ListEvents: %s\n", s.error_message().c_str());
+    ncclwatch::v1::ListEventsResponse page;
+    const grpc::Status s = query->ListEvents(&ctx, ereq, &page);
+    if (!s.ok()) {
+      std::fprintf(stderr, "loadgen: ListEvents: %s\n", s.error_message().c_str());
+      break;
+    }
+    for (auto& e : *page.mutable_events()) *eresp.add_events() = std::move(e);
+    if (page.next_page_token().empty()) break;
+    ereq.set_page_token(page.next_page_token());
   }
   int true_pages = 0, false_pages = 0, warmup_pages = 0;
   const int64_t warm_ns = t0 + static_cast<int64_t>(c.warmup_s * 1e9);
@@ -479,9 +492,10 @@ int Main(int argc, char** argv) {
     << "reports=" << reports << "\n"
     << "reports_per_rank_s=" << static_cast<double>(reports) / rank_seconds << "\n"
     << "batches_acked=" << sender.acked() << "\n"
+    << "batches_lost=" << sender.lost() << "\n"
     << "push_retries=" << sender.retries() << "\n"
     << "rejected_reports=" << sender.rejected_reports() << "\n"
-    << "drained=" << (drained ? 1 : 0) << "\n"
+    << "drained=" << (drained && sender.lost() == 0 ? 1 : 0) << "\n"
     << "wire_bytes=" << sender.wire_bytes() << "\n"
     << "wire_bytes_per_rank_s=" << static_cast<double>(sender.wire_bytes()) / rank_seconds << "\n"
     << "model_ops_per_rank_s=" << static_cast<double>(model_ops) / rank_seconds << "\n"
@@ -514,7 +528,7 @@ int Main(int argc, char** argv) {
     std::ofstream out(c.summary_file);
     out << s.str();
   }
-  return drained ? 0 : 1;
+  return drained && sender.lost() == 0 ? 0 : 1;
 }
 
 }  // namespace
