@@ -1,11 +1,10 @@
 #include "tests/loadgen/job_reports.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 
-#include "common/op_math.h"
-#include "proto/samples.h"
+#include "plugin/compactor.h"
+#include "plugin/hot_path.h"
 
 namespace ncclwatch::loadgen {
 namespace {
@@ -13,32 +12,14 @@ namespace {
 using simjob::CommRef;
 using simjob::JobOp;
 using simjob::JobOpKindName;
-using simjob::kNever;
 
 }  // namespace
 
-// One communicator of one rank, over the interval being built (plugin/compactor.cc's
-// CommAccumulator, fed from the model instead of NCCL).
+// One communicator of one rank over the interval being built: the plugin's own compactor
+// (plugin/compactor.h), fed from the model instead of NCCL.
 struct JobReports::CommAcc {
-  struct Stat {
-    const char* op = nullptr;
-    uint64_t size_floor = 0;
-    int peer = -1;
-    uint64_t count = 0, bytes = 0;
-    double sum_us = 0, min_us = 0, max_us = 0;
-    uint64_t hist[kExecHistBuckets] = {};
-    double bus_log_sum = 0, alg_log_sum = 0;
-    uint64_t bw_samples = 0;
-  };
-  struct Sampled {
-    const char* op;
-    uint64_t bytes;
-    Sample sample;
-  };
-  std::vector<Stat> stats;
-  std::vector<Sampled> samples;
-  bool have_clock = false;
-  ncclwatch::v1::ClockSync clock;
+  explicit CommAcc(int stride) : compactor(stride, /*max_samples=*/256) {}
+  plugin::CommAccumulator compactor;
 };
 
 struct JobReports::RankState {
@@ -85,7 +66,7 @@ JobReports::JobReports(simjob::JobModelConfig model, JobReportsOptions options)
     rs->comms = layout.CommsOf(r);
     for (const CommRef& c : rs->comms) rs->comm_ids.push_back(layout.CommId(c));
     rs->comm_ranks.resize(rs->comms.size(), -1);
-    rs->acc.resize(rs->comms.size());
+    for (size_t i = 0; i < rs->comms.size(); ++i) rs->acc.emplace_back(options_.stride);
     ranks_.push_back(std::move(rs));
   }
   // Each rank's index in each of its communicators, from the member lists (a search per rank
@@ -114,54 +95,35 @@ void JobReports::Account(RankState& rs, const JobOp& op) {
   if (index < 0) return;
   CommAcc& acc = rs.acc[index];
   const int nranks = static_cast<int>(layout.Members(op.comm.family, op.comm.instance).size());
-  const int64_t exec_ns = op.gpu_end_ns - op.gpu_start_ns;
-  const double exec_us = static_cast<double>(exec_ns) / 1000.0;
-  const uint64_t stride = static_cast<uint64_t>(options_.stride);
+  const uint64_t gpu_start = model_.GpuTimerNs(rs.rank, op.gpu_start_ns, 0);
+  const uint64_t gpu_stop = model_.GpuTimerNs(rs.rank, op.gpu_end_ns, options_.channels - 1);
+  const int64_t own_time_ns = rs.last_end_ns < 0 ? -1 : op.gpu_start_ns - rs.last_end_ns;
   for (int t = 0; t < op.n_tasks; ++t) {
     const simjob::JobTask& task = op.tasks[t];
-    const char* name = JobOpKindName(task.kind);
     const bool p2p = simjob::IsP2p(task.kind);
-    // NCCL's message size (what the plugin sees): per rank for AllGather and ReduceScatter, whose
-    // model size is the nccl-tests total.
+    plugin::Completion c;
+    c.func = JobOpKindName(task.kind);  // static strings, as NCCL passes them
+    c.algo = p2p ? nullptr : "RING";
+    c.proto = p2p ? nullptr : "SIMPLE";
+    // NCCL's message size: per rank for AllGather and ReduceScatter, whose model size is the
+    // nccl-tests total; in bytes of ncclInt8.
     const bool per_rank = task.kind == simjob::JobOpKind::kAllGather ||
                           task.kind == simjob::JobOpKind::kReduceScatter;
-    const uint64_t bytes = per_rank ? task.bytes / static_cast<uint64_t>(nranks) : task.bytes;
-    const uint64_t floor = MessageSizeBucketFloor(bytes);
-    const int peer = p2p ? task.peer : -1;
-    auto it = std::find_if(acc.stats.begin(), acc.stats.end(), [&](const CommAcc::Stat& s) {
-      return s.op == name && s.size_floor == floor && s.peer == peer;
-    });
-    if (it == acc.stats.end()) {
-      acc.stats.push_back(
-          {.op = name, .size_floor = floor, .peer = peer, .min_us = exec_us, .max_us = exec_us});
-      it = acc.stats.end() - 1;
-    }
-    it->count += stride;
-    it->bytes += stride * bytes;
-    it->sum_us += static_cast<double>(stride) * exec_us;
-    it->min_us = std::min(it->min_us, exec_us);
-    it->max_us = std::max(it->max_us, exec_us);
-    it->hist[ExecTimeBucket(exec_us)] += stride;
-    const Bandwidth bw = ComputeBandwidth(name, nranks, bytes, static_cast<uint64_t>(exec_ns));
-    if (bw.bus_gbs > 0 && bw.alg_gbs > 0) {
-      it->bus_log_sum += static_cast<double>(stride) * std::log(bw.bus_gbs);
-      it->alg_log_sum += static_cast<double>(stride) * std::log(bw.alg_gbs);
-      it->bw_samples += stride;
-    }
-    if (!p2p) {
-      Sample s;
-      s.seq = static_cast<uint64_t>(task.seq) * stride;
-      s.gpu_start_ns = model_.GpuTimerNs(rs.rank, op.gpu_start_ns, 0);
-      s.duration_ns =
-          model_.GpuTimerNs(rs.rank, op.gpu_end_ns, options_.channels - 1) - s.gpu_start_ns;
-      s.own_time_ns = rs.last_end_ns < 0 ? -1 : op.gpu_start_ns - rs.last_end_ns;
-      acc.samples.push_back({name, bytes, s});
+    c.datatype = "ncclInt8";
+    c.count = per_rank ? task.bytes / static_cast<uint64_t>(nranks) : task.bytes;
+    c.peer = p2p ? task.peer : -1;
+    c.p2p = p2p;
+    c.channels = static_cast<uint8_t>(options_.channels);
+    c.gpu_start_ns = gpu_start;
+    c.gpu_stop_ns = gpu_stop;
+    c.exec_ns = static_cast<uint64_t>(op.gpu_end_ns - op.gpu_start_ns);
+    c.host_done_unix_ns = op.gpu_end_ns;  // the model's clock is CLOCK_REALTIME
+    // The model operation stands for `stride` real ones; the first of them is the sampled one.
+    for (int k = 0; k < options_.stride; ++k) {
+      c.seq = p2p ? 0 : static_cast<uint64_t>(task.seq) * options_.stride + k;
+      acc.compactor.Add(c, nranks, k == 0 ? own_time_ns : -1);
     }
   }
-  // The plugin keeps the clock pair seen with the least callback delay; the model has none.
-  acc.have_clock = true;
-  acc.clock.set_host_unix_ns(static_cast<uint64_t>(op.gpu_end_ns));
-  acc.clock.set_gpu_ns(model_.GpuTimerNs(rs.rank, op.gpu_end_ns, 0));
   rs.last_end_ns = op.gpu_end_ns;
   ++ops_;
 }
@@ -189,33 +151,8 @@ void JobReports::FillReport(RankState& rs, int index, int64_t start_ns, int64_t 
   who->set_node(NodeName(rs.node));
   report->set_interval_start_unix_ns(static_cast<uint64_t>(start_ns));
   report->set_interval_end_unix_ns(static_cast<uint64_t>(end_ns));
-  for (const CommAcc::Stat& s : acc.stats) {
-    auto* out = report->add_stats();
-    out->set_op(s.op);
-    out->set_p2p(s.peer >= 0);
-    out->set_algo_proto(s.peer >= 0 ? "" : "RING_SIMPLE");
-    out->set_message_size(MessageSizeBucket(s.size_floor));
-    out->set_peer(s.peer);
-    out->set_count(s.count);
-    out->set_bytes(s.bytes);
-    out->set_exec_time_us_sum(s.sum_us);
-    out->set_exec_time_us_min(s.min_us);
-    out->set_exec_time_us_max(s.max_us);
-    int last = kExecHistBuckets - 1;
-    while (last > 0 && s.hist[last] == 0) --last;
-    for (int i = 0; i <= last; ++i) out->add_exec_time_hist(s.hist[i]);
-    out->set_bus_bw_gbs_log_sum(s.bus_log_sum);
-    out->set_alg_bw_gbs_log_sum(s.alg_log_sum);
-    out->set_bw_samples(s.bw_samples);
-  }
-  std::sort(acc.samples.begin(), acc.samples.end(),
-            [](const CommAcc::Sampled& a, const CommAcc::Sampled& b) {
-              return std::tie(a.op, a.bytes, a.sample.seq) < std::tie(b.op, b.bytes, b.sample.seq);
-            });
-  SampleColumnWriter writer(report);
-  for (const CommAcc::Sampled& s : acc.samples) {
-    writer.Add(s.op, "RING_SIMPLE", s.bytes, static_cast<uint32_t>(options_.channels), s.sample);
-  }
+  // Stats, sample columns, sample stride and clock pair, as the plugin compacts them.
+  acc.compactor.TakeInto(report);
   // The operations of this communicator enqueued but not finished at the interval's end.
   uint32_t in_flight = 0;
   for (const JobOp& op : rs.fetched) {
@@ -236,11 +173,6 @@ void JobReports::FillReport(RankState& rs, int index, int64_t start_ns, int64_t 
   }
   report->set_in_flight_count(in_flight);
   report->mutable_drops();
-  if (acc.have_clock) *report->mutable_clock() = acc.clock;
-  report->set_sample_stride(static_cast<uint32_t>(options_.stride));
-  acc.stats.clear();
-  acc.samples.clear();
-  acc.have_clock = false;
 }
 
 void JobReports::NodeReports(int node, int64_t end_ns,
