@@ -77,6 +77,15 @@ void DegradedDetector::JudgeWindow(const CommState& cs,
   }
 }
 
+void DegradedDetector::CloseWindow(const CommState& cs,
+                                   const std::pair<std::string, std::string>& op_size,
+                                   KeyState& ks) {
+  if (!ks.window_judged) JudgeWindow(cs, op_size, ks);
+  ks.window_best = 0;
+  ks.window_values.clear();
+  ks.window_judged = false;
+}
+
 std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& comm, int nranks,
                                                                 std::string_view op, uint64_t bytes,
                                                                 uint64_t fastest_ns,
@@ -96,10 +105,7 @@ std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& c
   for (auto& [other_key, other] : cs.keys) {
     if (other_key == op_size) continue;
     if (other.window_best > 0 && now_ns - other.window_start_ns >= 2 * options_.window_ns) {
-      if (!other.window_judged) JudgeWindow(cs, other_key, other);
-      other.window_best = 0;
-      other.window_values.clear();
-      other.window_judged = false;
+      CloseWindow(cs, other_key, other);
     }
     if (other.low_streak > 0 && now_ns - other.last_ns >= 10 * options_.window_ns) {
       other.low_streak = 0;
@@ -108,10 +114,7 @@ std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& c
   KeyState& ks = cs.keys[op_size];
   ks.last_ns = now_ns;
   if (ks.window_best > 0 && now_ns - ks.window_start_ns >= options_.window_ns) {
-    if (!ks.window_judged) JudgeWindow(cs, op_size, ks);
-    ks.window_best = 0;
-    ks.window_values.clear();
-    ks.window_judged = false;
+    CloseWindow(cs, op_size, ks);
   }
   if (ks.window_best == 0) ks.window_start_ns = now_ns;
   ks.window_best = std::max(ks.window_best, gbs);

@@ -136,6 +136,9 @@ class DegradedDetector {
   // Judges the closed window of `ks` (its best collective) against the key's baseline.
   void JudgeWindow(const CommState& cs, const std::pair<std::string, std::string>& op_size,
                    KeyState& ks);
+  // Ends the open window of `ks`, judging it unless it was judged early.
+  void CloseWindow(const CommState& cs, const std::pair<std::string, std::string>& op_size,
+                   KeyState& ks);
   std::map<std::string, int> ComputeSuspects(const std::string& job_id) const;
   void UpdateSuspects(const std::string& job_id, std::vector<DegradedChange>* changes);
 

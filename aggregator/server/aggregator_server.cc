@@ -86,6 +86,11 @@ void AggregatorServer::Housekeep() {
   if (absl::Status s =
           store_->DropBatchesBefore(absl::GetCurrentTimeNanos() - options_.batch_log_retention_ns);
       !s.ok()) {
+    // Counted with the other store failures (the counter Ingest registered).
+    metrics_
+        .GetCounter("ncclwatch_aggregator_store_errors_total",
+                    "Store writes that failed (the agent retries).")
+        ->Increment();
     LogError("%s", s.message());
   }
   if (++housekeeping_runs_ % 60 != 0) return;
