@@ -17,6 +17,7 @@
 #include "agent/unix_socket.h"
 #include "common/log.h"
 #include "common/process_metrics.h"
+#include "common/rendezvous.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/validate.h"
 
@@ -45,9 +46,12 @@ absl::Status AgentServer::OpenForwarders() {
   const std::vector<std::string>& endpoints = options_.aggregators;
   if (endpoints.empty()) return absl::InvalidArgumentError("no aggregator endpoint");
   const int64_t spool_share = options_.spool_max_bytes / static_cast<int64_t>(endpoints.size());
-  for (const std::string& endpoint : endpoints) {
+  for (const std::string& entry : endpoints) {
+    const ShardMember member = ParseShardMember(entry);
+    const std::string& endpoint = member.address;
     ForwarderOptions fopts;
     fopts.aggregator = endpoint;
+    fopts.shard_name = member.name;
     fopts.agent_id = options_.agent_id;
     fopts.node = options_.node_name;
     fopts.batch_interval_ms = options_.batch_interval_ms;
@@ -64,7 +68,7 @@ absl::Status AgentServer::OpenForwarders() {
       // endpoint, so what is spooled for one is never replayed to another.
       const std::string dir = endpoints.size() == 1
                                   ? options_.spool_dir
-                                  : options_.spool_dir + "/" + EndpointDirName(endpoint);
+                                  : options_.spool_dir + "/" + EndpointDirName(member.name);
       auto opened =
           Spool::Open(dir, spool_share, metrics_, options_.spool_fsync, fopts.metric_labels);
       if (!opened.ok()) return opened.status();

@@ -52,7 +52,8 @@ struct AgentServerOptions {
   mode_t socket_dir_mode = 0755;
   std::string socket_group;
 
-  // Aggregator endpoints, host:port, at least one. Jobs are sharded between them (ShardOf).
+  // Aggregator endpoints, host:port or name=host:port, at least one. Jobs are sharded between
+  // them by name (ShardOf).
   std::vector<std::string> aggregators;
   // TLS towards the aggregators (plaintext when null) and the name to verify in their
   // certificates (empty: the endpoint's host).

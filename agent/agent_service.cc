@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/rendezvous.h"
 #include "common/sync.h"
 #include "google/protobuf/arena.h"
 #include "proto/validate.h"
@@ -19,10 +20,8 @@ constexpr const char* kAttributedHelp =
     "cgroup) or gpu (the kubelet's owner of the GPU the report names).";
 }  // namespace
 
-size_t ShardOf(std::string_view job_id, size_t shards) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char c : job_id) hash = (hash ^ c) * 0x100000001b3ull;
-  return static_cast<size_t>(hash % shards);
+size_t ShardOf(std::string_view job_id, const std::vector<std::string>& endpoints) {
+  return endpoints.size() == 1 ? 0 : RendezvousOwner(job_id, endpoints);
 }
 
 ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
@@ -52,6 +51,7 @@ ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
           "pod.")),
       streams_(metrics.GetGauge("ncclwatch_agent_plugin_streams",
                                 "Plugin streams currently connected.")) {
+  for (const Forwarder* f : shards_) endpoints_.push_back(f->shard_name());
   // Every field the agent vouches for is written, empty ones too (they are `optional` in the
   // proto, so an empty value is serialised): a plugin's claims about its node or pod never survive.
   ncclwatch::v1::RankReport stamp;
@@ -155,8 +155,7 @@ bool ReportHandler::Handle(std::string report, uint64_t source, const PeerIdenti
   }
   if (inspector_ != nullptr) inspector_->Update(*decoded);
   report.append(Stamp(decoded->identity(), peer));
-  shards_[ShardOf(decoded->identity().job_id(), shards_.size())]->Enqueue(std::move(report),
-                                                                          source);
+  shards_[ShardOf(decoded->identity().job_id(), endpoints_)]->Enqueue(std::move(report), source);
   accepted_->Increment();
   return true;
 }

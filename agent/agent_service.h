@@ -36,16 +36,18 @@
 
 namespace ncclwatch::agent {
 
-// Which of `shards` aggregator endpoints serves `job_id`: FNV-1a of the job id modulo their
-// number. Every agent of a cluster computes the same answer (given the same endpoint list in the
-// same order), so all the ranks of a job meet in one aggregator.
-size_t ShardOf(std::string_view job_id, size_t shards);
+// Which of the aggregator `endpoints` (host:port) serves `job_id`: the rendezvous owner of the job
+// id among the endpoints' names (common/rendezvous.h). Every agent given the same names, in any
+// order, computes the same answer, so all the ranks of a job meet in one aggregator; adding an
+// aggregator moves only the jobs it takes over. The aggregators route Query calls by the same
+// names (their --shard-peers).
+size_t ShardOf(std::string_view job_id, const std::vector<std::string>& endpoints);
 
 // Plain handler, callable without gRPC (tests); the service below adapts streams onto it.
 class ReportHandler {
  public:
   // `shards`: one forwarder per aggregator endpoint (at least one); a report goes to the one
-  // ShardOf its job id names.
+  // ShardOf its job id names among their endpoints.
   // `pods` (optional, outlives the handler) attributes a report's GPU to its Kubernetes pod.
   // `inspector` (optional, outlives the handler) keeps the node-local Inspector series.
   // `pod_names` (optional, outlives the handler) names the pods the kernel finds peers in; without
@@ -71,6 +73,7 @@ class ReportHandler {
   const std::string node_;
   std::string node_stamp_;  // a serialized RankReport holding only identity.node
   const std::vector<Forwarder*> shards_;
+  std::vector<std::string> endpoints_;  // shards_[i]->shard_name()
   const PodResolver* pods_;
   NodeInspectorSeries* inspector_;
   PodDirectory* pod_names_;

@@ -44,6 +44,7 @@ namespace ncclwatch::agent {
 
 struct ForwarderOptions {
   std::string aggregator;  // host:port
+  std::string shard_name;  // the name jobs are placed by (ShardOf); empty: `aggregator`
   std::string agent_id;
   std::string node;
   int64_t batch_interval_ms = 200;
@@ -73,6 +74,10 @@ class Forwarder {
   // Pushes everything queued now, waiting at most `timeout`. Returns true if all was acknowledged.
   bool Flush(absl::Duration timeout);
   void Stop();
+  // The name jobs are placed on this forwarder's aggregator by (ShardOf).
+  const std::string& shard_name() const {
+    return options_.shard_name.empty() ? options_.aggregator : options_.shard_name;
+  }
 
  private:
   // A cut batch waiting for its acknowledgement: in the spool (by name) or in memory.

@@ -8,6 +8,7 @@
 #include "agent/agent_service.h"
 #include "agent/forwarder.h"
 #include "agent/inspector_series.h"
+#include "common/rendezvous.h"
 #include "common/sync.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
@@ -256,13 +257,20 @@ TEST(NodeInspectorSeriesTest, HugeReportsAreTrimmedAndTheTotalIsCapped) {
   EXPECT_EQ(series.ranks(), shown);
 }
 
-TEST(ShardOfTest, IsStableAcrossProcessesAndSpreadsJobs) {
-  // Fixed values: every agent of a cluster must route a job to the same endpoint.
-  EXPECT_EQ(ShardOf("", 3), 0xcbf29ce484222325ull % 3);
-  EXPECT_EQ(ShardOf("a", 1000), 0xaf63dc4c8601ec8cull % 1000);
-  std::vector<int> per_shard(4);
-  for (int j = 0; j < 400; ++j) ++per_shard[ShardOf("job-" + std::to_string(j), 4)];
-  for (int n : per_shard) EXPECT_GT(n, 60);  // roughly even: none starved
+TEST(ShardOfTest, IsTheRendezvousOwnerAmongEndpointNames) {
+  const std::vector<std::string> endpoints = {"agg-0:9470", "agg-1:9470", "agg-2:9470"};
+  const std::vector<std::string> shuffled = {"agg-2:9470", "agg-0:9470", "agg-1:9470"};
+  std::vector<int> per_shard(3);
+  for (int j = 0; j < 600; ++j) {
+    const std::string job = "job-" + std::to_string(j);
+    const size_t shard = ShardOf(job, endpoints);
+    ++per_shard[shard];
+    EXPECT_EQ(shard, RendezvousOwner(job, endpoints));
+    // Every agent agrees whatever order its flag lists the endpoints in.
+    EXPECT_EQ(endpoints[shard], shuffled[ShardOf(job, shuffled)]);
+  }
+  for (int n : per_shard) EXPECT_GT(n, 140);  // roughly even: none starved
+  EXPECT_EQ(ShardOf("anything", {"only:9470"}), 0u);
 }
 
 }  // namespace

@@ -85,8 +85,12 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddString("socket-group", "", &c.socket_group,
               "Group (name or gid) to own the unix socket; empty: the agent's own.");
   t.AddString("aggregator", "NCCLWATCH_AGGREGATOR", &c.aggregator,
-              "Aggregator gRPC address, host:port; several, comma-separated, shard jobs between "
-              "aggregators by job id (list them in the same order on every node).");
+              "Aggregator gRPC address, host:port. Several, comma-separated, are one sharded "
+              "service: each job goes whole to one of them, chosen by rendezvous hashing of the "
+              "job id over their names (every node must list the same names, in any order; adding "
+              "one moves only the jobs it takes over). An entry name=host:port names a member "
+              "apart from its address (e.g. a StatefulSet pod name); the aggregators' "
+              "--shard-peers lists the same entries.");
   t.AddBool("aggregator-tls", "NCCLWATCH_AGGREGATOR_TLS", &c.aggregator_tls,
             "Talk TLS to the aggregator (implied by any --aggregator-*-file below).");
   t.AddString("aggregator-ca-file", "NCCLWATCH_AGGREGATOR_CA_FILE", &c.aggregator_ca_file,

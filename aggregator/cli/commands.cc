@@ -22,6 +22,7 @@
 #include "aggregator/cli/tables.h"
 #include "aggregator/findings/findings.h"
 #include "common/rpc/backoff.h"
+#include "common/rpc/shard_metadata.h"
 
 namespace ncclwatch::cli {
 namespace {
@@ -56,14 +57,24 @@ bool JobMatches(const Event& e, const CommandConfig& config) {
 
 // One unary call with the configured deadline, into a cleared `response`; the status is kept in
 // `*status` for the error message.
+// A sharded service's answer about every job that some aggregator could not add to says so on
+// stderr.
 template <typename Request, typename Response>
-bool Call(QueryStub& stub, const CommandConfig& config, UnaryRpc<Request, Response> rpc,
-          const Request& request, Response* response, grpc::Status* status) {
+bool Call(QueryStub& stub, const CommandConfig& config, const Console& console,
+          UnaryRpc<Request, Response> rpc, const Request& request, Response* response,
+          grpc::Status* status) {
   grpc::ClientContext context;
   context.set_deadline(After(config.timeout_s));
   Authorize(config, &context);
   response->Clear();
   *status = (stub.*rpc)(&context, request, response);
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (auto it = trailers.find(kUnreachableTrailer); it != trailers.end()) {
+    std::fprintf(console.err,
+                 "ncclwatch: warning: aggregator(s) %.*s did not answer: their jobs are missing "
+                 "from this answer\n",
+                 static_cast<int>(it->second.size()), it->second.data());
+  }
   return status->ok();
 }
 
@@ -75,7 +86,8 @@ std::optional<int> CheckJob(QueryStub& stub, const CommandConfig& config, const 
   if (config.job.empty()) return std::nullopt;
   ncclwatch::v1::ListJobsResponse jobs;
   grpc::Status status;
-  if (!Call(stub, config, &QueryStub::ListJobs, ncclwatch::v1::ListJobsRequest(), &jobs, &status)) {
+  if (!Call(stub, config, console, &QueryStub::ListJobs, ncclwatch::v1::ListJobsRequest(), &jobs,
+            &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
   std::vector<std::string> known;
@@ -143,7 +155,7 @@ int ListCommand(QueryStub& stub, const CommandConfig& config, const Console& con
   request.set_job_id(config.job);
   Response response;
   grpc::Status status;
-  auto list = [&] { return Call(stub, config, rpc, request, &response, &status); };
+  auto list = [&] { return Call(stub, config, console, rpc, request, &response, &status); };
   auto wanted = [&](const Event& e) {
     return std::find(kinds.begin(), kinds.end(), e.kind()) != kinds.end() && JobMatches(e, config);
   };
@@ -166,7 +178,7 @@ int Show(QueryStub& stub, const CommandConfig& config, const Console& console,
          std::string (*text)(const Response&)) {
   Response response;
   grpc::Status status;
-  if (!Call(stub, config, rpc, request, &response, &status)) {
+  if (!Call(stub, config, console, rpc, request, &response, &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
   if (config.json) {
@@ -271,7 +283,7 @@ int Events(QueryStub& stub, const CommandConfig& config, const Console& console)
   request.set_limit(static_cast<uint32_t>(std::clamp<int64_t>(config.limit, 1, 100000)));
   ncclwatch::v1::ListEventsResponse response;
   grpc::Status status;
-  if (!Call(stub, config, &QueryStub::ListEvents, request, &response, &status)) {
+  if (!Call(stub, config, console, &QueryStub::ListEvents, request, &response, &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
   if (config.json && !config.follow) {
@@ -312,7 +324,7 @@ int Events(QueryStub& stub, const CommandConfig& config, const Console& console)
     std::this_thread::sleep_for(backoff.NextDelay());  // a retry's pacing
     open_watch();
     request.set_since_unix_ns(newest_ns);
-    if (!Call(stub, config, &QueryStub::ListEvents, request, &response, &status)) continue;
+    if (!Call(stub, config, console, &QueryStub::ListEvents, request, &response, &status)) continue;
     std::fprintf(console.err, "ncclwatch: reconnected to the aggregator at %s\n",
                  config.aggregator.c_str());
     std::fflush(console.err);
@@ -332,7 +344,7 @@ int Query(QueryStub& stub, const CommandConfig& config, const std::string& selec
   request.set_step_ms(static_cast<uint32_t>(std::clamp(config.step_s * 1e3, 0.0, 86400e3)));
   ncclwatch::v1::QueryRangeResponse response;
   grpc::Status status;
-  if (!Call(stub, config, &QueryStub::QueryRange, request, &response, &status)) {
+  if (!Call(stub, config, console, &QueryStub::QueryRange, request, &response, &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
   if (config.json) {
@@ -357,7 +369,7 @@ int Trace(QueryStub& stub, const CommandConfig& config, const Console& console) 
   request.set_end_unix_ms(end_ms);
   ncclwatch::v1::GetTraceResponse response;
   grpc::Status status;
-  if (!Call(stub, config, &QueryStub::GetTrace, request, &response, &status)) {
+  if (!Call(stub, config, console, &QueryStub::GetTrace, request, &response, &status)) {
     return Fail(console, RpcError(status, config.aggregator));
   }
   const std::string json = ChromeTrace(response);

@@ -53,7 +53,8 @@ absl::Status AggregatorServer::OpenAndReplay() {
 
 absl::Status AggregatorServer::StartGrpc() {
   ingest_service_ = std::make_unique<IngestService>(*ingest_, options_.ingest_token);
-  query_service_ = std::make_unique<QueryService>(*query_, *ingest_, options_.query_token);
+  query_service_ =
+      std::make_unique<QueryService>(*query_, *ingest_, options_.query_token, shard_router_.get());
   // The standard grpc.health.v1.Health service (Kubernetes gRPC probes, grpc_health_probe):
   // SERVING from the moment the server starts, NOT_SERVING once it shuts down.
   grpc::EnableDefaultHealthCheckService(true);
@@ -124,6 +125,13 @@ void AggregatorServer::StartLoops() {
 }
 
 absl::Status AggregatorServer::Start() {
+  if (options_.shard) {
+    auto router = ShardRouter::Create(*options_.shard, metrics_);
+    if (!router.ok()) return router.status();
+    shard_router_ = *std::move(router);
+    LogInfo("sharded Query service: %s of %d aggregators", options_.shard->self,
+            static_cast<int>(options_.shard->peers.size()));
+  }
   if (absl::Status s = OpenAndReplay(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
   InstallHttpRoutes(http_, metrics_, *query_, options_.query_token);
@@ -135,6 +143,7 @@ absl::Status AggregatorServer::Start() {
   }
   http_port_ = *http_port;
   StartLoops();
+  if (shard_router_) shard_router_->StartRelay(ingest_->events(), options_.query_token);
   running_ = true;
   return absl::OkStatus();
 }
@@ -142,6 +151,7 @@ absl::Status AggregatorServer::Start() {
 void AggregatorServer::Stop() {
   if (!running_) return;
   running_ = false;
+  if (shard_router_) shard_router_->StopRelay();
   grpc_->GetHealthCheckService()->Shutdown();
   ticker_->Stop();
   housekeeper_->Stop();

@@ -17,6 +17,7 @@
 #include "aggregator/query/query.h"
 #include "aggregator/server/remote_write.h"
 #include "aggregator/server/services.h"
+#include "aggregator/server/shard_router.h"
 #include "aggregator/store/store.h"
 #include "common/daemon.h"
 #include "common/metrics.h"
@@ -50,6 +51,8 @@ struct AggregatorServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   TokenFile* ingest_token = nullptr;  // optional, outlive the server
   TokenFile* query_token = nullptr;
+  // Peers of a sharded service (shard_router.h); none: this aggregator stands alone.
+  std::optional<ShardOptions> shard;
 };
 
 class AggregatorServer {
@@ -90,6 +93,7 @@ class AggregatorServer {
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<QueryEngine> query_;
   std::unique_ptr<IngestService> ingest_service_;
+  std::unique_ptr<ShardRouter> shard_router_;
   std::unique_ptr<QueryService> query_service_;
   std::unique_ptr<grpc::Server> grpc_;
   HttpServer http_{HttpOptions(metrics_)};

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "aggregator/server/aggregator_server.h"
 #include "aggregator/server/remote_write.h"
@@ -56,6 +57,9 @@ struct AggregatorConfig {
   int64_t max_comms_per_agent = 4096;
   int64_t max_series = 2'000'000;
   bool store_rank_series = false;
+  std::string shard_peers;
+  std::string shard_self;
+  std::string shard_ca_file;
   int64_t ready_fd = -1;
 };
 
@@ -169,6 +173,18 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "http://mimir:8080/api/v1/push (empty: off).");
   t.AddDouble("remote-write-interval-s", "", &c.remote_write_interval_s,
               "How often new samples are pushed with --remote-write-url.");
+  t.AddString(
+      "shard-peers", "NCCLWATCH_SHARD_PEERS", &c.shard_peers,
+      "Every aggregator of a sharded service, comma-separated, as the agents' --aggregator "
+      "lists them: host:port or name=host:port (jobs are placed by rendezvous hashing of "
+      "the job id over the names). With it, this aggregator answers the Query API for every "
+      "job: it forwards a job's calls to its owner and merges calls about all jobs. "
+      "Empty: it answers for its own jobs only.");
+  t.AddString("shard-self", "NCCLWATCH_SHARD_SELF", &c.shard_self,
+              "This aggregator's name (or host:port) in --shard-peers.");
+  t.AddString("shard-ca-file", "NCCLWATCH_SHARD_CA_FILE", &c.shard_ca_file,
+              "PEM CA that signs the peers' gRPC certificates: forwarded calls then use TLS, "
+              "presenting --tls-cert-file as client certificate. Empty: plaintext to peers.");
   t.AddInt("ready-fd", "", &c.ready_fd,
            "Write 'ready grpc_port=N http_port=M' to this file descriptor once serving (-1: off).");
 }
@@ -306,6 +322,21 @@ int Main(int argc, char** argv) {
     return 2;
   }
   options.credentials = *credentials;
+  if (!config.shard_peers.empty() || !config.shard_self.empty()) {
+    ShardOptions shard;
+    shard.peers = absl::StrSplit(config.shard_peers, ',', absl::SkipWhitespace());
+    shard.self = config.shard_self;
+    if (!config.shard_ca_file.empty()) {
+      auto peer_credentials = MakeChannelCredentials(ClientTls::FromFlags(
+          true, config.shard_ca_file, config.tls_cert_file, config.tls_key_file));
+      if (!peer_credentials.ok()) {
+        LogError("--shard-ca-file: %s", peer_credentials.status().message());
+        return 2;
+      }
+      shard.credentials = *peer_credentials;
+    }
+    options.shard = std::move(shard);
+  }
   if (auto error = CheckExposure(config)) {
     LogError("%s", *error);
     return 2;

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "aggregator/server/watch.h"
 #include "common/daemon.h"
@@ -10,16 +12,6 @@
 
 namespace ncclwatch::aggregator {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  if (absl::IsInvalidArgument(s)) code = grpc::StatusCode::INVALID_ARGUMENT;
-  if (absl::IsUnavailable(s)) code = grpc::StatusCode::UNAVAILABLE;
-  if (absl::IsResourceExhausted(s)) code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-  if (absl::IsDataLoss(s)) code = grpc::StatusCode::DATA_LOSS;
-  if (absl::IsNotFound(s)) code = grpc::StatusCode::NOT_FOUND;
-  return grpc::Status(code, std::string(s.message()));
-}
 
 const grpc::Status kPushUnauthenticated(grpc::StatusCode::UNAUTHENTICATED,
                                         "a valid bearer token is required to push batches");
@@ -38,7 +30,7 @@ grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
 template <typename Response>
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                  absl::StatusOr<Response> answer, Response* response) {
-  if (!answer.ok()) return Finished(context, ToGrpc(answer.status()));
+  if (!answer.ok()) return Finished(context, ToGrpcStatus(answer.status()));
   *response = *std::move(answer);
   return Finished(context);
 }
@@ -81,9 +73,11 @@ grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* conte
                 response);
 }
 
-QueryService::QueryService(QueryEngine& query, Ingest& ingest, TokenFile* token)
+QueryService::QueryService(QueryEngine& query, Ingest& ingest, TokenFile* token,
+                           ShardRouter* router)
     : query_(query),
       ingest_(ingest),
+      router_(router),
       gate_(token, ingest.metrics().GetCounter(
                        "ncclwatch_aggregator_queries_unauthenticated_total",
                        "Query API calls refused for a missing or wrong bearer token.")),
@@ -99,67 +93,234 @@ grpc::ServerUnaryReactor* QueryService::Serve(grpc::CallbackServerContext* conte
   return Answer(context, absl::StatusOr<Response>(answer()), response);
 }
 
+template <typename Response>
+grpc::ServerUnaryReactor* QueryService::Route(
+    grpc::CallbackServerContext* context, Response* response, std::string_view job,
+    ShardRouter::Local<Response> local, ShardRouter::Remote<Response> remote,
+    std::function<absl::Status(std::vector<Response>&, Response*)> merge) {
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
+  if (router_ == nullptr || ShardRouter::Forwarded(*context)) {
+    return Answer(context, local(), response);
+  }
+  if (!job.empty()) return router_->ForJob(context, job, response, local, remote);
+  if (!merge) {
+    merge = [](std::vector<Response>& answers, Response* out) {
+      // Every field of these responses is repeated: merging concatenates.
+      for (const Response& a : answers) out->MergeFrom(a);
+      return absl::OkStatus();
+    };
+  }
+  return router_->ForAll(context, response, local, remote, merge);
+}
+
+// The Remote of a call forwarded unchanged: `Method` of the async stub with the same request.
+#define NCCLWATCH_FORWARD(Method, Response)                                                       \
+  [request](size_t, ncclwatch::v1::Query::StubInterface::async_interface* stub,                   \
+            grpc::ClientContext* client, Response* out, std::function<void(grpc::Status)> done) { \
+    stub->Method(client, request, out, std::move(done));                                          \
+  }
+
 grpc::ServerUnaryReactor* QueryService::ListStragglers(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListStragglersRequest* request,
     ncclwatch::v1::ListStragglersResponse* response) {
-  return Serve(context, response, [&] { return query_.ListStragglers(*request); });
+  using Response = ncclwatch::v1::ListStragglersResponse;
+  return Route<Response>(
+      context, response, request->job_id(),
+      [this, request]() -> absl::StatusOr<Response> { return query_.ListStragglers(*request); },
+      NCCLWATCH_FORWARD(ListStragglers, Response));
 }
 
 grpc::ServerUnaryReactor* QueryService::ListHangs(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListHangsRequest* request,
                                                   ncclwatch::v1::ListHangsResponse* response) {
-  return Serve(context, response,
-               [&] { return query_.ListHangs(*request, absl::GetCurrentTimeNanos()); });
+  using Response = ncclwatch::v1::ListHangsResponse;
+  return Route<Response>(
+      context, response, request->job_id(),
+      [this, request]() -> absl::StatusOr<Response> {
+        return query_.ListHangs(*request, absl::GetCurrentTimeNanos());
+      },
+      NCCLWATCH_FORWARD(ListHangs, Response));
 }
 
 grpc::ServerUnaryReactor* QueryService::ListDegraded(
     grpc::CallbackServerContext* context, const ncclwatch::v1::ListDegradedRequest* request,
     ncclwatch::v1::ListDegradedResponse* response) {
-  return Serve(context, response, [&] { return query_.ListDegraded(*request); });
+  using Response = ncclwatch::v1::ListDegradedResponse;
+  return Route<Response>(
+      context, response, request->job_id(),
+      [this, request]() -> absl::StatusOr<Response> { return query_.ListDegraded(*request); },
+      NCCLWATCH_FORWARD(ListDegraded, Response));
 }
 
 grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::ListEventsRequest* request,
                                                    ncclwatch::v1::ListEventsResponse* response) {
-  return Serve(context, response, [&] { return query_.ListEvents(*request); });
+  using Response = ncclwatch::v1::ListEventsResponse;
+  using Request = ncclwatch::v1::ListEventsRequest;
+  const bool fan_out =
+      router_ != nullptr && request->job_id().empty() && !ShardRouter::Forwarded(*context);
+  if (!fan_out) {
+    return Route<Response>(
+        context, response, request->job_id(),
+        [this, request]() { return query_.ListEvents(*request); },
+        NCCLWATCH_FORWARD(ListEvents, Response));
+  }
+  // Every aggregator reads on from its own cursor in the page token.
+  absl::StatusOr<std::vector<std::string>> cursors =
+      ParseEventCursors(request->page_token(), router_->peers().size());
+  if (!cursors.ok()) {
+    if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
+    return Finished(context, ToGrpcStatus(cursors.status()));
+  }
+  auto requests = std::make_shared<std::vector<Request>>(cursors->size(), *request);
+  for (size_t i = 0; i < requests->size(); ++i) (*requests)[i].set_page_token((*cursors)[i]);
+  const size_t self = router_->self();
+  return Route<Response>(
+      context, response, "",
+      [this, requests, self]() { return query_.ListEvents((*requests)[self]); },
+      [requests](size_t peer, ncclwatch::v1::Query::StubInterface::async_interface* stub,
+                 grpc::ClientContext* client, Response* out,
+                 std::function<void(grpc::Status)> done) {
+        stub->ListEvents(client, &(*requests)[peer], out, std::move(done));
+      },
+      [requests, cursors = *std::move(cursors), limit = request->limit()](
+          std::vector<Response>& answers, Response* out) {
+        *out = MergeEvents(std::move(answers), cursors, limit);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* context,
-                                                 const ncclwatch::v1::GetStatsRequest*,
+                                                 const ncclwatch::v1::GetStatsRequest* request,
                                                  ncclwatch::v1::Stats* response) {
-  return Serve(context, response, [&] { return ingest_.Stats(); });
+  using Response = ncclwatch::v1::Stats;
+  return Route<Response>(
+      context, response, "", [this]() -> absl::StatusOr<Response> { return ingest_.Stats(); },
+      NCCLWATCH_FORWARD(GetStats, Response),
+      [](std::vector<Response>& answers, Response* out) {
+        for (const Response& a : answers) {
+          out->set_batches_stored(out->batches_stored() + a.batches_stored());
+          out->set_batches_duplicate(out->batches_duplicate() + a.batches_duplicate());
+          out->set_reports_ingested(out->reports_ingested() + a.reports_ingested());
+          out->set_reports_rejected(out->reports_rejected() + a.reports_rejected());
+          out->set_groups_completed(out->groups_completed() + a.groups_completed());
+          out->set_groups_expired(out->groups_expired() + a.groups_expired());
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* context,
                                                    const ncclwatch::v1::QueryRangeRequest* request,
                                                    ncclwatch::v1::QueryRangeResponse* response) {
-  return Serve(context, response,
-               [&] { return query_.QueryRange(*request, absl::GetCurrentTimeNanos()); });
+  using Response = ncclwatch::v1::QueryRangeResponse;
+  using Request = ncclwatch::v1::QueryRangeRequest;
+  const std::string job = SelectorJob(request->selector());
+  const bool fan_out = router_ != nullptr && job.empty() && !ShardRouter::Forwarded(*context);
+  if (!fan_out) {
+    return Route<Response>(
+        context, response, job,
+        [this, request]() { return query_.QueryRange(*request, absl::GetCurrentTimeNanos()); },
+        NCCLWATCH_FORWARD(QueryRange, Response));
+  }
+  // Series are paged aggregator by aggregator: "shards:<peer>;<that peer's own page token>".
+  size_t first = 0;
+  std::string first_token;
+  if (!request->page_token().empty()) {
+    const absl::string_view token = request->page_token();
+    const size_t semicolon = token.find(';');
+    const size_t peers = router_->peers().size();
+    if (!absl::StartsWith(token, "shards:") || semicolon == absl::string_view::npos ||
+        !absl::SimpleAtoi(token.substr(7, semicolon - 7), &first) || first >= peers) {
+      if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
+      return Finished(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                            "malformed page_token (not one of this sharded "
+                                            "service's: start again without it)"));
+    }
+    first_token = std::string(token.substr(semicolon + 1));
+  }
+  auto requests = std::make_shared<std::vector<Request>>(router_->peers().size(), *request);
+  for (size_t i = 0; i < requests->size(); ++i) {
+    (*requests)[i].set_page_token(i == first ? first_token : "");
+  }
+  const size_t self = router_->self();
+  const size_t max_series = request->max_series() == 0 ? 1000 : request->max_series();
+  return Route<Response>(
+      context, response, "",
+      [this, requests, self, first]() -> absl::StatusOr<Response> {
+        if (self < first) return Response();
+        return query_.QueryRange((*requests)[self], absl::GetCurrentTimeNanos());
+      },
+      [requests, first](size_t peer, ncclwatch::v1::Query::StubInterface::async_interface* stub,
+                        grpc::ClientContext* client, Response* out,
+                        std::function<void(grpc::Status)> done) {
+        if (peer < first) return done(grpc::Status::OK);  // paged past already
+        stub->QueryRange(client, &(*requests)[peer], out, std::move(done));
+      },
+      [first, max_series](std::vector<Response>& answers, Response* out) {
+        for (size_t i = first; i < answers.size(); ++i) {
+          Response& a = answers[i];
+          const bool fits = static_cast<size_t>(out->series_size() + a.series_size()) <= max_series;
+          if (out->series_size() > 0 && (!fits || a.truncated())) {
+            // Whole answers only: this peer's page starts the next one.
+            out->set_truncated(true);
+            out->set_next_page_token(absl::StrCat("shards:", i, ";"));
+            return absl::OkStatus();
+          }
+          for (auto& ts : *a.mutable_series()) *out->add_series() = std::move(ts);
+          if (a.truncated()) {
+            out->set_truncated(true);
+            out->set_next_page_token(absl::StrCat("shards:", i, ";", a.next_page_token()));
+            return absl::OkStatus();
+          }
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* context,
                                                  const ncclwatch::v1::GetTraceRequest* request,
                                                  ncclwatch::v1::GetTraceResponse* response) {
-  return Serve(context, response,
-               [&] { return query_.GetTrace(*request, absl::GetCurrentTimeNanos()); });
+  using Response = ncclwatch::v1::GetTraceResponse;
+  // A trace is of one job's communicator: the job's owner has it (an empty job id is refused
+  // there as everywhere).
+  return Route<Response>(
+      context, response, request->job_id().empty() ? std::string_view("-") : request->job_id(),
+      [this, request]() { return query_.GetTrace(*request, absl::GetCurrentTimeNanos()); },
+      NCCLWATCH_FORWARD(GetTrace, Response));
 }
 
 grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* context,
-                                                 const ncclwatch::v1::ListJobsRequest*,
+                                                 const ncclwatch::v1::ListJobsRequest* request,
                                                  ncclwatch::v1::ListJobsResponse* response) {
-  return Serve(context, response, [&] { return query_.ListJobs(); });
+  using Response = ncclwatch::v1::ListJobsResponse;
+  return Route<Response>(
+      context, response, "", [this]() -> absl::StatusOr<Response> { return query_.ListJobs(); },
+      NCCLWATCH_FORWARD(ListJobs, Response),
+      [](std::vector<Response>& answers, Response* out) {
+        *out = MergeJobs(std::move(answers));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* QueryService::ListComms(grpc::CallbackServerContext* context,
                                                   const ncclwatch::v1::ListCommsRequest* request,
                                                   ncclwatch::v1::ListCommsResponse* response) {
-  return Serve(context, response, [&] { return query_.ListComms(*request); });
+  using Response = ncclwatch::v1::ListCommsResponse;
+  return Route<Response>(
+      context, response, request->job_id(),
+      [this, request]() -> absl::StatusOr<Response> { return query_.ListComms(*request); },
+      NCCLWATCH_FORWARD(ListComms, Response));
 }
+
+#undef NCCLWATCH_FORWARD
 
 grpc::ServerWriteReactor<ncclwatch::v1::Event>* QueryService::Watch(
     grpc::CallbackServerContext* context, const ncclwatch::v1::WatchRequest*) {
   if (!gate_.Admits(*context)) return RefuseWatch(kQueryUnauthenticated);
-  return StartWatch(ingest_.events(), watch_dropped_);
+  // A sharded service's clients see every aggregator's events; a peer's relay only this one's.
+  const bool fleet = router_ != nullptr && !ShardRouter::Forwarded(*context);
+  return StartWatch(fleet ? router_->fleet_events() : ingest_.events(), watch_dropped_);
 }
 
 }  // namespace ncclwatch::aggregator

@@ -7,6 +7,7 @@
 
 #include "aggregator/ingest/ingest.h"
 #include "aggregator/query/query.h"
+#include "aggregator/server/shard_router.h"
 #include "common/rpc/token.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
@@ -36,7 +37,10 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   // With `token` (optional, outlives the service), every call needs `authorization: Bearer
   // <token>` (UNAUTHENTICATED otherwise, counted). `ingest` answers GetStats and carries the
   // event bus Watch subscribes to.
-  QueryService(QueryEngine& query, Ingest& ingest, TokenFile* token = nullptr);
+  // With `router` (optional, outlives the service), calls are answered for every aggregator of
+  // the sharded service (shard_router.h).
+  QueryService(QueryEngine& query, Ingest& ingest, TokenFile* token = nullptr,
+               ShardRouter* router = nullptr);
   grpc::ServerUnaryReactor* ListStragglers(
       grpc::CallbackServerContext* context, const ncclwatch::v1::ListStragglersRequest* request,
       ncclwatch::v1::ListStragglersResponse* response) override;
@@ -74,8 +78,17 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, Response* response,
                                   Answer&& answer);
 
+  // Answers a unary call here (`local`), or, with a router and unless a peer forwarded it, on
+  // `job`'s owner, or on every aggregator merged by `merge` (default: concatenated) for no job.
+  template <typename Response>
+  grpc::ServerUnaryReactor* Route(
+      grpc::CallbackServerContext* context, Response* response, std::string_view job,
+      ShardRouter::Local<Response> local, ShardRouter::Remote<Response> remote,
+      std::function<absl::Status(std::vector<Response>&, Response*)> merge = nullptr);
+
   QueryEngine& query_;
   Ingest& ingest_;
+  ShardRouter* router_;
   BearerGate gate_;
   Counter* watch_dropped_;
 };

@@ -59,6 +59,10 @@ class Pipeline {
   // (files cut back to their last sync, files created without a directory sync removed); then it
   // starts again. Needs `crashable_aggregator`. `dropped` (optional) gets the bytes lost.
   bool PowerCutAggregator(uint64_t* dropped = nullptr);
+  // The aggregator's extra flags from its next (re)start on.
+  void set_aggregator_flags(std::vector<std::string> flags) {
+    extra_aggregator_flags_ = std::move(flags);
+  }
   // Stops the aggregator for good (SIGTERM, exit 0 expected), e.g. to open its store directly.
   bool StopAggregator();
   // Starts the aggregator again after StopAggregator (same ports and data).
