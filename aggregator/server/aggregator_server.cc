@@ -113,7 +113,8 @@ void AggregatorServer::StartLoops() {
     // On its own thread, so that a slow receiver never delays detection.
     remote_writer_ = std::make_unique<RemoteWriter>(*options_.remote_write, metrics_);
     remote_write_loop_ = std::make_unique<PeriodicTask>(options_.remote_write_interval, [this] {
-      absl::Status s = remote_writer_->Send(query_->CurrentSeries());
+      absl::Status s = remote_writer_->Send(
+          query_->CurrentSeries(/*detection_only=*/!options_.remote_write_all_series));
       if (!s.ok() && !remote_write_failing_) {
         LogError("%s (retrying every interval)", s.message());
       }

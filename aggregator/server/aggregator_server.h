@@ -44,6 +44,9 @@ struct AggregatorServerOptions {
   int64_t batch_log_retention_ns = 3'600'000'000'000;  // raw batches kept (>= replay_ns)
   std::optional<RemoteWriteTarget> remote_write;
   absl::Duration remote_write_interval = absl::Seconds(10);
+  // Remote-write every exported series, the per-rank Inspector families too; false: the detection
+  // families only (at 16,384 ranks the Inspector families are ~10^6 series).
+  bool remote_write_all_series = false;
   absl::Duration tick_period = absl::Milliseconds(250);
   // The store's RocksDB Env; null: the real disk (tests: a journaling one, tests/crashfs).
   rocksdb::Env* env = nullptr;

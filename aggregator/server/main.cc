@@ -43,6 +43,7 @@ struct AggregatorConfig {
   std::string downsample_step = "5m";
   std::string remote_write_url;
   double remote_write_interval_s = 10;
+  bool remote_write_all_series = false;
   double replay_s = 600;
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -173,6 +174,9 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "http://mimir:8080/api/v1/push (empty: off).");
   t.AddDouble("remote-write-interval-s", "", &c.remote_write_interval_s,
               "How often new samples are pushed with --remote-write-url.");
+  t.AddBool("remote-write-all-series", "", &c.remote_write_all_series,
+            "Remote-write the per-rank NCCL Inspector series too, not only the detection families "
+            "(ncclwatch_*): about 60 series per rank (docs/scale.md).");
   t.AddString(
       "shard-peers", "NCCLWATCH_SHARD_PEERS", &c.shard_peers,
       "Every aggregator of a sharded service, comma-separated, as the agents' --aggregator "
@@ -290,6 +294,7 @@ int Main(int argc, char** argv) {
     }
     options.remote_write = *target;
     options.remote_write_interval = absl::Seconds(config.remote_write_interval_s);
+    options.remote_write_all_series = config.remote_write_all_series;
   }
   if (auto error = CheckRanges(config)) {
     LogError("%s", *error);

@@ -138,7 +138,7 @@ TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {
   Pipeline p(
       2, {"--hang-threshold-s=2",
           "--remote-write-url=http://127.0.0.1:" + std::to_string(prom.port()) + "/api/v1/write",
-          "--remote-write-interval-s=1"});
+          "--remote-write-interval-s=1", "--remote-write-all-series"});
   ASSERT_TRUE(p.ok()) << p.error();
   Process job(Job(p, "rw"), {}, p.dir() + "/simjob.log");
 
