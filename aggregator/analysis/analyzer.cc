@@ -285,9 +285,7 @@ CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) co
 ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommEntry& entry,
                                                  CommHealth* health) const {
   *health = HealthLocked(key, entry);
-  int64_t last = 0;
-  for (const auto& [rank, seen] : entry.last_seen_ns) last = std::max(last, seen);
-  return CommInfoOf(key, entry.who, last, *health);
+  return CommInfoOf(key, entry.who, entry.newest_seen_ns, *health);
 }
 
 std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) const {

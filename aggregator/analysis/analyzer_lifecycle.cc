@@ -83,7 +83,7 @@ void Analyzer::EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Ev
   std::map<std::string, int64_t> last_seen;  // by job: its newest report
   for (const auto& [key, entry] : registry_.comms()) {
     int64_t& newest = last_seen[key.job_id];
-    for (const auto& [rank, seen] : entry.last_seen_ns) newest = std::max(newest, seen);
+    newest = std::max(newest, entry.newest_seen_ns);
   }
   for (const auto& [job, newest] : last_seen) {
     const int64_t heard = newest < listening_ns_ ? std::max(newest, heard_from_ns_) : newest;

@@ -52,6 +52,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     who.nranks = id.nranks();
     who.ranks.clear();
     entry.last_seen_ns.clear();
+    entry.newest_seen_ns = 0;
     entry.first_seen_ns = now_ns;
     entry.unreported = id.nranks();
     entry.flagged_since_ns.clear();
@@ -70,6 +71,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   auto [seen, first] = entry.last_seen_ns.try_emplace(id.rank(), now_ns);
   if (first) --entry.unreported;
   seen->second = now_ns;
+  entry.newest_seen_ns = std::max(entry.newest_seen_ns, now_ns);
   return &entry;
 }
 

@@ -34,6 +34,7 @@ struct RegistryOptions {
 struct CommEntry {
   CommWho who;
   std::map<int, int64_t> last_seen_ns;      // the ranks that reported -> their last report
+  int64_t newest_seen_ns = 0;               // the newest of them
   int64_t first_seen_ns = 0;                // its first report (of any rank)
   int unreported = 0;                       // ranks that never reported
   std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged

@@ -1,91 +1,64 @@
 #include "aggregator/analysis/series_table.h"
 
+#include <cstring>
 #include <iterator>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
 namespace {
 
-// A series' name and labels as one string, each part preceded by its length: unambiguous
-// whatever the label values hold, and the only copy of them the table keeps (a series is decoded
-// back when exported), which is most of its memory at thousands of ranks.
-void AppendPart(std::string* key, const std::string& part) {
-  absl::StrAppend(key, part.size(), ":", part);
-}
-
-std::string SeriesKey(const std::string& name, const LabelPairs& labels) {
-  std::string key;
-  AppendPart(&key, name);
-  for (const auto& [k, v] : labels) {
-    AppendPart(&key, k);
-    AppendPart(&key, v);
-  }
-  return key;
-}
-
-// The next part of `key` from `*at`, advancing it.
-std::string NextPart(const std::string& key, size_t* at) {
-  const size_t colon = key.find(':', *at);
-  const size_t length = std::stoul(key.substr(*at, colon - *at));
-  std::string part = key.substr(colon + 1, length);
-  *at = colon + 1 + length;
-  return part;
-}
-
-SeriesPoint DecodeSeries(const std::string& key, double value, int64_t time_ms) {
-  SeriesPoint p;
-  size_t at = 0;
-  p.name = NextPart(key, &at);
-  while (at < key.size()) {
-    std::string k = NextPart(key, &at);
-    p.labels.emplace_back(std::move(k), NextPart(key, &at));
-  }
-  p.value = value;
-  p.time_ms = time_ms;
-  return p;
-}
+constexpr char kDropsFamily[] = "ncclwatch_plugin_drops_total";
 
 }  // namespace
 
-void SeriesTable::Set(std::string name, LabelPairs labels, double value, int64_t sample_ns,
-                      int64_t now_ns, std::vector<SeriesPoint>* points) {
-  std::string key = SeriesKey(name, labels);
-  auto it = series_.find(key);
-  if (it == series_.end()) {
-    if (series_.size() >= max_series_) {  // neither exported nor stored
-      ++capped_;
-      return;
+SeriesTable::Entry* SeriesTable::Set(Rank& rank, const char* name, bool inspector,
+                                     LabelPairs&& labels, double value, int64_t sample_ms,
+                                     int64_t now_ns) {
+  // A rank has a few dozen series: a linear scan beats hashing a key per series. Names are the
+  // families' constants, so they mostly compare by address.
+  Entry* entry = nullptr;
+  for (Entry& e : rank.entries) {
+    if ((e.name == name || std::strcmp(e.name, name) == 0) && e.inspector == inspector &&
+        e.labels == labels) {
+      entry = &e;
+      break;
     }
-    it = series_.try_emplace(std::move(key)).first;
   }
-  const int64_t sample_ms = sample_ns / 1'000'000;
-  if (points != nullptr) points->push_back({std::move(name), std::move(labels), value, sample_ms});
-  Entry& e = it->second;
-  e.value = value;
-  e.time_ms = sample_ms;
-  e.updated_ns = now_ns;
+  if (entry == nullptr) {
+    if (series_ >= max_series_) {  // neither exported nor stored
+      ++capped_;
+      return nullptr;
+    }
+    ++series_;
+    entry = &rank.entries.emplace_back(Entry{name, inspector, std::move(labels)});
+  }
+  entry->value = value;
+  entry->time_ms = sample_ms;
+  entry->updated_ns = now_ns;
+  return entry;
 }
 
 void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
                             int64_t now_ns, std::vector<SeriesPoint>* points) {
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
-  const int64_t sample_ns = end_ns > 0 ? end_ns : now_ns;
-  const LabelPairs inspector = InspectorJobLabels(report.identity().job_id());
+  const int64_t sample_ms = (end_ns > 0 ? end_ns : now_ns) / 1'000'000;
+  const auto& id = report.identity();
+  RankKey key{id.job_id(), id.comm_hash(), id.rank()};
+  Rank& rank = ranks_[key];
+  if (rank.labels != rank_labels) rank.labels = rank_labels;  // new, or its pod or node changed
+  auto set = [&](const char* name, bool inspector, LabelPairs&& labels, double value) {
+    const Entry* e = Set(rank, name, inspector, std::move(labels), value, sample_ms, now_ns);
+    // The points the store keeps (--store-rank-series) carry the full label set.
+    if (e == nullptr || points == nullptr) return;
+    points->push_back({name, FullLabels(id.job_id(), rank, *e), value, sample_ms});
+  };
   for (InspectorSample& sample : InspectorSamples(report)) {
-    LabelPairs labels = rank_labels;
-    labels.insert(labels.end(), inspector.begin(), inspector.end());
-    labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
-                  std::make_move_iterator(sample.labels.end()));
-    Set(sample.name, std::move(labels), sample.value, sample_ns, now_ns, points);
+    set(sample.name, /*inspector=*/true, std::move(sample.labels), sample.value);
   }
   for (InspectorSample& sample : UserTagSamples(report)) {
-    LabelPairs labels = rank_labels;
-    labels.insert(labels.end(), std::make_move_iterator(sample.labels.begin()),
-                  std::make_move_iterator(sample.labels.end()));
-    Set(sample.name, std::move(labels), sample.value, sample_ns, now_ns, points);
+    set(sample.name, /*inspector=*/false, std::move(sample.labels), sample.value);
   }
   // What the plugin could not record (cumulative since the training process started): a pool,
   // ring or queue was full. Anything above zero means findings may miss operations.
@@ -98,29 +71,48 @@ void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::
         {"samples_capped", d.samples_capped()},
         {"channel_events_orphaned", d.channel_events_orphaned()}};
     for (const auto& [kind, value] : kinds) {
-      LabelPairs labels = rank_labels;
-      labels.emplace_back("kind", kind);
-      Set("ncclwatch_plugin_drops_total", std::move(labels), static_cast<double>(value), sample_ns,
-          now_ns, points);
+      set(kDropsFamily, /*inspector=*/false, LabelPairs{{"kind", kind}},
+          static_cast<double>(value));
     }
   }
+  if (rank.entries.empty()) ranks_.erase(key);
 }
 
 void SeriesTable::Expire(int64_t now_ns) {
   if (now_ns - last_expire_ns_ < ttl_ns_ / 60) return;
   last_expire_ns_ = now_ns;
-  for (auto it = series_.begin(); it != series_.end();) {
-    if (now_ns - it->second.updated_ns > ttl_ns_) {
-      series_.erase(it++);
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    auto& entries = it->second.entries;
+    const size_t before = entries.size();
+    std::erase_if(entries, [&](const Entry& e) { return now_ns - e.updated_ns > ttl_ns_; });
+    series_ -= before - entries.size();
+    if (entries.empty()) {
+      ranks_.erase(it++);
     } else {
       ++it;
     }
   }
 }
 
+LabelPairs SeriesTable::FullLabels(const std::string& job_id, const Rank& rank, const Entry& e) {
+  LabelPairs labels;
+  labels.reserve(rank.labels.size() + 2 + e.labels.size());
+  labels = rank.labels;
+  if (e.inspector) {
+    const LabelPairs job = InspectorJobLabels(job_id);
+    labels.insert(labels.end(), job.begin(), job.end());
+  }
+  labels.insert(labels.end(), e.labels.begin(), e.labels.end());
+  return labels;
+}
+
 void SeriesTable::AppendTo(std::vector<SeriesPoint>* out) const {
-  out->reserve(out->size() + series_.size());
-  for (const auto& [key, e] : series_) out->push_back(DecodeSeries(key, e.value, e.time_ms));
+  out->reserve(out->size() + series_);
+  for (const auto& [key, rank] : ranks_) {
+    for (const Entry& e : rank.entries) {
+      out->push_back({e.name, FullLabels(key.job_id, rank, e), e.value, e.time_ms});
+    }
+  }
 }
 
 }  // namespace ncclwatch::aggregator

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -81,29 +82,40 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
         absl::StrCat("batch needs an agent_id of 1..", kMaxLabelLength,
                      " bytes, a batch_seq > 0 and at most ", kMaxReportsPerBatch, " reports"));
   }
-  // Keep only valid reports; the rest are counted by reason and never stored.
-  ncclwatch::v1::NodeBatch clean;
-  clean.set_agent_id(batch.agent_id());
-  clean.set_batch_seq(batch.batch_seq());
-  clean.set_node(batch.node());
-  clean.set_sent_unix_ns(batch.sent_unix_ns());
-  // The sender as authenticated here, never as it says (whatever `source` it sent is dropped);
+  // The sender as authenticated here, never as it says (whatever `source` it sent is replaced);
   // stored with the batch, so that a replay counts it against the same per-agent caps.
-  clean.set_source(source.empty() ? "agent:" + batch.agent_id() : source);
-  uint32_t rejected = 0;
-  for (const auto& report : batch.reports()) {
-    ReportVerdict verdict = ValidateReport(report);
-    if (verdict.ok) {
-      *clean.add_reports() = report;
-      continue;
-    }
-    ++rejected;
+  const std::string stored_source = source.empty() ? "agent:" + batch.agent_id() : source;
+  // Keep only valid reports; the rest are counted by reason and never stored. The usual batch,
+  // every report valid, is stored and analysed as it came: no copy of its reports.
+  std::vector<int> invalid;
+  for (int i = 0; i < batch.reports_size(); ++i) {
+    ReportVerdict verdict = ValidateReport(batch.reports(i));
+    if (verdict.ok) continue;
+    invalid.push_back(i);
     reports_rejected_->Increment();
     metrics_
         .GetCounter("ncclwatch_aggregator_reports_rejected_by_reason_total",
                     "Rank reports rejected by validation, by reason.", {{"reason", verdict.reason}})
         ->Increment();
   }
+  const auto rejected = static_cast<uint32_t>(invalid.size());
+  std::optional<ncclwatch::v1::NodeBatch> clean;
+  if (!invalid.empty()) {
+    clean.emplace();
+    clean->set_agent_id(batch.agent_id());
+    clean->set_batch_seq(batch.batch_seq());
+    clean->set_node(batch.node());
+    clean->set_sent_unix_ns(batch.sent_unix_ns());
+    size_t next_invalid = 0;
+    for (int i = 0; i < batch.reports_size(); ++i) {
+      if (next_invalid < invalid.size() && invalid[next_invalid] == i) {
+        ++next_invalid;
+        continue;
+      }
+      *clean->add_reports() = batch.reports(i);
+    }
+  }
+  const ncclwatch::v1::NodeBatch& kept = clean ? *clean : batch;
   ncclwatch::v1::BatchAck ack;
   ack.set_batch_seq(batch.batch_seq());
   ack.set_rejected_reports(rejected);
@@ -115,7 +127,8 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
     last_received_ns_ = now;
     ticket = next_ticket_++;
   }
-  absl::StatusOr<bool> is_new = store_.PutBatchIfNew(clean, now);  // synced: durable from here
+  absl::StatusOr<bool> is_new =
+      store_.PutBatchIfNew(kept, now, &stored_source);  // synced: durable from here
   // Batches received earlier are analysed first, whichever write finished first; the turn passes
   // on however this one ends.
   {
@@ -144,16 +157,16 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
     return ack;
   }
   batches_stored_->Increment();
-  Analyse(clean, now, [this](const ncclwatch::v1::Event& e) { Handle(e); });
+  Analyse(kept, stored_source, now, [this](const ncclwatch::v1::Event& e) { Handle(e); });
   return ack;
 }
 
-void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-                     const EventHandler& handle) {
+void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, const std::string& source,
+                     int64_t received_ns, const EventHandler& handle) {
   std::vector<SeriesPoint> points;
   for (const auto& report : batch.reports()) {
     reports_ingested_->Increment();
-    Ingested ingested = analyzer_.Ingest(report, received_ns, batch.source());
+    Ingested ingested = analyzer_.Ingest(report, received_ns, source);
     for (const auto& event : ingested.events) handle(event);
     points.insert(points.end(), std::make_move_iterator(ingested.points.begin()),
                   std::make_move_iterator(ingested.points.end()));
@@ -199,7 +212,7 @@ absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns) {
         for (; next_tick_ns <= received_ns; next_tick_ns += kTickNs) {
           for (const auto& event : analyzer_.Tick(next_tick_ns)) handle_replayed(event);
         }
-        Analyse(batch, received_ns, handle_replayed);
+        Analyse(batch, batch.source(), received_ns, handle_replayed);
       });
   if (!s.ok()) return s;
   analyzer_.StartListening(now_ns);

@@ -57,10 +57,11 @@ class Ingest {
   using EventHandler = std::function<void(const ncclwatch::v1::Event&)>;
   // Logs, stores, counts and publishes one detection event.
   void Handle(const ncclwatch::v1::Event& event);
-  // Analyses the reports of a stored batch received at `received_ns` and stores their points;
-  // passes the events it causes to `handle` (live: Handle; replay: the events not stored before).
-  void Analyse(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-               const EventHandler& handle);
+  // Analyses the reports of a stored batch from `source` received at `received_ns` and stores
+  // their points; passes the events it causes to `handle` (live: Handle; replay: the events not
+  // stored before).
+  void Analyse(const ncclwatch::v1::NodeBatch& batch, const std::string& source,
+               int64_t received_ns, const EventHandler& handle);
   void StoreDetectionSeries(int64_t now_ns);
   void StorePoints(const std::vector<SeriesPoint>& points);
 

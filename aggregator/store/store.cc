@@ -152,7 +152,7 @@ absl::Status Store::LoadSeriesIndex() {
 }
 
 absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
-                                          int64_t received_ns) {
+                                          int64_t received_ns, const std::string* source) {
   std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
   auto mine = std::make_shared<ncclwatch::Notification>();
   for (;;) {
@@ -181,6 +181,11 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
   if (!batch.SerializeToString(&value)) {
     done();
     return absl::InternalError("cannot serialise batch");
+  }
+  if (source != nullptr) {
+    ncclwatch::v1::NodeBatch only_source;
+    only_source.set_source(*source);
+    only_source.AppendToString(&value);
   }
   const std::string log_key = EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog,
                                               .time = static_cast<uint64_t>(received_ns),

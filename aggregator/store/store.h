@@ -68,8 +68,11 @@ class Store {
   ~Store();
 
   // Stores the batch, received at `received_ns`, unless its (agent_id, batch_seq) is already
-  // stored. Returns true if it was new. Thread-safe.
-  absl::StatusOr<bool> PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns);
+  // stored. Returns true if it was new. With `source`, the batch is stored with that source
+  // instead of its own (without copying it: the field is appended to its encoding, and the last
+  // occurrence of a field is what decodes). Thread-safe.
+  absl::StatusOr<bool> PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
+                                     const std::string* source = nullptr);
   // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order.
   absl::Status ReplayBatches(
       int64_t since_ns,
