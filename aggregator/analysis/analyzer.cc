@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/hash/hash.h"
 #include "aggregator/analysis/detection_series.h"
 #include "aggregator/analysis/report_input.h"
 #include "common/log.h"
@@ -94,8 +95,14 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
   }
   Ingested out;
-  series_.AddReport(CommRegistry::RankLabels(key, entry->who, id.rank()), report, now_ns,
-                    report_points_ ? &out.points : nullptr);
+  {
+    // The rank's labels are made of these (CommRegistry::RankLabels).
+    const RankWho& who = entry->who.Rank(id.rank());
+    series_.AddReport(
+        absl::HashOf(entry->who.comm_name, who.node, who.cuda_device),
+        [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); }, report, now_ns,
+        report_points_ ? &out.points : nullptr);
+  }
 
   const RankInterval interval = ToRankInterval(report);
   detectors_.hangs.Update(key, interval, now_ns);

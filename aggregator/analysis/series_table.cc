@@ -4,6 +4,7 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
@@ -13,17 +14,24 @@ constexpr char kDropsFamily[] = "ncclwatch_plugin_drops_total";
 
 }  // namespace
 
-SeriesTable::Entry* SeriesTable::Set(Rank& rank, const char* name, bool inspector,
+SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name, bool inspector,
                                      LabelPairs&& labels, double value, int64_t sample_ms,
                                      int64_t now_ns) {
-  // A rank has a few dozen series: a linear scan beats hashing a key per series. Names are the
-  // families' constants, so they mostly compare by address.
+  auto matches = [&](const Entry& e) {
+    return (e.name == name || std::strcmp(e.name, name) == 0) && e.inspector == inspector &&
+           e.labels == labels;
+  };
+  // A rank has a few dozen series, which its reports list in the same order: the hinted one
+  // nearly always matches, and a linear scan finds the rest (cheaper than a hashed key each).
   Entry* entry = nullptr;
-  for (Entry& e : rank.entries) {
-    if ((e.name == name || std::strcmp(e.name, name) == 0) && e.inspector == inspector &&
-        e.labels == labels) {
-      entry = &e;
-      break;
+  if (*hint < rank.entries.size() && matches(rank.entries[*hint])) {
+    entry = &rank.entries[*hint];
+  } else {
+    for (Entry& e : rank.entries) {
+      if (matches(e)) {
+        entry = &e;
+        break;
+      }
     }
   }
   if (entry == nullptr) {
@@ -34,6 +42,7 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, const char* name, bool inspecto
     ++series_;
     entry = &rank.entries.emplace_back(Entry{name, inspector, std::move(labels)});
   }
+  *hint = static_cast<size_t>(entry - rank.entries.data()) + 1;
   entry->value = value;
   entry->time_ms = sample_ms;
   entry->updated_ns = now_ns;
@@ -42,14 +51,26 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, const char* name, bool inspecto
 
 void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
                             int64_t now_ns, std::vector<SeriesPoint>* points) {
+  AddReport(absl::HashOf(rank_labels), [&] { return rank_labels; }, report, now_ns, points);
+}
+
+void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
+                            const ncclwatch::v1::RankReport& report, int64_t now_ns,
+                            std::vector<SeriesPoint>* points) {
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   const int64_t sample_ms = (end_ns > 0 ? end_ns : now_ns) / 1'000'000;
   const auto& id = report.identity();
   RankKey key{id.job_id(), id.comm_hash(), id.rank()};
   Rank& rank = ranks_[key];
-  if (rank.labels != rank_labels) rank.labels = rank_labels;  // new, or its pod or node changed
+  if (!rank.labelled || rank.fingerprint != fingerprint) {  // new, or its node or GPU changed
+    rank.labels = make_labels();
+    rank.fingerprint = fingerprint;
+    rank.labelled = true;
+  }
+  size_t hint = 0;
   auto set = [&](const char* name, bool inspector, LabelPairs&& labels, double value) {
-    const Entry* e = Set(rank, name, inspector, std::move(labels), value, sample_ms, now_ns);
+    const Entry* e =
+        Set(rank, &hint, name, inspector, std::move(labels), value, sample_ms, now_ns);
     // The points the store keeps (--store-rank-series) carry the full label set.
     if (e == nullptr || points == nullptr) return;
     points->push_back({name, FullLabels(id.job_id(), rank, *e), value, sample_ms});

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "common/series.h"
 #include "ncclwatch/v1/report.pb.h"
 
@@ -28,6 +29,12 @@ class SeriesTable {
   // neither kept nor appended, and is counted.
   void AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
                  int64_t now_ns, std::vector<SeriesPoint>* points);
+  // The same, with the rank's labels made by `make_labels` only when `fingerprint` (a hash of
+  // what they are made of) differs from the rank's last report's: building them for every
+  // report was a good part of its cost.
+  void AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
+                 const ncclwatch::v1::RankReport& report, int64_t now_ns,
+                 std::vector<SeriesPoint>* points);
   // Forgets the series not updated within the TTL. Walks the table at most every TTL/60 (10 s by
   // default): called four times a second, a walk of a million series each time would cost more
   // than the reports that fill it.
@@ -55,6 +62,8 @@ class SeriesTable {
   // ~60 series each, per-series label sets were most of the aggregator's CPU per report and of
   // its memory.
   struct Rank {
+    uint64_t fingerprint = 0;
+    bool labelled = false;
     LabelPairs labels;
     std::vector<Entry> entries;
   };
@@ -68,9 +77,11 @@ class SeriesTable {
       return H::combine(std::move(h), k.job_id, k.comm_hash, k.rank);
     }
   };
-  // Sets one series of `rank`; null when it is new and the table is full (counted).
-  Entry* Set(Rank& rank, const char* name, bool inspector, LabelPairs&& labels, double value,
-             int64_t sample_ms, int64_t now_ns);
+  // Sets one series of `rank`; null when it is new and the table is full (counted). `*hint` is
+  // where to look first (a report lists its series in the order the last one did) and becomes
+  // the position after the series set.
+  Entry* Set(Rank& rank, size_t* hint, const char* name, bool inspector, LabelPairs&& labels,
+             double value, int64_t sample_ms, int64_t now_ns);
   // The full label set of `e`, a series of `rank` of job `job_id`.
   static LabelPairs FullLabels(const std::string& job_id, const Rank& rank, const Entry& e);
 

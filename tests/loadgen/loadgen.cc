@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -29,6 +30,7 @@
 #include "common/config.h"
 #include "common/rpc/backoff.h"
 #include "common/rpc/channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
@@ -61,6 +63,8 @@ struct Config {
   double query_every_s = 2;
   std::string summary_file;
   int64_t seed = 1;
+  bool prebuild = false;
+  double prebuild_margin_s = 0;
 };
 
 std::string ReadToken(const std::string& file) {
@@ -85,13 +89,14 @@ double Percentile(std::vector<double> v, double p) {
 class Sender {
  public:
   Sender(std::shared_ptr<grpc::Channel> channel, std::string token, int threads)
-      : stub_(ncclwatch::v1::Ingest::NewStub(channel)), token_(std::move(token)) {
+      : stub_(std::move(channel)), token_(std::move(token)) {
     queues_.resize(threads);
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this, i] { Run(i); });
   }
   ~Sender() { Stop(); }
 
-  void Enqueue(int node, std::unique_ptr<ncclwatch::v1::NodeBatch> batch) {
+  // A batch as the agents send it: every report already encoded (NodeBatchBytes).
+  void Enqueue(int node, std::unique_ptr<ncclwatch::v1::NodeBatchBytes> batch) {
     Queue& q = queues_[node % queues_.size()];
     {
       std::lock_guard<std::mutex> lock(q.mu);
@@ -137,7 +142,7 @@ class Sender {
   struct Queue {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::unique_ptr<ncclwatch::v1::NodeBatch>> items;
+    std::deque<std::unique_ptr<ncclwatch::v1::NodeBatchBytes>> items;
     bool stop = false;
   };
 
@@ -145,7 +150,7 @@ class Sender {
     Queue& q = queues_[i];
     Backoff backoff(std::chrono::milliseconds(100), kPushRetryMaxDelay, static_cast<uint32_t>(i));
     for (;;) {
-      std::unique_ptr<ncclwatch::v1::NodeBatch> batch;
+      std::unique_ptr<ncclwatch::v1::NodeBatchBytes> batch;
       {
         std::unique_lock<std::mutex> lock(q.mu);
         q.cv.wait(lock, [&] { return q.stop || !q.items.empty(); });
@@ -163,7 +168,14 @@ class Sender {
         batch->set_sent_unix_ns(static_cast<uint64_t>(simjob::NowNs()));
         ncclwatch::v1::BatchAck ack;
         wire_bytes_.fetch_add(bytes);
-        const grpc::Status s = stub_->Push(&context, *batch, &ack);
+        grpc::Status s;
+        std::promise<void> done;
+        stub_.UnaryCall(&context, "/ncclwatch.v1.Ingest/Push", grpc::StubOptions(), batch.get(),
+                        &ack, [&](grpc::Status status) {
+                          s = std::move(status);
+                          done.set_value();
+                        });
+        done.get_future().wait();
         if (s.ok()) {
           backoff.Reset();
           rejected_.fetch_add(ack.rejected_reports());
@@ -196,7 +208,7 @@ class Sender {
     }
   }
 
-  std::unique_ptr<ncclwatch::v1::Ingest::Stub> stub_;
+  grpc::TemplatedGenericStub<ncclwatch::v1::NodeBatchBytes, ncclwatch::v1::BatchAck> stub_;
   const std::string token_;
   std::deque<Queue> queues_;
   std::vector<std::thread> workers_;
@@ -258,6 +270,14 @@ int Main(int argc, char** argv) {
   t.AddString("summary-file", "", &c.summary_file,
               "Also write the summary as key=value lines to this file.");
   t.AddInt("seed", "", &c.seed, "Seed of the job model's jitter.");
+  t.AddBool("prebuild", "", &c.prebuild,
+            "Build every interval's batches before sending any (memory: ~2 KB per rank-second), "
+            "so that building them does not compete with the aggregator for the machine's "
+            "cores; sending then only stamps each batch's sent time. Prints 'loadgen: sending' "
+            "when the load starts.");
+  t.AddDouble("prebuild-margin-s", "", &c.prebuild_margin_s,
+              "With --prebuild, how far ahead the job's clock starts, to leave time for the "
+              "build (0: 5 s + 0.6 s per interval and 16,384 ranks).");
   absl::StatusOr<std::vector<std::string>> parsed = t.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ncclwatch-loadgen: %s\n", std::string(parsed.status().message()).c_str());
@@ -278,7 +298,15 @@ int Main(int argc, char** argv) {
   if (c.query_token_file.empty()) c.query_token_file = c.token_file;
   const int64_t ranks_per_job = c.tp * c.pp * c.dp;
   const int64_t interval_ns = static_cast<int64_t>(c.interval_s * 1e9);
-  const int64_t t0 = (simjob::NowNs() / interval_ns + 1) * interval_ns;
+  const int intervals = static_cast<int>(c.seconds / c.interval_s);
+  // With --prebuild the job's clock starts once every batch is built.
+  const double margin_s =
+      !c.prebuild ? 0
+      : c.prebuild_margin_s > 0
+          ? c.prebuild_margin_s
+          : 5 + 0.6 * intervals * static_cast<double>(ranks_per_job * c.jobs) / 16384;
+  const int64_t t0 =
+      ((simjob::NowNs() + static_cast<int64_t>(margin_s * 1e9)) / interval_ns + 1) * interval_ns;
 
   std::vector<std::unique_ptr<JobReports>> jobs;
   for (int64_t j = 0; j < c.jobs; ++j) {
@@ -319,6 +347,52 @@ int Main(int argc, char** argv) {
                static_cast<long long>(total_ranks), c.interval_s, static_cast<long long>(c.stride),
                c.seconds, c.aggregator.c_str());
 
+  // The schedule: every interval, every node of every job sends one batch.
+  std::vector<uint64_t> batch_seq(static_cast<size_t>(jobs[0]->nodes() * c.jobs), 0);
+  std::vector<double> lags, all_latencies;
+  int64_t max_backlog = 0, reports = 0;
+  using Batches = std::vector<std::pair<int, std::unique_ptr<ncclwatch::v1::NodeBatchBytes>>>;
+  // The batches of the interval ending at `end_ns`, each with its node's slot.
+  auto build = [&](int64_t end_ns) {
+    Batches out;
+    std::vector<ncclwatch::v1::RankReport> node_reports;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      JobReports& job = *jobs[j];
+      for (int n = 0; n < job.nodes(); ++n) {
+        auto batch = std::make_unique<ncclwatch::v1::NodeBatchBytes>();
+        node_reports.clear();
+        job.NodeReports(n, end_ns, &node_reports);
+        const size_t slot = j * job.nodes() + n;
+        batch->set_agent_id(absl::StrCat("loadgen-", j, "-", JobReports::NodeName(n)));
+        batch->set_batch_seq(++batch_seq[slot]);
+        batch->set_node(JobReports::NodeName(n));
+        batch->mutable_reports()->Reserve(static_cast<int>(node_reports.size()));
+        for (const auto& r : node_reports) r.SerializeToString(batch->add_reports());
+        reports += static_cast<int64_t>(node_reports.size());
+        out.emplace_back(static_cast<int>(slot), std::move(batch));
+      }
+    }
+    return out;
+  };
+  std::vector<Batches> prebuilt;
+  if (c.prebuild) {
+    const int64_t build_start = simjob::NowNs();
+    for (int k = 1; k <= intervals; ++k) {
+      prebuilt.push_back(build(t0 + k * interval_ns));
+      if (k % 10 == 0 || k == intervals) {
+        std::fprintf(stderr, "loadgen: built %d of %d intervals in %.1f s\n", k, intervals,
+                     static_cast<double>(simjob::NowNs() - build_start) / 1e9);
+      }
+    }
+    if (simjob::NowNs() > t0 + interval_ns / 2) {
+      std::fprintf(stderr,
+                   "ncclwatch-loadgen: building took %.1f s, past the job's start: raise "
+                   "--prebuild-margin-s\n",
+                   static_cast<double>(simjob::NowNs() - build_start) / 1e9);
+      return 1;
+    }
+    std::fprintf(stderr, "loadgen: sending\n");
+  }
   auto channel = ReconnectingChannel(c.aggregator, 1000);
   Sender sender(channel, ReadToken(c.token_file), static_cast<int>(c.senders));
   auto query = ncclwatch::v1::Query::NewStub(channel);
@@ -386,11 +460,6 @@ int Main(int argc, char** argv) {
     }
   });
 
-  // The schedule: every interval, every node of every job sends one batch.
-  std::vector<uint64_t> batch_seq(static_cast<size_t>(jobs[0]->nodes() * c.jobs), 0);
-  std::vector<double> lags, all_latencies;
-  int64_t max_backlog = 0, reports = 0;
-  const int intervals = static_cast<int>(c.seconds / c.interval_s);
   const auto cpu_start = std::clock();
   for (int k = 1; k <= intervals; ++k) {
     const int64_t end_ns = t0 + k * interval_ns;
@@ -398,22 +467,8 @@ int Main(int argc, char** argv) {
     // What is still unacknowledged from earlier intervals: a backlog that grows means the
     // aggregator does not keep up.
     max_backlog = std::max(max_backlog, sender.backlog());
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      JobReports& job = *jobs[j];
-      for (int n = 0; n < job.nodes(); ++n) {
-        auto batch = std::make_unique<ncclwatch::v1::NodeBatch>();
-        std::vector<ncclwatch::v1::RankReport> out;
-        job.NodeReports(n, end_ns, &out);
-        const size_t slot = j * job.nodes() + n;
-        batch->set_agent_id(absl::StrCat("loadgen-", j, "-", JobReports::NodeName(n)));
-        batch->set_batch_seq(++batch_seq[slot]);
-        batch->set_node(JobReports::NodeName(n));
-        batch->mutable_reports()->Reserve(static_cast<int>(out.size()));
-        for (auto& r : out) batch->mutable_reports()->Add(std::move(r));
-        reports += static_cast<int64_t>(out.size());
-        sender.Enqueue(static_cast<int>(slot), std::move(batch));
-      }
-    }
+    Batches batches = c.prebuild ? std::move(prebuilt[k - 1]) : build(end_ns);
+    for (auto& [slot, batch] : batches) sender.Enqueue(slot, std::move(batch));
     const double lag = static_cast<double>(simjob::NowNs() - end_ns) / 1e9;
     lags.push_back(lag);
     std::vector<double> lat = sender.TakeLatencies();
