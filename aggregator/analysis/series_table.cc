@@ -51,7 +51,8 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
 
 void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
                             int64_t now_ns, std::vector<SeriesPoint>* points) {
-  AddReport(absl::HashOf(rank_labels), [&] { return rank_labels; }, report, now_ns, points);
+  AddReport(
+      absl::HashOf(rank_labels), [&] { return rank_labels; }, report, now_ns, points);
 }
 
 void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
@@ -69,8 +70,7 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
   }
   size_t hint = 0;
   auto set = [&](const char* name, bool inspector, LabelPairs&& labels, double value) {
-    const Entry* e =
-        Set(rank, &hint, name, inspector, std::move(labels), value, sample_ms, now_ns);
+    const Entry* e = Set(rank, &hint, name, inspector, std::move(labels), value, sample_ms, now_ns);
     // The points the store keeps (--store-rank-series) carry the full label set.
     if (e == nullptr || points == nullptr) return;
     points->push_back({name, FullLabels(id.job_id(), rank, *e), value, sample_ms});
