@@ -187,6 +187,21 @@ TEST_F(AgentServerTest, AFileAtTheSocketPathFailsStart) {
   server.Stop();  // a no-op
 }
 
+TEST_F(AgentServerTest, AnAggregatorListNamingAShardTwiceFailsStart) {
+  for (const std::vector<std::string>& list :
+       {std::vector<std::string>{"a=127.0.0.1:1", "a=127.0.0.1:2"},
+        std::vector<std::string>{"127.0.0.1:1", "127.0.0.1:1"},
+        std::vector<std::string>{"=127.0.0.1:1"}}) {
+    AgentServerOptions options = Options();
+    options.aggregators = list;
+    AgentServer server(options);
+    absl::Status s = server.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << list[0];
+    EXPECT_NE(s.message().find("each name once"), std::string::npos) << s.message();
+    EXPECT_FALSE(Accepts(socket()));
+  }
+}
+
 TEST_F(AgentServerTest, AnUnknownSocketGroupFailsStartWithNothingListening) {
   AgentServerOptions options = Options();
   options.socket_group = "ncclwatch-no-such-group";

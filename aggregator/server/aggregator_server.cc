@@ -68,6 +68,9 @@ absl::Status AggregatorServer::StartGrpc() {
   // gRPC sets SO_REUSEPORT by default: a second aggregator would bind the same port and the two
   // would answer alternately. A port in use is an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Peers of a sharded service keep an idle Watch stream open and ping it every 30 s
+  // (shard_router.cc): allow that, rather than answer the third ping with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 20000);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
     grpc_.reset();

@@ -185,7 +185,7 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
       "job: it forwards a job's calls to its owner and merges calls about all jobs. "
       "Empty: it answers for its own jobs only.");
   t.AddString("shard-self", "NCCLWATCH_SHARD_SELF", &c.shard_self,
-              "This aggregator's name (or host:port) in --shard-peers.");
+              "This aggregator in --shard-peers: its name, or its whole entry.");
   t.AddString("shard-ca-file", "NCCLWATCH_SHARD_CA_FILE", &c.shard_ca_file,
               "PEM CA that signs the peers' gRPC certificates: forwarded calls then use TLS, "
               "presenting --tls-cert-file as client certificate. Empty: plaintext to peers.");

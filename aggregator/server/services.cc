@@ -94,17 +94,18 @@ grpc::ServerUnaryReactor* QueryService::Serve(grpc::CallbackServerContext* conte
 }
 
 template <typename Response>
-grpc::ServerUnaryReactor* QueryService::Route(
-    grpc::CallbackServerContext* context, Response* response, std::string_view job,
-    ShardRouter::Local<Response> local, ShardRouter::Remote<Response> remote,
-    std::function<absl::Status(std::vector<Response>&, Response*)> merge) {
+grpc::ServerUnaryReactor* QueryService::Route(grpc::CallbackServerContext* context,
+                                              Response* response, std::string_view job,
+                                              ShardRouter::Local<Response> local,
+                                              ShardRouter::Remote<Response> remote,
+                                              ShardRouter::Merge<Response> merge) {
   if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   if (router_ == nullptr || ShardRouter::Forwarded(*context)) {
     return Answer(context, local(), response);
   }
   if (!job.empty()) return router_->ForJob(context, job, response, local, remote);
   if (!merge) {
-    merge = [](std::vector<Response>& answers, Response* out) {
+    merge = [](std::vector<Response>& answers, const std::vector<bool>&, Response* out) {
       // Every field of these responses is repeated: merging concatenates.
       for (const Response& a : answers) out->MergeFrom(a);
       return absl::OkStatus();
@@ -184,7 +185,7 @@ grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* 
         stub->ListEvents(client, &(*requests)[peer], out, std::move(done));
       },
       [requests, cursors = *std::move(cursors), limit = request->limit()](
-          std::vector<Response>& answers, Response* out) {
+          std::vector<Response>& answers, const std::vector<bool>&, Response* out) {
         *out = MergeEvents(std::move(answers), cursors, limit);
         return absl::OkStatus();
       });
@@ -197,7 +198,7 @@ grpc::ServerUnaryReactor* QueryService::GetStats(grpc::CallbackServerContext* co
   return Route<Response>(
       context, response, "", [this]() -> absl::StatusOr<Response> { return ingest_.Stats(); },
       NCCLWATCH_FORWARD(GetStats, Response),
-      [](std::vector<Response>& answers, Response* out) {
+      [](std::vector<Response>& answers, const std::vector<bool>&, Response* out) {
         for (const Response& a : answers) {
           out->set_batches_stored(out->batches_stored() + a.batches_stored());
           out->set_batches_duplicate(out->batches_duplicate() + a.batches_duplicate());
@@ -257,7 +258,15 @@ grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* 
         if (peer < first) return done(grpc::Status::OK);  // paged past already
         stub->QueryRange(client, &(*requests)[peer], out, std::move(done));
       },
-      [first, max_series](std::vector<Response>& answers, Response* out) {
+      [requests, first, first_token, max_series](std::vector<Response>& answers,
+                                                 const std::vector<bool>& answered, Response* out) {
+        // The aggregator whose page the token continues must answer, or its series would be
+        // skipped for good.
+        if (!first_token.empty() && !answered[first]) {
+          return absl::UnavailableError(
+              "the aggregator this page continues on is unreachable: ask again with the same "
+              "page_token");
+        }
         for (size_t i = first; i < answers.size(); ++i) {
           Response& a = answers[i];
           const bool fits = static_cast<size_t>(out->series_size() + a.series_size()) <= max_series;
@@ -297,7 +306,7 @@ grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* co
   return Route<Response>(
       context, response, "", [this]() -> absl::StatusOr<Response> { return query_.ListJobs(); },
       NCCLWATCH_FORWARD(ListJobs, Response),
-      [](std::vector<Response>& answers, Response* out) {
+      [](std::vector<Response>& answers, const std::vector<bool>&, Response* out) {
         *out = MergeJobs(std::move(answers));
         return absl::OkStatus();
       });

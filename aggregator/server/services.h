@@ -81,10 +81,10 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   // Answers a unary call here (`local`), or, with a router and unless a peer forwarded it, on
   // `job`'s owner, or on every aggregator merged by `merge` (default: concatenated) for no job.
   template <typename Response>
-  grpc::ServerUnaryReactor* Route(
-      grpc::CallbackServerContext* context, Response* response, std::string_view job,
-      ShardRouter::Local<Response> local, ShardRouter::Remote<Response> remote,
-      std::function<absl::Status(std::vector<Response>&, Response*)> merge = nullptr);
+  grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* context, Response* response,
+                                  std::string_view job, ShardRouter::Local<Response> local,
+                                  ShardRouter::Remote<Response> remote,
+                                  ShardRouter::Merge<Response> merge = nullptr);
 
   QueryEngine& query_;
   Ingest& ingest_;

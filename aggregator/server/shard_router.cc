@@ -17,13 +17,11 @@
 namespace ncclwatch::aggregator {
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  if (absl::IsInvalidArgument(s)) code = grpc::StatusCode::INVALID_ARGUMENT;
-  if (absl::IsUnavailable(s)) code = grpc::StatusCode::UNAVAILABLE;
-  if (absl::IsResourceExhausted(s)) code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-  if (absl::IsDataLoss(s)) code = grpc::StatusCode::DATA_LOSS;
-  if (absl::IsNotFound(s)) code = grpc::StatusCode::NOT_FOUND;
-  return grpc::Status(code, std::string(s.message()));
+  // absl's and gRPC's canonical codes have the same numbers (0..16).
+  const int code = static_cast<int>(s.code());
+  return grpc::Status(
+      code >= 0 && code <= 16 ? static_cast<grpc::StatusCode>(code) : grpc::StatusCode::INTERNAL,
+      std::string(s.message()));
 }
 
 ncclwatch::v1::ListJobsResponse MergeJobs(std::vector<ncclwatch::v1::ListJobsResponse> answers) {
@@ -182,7 +180,10 @@ absl::StatusOr<std::unique_ptr<ShardRouter>> ShardRouter::Create(ShardOptions op
     Peer p;
     if (i != self) {
       grpc::ChannelArguments args;
+      // A relay's Watch stream may stay idle for hours: ping it, so that a peer that vanished
+      // (no RST) is noticed, and keep pinging without data (the peers allow every 20 s).
       args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+      args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
       p.stub = ncclwatch::v1::Query::NewStub(
           grpc::CreateCustomChannel(members[i].address, credentials, args));
     }

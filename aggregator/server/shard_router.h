@@ -77,7 +77,10 @@ class ShardRouter {
   template <typename Response>
   using Local = std::function<absl::StatusOr<Response>()>;
   template <typename Response>
+  using Merge = std::function<absl::Status(std::vector<Response>& answers,
+                                           const std::vector<bool>& answered, Response* out)>;
   // Sends the call to peer `peer` (it may also answer at once, calling back with OK, to skip it).
+  template <typename Response>
   using Remote =
       std::function<void(size_t peer, ncclwatch::v1::Query::StubInterface::async_interface*,
                          grpc::ClientContext*, Response*, std::function<void(grpc::Status)>)>;
@@ -88,12 +91,12 @@ class ShardRouter {
                                    Response* response, Local<Response> local,
                                    Remote<Response> remote);
   // Answers a call about every job: `local` here and `remote` on every peer at once, then
-  // `merge(answers, response)` over the answers in peer order (an unreachable peer's is empty).
+  // `merge(answers, answered, response)` over the answers in peer order (an unreachable peer's is
+  // empty, and false in `answered`).
   template <typename Response>
-  grpc::ServerUnaryReactor* ForAll(
-      grpc::CallbackServerContext* context, Response* response, Local<Response> local,
-      Remote<Response> remote,
-      std::function<absl::Status(std::vector<Response>&, Response*)> merge);
+  grpc::ServerUnaryReactor* ForAll(grpc::CallbackServerContext* context, Response* response,
+                                   Local<Response> local, Remote<Response> remote,
+                                   Merge<Response> merge);
 
   // The peers' names, in --shard-peers order.
   const std::vector<std::string>& peers() const { return names_; }
@@ -176,9 +179,9 @@ grpc::ServerUnaryReactor* ShardRouter::ForJob(grpc::CallbackServerContext* conte
 }
 
 template <typename Response>
-grpc::ServerUnaryReactor* ShardRouter::ForAll(
-    grpc::CallbackServerContext* context, Response* response, Local<Response> local,
-    Remote<Response> remote, std::function<absl::Status(std::vector<Response>&, Response*)> merge) {
+grpc::ServerUnaryReactor* ShardRouter::ForAll(grpc::CallbackServerContext* context,
+                                              Response* response, Local<Response> local,
+                                              Remote<Response> remote, Merge<Response> merge) {
   struct State {
     std::vector<Response> answers;
     std::vector<grpc::Status> status;
@@ -194,8 +197,10 @@ grpc::ServerUnaryReactor* ShardRouter::ForAll(
   auto* reactor = context->DefaultReactor();
   auto done = [this, state, reactor, context, response, merge]() {
     std::string unreachable;
+    std::vector<bool> answered(state->status.size(), true);
     for (size_t i = 0; i < state->status.size(); ++i) {
       if (state->status[i].ok()) continue;
+      answered[i] = false;
       // A peer's own refusal (a bad page token, a bad selector) is the caller's error.
       const auto code = state->status[i].error_code();
       if (code != grpc::StatusCode::UNAVAILABLE && code != grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -207,7 +212,7 @@ grpc::ServerUnaryReactor* ShardRouter::ForAll(
       unreachable += names_[i];
     }
     if (!unreachable.empty()) context->AddTrailingMetadata(kUnreachableTrailer, unreachable);
-    const absl::Status merged = merge(state->answers, response);
+    const absl::Status merged = merge(state->answers, answered, response);
     reactor->Finish(merged.ok() ? grpc::Status::OK : ToGrpcStatus(merged));
   };
   for (size_t i = 0; i < n; ++i) {
