@@ -211,6 +211,9 @@ std::unique_ptr<grpc::ClientContext> ShardRouter::Forward(
     client->AddMetadata("authorization", std::string(it->second.data(), it->second.size()));
   }
   client->AddMetadata(kShardHopHeader, "1");
+  // A peer that just restarted (a rolling update) is reconnected to within the deadline rather
+  // than reported unreachable at once; one that stays down costs the call its timeout.
+  client->set_wait_for_ready(true);
   client->set_deadline(std::min(from.deadline(), std::chrono::system_clock::now() +
                                                      absl::ToChronoNanoseconds(options_.timeout)));
   return client;
@@ -276,8 +279,9 @@ void ShardRouter::RelayPeer(size_t peer, TokenFile* token) {
 }
 
 grpc::Status ShardRouter::Unreachable(size_t peer, const grpc::Status& status) const {
+  // Unavailable, or not reached within the deadline (the call waits for a connection).
   return grpc::Status(
-      status.error_code(),
+      grpc::StatusCode::UNAVAILABLE,
       absl::StrCat("aggregator ", names_[peer], " is unreachable: ", status.error_message()));
 }
 

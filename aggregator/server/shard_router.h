@@ -48,7 +48,9 @@ struct ShardOptions {
   std::vector<std::string> peers;
   std::string self;  // this aggregator's name (or its entry) in `peers`
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // towards the peers; null: plaintext
-  absl::Duration timeout = absl::Seconds(10);             // of a forwarded call
+  // Of a forwarded call, waiting for a (re)connection included: how long an answer about all
+  // jobs waits for a peer that is down before it is given without that peer's part.
+  absl::Duration timeout = absl::Seconds(5);
 };
 
 // Merging the answers of several aggregators (exposed for tests). `answers[i]` came from peer i.
