@@ -40,14 +40,21 @@ absl::Status AggregatorServer::OpenAndReplay() {
   ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_);
   query_ = std::make_unique<QueryEngine>(*store_, *analyzer_);
   const int64_t started = absl::GetCurrentTimeNanos();
-  auto replayed = ingest_->Replay(started - options_.replay_ns, started);
+  const int64_t window_start = started - options_.replay_ns;
+  const int64_t replay_from = store_->ReplayStart(window_start, started, options_.replay_max_bytes);
+  if (replay_from > window_start) {
+    LogInfo(
+        "the last %.0f s of batches exceed --replay-max-mib; replaying the newest %.1f s of them",
+        options_.replay_ns / 1e9, (started - replay_from) / 1e9);
+  }
+  auto replayed = ingest_->Replay(replay_from, started);
   if (!replayed.ok()) {
     return absl::Status(
         replayed.status().code(),
         absl::StrFormat("replaying the stored batches: %s", replayed.status().message()));
   }
   LogInfo("replayed %d stored batches of the last %.0f s into the detectors in %.2f s", *replayed,
-          options_.replay_ns / 1e9, (absl::GetCurrentTimeNanos() - started) / 1e9);
+          (started - replay_from) / 1e9, (absl::GetCurrentTimeNanos() - started) / 1e9);
   return absl::OkStatus();
 }
 

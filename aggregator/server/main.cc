@@ -45,6 +45,7 @@ struct AggregatorConfig {
   double remote_write_interval_s = 10;
   bool remote_write_all_series = false;
   double replay_s = 600;
+  int64_t replay_max_mib = 128;
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
@@ -169,6 +170,10 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddDouble("replay-s", "", &c.replay_s,
               "At start-up, feed the batches of the last this-many seconds to the detectors again, "
               "so they resume where they stopped.");
+  t.AddInt("replay-max-mib", "", &c.replay_max_mib,
+           "Replay at most this much of the stored batch log (MiB as stored, compressed): the "
+           "newest part of --replay-s, so that a restart with a 16,384-rank job stays within "
+           "about 20 s (~23 s of its batches; a 1,024-rank job's whole 600 s fit). 0: no bound.");
   t.AddString("remote-write-url", "NCCLWATCH_REMOTE_WRITE_URL", &c.remote_write_url,
               "Also push the exported series to this Prometheus remote-write endpoint, e.g. "
               "http://mimir:8080/api/v1/push (empty: off).");
@@ -302,6 +307,11 @@ int Main(int argc, char** argv) {
   }
   options.analyzer = AnalyzerOptionsOf(config);
   options.replay_ns = static_cast<int64_t>(config.replay_s * 1e9);
+  if (config.replay_max_mib < 0) {
+    LogError("--replay-max-mib must be 0 (no bound) or more");
+    return 2;
+  }
+  options.replay_max_bytes = static_cast<uint64_t>(config.replay_max_mib) << 20;
   if (options.batch_log_retention_ns < options.replay_ns ||
       options.batch_log_retention_ns > options.retention_ns) {
     LogError(

@@ -221,6 +221,31 @@ absl::Status Store::ReplayBatches(
   return FromRocks(it->status(), "batch log scan");
 }
 
+int64_t Store::ReplayStart(int64_t since_ns, int64_t until_ns, uint64_t max_bytes) const {
+  if (max_bytes == 0 || since_ns >= until_ns) return since_ns;
+  const std::string end = EncodeStoreKey(
+      {.kind = StoreKey::Kind::kBatchLog, .time = static_cast<uint64_t>(until_ns) + 1});
+  auto bytes_from = [&](int64_t t) {
+    const std::string begin =
+        EncodeStoreKey({.kind = StoreKey::Kind::kBatchLog, .time = static_cast<uint64_t>(t)});
+    const rocksdb::Range range(begin, end);
+    rocksdb::SizeApproximationOptions o;
+    o.include_memtables = true;
+    o.include_files = true;
+    uint64_t size = 0;
+    if (!db_->GetApproximateSizes(o, batches_, &range, 1, &size).ok()) return uint64_t{0};
+    return size;
+  };
+  if (bytes_from(since_ns) <= max_bytes) return since_ns;
+  // bytes_from falls with t: the earliest t (to 10 ms) whose window fits.
+  int64_t too_much = since_ns, fits = until_ns;
+  while (fits - too_much > 10'000'000) {
+    const int64_t mid = too_much + (fits - too_much) / 2;
+    (bytes_from(mid) > max_bytes ? too_much : fits) = mid;
+  }
+  return fits;
+}
+
 absl::StatusOr<uint64_t> Store::CountBatches() const {
   uint64_t n = 0;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), batches_));

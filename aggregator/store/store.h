@@ -78,6 +78,10 @@ class Store {
       int64_t since_ns,
       const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t received_ns)>& fn,
       int64_t until_ns = INT64_MAX) const;
+  // The latest time in [since_ns, until_ns] from which the batch log holds at most about
+  // `max_bytes` (as stored, compressed; RocksDB's approximate sizes, no read of the log), or
+  // `since_ns` when the whole window fits or `max_bytes` is 0. Bounds what a start-up replays.
+  int64_t ReplayStart(int64_t since_ns, int64_t until_ns, uint64_t max_bytes) const;
   // Number of batches in the store (scans keys; for tests and start-up logging).
   absl::StatusOr<uint64_t> CountBatches() const;
 

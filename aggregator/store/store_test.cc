@@ -30,6 +30,41 @@ ncclwatch::v1::NodeBatch Batch(const std::string& agent, uint64_t seq) {
   return b;
 }
 
+TEST_F(StoreTest, ReplayStartBoundsTheReplayedBytesToTheNewestBatches) {
+  constexpr int64_t kSecond = 1'000'000'000;
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    // 200 batches, one a second, each 20 KB of noise (about 15 KB compressed).
+    uint64_t x = 88172645463325252ull;
+    for (uint64_t i = 1; i <= 200; ++i) {
+      ncclwatch::v1::NodeBatch b = Batch("a", i);
+      std::string noise(20'000, '\0');
+      for (char& c : noise) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c = static_cast<char>('0' + x % 64);  // text: 6 bits a byte
+      }
+      b.set_node(noise);
+      ASSERT_TRUE(*(*store)->PutBatchIfNew(b, static_cast<int64_t>(i) * kSecond));
+    }
+  }
+  auto store = Store::Open(dir_);  // as at a start-up: the batches are in table files
+  ASSERT_TRUE(store.ok()) << store.status();
+  const int64_t end = 200 * kSecond;
+  EXPECT_EQ((*store)->ReplayStart(0, end, 0), 0);          // no bound
+  EXPECT_EQ((*store)->ReplayStart(0, end, 100 << 20), 0);  // the whole window fits
+  // 1 MiB holds about 70 of them: the replay starts about 130 s in.
+  const int64_t from = (*store)->ReplayStart(0, end, 1 << 20);
+  EXPECT_GT(from, 100 * kSecond);
+  EXPECT_LT(from, 175 * kSecond);
+  int replayed = 0;
+  ASSERT_TRUE((*store)->ReplayBatches(from, [&](const auto&, int64_t) { ++replayed; }).ok());
+  EXPECT_GT(replayed, 25);
+  EXPECT_LT(replayed, 100);
+}
+
 TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
   {
     auto store = Store::Open(dir_);
