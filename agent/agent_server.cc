@@ -4,10 +4,8 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
-#include <set>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "agent/agent_service.h"
@@ -48,17 +46,9 @@ absl::Status AgentServer::OpenForwarders() {
   const std::vector<std::string>& endpoints = options_.aggregators;
   if (endpoints.empty()) return absl::InvalidArgumentError("no aggregator endpoint");
   const int64_t spool_share = options_.spool_max_bytes / static_cast<int64_t>(endpoints.size());
-  std::set<std::string> names;
-  for (const std::string& entry : endpoints) {
-    const ShardMember member = ParseShardMember(entry);
-    if (member.name.empty() || member.address.empty() || !names.insert(member.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--aggregator entry '", entry,
-          "': expected host:port or name=host:port, each name once (jobs are placed by name)"));
-    }
-  }
-  for (const std::string& entry : endpoints) {
-    const ShardMember member = ParseShardMember(entry);
+  absl::StatusOr<std::vector<ShardMember>> members = ParseShardMembers(endpoints, "--aggregator");
+  if (!members.ok()) return members.status();
+  for (const ShardMember& member : *members) {
     const std::string& endpoint = member.address;
     ForwarderOptions fopts;
     fopts.aggregator = endpoint;

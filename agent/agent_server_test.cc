@@ -197,6 +197,7 @@ TEST_F(AgentServerTest, AnAggregatorListNamingAShardTwiceFailsStart) {
     AgentServer server(options);
     absl::Status s = server.Start();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << list[0];
+    EXPECT_NE(s.message().find("--aggregator entry"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("each name once"), std::string::npos) << s.message();
     EXPECT_FALSE(Accepts(socket()));
   }

@@ -1,5 +1,10 @@
 #include "common/rendezvous.h"
 
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
 namespace ncclwatch {
 namespace {
 
@@ -23,6 +28,22 @@ ShardMember ParseShardMember(std::string_view entry) {
   const size_t eq = entry.find('=');
   if (eq == std::string_view::npos) return {std::string(entry), std::string(entry)};
   return {std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1))};
+}
+
+absl::StatusOr<std::vector<ShardMember>> ParseShardMembers(const std::vector<std::string>& entries,
+                                                           std::string_view flag) {
+  std::vector<ShardMember> members;
+  std::set<std::string> names;
+  for (const std::string& entry : entries) {
+    ShardMember m = ParseShardMember(entry);
+    if (m.name.empty() || m.address.empty() || !names.insert(m.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::string_view(flag.data(), flag.size()), " entry '", entry,
+          "': expected host:port or name=host:port, each name once (keys are placed by name)"));
+    }
+    members.push_back(std::move(m));
+  }
+  return members;
 }
 
 uint64_t RendezvousScore(std::string_view member, std::string_view key) {

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace ncclwatch {
 
 // A member of a sharded service as a flag lists it: "name=host:port", or just "host:port" (then
@@ -24,6 +26,10 @@ struct ShardMember {
   std::string address;
 };
 ShardMember ParseShardMember(std::string_view entry);
+// Every entry of a member list (`flag` names it in errors); InvalidArgument for an empty name or
+// address, or a name listed twice (keys are placed by name).
+absl::StatusOr<std::vector<ShardMember>> ParseShardMembers(const std::vector<std::string>& entries,
+                                                           std::string_view flag);
 
 // The score of `member` for `key`; deterministic across processes, builds and machines.
 uint64_t RendezvousScore(std::string_view member, std::string_view key);

@@ -83,5 +83,18 @@ TEST(RendezvousTest, MembersAreNamedOrNamedByTheirAddress) {
   EXPECT_EQ(plain.address, "aggregator.ncclwatch:9470");
 }
 
+TEST(RendezvousTest, AMemberListNamesEachMemberOnce) {
+  auto ok = ParseShardMembers({"a=10.0.0.1:9470", "10.0.0.2:9470"}, "--x");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[1].name, "10.0.0.2:9470");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"a=1:1", "a=2:2"}, std::vector<std::string>{"=1:1"},
+        std::vector<std::string>{"a="}}) {
+    auto parsed = ParseShardMembers(bad, "--x");
+    EXPECT_TRUE(absl::IsInvalidArgument(parsed.status())) << bad[0];
+    EXPECT_NE(parsed.status().message().find("--x entry"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace ncclwatch

@@ -4,7 +4,6 @@
 #include <iterator>
 #include <utility>
 
-#include "absl/hash/hash.h"
 #include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
@@ -49,12 +48,6 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
   return entry;
 }
 
-void SeriesTable::AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
-                            int64_t now_ns, std::vector<SeriesPoint>* points) {
-  AddReport(
-      absl::HashOf(rank_labels), [&] { return rank_labels; }, report, now_ns, points);
-}
-
 void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
                             const ncclwatch::v1::RankReport& report, int64_t now_ns,
                             std::vector<SeriesPoint>* points) {
@@ -63,10 +56,9 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
   const auto& id = report.identity();
   RankKey key{id.job_id(), id.comm_hash(), id.rank()};
   Rank& rank = ranks_[key];
-  if (!rank.labelled || rank.fingerprint != fingerprint) {  // new, or its node or GPU changed
+  if (rank.labels.empty() || rank.fingerprint != fingerprint) {  // new, or its node changed
     rank.labels = make_labels();
     rank.fingerprint = fingerprint;
-    rank.labelled = true;
   }
   size_t hint = 0;
   auto set = [&](const char* name, bool inspector, LabelPairs&& labels, double value) {
@@ -118,7 +110,7 @@ void SeriesTable::Expire(int64_t now_ns) {
 LabelPairs SeriesTable::FullLabels(const std::string& job_id, const Rank& rank, const Entry& e) {
   LabelPairs labels;
   labels.reserve(rank.labels.size() + 2 + e.labels.size());
-  labels = rank.labels;
+  labels.insert(labels.end(), rank.labels.begin(), rank.labels.end());
   if (e.inspector) {
     const LabelPairs job = InspectorJobLabels(job_id);
     labels.insert(labels.end(), job.begin(), job.end());

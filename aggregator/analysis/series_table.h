@@ -27,11 +27,9 @@ class SeriesTable {
   // so that reports delivered together -- e.g. after an outage -- stay distinct points. Appends
   // the points it set to `points` (what the store keeps). A new series beyond `max_series` is
   // neither kept nor appended, and is counted.
-  void AddReport(const LabelPairs& rank_labels, const ncclwatch::v1::RankReport& report,
-                 int64_t now_ns, std::vector<SeriesPoint>* points);
-  // The same, with the rank's labels made by `make_labels` only when `fingerprint` (a hash of
-  // what they are made of) differs from the rank's last report's: building them for every
-  // report was a good part of its cost.
+  // The rank's labels are made by `make_labels`, only when `fingerprint` (a hash of what they are
+  // made of) differs from the rank's last report's: building them for every report was a good
+  // part of its cost.
   void AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
                  const ncclwatch::v1::RankReport& report, int64_t now_ns,
                  std::vector<SeriesPoint>* points);
@@ -62,8 +60,7 @@ class SeriesTable {
   // ~60 series each, per-series label sets were most of the aggregator's CPU per report and of
   // its memory.
   struct Rank {
-    uint64_t fingerprint = 0;
-    bool labelled = false;
+    uint64_t fingerprint = 0;  // of `labels` (none yet: a new rank)
     LabelPairs labels;
     std::vector<Entry> entries;
   };

@@ -6,11 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/hash/hash.h"
 #include "gtest/gtest.h"
 #include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
 namespace {
+
+// Adds a report of the rank `labels` name (their hash is the fingerprint).
+void Add(SeriesTable& table, const LabelPairs& labels, const ncclwatch::v1::RankReport& report,
+         int64_t now_ns, std::vector<SeriesPoint>* points) {
+  table.AddReport(
+      absl::HashOf(labels), [&] { return labels; }, report, now_ns, points);
+}
 
 ncclwatch::v1::RankReport ReportWithDrops(uint64_t events_dropped) {
   ncclwatch::v1::RankReport r;
@@ -28,9 +36,9 @@ TEST(SeriesTableTest, KeepsTheLatestValueAndExportsNameAndLabelsExactly) {
                              {"comm_name", ""},
                              {"rank", "12"}};
   std::vector<SeriesPoint> points;
-  table.AddReport(labels, ReportWithDrops(3), 1'000'000'000, &points);
+  Add(table, labels, ReportWithDrops(3), 1'000'000'000, &points);
   ASSERT_EQ(points.size(), 5u);  // one per drop kind
-  table.AddReport(labels, ReportWithDrops(7), 2'000'000'000, nullptr);
+  Add(table, labels, ReportWithDrops(7), 2'000'000'000, nullptr);
   EXPECT_EQ(table.size(), 5u);
   std::vector<SeriesPoint> out;
   table.AppendTo(&out);
@@ -52,7 +60,7 @@ TEST(SeriesTableTest, KeepsTheLatestValueAndExportsNameAndLabelsExactly) {
   EXPECT_EQ(events, 1);
   // Beyond the cap: neither kept nor exported, counted.
   SeriesTable small(2, 60'000'000'000);
-  small.AddReport(labels, ReportWithDrops(1), 1'000'000'000, nullptr);
+  Add(small, labels, ReportWithDrops(1), 1'000'000'000, nullptr);
   EXPECT_EQ(small.size(), 2u);
   EXPECT_EQ(small.capped(), 3u);
   // Forgotten after the TTL without updates.
@@ -84,7 +92,7 @@ TEST(SeriesTableTest, TaggedOperationsGetAPerTagBreakdownWithBoundedTags) {
   AddStats(&r, "AllGather", uint64_t{1} << 63 | 2, 4, 4 * 10.0);  // NCCL's reserved range
   SeriesTable table(1000, 60'000'000'000);
   std::vector<SeriesPoint> points;
-  table.AddReport({{"rank", "3"}}, r, 1'000'000'000, &points);
+  Add(table, {{"rank", "3"}}, r, 1'000'000'000, &points);
   std::map<std::string, double> tagged;
   double inspector_all_reduce = 0;
   for (const SeriesPoint& p : points) {
@@ -115,6 +123,47 @@ TEST(SeriesTableTest, TaggedOperationsGetAPerTagBreakdownWithBoundedTags) {
   EXPECT_TRUE(tags.contains("other"));
   EXPECT_TRUE(tags.contains("40"));
   EXPECT_FALSE(tags.contains("24"));  // 25..40 are the 16 most frequent
+}
+
+TEST(SeriesTableTest, ARanksSeriesAreUpdatedInAnyOrderAndRelabelledWhenItsNodeChanges) {
+  SeriesTable table(1000, 60'000'000'000);
+  ncclwatch::v1::RankReport r;
+  r.set_interval_end_unix_ns(5'000'000'000);
+  r.mutable_identity()->set_nranks(8);
+  AddStats(&r, "AllReduce", 0, 10, 10 * 50.0);
+  AddStats(&r, "AllGather", 0, 10, 10 * 20.0);
+  const LabelPairs on_a = {{"rank", "3"}, {"node", "a"}};
+  Add(table, on_a, r, 1'000'000'000, nullptr);
+  const size_t series = table.size();
+  ASSERT_EQ(series, 2u);  // the execution time of each operation
+  // The next report lists the same operations the other way round, with new values.
+  ncclwatch::v1::RankReport reversed = r;
+  reversed.mutable_stats()->SwapElements(0, 1);
+  reversed.mutable_stats(1)->set_exec_time_us_sum(10 * 70.0);  // AllReduce, now 70 us
+  Add(table, on_a, reversed, 2'000'000'000, nullptr);
+  EXPECT_EQ(table.size(), series);  // the same series, none twice
+  std::vector<SeriesPoint> out;
+  table.AppendTo(&out);
+  const std::pair<std::string, std::string> all_reduce{"collective", "AllReduce"};
+  int updated = 0;
+  for (const SeriesPoint& p : out) {
+    EXPECT_EQ(p.labels[1], (std::pair<std::string, std::string>{"node", "a"}));
+    if (p.name == "nccl_collective_exec_time_microseconds" &&
+        std::find(p.labels.begin(), p.labels.end(), all_reduce) != p.labels.end()) {
+      EXPECT_DOUBLE_EQ(p.value, 70.0);
+      ++updated;
+    }
+  }
+  EXPECT_EQ(updated, 1);
+  // The rank moved to another node: its series carry the new label from its next report on.
+  const LabelPairs on_b = {{"rank", "3"}, {"node", "b"}};
+  Add(table, on_b, reversed, 3'000'000'000, nullptr);
+  EXPECT_EQ(table.size(), series);
+  out.clear();
+  table.AppendTo(&out);
+  for (const SeriesPoint& p : out) {
+    EXPECT_EQ(p.labels[1], (std::pair<std::string, std::string>{"node", "b"}));
+  }
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "aggregator/server/watch.h"
 #include "common/daemon.h"
@@ -100,6 +98,16 @@ grpc::ServerUnaryReactor* QueryService::Route(grpc::CallbackServerContext* conte
                                               ShardRouter::Remote<Response> remote,
                                               ShardRouter::Merge<Response> merge) {
   if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
+  return RouteAdmitted(context, response, job, std::move(local), std::move(remote),
+                       std::move(merge));
+}
+
+template <typename Response>
+grpc::ServerUnaryReactor* QueryService::RouteAdmitted(grpc::CallbackServerContext* context,
+                                                      Response* response, std::string_view job,
+                                                      ShardRouter::Local<Response> local,
+                                                      ShardRouter::Remote<Response> remote,
+                                                      ShardRouter::Merge<Response> merge) {
   if (router_ == nullptr || ShardRouter::Forwarded(*context)) {
     return Answer(context, local(), response);
   }
@@ -166,17 +174,15 @@ grpc::ServerUnaryReactor* QueryService::ListEvents(grpc::CallbackServerContext* 
         [this, request]() { return query_.ListEvents(*request); },
         NCCLWATCH_FORWARD(ListEvents, Response));
   }
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
   // Every aggregator reads on from its own cursor in the page token.
   absl::StatusOr<std::vector<std::string>> cursors =
       ParseEventCursors(request->page_token(), router_->peers().size());
-  if (!cursors.ok()) {
-    if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
-    return Finished(context, ToGrpcStatus(cursors.status()));
-  }
+  if (!cursors.ok()) return Finished(context, ToGrpcStatus(cursors.status()));
   auto requests = std::make_shared<std::vector<Request>>(cursors->size(), *request);
   for (size_t i = 0; i < requests->size(); ++i) (*requests)[i].set_page_token((*cursors)[i]);
   const size_t self = router_->self();
-  return Route<Response>(
+  return RouteAdmitted<Response>(
       context, response, "",
       [this, requests, self]() { return query_.ListEvents((*requests)[self]); },
       [requests](size_t peer, ncclwatch::v1::Query::StubInterface::async_interface* stub,
@@ -224,29 +230,19 @@ grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* 
         [this, request]() { return query_.QueryRange(*request, absl::GetCurrentTimeNanos()); },
         NCCLWATCH_FORWARD(QueryRange, Response));
   }
-  // Series are paged aggregator by aggregator: "shards:<peer>;<that peer's own page token>".
-  size_t first = 0;
-  std::string first_token;
-  if (!request->page_token().empty()) {
-    const absl::string_view token = request->page_token();
-    const size_t semicolon = token.find(';');
-    const size_t peers = router_->peers().size();
-    if (!absl::StartsWith(token, "shards:") || semicolon == absl::string_view::npos ||
-        !absl::SimpleAtoi(token.substr(7, semicolon - 7), &first) || first >= peers) {
-      if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
-      return Finished(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                            "malformed page_token (not one of this sharded "
-                                            "service's: start again without it)"));
-    }
-    first_token = std::string(token.substr(semicolon + 1));
-  }
+  if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
+  // Series are paged aggregator by aggregator.
+  absl::StatusOr<SeriesPage> page = ParseSeriesPage(request->page_token(), router_->peers().size());
+  if (!page.ok()) return Finished(context, ToGrpcStatus(page.status()));
+  const size_t first = page->peer;
+  const std::string first_token = page->token;
   auto requests = std::make_shared<std::vector<Request>>(router_->peers().size(), *request);
   for (size_t i = 0; i < requests->size(); ++i) {
     (*requests)[i].set_page_token(i == first ? first_token : "");
   }
   const size_t self = router_->self();
   const size_t max_series = request->max_series() == 0 ? 1000 : request->max_series();
-  return Route<Response>(
+  return RouteAdmitted<Response>(
       context, response, "",
       [this, requests, self, first]() -> absl::StatusOr<Response> {
         if (self < first) return Response();
@@ -273,13 +269,13 @@ grpc::ServerUnaryReactor* QueryService::QueryRange(grpc::CallbackServerContext* 
           if (out->series_size() > 0 && (!fits || a.truncated())) {
             // Whole answers only: this peer's page starts the next one.
             out->set_truncated(true);
-            out->set_next_page_token(absl::StrCat("shards:", i, ";"));
+            out->set_next_page_token(SeriesPageToken(i, ""));
             return absl::OkStatus();
           }
           for (auto& ts : *a.mutable_series()) *out->add_series() = std::move(ts);
           if (a.truncated()) {
             out->set_truncated(true);
-            out->set_next_page_token(absl::StrCat("shards:", i, ";", a.next_page_token()));
+            out->set_next_page_token(SeriesPageToken(i, a.next_page_token()));
             return absl::OkStatus();
           }
         }
@@ -291,12 +287,12 @@ grpc::ServerUnaryReactor* QueryService::GetTrace(grpc::CallbackServerContext* co
                                                  const ncclwatch::v1::GetTraceRequest* request,
                                                  ncclwatch::v1::GetTraceResponse* response) {
   using Response = ncclwatch::v1::GetTraceResponse;
-  // A trace is of one job's communicator: the job's owner has it (an empty job id is refused
-  // there as everywhere).
-  return Route<Response>(
-      context, response, request->job_id().empty() ? std::string_view("-") : request->job_id(),
-      [this, request]() { return query_.GetTrace(*request, absl::GetCurrentTimeNanos()); },
-      NCCLWATCH_FORWARD(GetTrace, Response));
+  auto local = [this, request]() { return query_.GetTrace(*request, absl::GetCurrentTimeNanos()); };
+  // A trace is of one job's communicator, which the job's owner has; without a job id it is
+  // refused here as anywhere.
+  if (request->job_id().empty()) return Serve(context, response, local);
+  return Route<Response>(context, response, request->job_id(), local,
+                         NCCLWATCH_FORWARD(GetTrace, Response));
 }
 
 grpc::ServerUnaryReactor* QueryService::ListJobs(grpc::CallbackServerContext* context,

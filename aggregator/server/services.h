@@ -78,13 +78,19 @@ class QueryService final : public ncclwatch::v1::Query::CallbackService {
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, Response* response,
                                   Answer&& answer);
 
-  // Answers a unary call here (`local`), or, with a router and unless a peer forwarded it, on
-  // `job`'s owner, or on every aggregator merged by `merge` (default: concatenated) for no job.
+  // Answers a unary call, once the caller's token is admitted, here (`local`), or, with a router
+  // and unless a peer forwarded it, on `job`'s owner, or on every aggregator merged by `merge`
+  // (default: concatenated) for no job. RouteAdmitted: the token was checked already.
   template <typename Response>
   grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* context, Response* response,
                                   std::string_view job, ShardRouter::Local<Response> local,
                                   ShardRouter::Remote<Response> remote,
                                   ShardRouter::Merge<Response> merge = nullptr);
+  template <typename Response>
+  grpc::ServerUnaryReactor* RouteAdmitted(grpc::CallbackServerContext* context, Response* response,
+                                          std::string_view job, ShardRouter::Local<Response> local,
+                                          ShardRouter::Remote<Response> remote,
+                                          ShardRouter::Merge<Response> merge = nullptr);
 
   QueryEngine& query_;
   Ingest& ingest_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -136,6 +135,26 @@ ncclwatch::v1::ListEventsResponse MergeEvents(
   return out;
 }
 
+absl::StatusOr<SeriesPage> ParseSeriesPage(std::string_view token, size_t peers) {
+  if (token.empty()) return SeriesPage{};
+  const std::string_view prefix(kCursorPrefix);
+  const size_t semicolon = token.find(';');
+  SeriesPage page;
+  if (token.substr(0, prefix.size()) != prefix || semicolon == std::string_view::npos ||
+      !absl::SimpleAtoi(absl::string_view(token.data() + prefix.size(), semicolon - prefix.size()),
+                        &page.peer) ||
+      page.peer >= peers) {
+    return absl::InvalidArgumentError(
+        "malformed page_token (not one of this sharded service's: start again without it)");
+  }
+  page.token = std::string(token.substr(semicolon + 1));
+  return page;
+}
+
+std::string SeriesPageToken(size_t peer, std::string_view token) {
+  return absl::StrCat(kCursorPrefix, peer, ";", absl::string_view(token.data(), token.size()));
+}
+
 std::string SelectorJob(std::string_view selector) {
   absl::StatusOr<Selector> parsed = ParseSelector(selector);
   if (!parsed.ok()) return "";
@@ -147,21 +166,13 @@ std::string SelectorJob(std::string_view selector) {
 
 absl::StatusOr<std::unique_ptr<ShardRouter>> ShardRouter::Create(ShardOptions options,
                                                                  MetricRegistry& metrics) {
-  std::set<std::string> seen;
-  std::vector<ShardMember> members;
+  absl::StatusOr<std::vector<ShardMember>> members =
+      ParseShardMembers(options.peers, "--shard-peers");
+  if (!members.ok()) return members.status();
   std::vector<std::string> names;
   size_t self = options.peers.size();
-  for (size_t i = 0; i < options.peers.size(); ++i) {
-    members.push_back(ParseShardMember(options.peers[i]));
-    names.push_back(members.back().name);
-    if (names.back().empty() || members.back().address.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--shard-peers entry '", options.peers[i],
-                                                     "': expected host:port or name=host:port"));
-    }
-    if (!seen.insert(names.back()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--shard-peers names ", names.back(), " twice"));
-    }
+  for (size_t i = 0; i < members->size(); ++i) {
+    names.push_back((*members)[i].name);
     if (names.back() == options.self || options.peers[i] == options.self) self = i;
   }
   if (self == options.peers.size()) {
@@ -185,7 +196,7 @@ absl::StatusOr<std::unique_ptr<ShardRouter>> ShardRouter::Create(ShardOptions op
       args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
       args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
       p.stub = ncclwatch::v1::Query::NewStub(
-          grpc::CreateCustomChannel(members[i].address, credentials, args));
+          grpc::CreateCustomChannel((*members)[i].address, credentials, args));
     }
     p.ok = metrics.GetCounter("ncclwatch_aggregator_shard_calls_total", kHelp,
                               {{"peer", names[i]}, {"result", "ok"}});
@@ -278,8 +289,12 @@ void ShardRouter::RelayPeer(size_t peer, TokenFile* token) {
   }
 }
 
-grpc::Status ShardRouter::Unreachable(size_t peer, const grpc::Status& status) const {
+grpc::Status ShardRouter::Settle(size_t peer, const grpc::Status& status) const {
   // Unavailable, or not reached within the deadline (the call waits for a connection).
+  const bool reached = status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                       status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+  (reached ? peers_[peer].ok : peers_[peer].failed)->Increment();
+  if (reached) return status;
   return grpc::Status(
       grpc::StatusCode::UNAVAILABLE,
       absl::StrCat("aggregator ", names_[peer], " is unreachable: ", status.error_message()));

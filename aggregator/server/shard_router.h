@@ -64,6 +64,14 @@ ncclwatch::v1::ListEventsResponse MergeEvents(
     std::vector<ncclwatch::v1::ListEventsResponse> answers, const std::vector<std::string>& cursors,
     uint32_t limit);
 absl::StatusOr<std::vector<std::string>> ParseEventCursors(std::string_view token, size_t peers);
+// Where a page of series merged aggregator by aggregator resumes: on peer `peer`, with that peer's
+// own page token. ParseSeriesPage reads a token SeriesPageToken made ("": the first page).
+struct SeriesPage {
+  size_t peer = 0;
+  std::string token;
+};
+absl::StatusOr<SeriesPage> ParseSeriesPage(std::string_view token, size_t peers);
+std::string SeriesPageToken(size_t peer, std::string_view token);
 // The value of an equality matcher on job_id in a series selector ("" when there is none).
 std::string SelectorJob(std::string_view selector);
 
@@ -137,7 +145,9 @@ class ShardRouter {
         peers_(std::move(peers)) {}
   // A client context for a call forwarded on behalf of `from`.
   std::unique_ptr<grpc::ClientContext> Forward(const grpc::ServerContextBase& from) const;
-  grpc::Status Unreachable(size_t peer, const grpc::Status& status) const;
+  // Counts how a call forwarded to `peer` ended and returns its status, made UNAVAILABLE and
+  // naming the peer when it was not reached (unavailable, or the deadline passed waiting).
+  grpc::Status Settle(size_t peer, const grpc::Status& status) const;
 
   const ShardOptions options_;
   const std::vector<std::string> names_;
@@ -172,10 +182,7 @@ grpc::ServerUnaryReactor* ShardRouter::ForJob(grpc::CallbackServerContext* conte
   std::shared_ptr<grpc::ClientContext> client = Forward(*context);
   remote(owner, peers_[owner].stub->async(), client.get(), response,
          [this, reactor, client, owner](grpc::Status status) {
-           const bool transport = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                                  status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-           (transport ? peers_[owner].failed : peers_[owner].ok)->Increment();
-           reactor->Finish(transport ? Unreachable(owner, status) : status);
+           reactor->Finish(Settle(owner, status));
          });
   return reactor;
 }
@@ -186,7 +193,7 @@ grpc::ServerUnaryReactor* ShardRouter::ForAll(grpc::CallbackServerContext* conte
                                               Remote<Response> remote, Merge<Response> merge) {
   struct State {
     std::vector<Response> answers;
-    std::vector<grpc::Status> status;
+    std::vector<grpc::Status> status;  // this aggregator's own, or a settled peer's
     std::vector<std::unique_ptr<grpc::ClientContext>> clients;
     std::atomic<size_t> pending;
   };
@@ -203,9 +210,9 @@ grpc::ServerUnaryReactor* ShardRouter::ForAll(grpc::CallbackServerContext* conte
     for (size_t i = 0; i < state->status.size(); ++i) {
       if (state->status[i].ok()) continue;
       answered[i] = false;
-      // A peer's own refusal (a bad page token, a bad selector) is the caller's error.
-      const auto code = state->status[i].error_code();
-      if (code != grpc::StatusCode::UNAVAILABLE && code != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      // This aggregator's error, or a peer's own refusal (a bad page token, a bad selector), is
+      // the call's; only a peer not reached leaves the answer to the others.
+      if (i == self_ || state->status[i].error_code() != grpc::StatusCode::UNAVAILABLE) {
         reactor->Finish(state->status[i]);
         return;
       }
@@ -222,10 +229,7 @@ grpc::ServerUnaryReactor* ShardRouter::ForAll(grpc::CallbackServerContext* conte
     state->clients[i] = Forward(*context);
     remote(i, peers_[i].stub->async(), state->clients[i].get(), &state->answers[i],
            [this, state, i, done](grpc::Status status) {
-             const bool transport = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                                    status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-             (transport ? peers_[i].failed : peers_[i].ok)->Increment();
-             state->status[i] = transport ? Unreachable(i, status) : status;
+             state->status[i] = Settle(i, status);
              if (--state->pending == 0) done();
            });
   }

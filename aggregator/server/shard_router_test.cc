@@ -104,6 +104,20 @@ TEST(MergeEventsTest, RefusesATokenOfAnotherShape) {
   EXPECT_EQ(ParseEventCursors("", 2)->size(), 2u);
 }
 
+TEST(SeriesPageTest, TokensRoundTripAndOthersAreRefused) {
+  for (const std::string& own : {std::string(""), std::string("4711")}) {
+    auto page = ParseSeriesPage(SeriesPageToken(2, own), 3);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->peer, 2u);
+    EXPECT_EQ(page->token, own);
+  }
+  EXPECT_EQ(ParseSeriesPage("", 3)->peer, 0u);                    // the first page
+  EXPECT_FALSE(ParseSeriesPage("4711", 3).ok());                  // an unsharded aggregator's
+  EXPECT_FALSE(ParseSeriesPage(SeriesPageToken(3, ""), 3).ok());  // no fourth aggregator
+  EXPECT_FALSE(ParseSeriesPage("shards:x;1", 3).ok());
+  EXPECT_FALSE(ParseSeriesPage("shards:1", 3).ok());
+}
+
 TEST(SelectorJobTest, FindsAnEqualityMatcherOnJobId) {
   EXPECT_EQ(SelectorJob(R"(nccl_rank_lateness_seconds{job_id="train-3",rank="1"})"), "train-3");
   EXPECT_EQ(SelectorJob(R"(nccl_rank_lateness_seconds{job_id=~"train-.*"})"), "");
