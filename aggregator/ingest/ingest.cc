@@ -87,32 +87,28 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
   const std::string stored_source = source.empty() ? "agent:" + batch.agent_id() : source;
   // Keep only valid reports; the rest are counted by reason and never stored. The usual batch,
   // every report valid, is stored and analysed as it came: no copy of its reports.
-  std::vector<int> invalid;
+  std::vector<bool> valid(batch.reports_size(), true);
+  uint32_t rejected = 0;
   for (int i = 0; i < batch.reports_size(); ++i) {
     ReportVerdict verdict = ValidateReport(batch.reports(i));
     if (verdict.ok) continue;
-    invalid.push_back(i);
+    valid[i] = false;
+    ++rejected;
     reports_rejected_->Increment();
     metrics_
         .GetCounter("ncclwatch_aggregator_reports_rejected_by_reason_total",
                     "Rank reports rejected by validation, by reason.", {{"reason", verdict.reason}})
         ->Increment();
   }
-  const auto rejected = static_cast<uint32_t>(invalid.size());
   std::optional<ncclwatch::v1::NodeBatch> clean;
-  if (!invalid.empty()) {
+  if (rejected > 0) {
     clean.emplace();
     clean->set_agent_id(batch.agent_id());
     clean->set_batch_seq(batch.batch_seq());
     clean->set_node(batch.node());
     clean->set_sent_unix_ns(batch.sent_unix_ns());
-    size_t next_invalid = 0;
     for (int i = 0; i < batch.reports_size(); ++i) {
-      if (next_invalid < invalid.size() && invalid[next_invalid] == i) {
-        ++next_invalid;
-        continue;
-      }
-      *clean->add_reports() = batch.reports(i);
+      if (valid[i]) *clean->add_reports() = batch.reports(i);
     }
   }
   const ncclwatch::v1::NodeBatch& kept = clean ? *clean : batch;
@@ -175,7 +171,7 @@ void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, const std::string& s
   if (!points.empty()) StorePoints(points);
 }
 
-absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns) {
+absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns, int64_t events_since_ns) {
   absl::StatusOr<int64_t> last_event = store_.LastEventTime();
   if (!last_event.ok()) return last_event.status();
   // Replay re-derives the findings of the replayed window, at slightly different times (its ticks
@@ -184,10 +180,25 @@ absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns) {
   // not stored again. One beyond them (its batch was acknowledged just before a crash, the event
   // never stored) is new. Before the window, the newest stored event's time is the cut.
   absl::StatusOr<std::vector<ncclwatch::v1::Event>> stored_events =
-      store_.ListEvents(since_ns, std::numeric_limits<size_t>::max());
+      store_.ListEvents(events_since_ns < 0 ? since_ns : std::min(events_since_ns, since_ns),
+                        std::numeric_limits<size_t>::max());
   if (!stored_events.ok()) return stored_events.status();
   absl::flat_hash_map<std::string, int> stored;
-  for (const auto& e : *stored_events) ++stored[EventIdentity(e)];
+  // Before the window (a replay shortened by --replay-max-mib): only the findings still open
+  // when it starts count, each as its START, which the replay re-derives within the window.
+  absl::flat_hash_map<std::string, int> open;
+  for (auto e : *stored_events) {
+    if (static_cast<int64_t>(e.time_unix_ns()) >= since_ns) {
+      ++stored[EventIdentity(e)];
+      continue;
+    }
+    const int change = e.phase() == ncclwatch::v1::Event::END ? -1 : 1;
+    e.set_phase(ncclwatch::v1::Event::START);
+    open[EventIdentity(e)] += change;
+  }
+  for (const auto& [start, n] : open) {
+    if (n > 0) stored[start] += n;
+  }
   const EventHandler handle_replayed = [&](const ncclwatch::v1::Event& event) {
     auto it = stored.find(EventIdentity(event));
     if (it != stored.end() && it->second > 0) {

@@ -44,8 +44,10 @@ class Ingest {
   // At start-up: feeds the batches stored since `since_ns` to the analyzer again, so that the
   // detectors resume where they were and every acknowledged point is in the store (rewriting one
   // is harmless), then ticks the analyzer once at `now_ns` (start-up time). Events already
-  // stored are not stored again. Returns the batches replayed.
-  absl::StatusOr<uint64_t> Replay(int64_t since_ns, int64_t now_ns);
+  // stored are not stored again: those stored since `events_since_ns` (at most `since_ns`; -1:
+  // `since_ns`) are recognised, so that a finding that started before a shortened replay window
+  // and is re-derived within it is not announced twice. Returns the batches replayed.
+  absl::StatusOr<uint64_t> Replay(int64_t since_ns, int64_t now_ns, int64_t events_since_ns = -1);
 
   // Where every new detection event is published (the Watch streams subscribe here).
   EventBus& events() { return events_; }

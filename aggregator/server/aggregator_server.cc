@@ -47,7 +47,7 @@ absl::Status AggregatorServer::OpenAndReplay() {
         "the last %.0f s of batches exceed --replay-max-mib; replaying the newest %.1f s of them",
         options_.replay_ns / 1e9, (started - replay_from) / 1e9);
   }
-  auto replayed = ingest_->Replay(replay_from, started);
+  auto replayed = ingest_->Replay(replay_from, started, window_start);
   if (!replayed.ok()) {
     return absl::Status(
         replayed.status().code(),
