@@ -29,7 +29,10 @@ ncclwatch::v1::NodeBatch HalfReported(uint64_t seq) {
 
 int UnreportedStarts(const Store& store) {
   int n = 0;
-  for (const auto& e : *store.ListEvents(0, 1000)) {
+  const auto events = store.ListEvents(0, 1000);
+  EXPECT_TRUE(events.ok()) << events.status();
+  if (!events.ok()) return -1;
+  for (const auto& e : *events) {
     n += e.kind() == ncclwatch::v1::Event::RANKS_UNREPORTED &&
          e.phase() == ncclwatch::v1::Event::START;
   }
