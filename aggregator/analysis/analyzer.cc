@@ -88,9 +88,11 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     processes_.Forget(key);
     own_time_.Forget(key);
   }
-  const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
+  // Compared field by field: no key (two strings) built for every report of a known rank.
   if (const ProcessKey* known = processes_.Of(key, id.rank());
-      known == nullptr || !(*known == process)) {
+      known == nullptr || known->pid != id.pid() || known->cuda_device != id.cuda_device() ||
+      known->host != id.host() || known->job_id != id.job_id()) {
+    const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
   }

@@ -22,9 +22,13 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     LabelPairs comm_labels = CommRegistry::CommLabels(key, who);
     auto h = hung.find(key);
     out->push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, now_ms});
+    // Nodes and ranks are walked only where something is flagged: most communicators, most
+    // seconds, have nothing to export beyond the three series above.
     std::set<std::string> nodes;
-    for (const auto& [rank, r] : who.ranks) {
-      if (!r.node.empty()) nodes.insert(r.node);
+    if (entry.own_times ? verdicts.AnyNodeSlow(key.job_id) : d.slow_nodes.AnySlow(key)) {
+      for (const auto& [rank, r] : who.ranks) {
+        if (!r.node.empty()) nodes.insert(r.node);
+      }
     }
     for (const auto& node : nodes) {
       if (!(entry.own_times ? verdicts.IsNodeSlow(key.job_id, node)
@@ -43,7 +47,9 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
                     h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0, now_ms});
     // Per-rank series for the ranks that report, and for the missing ranks a hang names (never
     // one per rank a communicator merely claims: detect/rank_set.h).
+    const bool any_silent = d.hangs.AnySilent(key);
     for (const auto& [r, rank_who] : who.ranks) {
+      if (h == hung.end() && !any_silent) break;
       const bool missing = h != hung.end() && d.hangs.Missing(key, r);
       const bool silent = d.hangs.IsSilent(key, r);
       if (!missing && !silent) continue;
@@ -58,7 +64,12 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
             {"ncclwatch_rank_missing", CommRegistry::RankLabels(key, who, r), 1.0, now_ms});
       }
     }
-    for (const RankScore& score : d.stragglers.Scores(key)) {
+    // Every rank's score where a reported GPU's evidence is in this communicator (it is flagged
+    // whatever its lateness); elsewhere only the ranks flagged or late.
+    auto root = root_ranks.lower_bound({key, -1});
+    const bool has_root = root != root_ranks.end() && root->first == key;
+    for (const RankScore& score :
+         entry.own_times&& has_root ? d.stragglers.Scores(key) : d.stragglers.Notable(key)) {
       if (score.rank >= who.nranks) continue;
       const bool flagged =
           entry.own_times ? root_ranks.count({key, score.rank}) > 0 : score.flagged;

@@ -9,7 +9,7 @@
 namespace ncclwatch::aggregator {
 
 double DegradedDetector::Baseline::Median() const {
-  return aggregator::Median(std::vector<double>(values.begin(), values.end()));
+  return aggregator::Median(absl::InlinedVector<double, 64>(values.begin(), values.end()));
 }
 
 bool DegradedDetector::CommState::degraded() const {

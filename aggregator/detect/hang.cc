@@ -189,6 +189,13 @@ std::vector<HangDetector::InFlight> HangDetector::InFlightOf(const CommKey& comm
   return rs.in_flight;
 }
 
+bool HangDetector::AnySilent(const CommKey& comm) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return false;
+  return std::any_of(it->second.ranks.begin(), it->second.ranks.end(),
+                     [](const auto& rank) { return rank.second.silent; });
+}
+
 bool HangDetector::IsSilent(const CommKey& comm, int rank) const {
   auto it = comms_.find(comm);
   if (it == comms_.end()) return false;

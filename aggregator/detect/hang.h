@@ -97,6 +97,8 @@ class HangDetector {
   bool Hung(const CommKey& comm) const;
   bool Missing(const CommKey& comm, int rank) const;
   bool IsSilent(const CommKey& comm, int rank) const;
+  // Whether any rank of `comm` is silent.
+  bool AnySilent(const CommKey& comm) const;
 
   // An operation a rank had in flight at its last report.
   struct InFlight {

@@ -32,6 +32,11 @@ class SlowNodeDetector {
                                      const std::vector<std::string>& node_of_rank,
                                      const std::vector<RankScore>& scores);
   bool IsSlow(const CommKey& comm, const std::string& node) const;
+  // Whether any node of `comm` is flagged.
+  bool AnySlow(const CommKey& comm) const {
+    auto it = slow_.find(comm);
+    return it != slow_.end() && !it->second.empty();
+  }
   // Forgets the communicator's verdicts without reporting their end.
   void Forget(const CommKey& comm) { slow_.erase(comm); }
 

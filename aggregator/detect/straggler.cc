@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "aggregator/detect/median.h"
 
@@ -100,15 +101,18 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   for (size_t r = 0; r < n; ++r) {
     RankWindow& w = c.ranks[r];
     const bool last = lateness[r] == max_lateness;
-    if (w.lateness.size() < cap) {
+    double evicted = 0;
+    const bool full = w.lateness.size() >= cap;
+    if (!full) {
       w.lateness.push_back(lateness[r]);
       w.last.push_back(last);
     } else {
+      evicted = w.lateness[w.next];
       w.lateness[w.next] = lateness[r];
       w.last[w.next] = last;
     }
     w.next = (w.next + 1) % cap;
-    w.median = Median(w.lateness);
+    w.median = SlideMedian(w.sorted, full ? &evicted : nullptr, lateness[r]);
     // The own history learns only while the rank is not flagged, so a fault does not become the
     // rank's new normal.
     if (w.history < 0) {
@@ -140,6 +144,20 @@ std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
   const PeerStats peers = Peers(it->second);
   for (size_t r = 0; r < it->second.ranks.size(); ++r) {
     out.push_back(Score(static_cast<int>(r), it->second.ranks[r], peers, it->second.basis));
+  }
+  return out;
+}
+
+std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm) const {
+  std::vector<RankScore> out;
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return out;
+  std::optional<PeerStats> peers;  // only where a rank is notable: most communicators have none
+  for (size_t r = 0; r < it->second.ranks.size(); ++r) {
+    const RankWindow& w = it->second.ranks[r];
+    if (!w.flagged && w.median < options_.threshold_ns) continue;
+    if (!peers) peers = Peers(it->second);
+    out.push_back(Score(static_cast<int>(r), w, *peers, it->second.basis));
   }
   return out;
 }

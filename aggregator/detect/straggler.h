@@ -76,11 +76,15 @@ class StragglerDetector {
   std::vector<FlagChange> Observe(const CompletedGroup& group);
   // Current scores of every rank of `comm` (empty if unknown).
   std::vector<RankScore> Scores(const CommKey& comm) const;
+  // The scores of the ranks flagged or at least `threshold_ns` late (lateness_ns, the window
+  // median), by rank: what the detection series export, without scoring every other rank.
+  std::vector<RankScore> Notable(const CommKey& comm) const;
   void Forget(const CommKey& comm) { comms_.erase(comm); }
 
  private:
   struct RankWindow {
     std::vector<double> lateness;  // ring buffer of size <= window
+    std::vector<double> sorted;    // the same values, ascending (SlideMedian)
     std::vector<bool> last;        // arrived last in that group
     size_t next = 0;
     double median = 0;    // of `lateness`, refreshed on every observation

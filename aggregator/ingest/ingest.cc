@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "aggregator/findings/findings.h"
@@ -68,23 +68,52 @@ Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m)
       detection_snapshots_(m.GetCounter(
           "ncclwatch_aggregator_detection_snapshots_total",
           "Snapshots of the detection series taken (one a second) for the stored history.")),
+      batch_log_syncs_(m.GetCounter(
+          "ncclwatch_aggregator_batch_log_syncs_total",
+          "Syncs of the batch log before acknowledgements; each covers every batch written "
+          "since the one before (group commit).")),
       detection_points_(m.GetCounter("ncclwatch_aggregator_detection_points_stored_total",
                                      "Detection series points stored (changes and heartbeats).")) {
   m.AddCollector([this](PromTextWriter& w) { ExportAnalyzerCounters(analyzer_, w); });
+  committer_ = std::thread([this] { CommitLoop(); });
+}
+
+Ingest::~Ingest() {
+  {
+    ncclwatch::MutexLock lock(&order_mu_);
+    stopping_ = true;
+  }
+  committer_.join();  // after answering every push taken
 }
 
 absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBatch& batch,
                                                      const std::string& source) {
+  ncclwatch::Notification answered;
+  absl::StatusOr<ncclwatch::v1::BatchAck> out;
+  PushAsync(batch, source, [&](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
+    out = std::move(ack);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return out;
+}
+
+void Ingest::PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string& source,
+                       PushDone done) {
   if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
       batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
     batches_invalid_->Increment();
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch needs an agent_id of 1..", kMaxLabelLength,
-                     " bytes, a batch_seq > 0 and at most ", kMaxReportsPerBatch, " reports"));
+    done(absl::InvalidArgumentError(absl::StrCat("batch needs an agent_id of 1..", kMaxLabelLength,
+                                                 " bytes, a batch_seq > 0 and at most ",
+                                                 kMaxReportsPerBatch, " reports")));
+    return;
   }
+  Commit commit;
+  commit.batch = &batch;
   // The sender as authenticated here, never as it says (whatever `source` it sent is replaced);
   // stored with the batch, so that a replay counts it against the same per-agent caps.
-  const std::string stored_source = source.empty() ? "agent:" + batch.agent_id() : source;
+  commit.source = source.empty() ? "agent:" + batch.agent_id() : source;
+  commit.done = std::move(done);
   // Keep only valid reports; the rest are counted by reason and never stored. The usual batch,
   // every report valid, is stored and analysed as it came: no copy of its reports.
   std::vector<bool> valid(batch.reports_size(), true);
@@ -100,61 +129,96 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
                     "Rank reports rejected by validation, by reason.", {{"reason", verdict.reason}})
         ->Increment();
   }
-  std::optional<ncclwatch::v1::NodeBatch> clean;
   if (rejected > 0) {
-    clean.emplace();
-    clean->set_agent_id(batch.agent_id());
-    clean->set_batch_seq(batch.batch_seq());
-    clean->set_node(batch.node());
-    clean->set_sent_unix_ns(batch.sent_unix_ns());
+    commit.clean = std::make_unique<ncclwatch::v1::NodeBatch>();
+    ncclwatch::v1::NodeBatch& clean = *commit.clean;
+    clean.set_agent_id(batch.agent_id());
+    clean.set_batch_seq(batch.batch_seq());
+    clean.set_node(batch.node());
+    clean.set_sent_unix_ns(batch.sent_unix_ns());
     for (int i = 0; i < batch.reports_size(); ++i) {
-      if (valid[i]) *clean->add_reports() = batch.reports(i);
+      if (valid[i]) *clean.add_reports() = batch.reports(i);
     }
+    commit.batch = &clean;
   }
-  const ncclwatch::v1::NodeBatch& kept = clean ? *clean : batch;
-  ncclwatch::v1::BatchAck ack;
-  ack.set_batch_seq(batch.batch_seq());
-  ack.set_rejected_reports(rejected);
-  int64_t now = 0;
+  commit.ack.set_batch_seq(batch.batch_seq());
+  commit.ack.set_rejected_reports(rejected);
   uint64_t ticket = 0;
   {
     ncclwatch::MutexLock lock(&order_mu_);
-    now = std::max(absl::GetCurrentTimeNanos(), last_received_ns_ + 1);
-    last_received_ns_ = now;
+    commit.received_ns = std::max(absl::GetCurrentTimeNanos(), last_received_ns_ + 1);
+    last_received_ns_ = commit.received_ns;
     ticket = next_ticket_++;
+    ++writing_;
   }
-  absl::StatusOr<bool> is_new =
-      store_.PutBatchIfNew(kept, now, &stored_source);  // synced: durable from here
-  // Batches received earlier are analysed first, whichever write finished first; the turn passes
-  // on however this one ends.
-  {
-    ncclwatch::MutexLock lock(&order_mu_);
-    std::pair<const Ingest*, uint64_t> mine{this, ticket};
-    order_mu_.Await(absl::Condition(
-        +[](std::pair<const Ingest*, uint64_t>* m)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->first->turn_ == m->second; },
-        &mine));
-  }
-  struct PassTurn {
-    Ingest* self;
-    ~PassTurn() {
-      ncclwatch::MutexLock lock(&self->order_mu_);
-      ++self->turn_;
+  // Written to the log here, on this thread; made durable, analysed and answered by the
+  // committer in ticket order.
+  commit.is_new =
+      store_.WriteBatchIfNew(*commit.batch, commit.received_ns, &commit.source, &commit.pending);
+  ncclwatch::MutexLock lock(&order_mu_);
+  --writing_;
+  commits_.emplace(ticket, std::move(commit));
+}
+
+void Ingest::CommitLoop() {
+  for (;;) {
+    std::vector<Commit> run;
+    {
+      ncclwatch::MutexLock lock(&order_mu_);
+      order_mu_.Await(absl::Condition(
+          +[](Ingest* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return self->commits_.contains(self->turn_) ||
+                   (self->stopping_ && self->writing_ == 0 && self->commits_.empty());
+          },
+          this));
+      if (!commits_.contains(turn_)) return;  // stopping, every push answered
+      // Under load, one sync for every batch of the next few milliseconds rather than one each
+      // (an fsync costs the kernel ~0.1 ms of CPU); a push alone is synced at once.
+      const absl::Time sync_at = last_sync_ + kMinSyncInterval;
+      if (writing_ > 0 && absl::Now() < sync_at) {
+        order_mu_.AwaitWithDeadline(
+            absl::Condition(
+                +[](Ingest* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->stopping_; }, this),
+            sync_at);
+      }
+      for (auto it = commits_.find(turn_); it != commits_.end() && it->first == turn_;
+           it = commits_.erase(it), ++turn_) {
+        run.push_back(std::move(it->second));
+      }
     }
-  } pass_turn{this};
-  if (!is_new.ok()) {
-    store_errors_->Increment();
-    LogError("store: %s", is_new.status().message());
-    return absl::UnavailableError(is_new.status().message());
+    const bool any_new = std::any_of(run.begin(), run.end(),
+                                     [](const Commit& c) { return c.is_new.ok() && *c.is_new; });
+    absl::Status synced = absl::OkStatus();
+    if (any_new) {
+      last_sync_ = absl::Now();
+      synced = store_.SyncBatchWrites();  // durable from here
+      batch_log_syncs_->Increment();
+    }
+    for (Commit& c : run) {
+      store_.ReleaseBatchWrite(c.pending);
+      absl::Status failed = !c.is_new.ok() ? c.is_new.status()
+                            : *c.is_new    ? synced
+                                           : absl::OkStatus();
+      if (!failed.ok()) {
+        if (c.pending.busy == nullptr) {
+          store_errors_->Increment();
+          LogError("store: %s", failed.message());
+        }
+        c.done(absl::UnavailableError(failed.message()));
+        continue;
+      }
+      if (!*c.is_new) {
+        batches_duplicate_->Increment();
+        c.ack.set_duplicate(true);
+        c.done(std::move(c.ack));
+        continue;
+      }
+      batches_stored_->Increment();
+      Analyse(*c.batch, c.source, c.received_ns,
+              [this](const ncclwatch::v1::Event& e) { Handle(e); });
+      c.done(std::move(c.ack));
+    }
   }
-  if (!*is_new) {
-    batches_duplicate_->Increment();
-    ack.set_duplicate(true);
-    return ack;
-  }
-  batches_stored_->Increment();
-  Analyse(kept, stored_source, now, [this](const ncclwatch::v1::Event& e) { Handle(e); });
-  return ack;
 }
 
 void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, const std::string& source,
@@ -249,36 +313,35 @@ void Ingest::StoreDetectionSeries(int64_t now_ns) {
     if (now_ns - last_snapshot_ns_ < kEveryNs) return;  // once a second is enough history
     last_snapshot_ns_ = now_ns;
     std::vector<SeriesPoint> now = analyzer_.Series(/*detection_only=*/true);
-    absl::flat_hash_set<std::string> present;
-    present.reserve(now.size());
+    const uint64_t round = ++snapshot_round_;
     for (SeriesPoint& s : now) {
-      std::string identity = SeriesIdentity(s.name, s.labels);
-      auto [it, added] = snapshot_.try_emplace(identity, s.value, now_ns);
-      present.insert(std::move(identity));
-      if (!added && it->second.first == s.value && now_ns - it->second.second < kHeartbeatNs) {
-        continue;
-      }
-      it->second = {s.value, now_ns};
+      auto [it, added] = snapshot_.try_emplace(absl::HashOf(s.name, s.labels));
+      Snapshot& last = it->second;
+      last.round = round;
+      if (!added && last.value == s.value && now_ns - last.time_ns < kHeartbeatNs) continue;
+      last.value = s.value;
+      last.time_ns = now_ns;
       s.time_ms = now_ns / 1'000'000;
+      if (s.value != 0) {
+        last.nonzero = std::make_unique<SeriesPoint>(s);
+      } else {
+        last.nonzero.reset();
+      }
       points.push_back(std::move(s));
     }
     // Per-rank flags are exported only while set (detection_series.h): one that is gone is
     // stored as 0 once, so the history shows it clear rather than stuck at its last value.
-    for (auto it = snapshot_.begin(); it != snapshot_.end();) {
-      if (present.contains(it->first)) {
-        ++it;
-        continue;
+    absl::erase_if(snapshot_, [&](auto& entry) {
+      Snapshot& last = entry.second;
+      if (last.round == round) return false;
+      if (last.nonzero != nullptr) {
+        SeriesPoint cleared = std::move(*last.nonzero);
+        cleared.value = 0;
+        cleared.time_ms = now_ns / 1'000'000;
+        points.push_back(std::move(cleared));
       }
-      if (it->second.first != 0) {
-        SeriesPoint cleared;
-        if (ParseSeriesIdentity(it->first, &cleared.name, &cleared.labels)) {
-          cleared.value = 0;
-          cleared.time_ms = now_ns / 1'000'000;
-          points.push_back(std::move(cleared));
-        }
-      }
-      snapshot_.erase(it++);
-    }
+      return true;
+    });
   }
   if (!points.empty()) StorePoints(points);
   detection_points_->Increment(points.size());

@@ -10,12 +10,15 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "aggregator/analysis/analyzer.h"
 #include "aggregator/ingest/event_bus.h"
 #include "aggregator/store/store.h"
@@ -30,6 +33,8 @@ class Ingest {
  public:
   // All three outlive the Ingest. Registers the aggregator's ingest metrics in `metrics`.
   Ingest(Store& store, Analyzer& analyzer, MetricRegistry& metrics);
+  // Answers every push already taken, then stops the committer.
+  ~Ingest();
 
   // Validates, stores (durably) and analyses a batch sent by `source` (PushSource; empty:
   // "agent:<agent_id>"), which is stored with it. Errors: InvalidArgument for a malformed batch
@@ -37,6 +42,11 @@ class Ingest {
   // left out and counted by reason; the ack says how many.
   absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch,
                                                const std::string& source = "");
+  // Push without waiting: `done` is called once with the answer, on this thread for a malformed
+  // batch and otherwise on the committer thread, after the batch is durable and analysed.
+  // `batch` must stay valid until then. Batches received together share one sync of the log.
+  using PushDone = std::function<void(absl::StatusOr<ncclwatch::v1::BatchAck>)>;
+  void PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string& source, PushDone done);
   // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
   // detection series (ncclwatch_*), at most once a second, when they change and at least once a
   // minute.
@@ -78,19 +88,48 @@ class Ingest {
   Counter* reports_rejected_;
   Counter* store_errors_;
   Counter* detection_snapshots_;
+  Counter* batch_log_syncs_;
   Counter* detection_points_;
-  // The last stored value and time of each detection series (by identity), for change detection.
+  // The last stored value and time of each detection series, by a 64-bit hash of its name and
+  // labels (no identity string built for each of the ~20,000 series every second), for change
+  // detection; a series last stored non-zero keeps its name and labels, to be stored as 0 once
+  // when it goes away.
+  struct Snapshot {
+    double value = 0;
+    int64_t time_ns = 0;
+    uint64_t round = 0;  // the last snapshot that had the series
+    std::unique_ptr<SeriesPoint> nonzero;
+  };
   ncclwatch::Mutex snapshot_mu_;
-  absl::flat_hash_map<std::string, std::pair<double, int64_t>> snapshot_
-      ABSL_GUARDED_BY(snapshot_mu_);
+  absl::flat_hash_map<uint64_t, Snapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  uint64_t snapshot_round_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
   int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
-  // Pushes are stored concurrently (their synced writes share a group commit) but analysed one at
-  // a time in the order of their receive times, strictly increasing: the order in which a replay
-  // reads them back, so that a restart rebuilds exactly the state the live run had.
+  // Pushes are written to the log concurrently (on gRPC's threads), then made durable, analysed
+  // and answered one at a time by the committer, in the order of their receive times, strictly
+  // increasing: the order in which a replay reads them back, so that a restart rebuilds exactly
+  // the state the live run had. The committer syncs once for every push written since its last
+  // sync (group commit).
+  struct Commit {
+    const ncclwatch::v1::NodeBatch* batch = nullptr;  // the push's, or `clean`
+    std::unique_ptr<ncclwatch::v1::NodeBatch> clean;  // its valid reports, when some were not
+    std::string source;
+    int64_t received_ns = 0;
+    absl::StatusOr<bool> is_new;
+    Store::PendingWrite pending;
+    ncclwatch::v1::BatchAck ack;
+    PushDone done;
+  };
+  void CommitLoop();
+  static constexpr absl::Duration kMinSyncInterval = absl::Milliseconds(5);
   ncclwatch::Mutex order_mu_;
   int64_t last_received_ns_ ABSL_GUARDED_BY(order_mu_) = 0;
   uint64_t next_ticket_ ABSL_GUARDED_BY(order_mu_) = 0;
   uint64_t turn_ ABSL_GUARDED_BY(order_mu_) = 0;
+  int writing_ ABSL_GUARDED_BY(order_mu_) = 0;  // pushes with a ticket, not yet in commits_
+  std::map<uint64_t, Commit> commits_ ABSL_GUARDED_BY(order_mu_);  // by ticket
+  bool stopping_ ABSL_GUARDED_BY(order_mu_) = false;
+  absl::Time last_sync_ = absl::InfinitePast();  // the committer's
+  std::thread committer_;                        // last: started when everything above is ready
 };
 
 }  // namespace ncclwatch::aggregator

@@ -4,28 +4,20 @@
 #include <limits>
 #include <utility>
 
+#include "aggregator/detect/median.h"
+
 namespace ncclwatch::aggregator {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
-  return m;
-}
-
-}  // namespace
 
 void OwnTimeAnalyzer::Ring::Push(double v, int window) {
   if (static_cast<int>(values.size()) < window) {
     values.push_back(v);
+    median = SlideMedian(sorted, nullptr, v);
   } else {
+    const double evicted = values[next];
     values[next] = v;
     next = (next + 1) % values.size();
+    median = SlideMedian(sorted, &evicted, v);
   }
-  median = Median(values);
 }
 
 const std::string* OwnTimeAnalyzer::CommState::NodeOf(int rank) const {
@@ -78,6 +70,7 @@ void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const Class
   const double old_median = ring.median;
   ring.Push(excess_ns, options_.window);
   const bool judged = static_cast<int>(ring.values.size()) >= options_.min_groups;
+  if (was_judged && ring.median == old_median) return;  // both orders stay as they are
   const int nranks = static_cast<int>(cs.processes.size());
   Slot& slot = slots_[SlotOf(comm, k, nranks, st.n_nodes, r)];
   if (was_judged) {

@@ -135,6 +135,7 @@ class OwnTimeAnalyzer {
   };
   struct Ring {
     std::vector<double> values;  // <= window
+    std::vector<double> sorted;  // the same, ascending (SlideMedian)
     size_t next = 0;
     double median = 0;
     void Push(double v, int window);

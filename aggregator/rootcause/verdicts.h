@@ -86,6 +86,11 @@ class RootCauseVerdicts {
   bool IsNodeSlow(const std::string& job_id, const std::string& node) const {
     return nodes_.count({job_id, node}) > 0;
   }
+  // Whether any node of `job_id` is reported slow.
+  bool AnyNodeSlow(const std::string& job_id) const {
+    auto it = nodes_.lower_bound({job_id, std::string()});
+    return it != nodes_.end() && it->first.first == job_id;
+  }
 
  private:
   using NodeKey = std::pair<std::string, std::string>;  // (job, node)

@@ -5,6 +5,8 @@
 #ifndef NCCLWATCH_AGGREGATOR_SERVER_SERVICES_H_
 #define NCCLWATCH_AGGREGATOR_SERVER_SERVICES_H_
 
+#include <memory>
+
 #include "aggregator/ingest/ingest.h"
 #include "aggregator/query/query.h"
 #include "aggregator/server/shard_router.h"
@@ -23,13 +25,17 @@ class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
   // With `token` (optional, outlives the service), a push without `authorization: Bearer
   // <token>` is refused (UNAUTHENTICATED) and counted.
   explicit IngestService(Ingest& ingest, TokenFile* token = nullptr);
+  ~IngestService() override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const ncclwatch::v1::NodeBatch* request,
                                  ncclwatch::v1::BatchAck* response) override;
 
  private:
+  class PushAllocator;  // each push's messages on a protobuf arena of their own
+
   Ingest& ingest_;
   BearerGate gate_;
+  std::unique_ptr<PushAllocator> allocator_;
 };
 
 class QueryService final : public ncclwatch::v1::Query::CallbackService {

@@ -153,35 +153,50 @@ absl::Status Store::LoadSeriesIndex() {
 
 absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
                                           int64_t received_ns, const std::string* source) {
-  std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
-  auto mine = std::make_shared<ncclwatch::Notification>();
   for (;;) {
-    std::shared_ptr<ncclwatch::Notification> other;
-    {
-      ncclwatch::MutexLock lock(&put_mu_);
-      auto it = writing_.find(key);
-      if (it == writing_.end()) {
-        std::string existing;
-        rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
-        if (s.ok()) return false;
-        if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
-        writing_.emplace(key, mine);
-        break;
-      }
-      other = it->second;
+    PendingWrite pending;
+    absl::StatusOr<bool> is_new = WriteBatchIfNew(batch, received_ns, source, &pending);
+    if (pending.busy != nullptr) {
+      // The same batch, pushed twice at once: see how the other write ended, then check again.
+      pending.busy->WaitForNotification();
+      continue;
     }
-    other->WaitForNotification();  // the same batch, pushed twice at once: see how that ended
+    if (is_new.ok() && *is_new) {
+      if (absl::Status synced = SyncBatchWrites(); !synced.ok()) is_new = synced;
+    }
+    ReleaseBatchWrite(pending);
+    return is_new;
   }
-  auto done = [&] {
+}
+
+absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
+                                            int64_t received_ns, const std::string* source,
+                                            PendingWrite* pending) {
+  {
+    // After a failed sync, what was written unsynced may be lost: no batch is taken, nor one
+    // already in the log called a duplicate, until a restart recovers the log.
+    ncclwatch::MutexLock lock(&sync_mu_);
+    if (!sync_failed_.ok()) return sync_failed_;
+  }
+  std::string key = BatchKey(batch.agent_id(), batch.batch_seq());
+  {
     ncclwatch::MutexLock lock(&put_mu_);
-    writing_.erase(key);
-    mine->Notify();
-  };
-  std::string value;
-  if (!batch.SerializeToString(&value)) {
-    done();
-    return absl::InternalError("cannot serialise batch");
+    if (auto it = writing_.find(key); it != writing_.end()) {
+      pending->busy = it->second;
+      return absl::UnavailableError(absl::StrCat("batch ", batch.batch_seq(), " of agent ",
+                                                 batch.agent_id(),
+                                                 " is being stored by another push; retry"));
+    }
+    std::string existing;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
+    if (s.ok()) return false;
+    if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
+    pending->done = std::make_shared<ncclwatch::Notification>();
+    writing_.emplace(key, pending->done);
   }
+  pending->key = std::move(key);
+  std::string value;
+  if (!batch.SerializeToString(&value)) return absl::InternalError("cannot serialise batch");
   if (source != nullptr) {
     ncclwatch::v1::NodeBatch only_source;
     only_source.set_source(*source);
@@ -192,13 +207,30 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
                                               .counter = counter_.fetch_add(1)});
   rocksdb::WriteBatch write;
   write.Put(batches_, log_key, value);
-  write.Put(key, log_key);
-  rocksdb::WriteOptions options;
-  options.sync = sync_batches_;  // on stable storage before the acknowledgement
-  rocksdb::Status s = db_->Write(options, &write);
-  done();
+  write.Put(pending->key, log_key);
+  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &write);
   if (!s.ok()) return FromRocks(s, "batch write");
   return true;
+}
+
+absl::Status Store::SyncBatchWrites() {
+  if (!sync_batches_) return absl::OkStatus();
+  const rocksdb::Status s = db_->SyncWAL();
+  ncclwatch::MutexLock lock(&sync_mu_);
+  if (!s.ok() && sync_failed_.ok()) {
+    sync_failed_ = FromRocks(s, "batch log sync (restart the aggregator)");
+  }
+  return sync_failed_;
+}
+
+void Store::ReleaseBatchWrite(PendingWrite& pending) {
+  if (pending.done == nullptr) return;
+  {
+    ncclwatch::MutexLock lock(&put_mu_);
+    writing_.erase(pending.key);
+  }
+  pending.done->Notify();
+  pending.done.reset();
 }
 
 absl::Status Store::ReplayBatches(

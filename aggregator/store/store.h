@@ -73,6 +73,22 @@ class Store {
   // occurrence of a field is what decodes). Thread-safe.
   absl::StatusOr<bool> PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
                                      const std::string* source = nullptr);
+  // PutBatchIfNew in three steps, for a caller that makes many batches durable with one sync
+  // (Ingest's group commit). WriteBatchIfNew writes the batch to the log unsynced and says whether
+  // it was new; while the same batch is being written by another push it answers Unavailable
+  // (retry) at once, with `busy` set. SyncBatchWrites makes every write before it durable (a
+  // no-op without `sync_batches`); after a failed sync every later write fails too, as what was
+  // written unsynced may be lost. ReleaseBatchWrite, after the sync (or the failure), lets a
+  // second push of the batch see how it ended.
+  struct PendingWrite {
+    std::string key;
+    std::shared_ptr<ncclwatch::Notification> done;  // set while this write holds the key
+    std::shared_ptr<ncclwatch::Notification> busy;  // the other push's, when it held it
+  };
+  absl::StatusOr<bool> WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
+                                       const std::string* source, PendingWrite* pending);
+  absl::Status SyncBatchWrites();
+  void ReleaseBatchWrite(PendingWrite& pending);
   // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order.
   absl::Status ReplayBatches(
       int64_t since_ns,
@@ -143,6 +159,9 @@ class Store {
   ncclwatch::Mutex put_mu_;
   std::map<std::string, std::shared_ptr<ncclwatch::Notification>> writing_ ABSL_GUARDED_BY(put_mu_);
   std::atomic<uint64_t> counter_{0};
+  // A failed WAL sync, sticky (SyncBatchWrites).
+  ncclwatch::Mutex sync_mu_;
+  absl::Status sync_failed_ ABSL_GUARDED_BY(sync_mu_);
 
   mutable ncclwatch::Mutex series_mu_;
   absl::flat_hash_map<std::string, uint64_t> series_ids_ ABSL_GUARDED_BY(series_mu_);
