@@ -4,39 +4,52 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string_view>
 #include <tuple>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace ncclwatch {
 
 std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report) {
+  // (p2p, op, message size, algo_proto): p2p stats arrive per peer, Inspector's are not. A
+  // report has a handful of these: merged in a small vector of views into the report (this runs
+  // for every report the aggregator and the agents take), then ordered as a map would be.
+  using Key = std::tuple<bool, std::string_view, std::string_view, std::string_view>;
   struct Merged {
+    Key key;
     uint64_t count = 0;
     double sum_us = 0;
     double bus_log_sum = 0;
     uint64_t bw_samples = 0;
   };
-  // (p2p, op, message size, algo_proto): p2p stats arrive per peer, Inspector's are not.
-  std::map<std::tuple<bool, std::string, std::string, std::string>, Merged> merged;
+  absl::InlinedVector<Merged, 8> merged;
   for (const auto& s : report.stats()) {
-    Merged& m = merged[{s.p2p(), s.op(), s.message_size(), s.p2p() ? "" : s.algo_proto()}];
+    const Key key{s.p2p(), s.op(), s.message_size(),
+                  s.p2p() ? std::string_view() : std::string_view(s.algo_proto())};
+    auto it =
+        std::find_if(merged.begin(), merged.end(), [&](const Merged& m) { return m.key == key; });
+    Merged& m = it != merged.end() ? *it : merged.emplace_back(Merged{key});
     m.count += s.count();
     m.sum_us += s.exec_time_us_sum();
     m.bus_log_sum += s.bus_bw_gbs_log_sum();
     m.bw_samples += s.bw_samples();
   }
+  std::sort(merged.begin(), merged.end(),
+            [](const Merged& a, const Merged& b) { return a.key < b.key; });
   const auto& id = report.identity();
   std::vector<InspectorSample> out;
-  for (const auto& [key, m] : merged) {
-    const auto& [p2p, op, size, algo_proto] = key;
+  out.reserve(merged.size() * 2);
+  for (const Merged& m : merged) {
+    const auto& [p2p, op, size, algo_proto] = m.key;
     if (m.count == 0) continue;
     LabelPairs labels = {{"n_nodes", absl::StrCat(id.n_nodes())},
                          {"nranks", absl::StrCat(id.nranks())},
-                         {p2p ? "p2p_operation" : "collective", op},
-                         {"message_size", size}};
-    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(algo_proto));
+                         {p2p ? "p2p_operation" : "collective", std::string(op)},
+                         {"message_size", std::string(size)}};
+    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(std::string(algo_proto)));
     out.push_back(
         {p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds", labels,
          m.sum_us / static_cast<double>(m.count)});

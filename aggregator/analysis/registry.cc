@@ -11,7 +11,8 @@ namespace ncclwatch::aggregator {
 CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id,
                                 int64_t now_ns, bool* restarted, const std::string& source) {
   *restarted = false;
-  auto found = comms_.find(key);
+  auto indexed = index_.find(key);
+  auto found = indexed == index_.end() ? comms_.end() : indexed->second;
   if (found == comms_.end()) {
     auto job = comms_per_job_.find(key.job_id);
     const bool new_job = job == comms_per_job_.end();
@@ -45,6 +46,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     comm_source_[key] = source;
     ++comms_per_job_[key.job_id];
     found = comms_.try_emplace(key).first;
+    index_.emplace(key, found);
   }
   CommEntry& entry = found->second;
   CommWho& who = entry.who;
@@ -76,8 +78,8 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
 }
 
 const CommEntry* CommRegistry::Find(const CommKey& key) const {
-  auto it = comms_.find(key);
-  return it == comms_.end() ? nullptr : &it->second;
+  auto it = index_.find(key);
+  return it == index_.end() ? nullptr : &it->second->second;
 }
 
 const CommWho* CommRegistry::FindWho(const CommKey& key) const {
@@ -89,6 +91,7 @@ void CommRegistry::Erase(std::map<CommKey, CommEntry>::iterator it,
                          const std::function<void(const CommKey&)>& forget) {
   const CommKey key = it->first;
   forget(key);
+  index_.erase(key);
   comms_.erase(it);
   // Each count drops with what it counted; a source whose counts reach zero is forgotten.
   auto release = [](std::map<std::string, size_t>& counts, const std::string& source) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/findings/who.h"
 #include "common/prom_text.h"
@@ -92,7 +93,9 @@ class CommRegistry {
              const std::function<void(const CommKey&)>& forget);
 
   const RegistryOptions options_;
-  std::map<CommKey, CommEntry> comms_;
+  std::map<CommKey, CommEntry> comms_;  // in order: a job's communicators are a range
+  // The same, hashed: the lookup of every report (std::map nodes stay where they are).
+  absl::flat_hash_map<CommKey, std::map<CommKey, CommEntry>::iterator> index_;
   // comms_ counted by job: the caps' checks stay O(log n) when a flood of new job ids arrives.
   std::map<std::string, size_t> comms_per_job_;
   // Who introduced each job and communicator, and how many of each every source introduced.

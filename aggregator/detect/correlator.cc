@@ -57,7 +57,11 @@ size_t Correlator::Expire(int64_t now_ns) {
   uint64_t before = expired_;
   for (auto it = comms_.begin(); it != comms_.end();) {
     Trim(it->second, now_ns - options_.grace_ns, options_.max_open_groups);
-    it = it->second.groups.empty() ? comms_.erase(it) : std::next(it);
+    if (it->second.groups.empty()) {
+      comms_.erase(it++);
+    } else {
+      ++it;
+    }
   }
   return expired_ - before;
 }

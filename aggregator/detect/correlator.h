@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -82,7 +83,7 @@ class Correlator {
   void Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups);
 
   const CorrelatorOptions options_;
-  std::map<CommKey, CommGroups> comms_;
+  absl::node_hash_map<CommKey, CommGroups> comms_;  // walked only to expire
   uint64_t completed_ = 0;
   uint64_t expired_ = 0;
 };

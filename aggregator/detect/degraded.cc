@@ -47,7 +47,9 @@ void DegradedDetector::Observe(const CommKey& comm, const RankInterval& report) 
   if (cs.nranks != 0 && cs.nranks != report.nranks) cs.keys.clear();
   cs.hybrid = report.n_nodes > 1;
   cs.nranks = report.nranks;
-  cs.node_of_rank[report.rank] = std::string(report.node);
+  // Nearly always the node it had: compared, not rebuilt, on every report.
+  std::string& node = cs.node_of_rank[report.rank];
+  if (node != report.node) node.assign(report.node);
 }
 
 void DegradedDetector::JudgeWindow(const CommState& cs,

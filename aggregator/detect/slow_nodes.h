@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "aggregator/detect/straggler.h"
 #include "aggregator/detect/types.h"
 
@@ -41,7 +42,7 @@ class SlowNodeDetector {
   void Forget(const CommKey& comm) { slow_.erase(comm); }
 
  private:
-  std::map<CommKey, std::set<std::string>> slow_;
+  absl::node_hash_map<CommKey, std::set<std::string>> slow_;
 };
 
 }  // namespace ncclwatch::aggregator

@@ -32,6 +32,7 @@
 #include <map>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "aggregator/detect/correlator.h"
 
 namespace ncclwatch::aggregator {
@@ -107,7 +108,7 @@ class StragglerDetector {
   std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 
   const StragglerOptions options_;
-  std::map<CommKey, CommWindows> comms_;
+  absl::node_hash_map<CommKey, CommWindows> comms_;
 };
 
 }  // namespace ncclwatch::aggregator

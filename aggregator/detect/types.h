@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace ncclwatch::aggregator {
@@ -21,6 +22,12 @@ struct CommKey {
     return std::tie(job_id, comm_hash) < std::tie(o.job_id, o.comm_hash);
   }
   bool operator==(const CommKey& o) const = default;
+  // The detectors that never walk their communicators in order keep them in hash maps: one hash
+  // and one comparison per lookup instead of a dozen string comparisons, for every report.
+  template <typename H>
+  friend H AbslHashValue(H h, const CommKey& k) {
+    return H::combine(std::move(h), k.job_id, k.comm_hash);
+  }
 };
 
 // One operation still in flight (enqueued, kernel not finished) when the rank reported.

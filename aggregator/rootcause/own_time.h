@@ -43,6 +43,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/rootcause/process_index.h"
 
@@ -201,7 +202,7 @@ class OwnTimeAnalyzer {
   SlowProcess ViewOf(const ProcessKey& p, const ProcessState& ps) const;
 
   const OwnTimeOptions options_;
-  std::map<CommKey, CommState> comms_;
+  absl::node_hash_map<CommKey, CommState> comms_;
   std::map<SlotKey, Slot> slots_;
   std::map<ProcessKey, ProcessState> processes_;
 };

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -43,7 +44,7 @@ class ProcessIndex {
 
  private:
   // The ranks that reported only: sparse, whatever size a communicator claims.
-  std::map<CommKey, std::map<int, ProcessKey>> by_comm_;
+  absl::node_hash_map<CommKey, std::map<int, ProcessKey>> by_comm_;
   std::map<ProcessKey, std::set<std::pair<CommKey, int>>> by_process_;
 };
 

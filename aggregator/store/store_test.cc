@@ -84,7 +84,12 @@ TEST_F(StoreTest, ABatchWhoseSyncFailsIsNotAcknowledgedAndNeitherIsAnyLaterOne) 
   EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 3), 4).ok());
 }
 
-TEST_F(StoreTest, ConcurrentPushesShareSyncsAndAreAllStored) {
+TEST_F(StoreTest, ConcurrentPushesOfDifferentBatchesAreAllStored) {
+#if defined(__SANITIZE_THREAD__)
+  // RocksDB (Debian's, linked statically, not built with TSan) hands a write group's batches and
+  // its memtable between threads through atomics TSan cannot see; the ASan build runs this.
+  GTEST_SKIP() << "concurrent RocksDB writers are checked in the ASan build";
+#endif
   auto store = Store::Open(dir_);
   ASSERT_TRUE(store.ok()) << store.status();
   std::vector<std::thread> pushers;
