@@ -26,13 +26,26 @@ grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// Ends a unary call with `answer`: its value as the response, or its error as the status.
+// Ends a unary call through `reactor` with `answer`: its value as the response, or its error as
+// the status.
+template <typename Response>
+void FinishWith(grpc::ServerUnaryReactor* reactor, absl::StatusOr<Response> answer,
+                Response* response) {
+  if (!answer.ok()) {
+    reactor->Finish(ToGrpcStatus(answer.status()));
+    return;
+  }
+  *response = *std::move(answer);
+  reactor->Finish(grpc::Status::OK);
+}
+
+// The same, answered now on the call's default reactor.
 template <typename Response>
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                  absl::StatusOr<Response> answer, Response* response) {
-  if (!answer.ok()) return Finished(context, ToGrpcStatus(answer.status()));
-  *response = *std::move(answer);
-  return Finished(context);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  FinishWith(reactor, std::move(answer), response);
+  return reactor;
 }
 
 // One push's batch and acknowledgement, parsed onto one protobuf arena: a batch's hundreds of
@@ -110,12 +123,7 @@ grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* conte
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   ingest_.PushAsync(*request, PushSource(*context, request->agent_id()),
                     [reactor, response](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
-                      if (!ack.ok()) {
-                        reactor->Finish(ToGrpcStatus(ack.status()));
-                        return;
-                      }
-                      *response = *std::move(ack);
-                      reactor->Finish(grpc::Status::OK);
+                      FinishWith(reactor, std::move(ack), response);
                     });
   return reactor;
 }
