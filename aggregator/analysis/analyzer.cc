@@ -275,9 +275,7 @@ ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id, int6
 
 CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) const {
   CommHealth health;
-  for (const auto& [r, who] : entry.who.ranks) {
-    health.silent_ranks += detectors_.hangs.IsSilent(key, r) ? 1 : 0;
-  }
+  health.silent_ranks = detectors_.hangs.SilentRanks(key);
   if (entry.own_times) {
     for (const auto& [p, gpu] : verdicts_.gpus()) health.stragglers += gpu.evidence.comm == key;
   } else {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/findings/who.h"
@@ -34,12 +35,12 @@ struct RegistryOptions {
 // One communicator.
 struct CommEntry {
   CommWho who;
-  std::map<int, int64_t> last_seen_ns;      // the ranks that reported -> their last report
-  int64_t newest_seen_ns = 0;               // the newest of them
-  int64_t first_seen_ns = 0;                // its first report (of any rank)
-  int unreported = 0;                       // ranks that never reported
-  std::map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
-  std::set<int> finalized;                  // ranks that sent their final report
+  absl::btree_map<int, int64_t> last_seen_ns;      // the ranks that reported -> their last report
+  int64_t newest_seen_ns = 0;                      // the newest of them
+  int64_t first_seen_ns = 0;                       // its first report (of any rank)
+  int unreported = 0;                              // ranks that never reported
+  absl::btree_map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
+  std::set<int> finalized;                         // ranks that sent their final report
   // Every rank that reported has sent its final report: NCCL finalized it everywhere.
   bool Finished() const { return !last_seen_ns.empty() && finalized.size() == last_seen_ns.size(); }
   // When `rank` was flagged late (0: it is not).

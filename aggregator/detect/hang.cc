@@ -196,6 +196,13 @@ bool HangDetector::AnySilent(const CommKey& comm) const {
                      [](const auto& rank) { return rank.second.silent; });
 }
 
+int HangDetector::SilentRanks(const CommKey& comm) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return 0;
+  return static_cast<int>(std::count_if(it->second.ranks.begin(), it->second.ranks.end(),
+                                        [](const auto& rank) { return rank.second.silent; }));
+}
+
 bool HangDetector::IsSilent(const CommKey& comm, int rank) const {
   auto it = comms_.find(comm);
   if (it == comms_.end()) return false;

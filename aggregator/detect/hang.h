@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -97,8 +98,9 @@ class HangDetector {
   bool Hung(const CommKey& comm) const;
   bool Missing(const CommKey& comm, int rank) const;
   bool IsSilent(const CommKey& comm, int rank) const;
-  // Whether any rank of `comm` is silent.
+  // Whether any rank of `comm` is silent; how many are.
   bool AnySilent(const CommKey& comm) const;
+  int SilentRanks(const CommKey& comm) const;
 
   // An operation a rank had in flight at its last report.
   struct InFlight {
@@ -124,7 +126,7 @@ class HangDetector {
   };
   struct CommState {
     int nranks = 0;
-    std::map<int, RankState> ranks;  // the ranks that reported (rank_set.h)
+    absl::btree_map<int, RankState> ranks;  // the ranks that reported (rank_set.h)
     bool hung = false;
     HangView hang;
   };
@@ -133,7 +135,7 @@ class HangDetector {
   bool PeerMissing(const CommState& cs, int rank, const InFlight& op) const;
 
   const HangOptions options_;
-  std::map<CommKey, CommState> comms_;
+  absl::btree_map<CommKey, CommState> comms_;
   std::vector<HangChange> pending_;  // ends caused by Update, reported by the next Evaluate
   int64_t listening_ns_ = 0;
   int64_t heard_from_ns_ = 0;

@@ -18,9 +18,9 @@ inline constexpr size_t kMaxNamedRanks = 256;
 
 // Appends to `out` the lowest ranks of [0, nranks) that are not keys of `present`, at most
 // `limit` of them; O(limit + present.size()) whatever nranks is.
-template <typename V>
-void AppendAbsentRanks(const std::map<int, V>& present, int nranks, size_t limit,
-                       std::vector<int>* out) {
+// `present`: a map ordered by rank (std::map, absl::btree_map).
+template <typename RankMap>
+void AppendAbsentRanks(const RankMap& present, int nranks, size_t limit, std::vector<int>* out) {
   int next = 0;  // the lowest rank not yet considered
   auto it = present.begin();
   size_t added = 0;

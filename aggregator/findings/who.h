@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "absl/container/btree_map.h"
+
 namespace ncclwatch::aggregator {
 
 struct RankWho {
@@ -24,7 +26,7 @@ struct CommWho {
   int n_nodes = 0;
   // The ranks that have reported, by rank. Sparse on purpose: what is kept grows with the ranks
   // that really report, never with the size a report claims (docs/security.md).
-  std::map<int, RankWho> ranks;
+  absl::btree_map<int, RankWho> ranks;
   // Rank `rank`, or an empty RankWho (node unknown, GPU -1) when it has not reported.
   const RankWho& Rank(int rank) const {
     static const RankWho kUnknown;

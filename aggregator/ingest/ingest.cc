@@ -49,7 +49,7 @@ void ExportAnalyzerCounters(const Analyzer& analyzer, PromTextWriter& w) {
 
 }  // namespace
 
-Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m)
+Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m, int64_t history_step_ns)
     : store_(store),
       analyzer_(analyzer),
       metrics_(m),
@@ -67,13 +67,15 @@ Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m)
                                  "Store writes that failed (the agent retries).")),
       detection_snapshots_(m.GetCounter(
           "ncclwatch_aggregator_detection_snapshots_total",
-          "Snapshots of the detection series taken (one a second) for the stored history.")),
+          "Snapshots of the detection series taken (one per --history-step-s) for the stored "
+          "history.")),
       batch_log_syncs_(m.GetCounter(
           "ncclwatch_aggregator_batch_log_syncs_total",
           "Syncs of the batch log before acknowledgements; each covers every batch written "
           "since the one before (group commit).")),
       detection_points_(m.GetCounter("ncclwatch_aggregator_detection_points_stored_total",
-                                     "Detection series points stored (changes and heartbeats).")) {
+                                     "Detection series points stored (changes and heartbeats).")),
+      history_step_ns_(history_step_ns) {
   m.AddCollector([this](PromTextWriter& w) { ExportAnalyzerCounters(analyzer_, w); });
   committer_ = std::thread([this] { CommitLoop(); });
 }
@@ -305,12 +307,11 @@ void Ingest::Tick(int64_t now_ns) {
 }
 
 void Ingest::StoreDetectionSeries(int64_t now_ns) {
-  constexpr int64_t kEveryNs = 1'000'000'000;
   constexpr int64_t kHeartbeatNs = 60'000'000'000;
   std::vector<SeriesPoint> points;
   {
     ncclwatch::MutexLock lock(&snapshot_mu_);
-    if (now_ns - last_snapshot_ns_ < kEveryNs) return;  // once a second is enough history
+    if (now_ns - last_snapshot_ns_ < history_step_ns_) return;
     last_snapshot_ns_ = now_ns;
     std::vector<SeriesPoint> now = analyzer_.Series(/*detection_only=*/true);
     const uint64_t round = ++snapshot_round_;

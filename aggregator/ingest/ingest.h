@@ -31,8 +31,10 @@ namespace ncclwatch::aggregator {
 
 class Ingest {
  public:
-  // All three outlive the Ingest. Registers the aggregator's ingest metrics in `metrics`.
-  Ingest(Store& store, Analyzer& analyzer, MetricRegistry& metrics);
+  // All three outlive the Ingest. Registers the aggregator's ingest metrics in `metrics`. The
+  // detection series are stored at most every `history_step_ns` (Tick).
+  Ingest(Store& store, Analyzer& analyzer, MetricRegistry& metrics,
+         int64_t history_step_ns = 1'000'000'000);
   // Answers every push already taken, then stops the committer.
   ~Ingest();
 
@@ -48,8 +50,8 @@ class Ingest {
   using PushDone = std::function<void(absl::StatusOr<ncclwatch::v1::BatchAck>)>;
   void PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string& source, PushDone done);
   // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
-  // detection series (ncclwatch_*), at most once a second, when they change and at least once a
-  // minute.
+  // detection series (ncclwatch_*), at most once per history step, when they change and at least
+  // once a minute.
   void Tick(int64_t now_ns);
   // At start-up: feeds the batches stored since `since_ns` to the analyzer again, so that the
   // detectors resume where they were and every acknowledged point is in the store (rewriting one
@@ -104,6 +106,7 @@ class Ingest {
   absl::flat_hash_map<uint64_t, Snapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
   uint64_t snapshot_round_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
   int64_t last_snapshot_ns_ ABSL_GUARDED_BY(snapshot_mu_) = 0;
+  const int64_t history_step_ns_;
   // Pushes are written to the log concurrently (on gRPC's threads), then made durable, analysed
   // and answered one at a time by the committer, in the order of their receive times, strictly
   // increasing: the order in which a replay reads them back, so that a restart rebuilds exactly

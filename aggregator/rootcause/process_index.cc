@@ -29,8 +29,8 @@ void ProcessIndex::Forget(const CommKey& comm) {
   by_comm_.erase(it);
 }
 
-const std::map<int, ProcessKey>& ProcessIndex::Members(const CommKey& comm) const {
-  static const std::map<int, ProcessKey> kNone;
+const absl::btree_map<int, ProcessKey>& ProcessIndex::Members(const CommKey& comm) const {
+  static const absl::btree_map<int, ProcessKey> kNone;
   auto it = by_comm_.find(comm);
   return it == by_comm_.end() ? kNone : it->second;
 }

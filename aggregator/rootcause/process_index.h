@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 
@@ -36,7 +37,7 @@ class ProcessIndex {
   void Forget(const CommKey& comm);
 
   // The known ranks of `comm` and their processes, by rank (empty when none is known).
-  const std::map<int, ProcessKey>& Members(const CommKey& comm) const;
+  const absl::btree_map<int, ProcessKey>& Members(const CommKey& comm) const;
   // The process of a communicator rank, or nullptr when unknown.
   const ProcessKey* Of(const CommKey& comm, int rank) const;
   // Every (communicator, rank) of a process, ordered.
@@ -44,7 +45,7 @@ class ProcessIndex {
 
  private:
   // The ranks that reported only: sparse, whatever size a communicator claims.
-  absl::node_hash_map<CommKey, std::map<int, ProcessKey>> by_comm_;
+  absl::node_hash_map<CommKey, absl::btree_map<int, ProcessKey>> by_comm_;
   std::map<ProcessKey, std::set<std::pair<CommKey, int>>> by_process_;
 };
 

@@ -37,7 +37,7 @@ absl::Status AggregatorServer::OpenAndReplay() {
   });
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
   analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
-  ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_);
+  ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_, options_.history_step_ns);
   query_ = std::make_unique<QueryEngine>(*store_, *analyzer_);
   const int64_t started = absl::GetCurrentTimeNanos();
   const int64_t window_start = started - options_.replay_ns;

@@ -41,6 +41,9 @@ struct AggregatorServerOptions {
   int64_t downsample_after_ns = 86'400'000'000'000;
   int64_t downsample_step_ns = 300'000'000'000;
   int64_t replay_ns = 600'000'000'000;  // batches replayed into the detectors at start-up
+  // How often the detection series are stored for the history (when they changed; at least
+  // once a minute).
+  int64_t history_step_ns = 5'000'000'000;
   // ... but no more than this many bytes of the (compressed) batch log: the newest part of the
   // window, so that a large job's restart stays short. 0: the whole window.
   uint64_t replay_max_bytes = 128ull << 20;

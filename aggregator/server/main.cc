@@ -45,6 +45,7 @@ struct AggregatorConfig {
   double remote_write_interval_s = 10;
   bool remote_write_all_series = false;
   double replay_s = 600;
+  double history_step_s = 5;
   int64_t replay_max_mib = 128;
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -170,6 +171,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddDouble("replay-s", "", &c.replay_s,
               "At start-up, feed the batches of the last this-many seconds to the detectors again, "
               "so they resume where they stopped.");
+  t.AddDouble("history-step-s", "", &c.history_step_s,
+              "How often the detection series (ncclwatch_*) are stored for QueryRange's history, "
+              "each when it changed and at least once a minute: 5 s is finer than what "
+              "Prometheus keeps, and a snapshot of a 16,384-rank job's series costs tens of ms "
+              "(docs/scale.md).");
   t.AddInt("replay-max-mib", "", &c.replay_max_mib,
            "Replay at most this much of the stored batch log (MiB as stored, compressed): the "
            "newest part of --replay-s, so that a restart with a 16,384-rank job stays within "
@@ -307,6 +313,12 @@ int Main(int argc, char** argv) {
   }
   options.analyzer = AnalyzerOptionsOf(config);
   options.replay_ns = static_cast<int64_t>(config.replay_s * 1e9);
+  if (!(config.history_step_s >= 0.25 && config.history_step_s <= 60)) {
+    LogError("--history-step-s must be between 0.25 and 60 seconds (got %g)",
+             config.history_step_s);
+    return 2;
+  }
+  options.history_step_ns = static_cast<int64_t>(config.history_step_s * 1e9);
   if (config.replay_max_mib < 0) {
     LogError("--replay-max-mib must be 0 (no bound) or more");
     return 2;

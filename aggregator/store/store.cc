@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
@@ -21,6 +22,10 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
 }
+
+// Agents whose newest batch_seq is remembered (Store::newest_seq_): a 100,000-GPU fleet has
+// ~12,500 nodes. Beyond it (a flood of invented ids) the memory is forgotten and re-read.
+constexpr size_t kMaxKnownAgents = 1 << 16;
 
 std::string BatchKey(const std::string& agent_id, uint64_t seq) {
   return EncodeStoreKey({.kind = StoreKey::Kind::kBatchIndex, .counter = seq, .text = agent_id});
@@ -201,10 +206,22 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
                                                  batch.agent_id(),
                                                  " is being stored by another push; retry"));
     }
-    std::string existing;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
-    if (s.ok()) return false;
-    if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
+    if (newest_seq_.size() >= kMaxKnownAgents) newest_seq_.clear();
+    auto [newest, first] = newest_seq_.try_emplace(batch.agent_id(), 0);
+    if (first) {
+      absl::StatusOr<uint64_t> stored = NewestStoredSeq(batch.agent_id());
+      if (!stored.ok()) {
+        newest_seq_.erase(batch.agent_id());
+        return stored.status();
+      }
+      newest->second = *stored;
+    }
+    if (batch.batch_seq() <= newest->second) {  // a replay, or an agent that started over
+      std::string existing;
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
+      if (s.ok()) return false;
+      if (!s.IsNotFound()) return FromRocks(s, "batch lookup");
+    }
     pending->done = std::make_shared<ncclwatch::Notification>();
     writing_.emplace(key, pending->done);
   }
@@ -224,7 +241,27 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
   write.Put(pending->key, log_key);
   rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &write);
   if (!s.ok()) return FromRocks(s, "batch write");
+  {
+    ncclwatch::MutexLock lock(&put_mu_);
+    uint64_t& newest = newest_seq_[batch.agent_id()];
+    newest = std::max(newest, batch.batch_seq());
+  }
   return true;
+}
+
+absl::StatusOr<uint64_t> Store::NewestStoredSeq(const std::string& agent_id) const {
+  const std::string prefix = EncodeStoreKey({.kind = StoreKey::Kind::kBatchIndex, .text = agent_id})
+                                 .substr(0, 1 + agent_id.size() + 1);  // 'B', agent id, '\0'
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(BatchKey(agent_id, std::numeric_limits<uint64_t>::max()));
+  if (!it->status().ok()) return FromRocks(it->status(), "batch lookup");
+  if (!it->Valid() || !it->key().starts_with(prefix) || it->key().size() != prefix.size() + 8) {
+    return 0;
+  }
+  absl::StatusOr<StoreKey> stored = DecodeStoreKey(it->key().ToStringView());
+  if (!stored.ok())
+    return absl::DataLossError(absl::StrCat("batch index: ", stored.status().message()));
+  return stored->counter;
 }
 
 absl::Status Store::SyncBatchWrites() {

@@ -160,6 +160,38 @@ TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
   EXPECT_FALSE(*(*reopened)->PutBatchIfNew(Batch("a", 2), 200));
 }
 
+// A sequence number above an agent's newest stored one is taken without a lookup; what that
+// newest one is must come from the store after a restart, whatever the agent pushes first, and
+// agent ids that extend one another must not share it.
+TEST_F(StoreTest, AfterARestartEveryStoredSequenceNumberIsStillADuplicate) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (uint64_t seq = 1; seq <= 5; ++seq) {
+      EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", seq), 100 * seq));
+    }
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-10", 9), 100));
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", 7), 700));  // 6 never came
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  // The agent replays from an older batch first: every stored one is a duplicate, above it too.
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 3), 300));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 4), 400));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 7), 700));
+  // The gap below the newest is still new, once.
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", 6), 600));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 6), 600));
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", 8), 800));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 8), 800));
+  // "node-10"'s batch 9 is not node-1's: node-1's 9 is new, node-10's is not.
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", 9), 900));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-10", 9), 900));
+  // An agent the store has never seen starts at 1.
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-2", 1), 100));
+  EXPECT_EQ(*(*store)->CountBatches(), 11u);
+}
+
 TEST_F(StoreTest, TheSameBatchPushedConcurrentlyIsStoredOnceAndNewToExactlyOnePush) {
   // An agent whose push timed out retries while the first push is still being synced: both reach
   // PutBatchIfNew at once. Each of 64 batches goes to 4 threads released together.

@@ -51,7 +51,8 @@ double Counter(const Pipeline& p, const std::string& name) {
   return code == 200 && at != std::string::npos ? std::stod(body.substr(at + name.size() + 2)) : -1;
 }
 
-// Waits until the aggregator has taken `n` more detection snapshots (one a second): what a tick
+// Waits until the aggregator has taken `n` more detection snapshots (one a second with
+// --history-step-s=1, which the tests below pass): what a tick
 // stores, for every series the analysis has, has then been stored at least `n` times.
 bool WaitForSnapshots(const Pipeline& p, int n) {
   const std::string name = "ncclwatch_aggregator_detection_snapshots_total";
@@ -104,7 +105,7 @@ ncclwatch::v1::RankReport HugeReport(const std::string& job, int64_t now_ns) {
 }
 
 TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfterARestart) {
-  Pipeline p(0, {"--hang-threshold-s=1", "--silent-after-s=1"});
+  Pipeline p(0, {"--hang-threshold-s=1", "--silent-after-s=1", "--history-step-s=1"});
   ASSERT_TRUE(p.ok()) << p.error();
   ASSERT_TRUE(WaitForSnapshots(p, 2)) << p.Logs();
   const double rss_before = RssMib(p.aggregator_pid());

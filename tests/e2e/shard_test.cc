@@ -110,8 +110,9 @@ class ShardedService {
     return absl::StrJoin(m, ",");
   }
   std::vector<std::string> Flags(int i, int n) const {
+    // --history-step-s=1: the stored detection series (paged below) within a second.
     return {absl::StrCat("--grpc-port=", ports_[i]), "--shard-peers=" + Members(n),
-            "--shard-self=" + names_[i]};
+            "--shard-self=" + names_[i], "--history-step-s=1"};
   }
   std::vector<std::string> Names(int n) const { return {names_.begin(), names_.begin() + n}; }
 
