@@ -1,6 +1,7 @@
 #include "proto/inspector.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -13,7 +14,7 @@
 
 namespace ncclwatch {
 
-std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report) {
+absl::InlinedVector<InspectorStat, 8> InspectorStats(const ncclwatch::v1::RankReport& report) {
   // (p2p, op, message size, algo_proto): p2p stats arrive per peer, Inspector's are not. A
   // report has a handful of these: merged in a small vector of views into the report (this runs
   // for every report the aggregator and the agents take), then ordered as a map would be.
@@ -39,25 +40,62 @@ std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& r
   }
   std::sort(merged.begin(), merged.end(),
             [](const Merged& a, const Merged& b) { return a.key < b.key; });
+  absl::InlinedVector<InspectorStat, 8> out;
+  for (const Merged& m : merged) {
+    if (m.count == 0) continue;
+    InspectorStat& s = out.emplace_back();
+    std::tie(s.p2p, s.op, s.message_size, s.algo_proto) = m.key;
+    s.mean_us = m.sum_us / static_cast<double>(m.count);
+    s.has_bw = m.bw_samples > 0;
+    if (s.has_bw) s.bus_bw_gbs = std::exp(m.bus_log_sum / static_cast<double>(m.bw_samples));
+  }
+  return out;
+}
+
+const char* InspectorStat::time_family() const {
+  return p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds";
+}
+
+const char* InspectorStat::bw_family() const {
+  return p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs";
+}
+
+LabelPairs InspectorStatLabels(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id) {
+  LabelPairs labels = {{"n_nodes", absl::StrCat(id.n_nodes())},
+                       {"nranks", absl::StrCat(id.nranks())},
+                       {stat.p2p ? "p2p_operation" : "collective", std::string(stat.op)},
+                       {"message_size", std::string(stat.message_size)}};
+  if (!stat.p2p) labels.emplace_back("algo_proto", OrUnknown(std::string(stat.algo_proto)));
+  return labels;
+}
+
+bool InspectorStatMatches(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id,
+                          const LabelPairs& labels) {
+  if (labels.size() != (stat.p2p ? 4u : 5u)) return false;
+  auto number_is = [](const std::string& text, int64_t n) {
+    char buf[24];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), n);
+    return ec == std::errc() && text == std::string_view(buf, end - buf);
+  };
+  const std::string_view algo_proto =
+      stat.algo_proto.empty() ? std::string_view("unknown") : stat.algo_proto;
+  return labels[0].first == "n_nodes" && number_is(labels[0].second, id.n_nodes()) &&
+         labels[1].first == "nranks" && number_is(labels[1].second, id.nranks()) &&
+         labels[2].first == (stat.p2p ? "p2p_operation" : "collective") &&
+         labels[2].second == stat.op && labels[3].first == "message_size" &&
+         labels[3].second == stat.message_size &&
+         (stat.p2p || (labels[4].first == "algo_proto" && labels[4].second == algo_proto));
+}
+
+std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report) {
   const auto& id = report.identity();
   std::vector<InspectorSample> out;
-  out.reserve(merged.size() * 2);
-  for (const Merged& m : merged) {
-    const auto& [p2p, op, size, algo_proto] = m.key;
-    if (m.count == 0) continue;
-    LabelPairs labels = {{"n_nodes", absl::StrCat(id.n_nodes())},
-                         {"nranks", absl::StrCat(id.nranks())},
-                         {p2p ? "p2p_operation" : "collective", std::string(op)},
-                         {"message_size", std::string(size)}};
-    if (!p2p) labels.emplace_back("algo_proto", OrUnknown(std::string(algo_proto)));
-    out.push_back(
-        {p2p ? "nccl_p2p_exec_time_microseconds" : "nccl_collective_exec_time_microseconds", labels,
-         m.sum_us / static_cast<double>(m.count)});
-    if (m.bw_samples > 0) {
-      out.push_back({p2p ? "nccl_p2p_bus_bandwidth_gbs" : "nccl_bus_bandwidth_gbs",
-                     std::move(labels),
-                     std::exp(m.bus_log_sum / static_cast<double>(m.bw_samples))});
-    }
+  const auto stats = InspectorStats(report);
+  out.reserve(stats.size() * 2);
+  for (const InspectorStat& s : stats) {
+    LabelPairs labels = InspectorStatLabels(s, id);
+    out.push_back({s.time_family(), labels, s.mean_us});
+    if (s.has_bw) out.push_back({s.bw_family(), std::move(labels), s.bus_bw_gbs});
   }
   return out;
 }

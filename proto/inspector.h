@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "common/prom_text.h"
 #include "ncclwatch/v1/report.pb.h"
 #include "proto/exported_series.h"
@@ -27,6 +29,27 @@ struct InspectorSample {
 };
 
 std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report);
+
+// What InspectorSamples computes, before any label is built: one entry per (p2p, operation,
+// message size, algo_proto) with operations, in InspectorSamples' order. The views point into
+// the report. The aggregator matches these against the series it keeps without building a label
+// set for each (InspectorStatMatches), which was a good part of its cost per report.
+struct InspectorStat {
+  bool p2p = false;
+  std::string_view op, message_size, algo_proto;  // algo_proto empty for p2p
+  double mean_us = 0;
+  bool has_bw = false;  // then a bandwidth sample follows the time sample
+  double bus_bw_gbs = 0;
+  // nccl_p2p_exec_time_microseconds or nccl_collective_exec_time_microseconds; the bandwidth
+  // family (nccl_p2p_bus_bandwidth_gbs, nccl_bus_bandwidth_gbs).
+  const char* time_family() const;
+  const char* bw_family() const;
+};
+absl::InlinedVector<InspectorStat, 8> InspectorStats(const ncclwatch::v1::RankReport& report);
+// The labels of `stat`'s samples (both families have the same), and whether `labels` are they.
+LabelPairs InspectorStatLabels(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id);
+bool InspectorStatMatches(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id,
+                          const LabelPairs& labels);
 
 // ncclwatch's per-tag breakdown (ABI v7 userTag: a step, phase or layer the application set per
 // call): ncclwatch_tagged_exec_time_microseconds, the mean execution time of the report's tagged

@@ -14,11 +14,12 @@ constexpr char kDropsFamily[] = "ncclwatch_plugin_drops_total";
 }  // namespace
 
 SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name, bool inspector,
-                                     LabelPairs&& labels, double value, int64_t sample_ms,
-                                     int64_t now_ns) {
+                                     absl::FunctionRef<bool(const LabelPairs&)> labels_match,
+                                     absl::FunctionRef<LabelPairs()> make_labels, double value,
+                                     int64_t sample_ms, int64_t now_ns) {
   auto matches = [&](const Entry& e) {
     return (e.name == name || std::strcmp(e.name, name) == 0) && e.inspector == inspector &&
-           e.labels == labels;
+           labels_match(e.labels);
   };
   // A rank has a few dozen series, which its reports list in the same order: the hinted one
   // nearly always matches, and a linear scan finds the rest (cheaper than a hashed key each).
@@ -39,7 +40,7 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
       return nullptr;
     }
     ++series_;
-    entry = &rank.entries.emplace_back(Entry{name, inspector, std::move(labels)});
+    entry = &rank.entries.emplace_back(Entry{name, inspector, make_labels()});
   }
   *hint = static_cast<size_t>(entry - rank.entries.data()) + 1;
   entry->value = value;
@@ -61,17 +62,26 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
     rank.fingerprint = fingerprint;
   }
   size_t hint = 0;
-  auto set = [&](const char* name, bool inspector, LabelPairs&& labels, double value) {
-    const Entry* e = Set(rank, &hint, name, inspector, std::move(labels), value, sample_ms, now_ns);
+  auto set = [&](const char* name, bool inspector,
+                 absl::FunctionRef<bool(const LabelPairs&)> labels_match,
+                 absl::FunctionRef<LabelPairs()> make_labels, double value) {
+    const Entry* e =
+        Set(rank, &hint, name, inspector, labels_match, make_labels, value, sample_ms, now_ns);
     // The points the store keeps (--store-rank-series) carry the full label set.
     if (e == nullptr || points == nullptr) return;
     points->push_back({name, FullLabels(id.job_id(), rank, *e), value, sample_ms});
   };
-  for (InspectorSample& sample : InspectorSamples(report)) {
-    set(sample.name, /*inspector=*/true, std::move(sample.labels), sample.value);
+  for (const InspectorStat& stat : InspectorStats(report)) {
+    auto match = [&](const LabelPairs& labels) { return InspectorStatMatches(stat, id, labels); };
+    auto make = [&] { return InspectorStatLabels(stat, id); };
+    set(stat.time_family(), /*inspector=*/true, match, make, stat.mean_us);
+    if (stat.has_bw) set(stat.bw_family(), /*inspector=*/true, match, make, stat.bus_bw_gbs);
   }
   for (InspectorSample& sample : UserTagSamples(report)) {
-    set(sample.name, /*inspector=*/false, std::move(sample.labels), sample.value);
+    set(
+        sample.name, /*inspector=*/false,
+        [&](const LabelPairs& labels) { return labels == sample.labels; },
+        [&] { return sample.labels; }, sample.value);
   }
   // What the plugin could not record (cumulative since the training process started): a pool,
   // ring or queue was full. Anything above zero means findings may miss operations.
@@ -84,7 +94,14 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
         {"samples_capped", d.samples_capped()},
         {"channel_events_orphaned", d.channel_events_orphaned()}};
     for (const auto& [kind, value] : kinds) {
-      set(kDropsFamily, /*inspector=*/false, LabelPairs{{"kind", kind}},
+      set(
+          kDropsFamily, /*inspector=*/false,
+          [&](const LabelPairs& labels) {
+            return labels.size() == 1 && labels[0].first == "kind" && labels[0].second == kind;
+          },
+          [&] {
+            return LabelPairs{{"kind", kind}};
+          },
           static_cast<double>(value));
     }
   }

@@ -76,9 +76,12 @@ class SeriesTable {
   };
   // Sets one series of `rank`; null when it is new and the table is full (counted). `*hint` is
   // where to look first (a report lists its series in the order the last one did) and becomes
-  // the position after the series set.
-  Entry* Set(Rank& rank, size_t* hint, const char* name, bool inspector, LabelPairs&& labels,
-             double value, int64_t sample_ms, int64_t now_ns);
+  // the position after the series set. A series is found by `labels_match` on its labels; its
+  // labels are built by `make_labels` only when it is new.
+  Entry* Set(Rank& rank, size_t* hint, const char* name, bool inspector,
+             absl::FunctionRef<bool(const LabelPairs&)> labels_match,
+             absl::FunctionRef<LabelPairs()> make_labels, double value, int64_t sample_ms,
+             int64_t now_ns);
   // The full label set of `e`, a series of `rank` of job `job_id`.
   static LabelPairs FullLabels(const std::string& job_id, const Rank& rank, const Entry& e);
 

@@ -42,6 +42,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -117,7 +118,7 @@ class DegradedDetector {
   struct CommState {
     bool hybrid = false;
     int nranks = 0;
-    std::map<int, std::string> node_of_rank;
+    absl::btree_map<int, std::string> node_of_rank;
     std::map<std::pair<std::string, std::string>, KeyState> keys;  // (op, size)
     bool trending_low = false;  // at the last report: see TrendingLow()
     bool degraded() const;
@@ -143,7 +144,7 @@ class DegradedDetector {
   void UpdateSuspects(const std::string& job_id, std::vector<DegradedChange>* changes);
 
   const DegradedOptions options_;
-  std::map<CommKey, CommState> comms_;
+  absl::btree_map<CommKey, CommState> comms_;
   std::map<BaselineKey, Baseline> baselines_;
   std::map<std::string, std::map<std::string, int>> suspects_;  // job -> node -> comms
 };

@@ -71,8 +71,7 @@ void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const Class
   ring.Push(excess_ns, options_.window);
   const bool judged = static_cast<int>(ring.values.size()) >= options_.min_groups;
   if (was_judged && ring.median == old_median) return;  // both orders stay as they are
-  const int nranks = static_cast<int>(cs.processes.size());
-  Slot& slot = slots_[SlotOf(comm, k, nranks, st.n_nodes, r)];
+  Slot& slot = *st.slots[r];
   if (was_judged) {
     st.judged.erase(st.judged.find({old_median, r}));
     slot.judged.erase(slot.judged.find({old_median, cs.nodes[r], comm}));
@@ -94,17 +93,14 @@ bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, 
   // Counterparts: rank r of the family's other communicators, on another node; the smallest E.
   // While a member of the family is not judged yet, r is not either: the reference would be a
   // guess.
-  const auto slot =
-      slots_.find(SlotOf(comm, k, static_cast<int>(cs.processes.size()), st.n_nodes, r));
+  const Slot& slot = *st.slots[r];
   *counterparts = false;
-  if (slot != slots_.end()) {
-    for (const auto& [e, n, c] : slot->second.judged) {
-      if (c == comm || n == node) continue;
-      if (slot->second.unjudged > 0) return false;
-      *counterparts = true;
-      *reference_ns = e;
-      return true;
-    }
+  for (const auto& [e, n, c] : slot.judged) {
+    if (c == comm || n == node) continue;
+    if (slot.unjudged > 0) return false;
+    *counterparts = true;
+    *reference_ns = e;
+    return true;
   }
   // No counterparts: the members of this communicator on other nodes. The highest one not
   // clearly above r is what a replica of r shows; if none is, r is not above anybody there.
@@ -211,7 +207,11 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     fresh.excess.resize(n);
     fresh.n_nodes = group.n_nodes;
     fresh.unjudged = n;
-    for (int r = 0; r < n; ++r) ++slots_[SlotOf(group.comm, k, n, group.n_nodes, r)].unjudged;
+    fresh.slots.resize(n);
+    for (int r = 0; r < n; ++r) {
+      fresh.slots[r] = &slots_[SlotOf(group.comm, k, n, group.n_nodes, r)];
+      ++fresh.slots[r]->unjudged;
+    }
   }
   ClassState& st = cls->second;
   if (++st.seen <= options_.warmup_groups) return changes;

@@ -143,7 +143,10 @@ class OwnTimeAnalyzer {
   };
   struct ClassState {
     std::vector<Ring> excess;  // per rank
-    Ring base;                 // the smallest own time of each collective
+    // Per rank, its slot in slots_ (looked up once: a map node, kept while any member counts in
+    // it, and every rank of this class does until Forget).
+    std::vector<Slot*> slots;
+    Ring base;  // the smallest own time of each collective
     int n_nodes = 0;
     // The judged ranks by E (for the reference without counterparts) and how many are not yet.
     std::multiset<std::pair<double, int>> judged;
