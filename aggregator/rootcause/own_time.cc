@@ -74,14 +74,14 @@ void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const Class
   Slot& slot = *st.slots[r];
   if (was_judged) {
     st.judged.erase(st.judged.find({old_median, r}));
-    slot.judged.erase(slot.judged.find({old_median, cs.nodes[r], comm}));
+    slot.judged.erase(slot.judged.find({old_median, &cs.nodes[r], &comm}));
   } else if (judged) {
     --st.unjudged;
     --slot.unjudged;
   }
   if (judged) {
     st.judged.insert({ring.median, r});
-    slot.judged.insert({ring.median, cs.nodes[r], comm});
+    slot.judged.insert({ring.median, &cs.nodes[r], &comm});
   }
 }
 
@@ -96,7 +96,7 @@ bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, 
   const Slot& slot = *st.slots[r];
   *counterparts = false;
   for (const auto& [e, n, c] : slot.judged) {
-    if (c == comm || n == node) continue;
+    if (*c == comm || *n == node) continue;
     if (slot.unjudged > 0) return false;
     *counterparts = true;
     *reference_ns = e;
@@ -220,7 +220,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   st.base.Push(static_cast<double>(base), options_.window);
   for (int r = 0; r < n; ++r) {
     if (group.own_time_ns[r] >= 0) {
-      Push(group.comm, cs, k, st, r, static_cast<double>(group.own_time_ns[r] - base));
+      Push(it->first, cs, k, st, r, static_cast<double>(group.own_time_ns[r] - base));
     }
   }
   for (int r = 0; r < n; ++r) {
@@ -279,7 +279,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
       auto slot = slots_.find(SlotOf(comm, k, nranks, st.n_nodes, r));
       if (slot == slots_.end()) continue;
       if (static_cast<int>(st.excess[r].values.size()) >= options_.min_groups) {
-        auto e = slot->second.judged.find({st.excess[r].median, cs.nodes[r], comm});
+        auto e = slot->second.judged.find({st.excess[r].median, &cs.nodes[r], &it->first});
         if (e != slot->second.judged.end()) slot->second.judged.erase(e);
       } else {
         --slot->second.unjudged;

@@ -43,6 +43,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/rootcause/process_index.h"
@@ -131,7 +132,10 @@ class OwnTimeAnalyzer {
   // The judged E of every communicator at one slot, sorted, and how many are not judged yet: a
   // rank's design reference is the first entry from another communicator on another node.
   struct Slot {
-    std::multiset<std::tuple<double, std::string, CommKey>> judged;  // (E, node, communicator)
+    // (E, node, communicator), the last two pointing at the member's communicator state (its key
+    // in comms_ and its entry in CommState::nodes, both stable until Forget takes it out): no
+    // strings copied or compared each time a member's E moves, which is nearly every collective.
+    std::multiset<std::tuple<double, const std::string*, const CommKey*>> judged;
     int unjudged = 0;
   };
   struct Ring {
@@ -184,7 +188,8 @@ class OwnTimeAnalyzer {
   static SlotKey SlotOf(const CommKey& comm, const ClassKey& k, int nranks, int n_nodes, int r) {
     return SlotKey{comm.job_id, k.op, k.bytes, nranks, n_nodes, r};
   }
-  // Adds one excess to rank r's window and keeps the sorted indexes in step.
+  // Adds one excess to rank r's window and keeps the sorted indexes in step. `comm` is the key
+  // in comms_ (the slot keeps its address).
   void Push(const CommKey& comm, const CommState& cs, const ClassKey& k, ClassState& st, int r,
             double excess_ns);
   // F and its threshold for rank r of `comm` in class `k`; false if not judged yet.
@@ -207,7 +212,7 @@ class OwnTimeAnalyzer {
   const OwnTimeOptions options_;
   absl::node_hash_map<CommKey, CommState> comms_;
   std::map<SlotKey, Slot> slots_;
-  std::map<ProcessKey, ProcessState> processes_;
+  absl::btree_map<ProcessKey, ProcessState> processes_;
 };
 
 }  // namespace ncclwatch::aggregator
