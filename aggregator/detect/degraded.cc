@@ -248,13 +248,13 @@ std::vector<SuspectView> DegradedDetector::Suspects() const {
 }
 
 bool DegradedDetector::IsDegraded(const CommKey& comm) const {
-  auto it = comms_.find(comm);
-  return it != comms_.end() && it->second.degraded();
+  const CommState* cs = comms_.Find(comm);
+  return cs != nullptr && cs->degraded();
 }
 
 bool DegradedDetector::IsHybrid(const CommKey& comm) const {
-  auto it = comms_.find(comm);
-  return it != comms_.end() && it->second.hybrid;
+  const CommState* cs = comms_.Find(comm);
+  return cs != nullptr && cs->hybrid;
 }
 
 }  // namespace ncclwatch::aggregator

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "aggregator/detect/indexed_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -144,7 +145,7 @@ class DegradedDetector {
   void UpdateSuspects(const std::string& job_id, std::vector<DegradedChange>* changes);
 
   const DegradedOptions options_;
-  absl::btree_map<CommKey, CommState> comms_;
+  IndexedMap<CommKey, CommState> comms_;
   std::map<BaselineKey, Baseline> baselines_;
   std::map<std::string, std::map<std::string, int>> suspects_;  // job -> node -> comms
 };

@@ -168,46 +168,46 @@ std::vector<SilentView> HangDetector::Silent() const {
 }
 
 bool HangDetector::Hung(const CommKey& comm) const {
-  auto it = comms_.find(comm);
-  return it != comms_.end() && it->second.hung;
+  const CommState* cs = comms_.Find(comm);
+  return cs != nullptr && cs->hung;
 }
 
 bool HangDetector::Missing(const CommKey& comm, int rank) const {
-  auto it = comms_.find(comm);
-  if (it == comms_.end() || !it->second.hung) return false;
-  const auto& m = it->second.hang.missing;
+  const CommState* cs = comms_.Find(comm);
+  if (cs == nullptr || !cs->hung) return false;
+  const auto& m = cs->hang.missing;
   return std::binary_search(m.begin(), m.end(), rank);
 }
 
 std::vector<HangDetector::InFlight> HangDetector::InFlightOf(const CommKey& comm, int rank) const {
-  auto it = comms_.find(comm);
-  if (it == comms_.end()) return {};
-  auto found = it->second.ranks.find(rank);
-  if (found == it->second.ranks.end()) return {};
+  const CommState* cs = comms_.Find(comm);
+  if (cs == nullptr) return {};
+  auto found = cs->ranks.find(rank);
+  if (found == cs->ranks.end()) return {};
   const RankState& rs = found->second;
   if (!rs.seen || rs.finalized || rs.silent) return {};
   return rs.in_flight;
 }
 
 bool HangDetector::AnySilent(const CommKey& comm) const {
-  auto it = comms_.find(comm);
-  if (it == comms_.end()) return false;
-  return std::any_of(it->second.ranks.begin(), it->second.ranks.end(),
+  const CommState* cs = comms_.Find(comm);
+  if (cs == nullptr) return false;
+  return std::any_of(cs->ranks.begin(), cs->ranks.end(),
                      [](const auto& rank) { return rank.second.silent; });
 }
 
 int HangDetector::SilentRanks(const CommKey& comm) const {
-  auto it = comms_.find(comm);
-  if (it == comms_.end()) return 0;
-  return static_cast<int>(std::count_if(it->second.ranks.begin(), it->second.ranks.end(),
+  const CommState* cs = comms_.Find(comm);
+  if (cs == nullptr) return 0;
+  return static_cast<int>(std::count_if(cs->ranks.begin(), cs->ranks.end(),
                                         [](const auto& rank) { return rank.second.silent; }));
 }
 
 bool HangDetector::IsSilent(const CommKey& comm, int rank) const {
-  auto it = comms_.find(comm);
-  if (it == comms_.end()) return false;
-  auto found = it->second.ranks.find(rank);
-  return found != it->second.ranks.end() && found->second.silent;
+  const CommState* cs = comms_.Find(comm);
+  if (cs == nullptr) return false;
+  auto found = cs->ranks.find(rank);
+  return found != cs->ranks.end() && found->second.silent;
 }
 
 }  // namespace ncclwatch::aggregator

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "aggregator/detect/indexed_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -135,7 +136,7 @@ class HangDetector {
   bool PeerMissing(const CommState& cs, int rank, const InFlight& op) const;
 
   const HangOptions options_;
-  absl::btree_map<CommKey, CommState> comms_;
+  IndexedMap<CommKey, CommState> comms_;
   std::vector<HangChange> pending_;  // ends caused by Update, reported by the next Evaluate
   int64_t listening_ns_ = 0;
   int64_t heard_from_ns_ = 0;

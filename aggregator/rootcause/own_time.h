@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/rootcause/process_index.h"
@@ -135,7 +136,7 @@ class OwnTimeAnalyzer {
     // (E, node, communicator), the last two pointing at the member's communicator state (its key
     // in comms_ and its entry in CommState::nodes, both stable until Forget takes it out): no
     // strings copied or compared each time a member's E moves, which is nearly every collective.
-    std::multiset<std::tuple<double, const std::string*, const CommKey*>> judged;
+    absl::btree_multiset<std::tuple<double, const std::string*, const CommKey*>> judged;
     int unjudged = 0;
   };
   struct Ring {
@@ -153,7 +154,7 @@ class OwnTimeAnalyzer {
     Ring base;  // the smallest own time of each collective
     int n_nodes = 0;
     // The judged ranks by E (for the reference without counterparts) and how many are not yet.
-    std::multiset<std::pair<double, int>> judged;
+    absl::btree_multiset<std::pair<double, int>> judged;
     int unjudged = 0;
     int64_t seen = 0;  // collectives observed, warm-up included
   };
