@@ -195,6 +195,10 @@ absl::StatusOr<std::unique_ptr<ShardRouter>> ShardRouter::Create(ShardOptions op
       // (no RST) is noticed, and keep pinging without data (the peers allow every 20 s).
       args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
       args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+      // A forwarded answer about a large job is large: ListComms of a 16,384-rank job lists some
+      // 85,000 ranks (3-4 MiB, above gRPC's default 4 MiB limit at about 20,000 ranks). As the
+      // CLI does.
+      args.SetMaxReceiveMessageSize(256 << 20);
       p.stub = ncclwatch::v1::Query::NewStub(
           grpc::CreateCustomChannel((*members)[i].address, credentials, args));
     }

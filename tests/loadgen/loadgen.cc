@@ -395,7 +395,11 @@ int Main(int argc, char** argv) {
   }
   auto channel = ReconnectingChannel(c.aggregator, 1000);
   Sender sender(channel, ReadToken(c.token_file), static_cast<int>(c.senders));
-  auto query = ncclwatch::v1::Query::NewStub(channel);
+  // Its own channel: a large job's ListComms is above gRPC's default 4 MiB (as the CLI allows).
+  grpc::ChannelArguments query_args;
+  query_args.SetMaxReceiveMessageSize(256 << 20);
+  auto query = ncclwatch::v1::Query::NewStub(
+      grpc::CreateCustomChannel(c.aggregator, grpc::InsecureChannelCredentials(), query_args));
   const std::string query_token = ReadToken(c.query_token_file);
 
   // The Query API, asked while the job runs: how long a large job's answers take, and when the
