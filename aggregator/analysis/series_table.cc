@@ -93,7 +93,9 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
         {"reports", d.reports_dropped()},
         {"samples_capped", d.samples_capped()},
         {"channel_events_orphaned", d.channel_events_orphaned()}};
-    for (const auto& [kind, value] : kinds) {
+    for (const auto& pair : kinds) {
+      const char* const kind = pair.first;  // named, not bound: lambdas below capture it
+      const uint64_t value = pair.second;
       set(
           kDropsFamily, /*inspector=*/false,
           [&](const LabelPairs& labels) {

@@ -17,6 +17,10 @@ namespace ncclwatch::aggregator {
 template <typename K, typename V>
 class IndexedMap {
  public:
+  IndexedMap() = default;
+  // The index points into this map's own nodes: not copyable.
+  IndexedMap(const IndexedMap&) = delete;
+  IndexedMap& operator=(const IndexedMap&) = delete;
   using iterator = typename std::map<K, V>::iterator;
   using const_iterator = typename std::map<K, V>::const_iterator;
 

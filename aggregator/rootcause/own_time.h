@@ -37,6 +37,7 @@
 #define NCCLWATCH_AGGREGATOR_ROOTCAUSE_OWN_TIME_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -90,6 +91,9 @@ struct SlowProcess {
 class OwnTimeAnalyzer {
  public:
   explicit OwnTimeAnalyzer(OwnTimeOptions options = {}) : options_(options) {}
+  // Slots point into comms_ and its nodes: not copyable.
+  OwnTimeAnalyzer(const OwnTimeAnalyzer&) = delete;
+  OwnTimeAnalyzer& operator=(const OwnTimeAnalyzer&) = delete;
 
   // Who rank `rank` of `comm` (of `nranks` ranks) is and on which node it runs. Call when the rank
   // first reports and whenever its identity changes; a communicator is judged once all its ranks
@@ -130,13 +134,24 @@ class OwnTimeAnalyzer {
              std::tie(o.job_id, o.op, o.bytes, o.nranks, o.n_nodes, o.index);
     }
   };
+  // By E, then by address (std::less, a total order over unrelated pointers).
+  struct JudgedLess {
+    using Entry = std::tuple<double, const std::string*, const CommKey*>;
+    bool operator()(const Entry& a, const Entry& b) const {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+      if (std::get<1>(a) != std::get<1>(b)) {
+        return std::less<const std::string*>()(std::get<1>(a), std::get<1>(b));
+      }
+      return std::less<const CommKey*>()(std::get<2>(a), std::get<2>(b));
+    }
+  };
   // The judged E of every communicator at one slot, sorted, and how many are not judged yet: a
   // rank's design reference is the first entry from another communicator on another node.
   struct Slot {
     // (E, node, communicator), the last two pointing at the member's communicator state (its key
     // in comms_ and its entry in CommState::nodes, both stable until Forget takes it out): no
     // strings copied or compared each time a member's E moves, which is nearly every collective.
-    absl::btree_multiset<std::tuple<double, const std::string*, const CommKey*>> judged;
+    absl::btree_multiset<std::tuple<double, const std::string*, const CommKey*>, JudgedLess> judged;
     int unjudged = 0;
   };
   struct Ring {

@@ -173,7 +173,7 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
               "so they resume where they stopped.");
   t.AddDouble("history-step-s", "", &c.history_step_s,
               "How often the detection series (ncclwatch_*) are stored for QueryRange's history, "
-              "each when it changed and at least once a minute: 5 s is finer than what "
+              "each when it changed and at least about once a minute: 5 s is finer than what "
               "Prometheus keeps, and a snapshot of a 16,384-rank job's series costs tens of ms "
               "(docs/scale.md).");
   t.AddInt("replay-max-mib", "", &c.replay_max_mib,

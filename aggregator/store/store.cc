@@ -206,17 +206,23 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
                                                  batch.agent_id(),
                                                  " is being stored by another push; retry"));
     }
-    if (newest_seq_.size() >= kMaxKnownAgents) newest_seq_.clear();
-    auto [newest, first] = newest_seq_.try_emplace(batch.agent_id(), 0);
-    if (first) {
-      absl::StatusOr<uint64_t> stored = NewestStoredSeq(batch.agent_id());
-      if (!stored.ok()) {
-        newest_seq_.erase(batch.agent_id());
-        return stored.status();
+    // An agent id with a NUL in it would make its index keys ambiguous with another's ('\0'
+    // ends the id in the key): such a push is always looked up.
+    uint64_t newest_stored = std::numeric_limits<uint64_t>::max();
+    if (batch.agent_id().find('\0') == std::string::npos) {
+      if (newest_seq_.size() >= kMaxKnownAgents) newest_seq_.clear();
+      auto [newest, first] = newest_seq_.try_emplace(batch.agent_id(), 0);
+      if (first) {
+        absl::StatusOr<uint64_t> stored = NewestStoredSeq(batch.agent_id());
+        if (!stored.ok()) {
+          newest_seq_.erase(batch.agent_id());
+          return stored.status();
+        }
+        newest->second = *stored;
       }
-      newest->second = *stored;
+      newest_stored = newest->second;
     }
-    if (batch.batch_seq() <= newest->second) {  // a replay, or an agent that started over
+    if (batch.batch_seq() <= newest_stored) {  // a replay, or an agent that started over
       std::string existing;
       rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
       if (s.ok()) return false;
@@ -242,9 +248,12 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
   rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &write);
   if (!s.ok()) return FromRocks(s, "batch write");
   {
+    // Only raised where the newest is known: an entry forgotten meanwhile (kMaxKnownAgents) is
+    // read from the store again, never started from this batch, which may lie below it.
     ncclwatch::MutexLock lock(&put_mu_);
-    uint64_t& newest = newest_seq_[batch.agent_id()];
-    newest = std::max(newest, batch.batch_seq());
+    if (auto newest = newest_seq_.find(batch.agent_id()); newest != newest_seq_.end()) {
+      newest->second = std::max(newest->second, batch.batch_seq());
+    }
   }
   return true;
 }
@@ -255,9 +264,9 @@ absl::StatusOr<uint64_t> Store::NewestStoredSeq(const std::string& agent_id) con
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   it->SeekForPrev(BatchKey(agent_id, std::numeric_limits<uint64_t>::max()));
   if (!it->status().ok()) return FromRocks(it->status(), "batch lookup");
-  if (!it->Valid() || !it->key().starts_with(prefix) || it->key().size() != prefix.size() + 8) {
-    return 0;
-  }
+  if (!it->Valid() || !it->key().starts_with(prefix)) return 0;
+  // Another id that extends this one after a NUL: unknown, so every push is looked up.
+  if (it->key().size() != prefix.size() + 8) return std::numeric_limits<uint64_t>::max();
   absl::StatusOr<StoreKey> stored = DecodeStoreKey(it->key().ToStringView());
   if (!stored.ok())
     return absl::DataLossError(absl::StrCat("batch index: ", stored.status().message()));

@@ -192,6 +192,28 @@ TEST_F(StoreTest, AfterARestartEveryStoredSequenceNumberIsStillADuplicate) {
   EXPECT_EQ(*(*store)->CountBatches(), 11u);
 }
 
+// An agent id may hold a NUL, which ends the id in the index's keys: "node" followed by NUL and
+// "z" sorts among "node"'s keys. It must not make "node"'s stored batches look new after a restart.
+TEST_F(StoreTest, AnAgentIdWithANulDoesNotHideAnotherAgentsBatches) {
+  const std::string odd("node\0z", 6);
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (uint64_t seq = 1; seq <= 3; ++seq) {
+      EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node", seq), 100 * seq));
+    }
+    EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch(odd, 5), 500));
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node", 2), 200));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node", 3), 300));
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node", 4), 400));
+  EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch(odd, 5), 500));
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch(odd, 6), 600));
+  EXPECT_EQ(*(*store)->CountBatches(), 6u);
+}
+
 TEST_F(StoreTest, TheSameBatchPushedConcurrentlyIsStoredOnceAndNewToExactlyOnePush) {
   // An agent whose push timed out retries while the first push is still being synced: both reach
   // PutBatchIfNew at once. Each of 64 batches goes to 4 threads released together.
