@@ -90,11 +90,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   // block caches that also hold the index and filter blocks of every table file (RocksDB otherwise
   // keeps those outside any limit, growing with the number of files): 32 MiB for the history, 8 MiB
   // for the batch log, apart, so that the log's fast-growing files cannot push out the blocks every
-  // push reads. Every push looks its batch up in the history's deduplication index ('B' keys), and
+  // push reads. A push looks its batch up in the history's deduplication index ('B' keys), and
   // a new batch is not there: a bloom filter (10 bits a key) answers most such misses from memory
   // (at 16,384 ranks, without it and with one shared cache, those lookups read table files and grew
-  // to a quarter of the aggregator's CPU within two minutes). The batch log is only scanned, in
-  // 64 KiB blocks (fewer index entries, better compression).
+  // to a quarter of the aggregator's CPU within two minutes). Since then only an agent's first
+  // push after a start and its replays are looked up (Store::newest_seq_). The batch log is only
+  // scanned, in 64 KiB blocks (fewer index entries, better compression).
   rocksdb::BlockBasedTableOptions history_table;
   history_table.block_cache = rocksdb::NewLRUCache(32 << 20);
   history_table.cache_index_and_filter_blocks = true;
@@ -206,23 +207,9 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
                                                  batch.agent_id(),
                                                  " is being stored by another push; retry"));
     }
-    // An agent id with a NUL in it would make its index keys ambiguous with another's ('\0'
-    // ends the id in the key): such a push is always looked up.
-    uint64_t newest_stored = std::numeric_limits<uint64_t>::max();
-    if (batch.agent_id().find('\0') == std::string::npos) {
-      if (newest_seq_.size() >= kMaxKnownAgents) newest_seq_.clear();
-      auto [newest, first] = newest_seq_.try_emplace(batch.agent_id(), 0);
-      if (first) {
-        absl::StatusOr<uint64_t> stored = NewestStoredSeq(batch.agent_id());
-        if (!stored.ok()) {
-          newest_seq_.erase(batch.agent_id());
-          return stored.status();
-        }
-        newest->second = *stored;
-      }
-      newest_stored = newest->second;
-    }
-    if (batch.batch_seq() <= newest_stored) {  // a replay, or an agent that started over
+    absl::StatusOr<uint64_t> newest_stored = NewestSeqLocked(batch.agent_id());
+    if (!newest_stored.ok()) return newest_stored.status();
+    if (batch.batch_seq() <= *newest_stored) {  // a replay, or an agent that started over
       std::string existing;
       rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &existing);
       if (s.ok()) return false;
@@ -256,6 +243,18 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
     }
   }
   return true;
+}
+
+absl::StatusOr<uint64_t> Store::NewestSeqLocked(const std::string& agent_id) {
+  // An agent id with a NUL in it would make its index keys ambiguous with another's ('\0' ends
+  // the id in the key): such a push is always looked up.
+  if (agent_id.find('\0') != std::string::npos) return std::numeric_limits<uint64_t>::max();
+  if (auto known = newest_seq_.find(agent_id); known != newest_seq_.end()) return known->second;
+  absl::StatusOr<uint64_t> stored = NewestStoredSeq(agent_id);
+  if (!stored.ok()) return stored;
+  if (newest_seq_.size() >= kMaxKnownAgents) newest_seq_.clear();
+  newest_seq_.emplace(agent_id, *stored);
+  return stored;
 }
 
 absl::StatusOr<uint64_t> Store::NewestStoredSeq(const std::string& agent_id) const {

@@ -165,6 +165,10 @@ class Store {
   absl::flat_hash_map<std::string, uint64_t> newest_seq_ ABSL_GUARDED_BY(put_mu_);
   // The highest batch_seq of `agent_id` in the store (0: none), by one seek.
   absl::StatusOr<uint64_t> NewestStoredSeq(const std::string& agent_id) const;
+  // The same from newest_seq_, read from the store the first time; the maximum (look every
+  // push up) for an id with a NUL, whose index keys are ambiguous.
+  absl::StatusOr<uint64_t> NewestSeqLocked(const std::string& agent_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(put_mu_);
   std::atomic<uint64_t> counter_{0};
   // A failed WAL sync, sticky (SyncBatchWrites).
   ncclwatch::Mutex sync_mu_;
