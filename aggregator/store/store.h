@@ -124,10 +124,9 @@ class Store {
   // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
   void SetRetentionCutoff(int64_t cutoff_ns);
   // Drops the batches received before `cutoff_ns` from the batch log: ReplayBatches and
-  // CountBatches no longer see them, and the table files (below level 0) holding nothing newer
-  // are deleted outright, without a rewrite. The rest leave with their files. (No range
-  // deletion: RocksDB widens every later file's key range over a range tombstone, and compactions
-  // would then rewrite the whole log again and again.)
+  // CountBatches no longer see them, and the table files holding nothing newer are deleted
+  // outright, oldest first, without a rewrite. The rest leave with their files. (No range
+  // deletion: RocksDB widens every later file's key range over a range tombstone.)
   absl::Status DropBatchesBefore(int64_t cutoff_ns);
   // Bytes of table files on disk: the batch log, and the rest (the long-term history).
   struct Sizes {

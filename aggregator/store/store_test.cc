@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
+#include "rocksdb/metadata.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -344,31 +346,81 @@ TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 2), 10'000'000'000));
 }
 
+// The log's table files, by level, of the store in `dir` (opened apart, read-only).
+std::vector<int> BatchLogFilesPerLevel(const std::string& dir) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {{rocksdb::kDefaultColumnFamilyName, {}},
+                                                           {"batches", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly({}, dir, families, &handles, &db);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return {};
+  rocksdb::ColumnFamilyMetaData meta;
+  db->GetColumnFamilyMetaData(handles[1], &meta);
+  std::vector<int> out;
+  for (const auto& level : meta.levels) out.push_back(static_cast<int>(level.files.size()));
+  while (!out.empty() && out.back() == 0) out.pop_back();
+  for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+  delete db;
+  return out;
+}
+
 TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
-  // Two sessions: reopening leaves each one's batches in table files, which DiskSizes counts.
-  for (uint64_t first : {1, 101}) {
+  // Three sessions: reopening leaves each one's batches in a table file of their own, which
+  // DiskSizes counts. The first session's file is then moved below level 0 by a compaction, as a
+  // store written before the log stopped being compacted has it.
+  for (uint64_t first : {1, 101, 201}) {
     auto store = Store::Open(dir_);
     ASSERT_TRUE(store.ok());
     for (uint64_t seq = first; seq < first + 100; ++seq) {
       ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", seq), static_cast<int64_t>(seq) * 1'000));
     }
     ASSERT_TRUE((*store)->AppendPoints({{"ncclwatch_hang", {}, 1, 1'000}}).ok());
+    store->reset();
+    if (first != 1) continue;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"batches", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    ASSERT_TRUE(db->Flush({}, handles[1]).ok());
+    ASSERT_TRUE(db->CompactRange({}, handles[1], nullptr, nullptr).ok());
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
   }
   auto store = Store::Open(dir_);
   ASSERT_TRUE(store.ok());
+  // Flushed files stay in level 0: nothing merged them since.
+  const std::vector<int> files = BatchLogFilesPerLevel(dir_);
+  ASSERT_GE(files.size(), 2u);
+  EXPECT_EQ(files[0], 2);
+  EXPECT_EQ(files.back(), 1);
   const Store::Sizes before = (*store)->DiskSizes();
   EXPECT_GT(before.batch_log_bytes, 0u);
   EXPECT_GT(before.history_bytes, 0u);
+
+  // Inside the second session: the first session's file goes (by key range, below level 0), the
+  // second's stays on disk but is read only from the cutoff on.
   ASSERT_TRUE((*store)->DropBatchesBefore(150'500).ok());
+  EXPECT_EQ(BatchLogFilesPerLevel(dir_), std::vector<int>{2});
+  const Store::Sizes after_first = (*store)->DiskSizes();
+  EXPECT_LT(after_first.batch_log_bytes, before.batch_log_bytes);
   std::vector<uint64_t> seqs;
   ASSERT_TRUE((*store)
                   ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
                                          int64_t) { seqs.push_back(b.batch_seq()); })
                   .ok());
-  ASSERT_EQ(seqs.size(), 50u);
+  ASSERT_EQ(seqs.size(), 150u);
   EXPECT_EQ(seqs.front(), 151u);
-  EXPECT_EQ(*(*store)->CountBatches(), 50u);
+  EXPECT_EQ(*(*store)->CountBatches(), 150u);
   EXPECT_EQ((*store)->DiskSizes().history_bytes, before.history_bytes);
+
+  // Past the second session: its level-0 file goes, the newest stays whole.
+  ASSERT_TRUE((*store)->DropBatchesBefore(200'500).ok());
+  EXPECT_EQ(BatchLogFilesPerLevel(dir_), std::vector<int>{1});
+  EXPECT_LT((*store)->DiskSizes().batch_log_bytes, after_first.batch_log_bytes);
+  EXPECT_GT((*store)->DiskSizes().batch_log_bytes, 0u);
+  EXPECT_EQ(*(*store)->CountBatches(), 100u);
   // A dropped batch's dedup entry stays in the history: a late replay of it is still known.
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 3), 300'000));
 }
