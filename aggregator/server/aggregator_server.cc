@@ -34,6 +34,17 @@ absl::Status AggregatorServer::OpenAndReplay() {
              static_cast<double>(sizes.batch_log_bytes));
     w.Sample("ncclwatch_aggregator_store_bytes", {{"part", "history"}},
              static_cast<double>(sizes.history_bytes));
+    w.Family("ncclwatch_aggregator_store_writes_stopped",
+             "1 while RocksDB takes no writes after a failed one (a full disk, an I/O error): "
+             "pushes fail until it resumes (tried every 5 s).",
+             "gauge");
+    w.Sample("ncclwatch_aggregator_store_writes_stopped", {}, store->WritesStopped() ? 1.0 : 0.0);
+    w.Family("ncclwatch_aggregator_series_index_skipped_total",
+             "Series index entries found unreadable at start-up and skipped (their series' "
+             "history is lost; everything else is served).",
+             "counter");
+    w.Sample("ncclwatch_aggregator_series_index_skipped_total", {},
+             static_cast<double>(store->SeriesEntriesSkipped()));
   });
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
   analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
@@ -114,8 +125,15 @@ void AggregatorServer::Housekeep() {
 
 void AggregatorServer::StartLoops() {
   // Time-driven detection (hangs, silent ranks) and the detection series, four times a second.
-  ticker_ = std::make_unique<PeriodicTask>(options_.tick_period,
-                                           [this] { ingest_->Tick(absl::GetCurrentTimeNanos()); });
+  ticker_ = std::make_unique<PeriodicTask>(options_.tick_period, [this] {
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    ingest_->Tick(now_ns);
+    // After a failed write (a full disk) RocksDB takes none until it resumes: tried every 5 s.
+    if (store_->WritesStopped() && now_ns - last_resume_ns_ >= 5'000'000'000) {
+      last_resume_ns_ = now_ns;
+      if (absl::Status s = store_->ResumeIfStopped(); !s.ok()) LogWarning("store: %s", s.message());
+    }
+  });
   housekeeper_ = std::make_unique<PeriodicTask>(absl::Minutes(1), [this] { Housekeep(); });
   ticker_->Start();
   housekeeper_->Start();

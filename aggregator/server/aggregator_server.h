@@ -109,6 +109,7 @@ class AggregatorServer {
   std::unique_ptr<RemoteWriter> remote_writer_;
   bool remote_write_failing_ = false;  // remote-write loop only
   int housekeeping_runs_ = 0;          // housekeeper loop only
+  int64_t last_resume_ns_ = 0;         // ticker loop only
   std::unique_ptr<PeriodicTask> ticker_;
   std::unique_ptr<PeriodicTask> housekeeper_;
   std::unique_ptr<PeriodicTask> remote_write_loop_;

@@ -4,12 +4,15 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/compaction_filter.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/metadata.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
@@ -69,6 +72,31 @@ class Store::RetentionFilter : public rocksdb::CompactionFilter {
   std::atomic<int64_t> cutoff_ns_{0};
 };
 
+// Told by RocksDB when it stops taking writes after a failed one (a full disk, an I/O error).
+// RocksDB's own recovery from a full disk waits for a fixed reserve of free space and polls for it
+// silently; the store resumes on the aggregator's schedule instead (ResumeIfStopped), and says so.
+class Store::WriteStopListener : public rocksdb::EventListener {
+ public:
+  void OnBackgroundError(rocksdb::BackgroundErrorReason /*reason*/,
+                         rocksdb::Status* error) override {
+    if (!stopped_.exchange(true)) {
+      LogError(
+          "store: RocksDB stopped taking writes: %s; pushes fail until it resumes (tried "
+          "every 5 s)",
+          error->ToString());
+    }
+  }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status /*error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+  bool stopped() const { return stopped_.load(); }
+  void Resumed() { stopped_.store(false); }
+
+ private:
+  std::atomic<bool> stopped_{false};
+};
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env,
                                                    bool sync_batches) {
   auto filter = std::make_unique<RetentionFilter>();
@@ -86,6 +114,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   // The history column family fills slowly: flush it before old log files pile up for it.
   db_options.max_total_wal_size = 256 << 20;
   if (env != nullptr) db_options.env = env;
+  auto stops = std::make_shared<WriteStopListener>();
+  db_options.listeners.push_back(stops);
 
   // Bounded memory whatever the data on disk: at most two 32 MiB memtables per column family, and
   // block caches that also hold the index and filter blocks of every table file (RocksDB otherwise
@@ -140,6 +170,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   rocksdb::Status s = rocksdb::DB::Open(db_options, dir, families, &handles, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open RocksDB in ", dir));
   std::unique_ptr<Store> store(new Store(db, std::move(handles), std::move(filter), sync_batches));
+  store->stops_ = std::move(stops);
+  store->dir_ = dir;
   if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
   return store;
 }
@@ -160,18 +192,22 @@ void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
 absl::Status Store::LoadSeriesIndex() {
   ncclwatch::MutexLock lock(&series_mu_);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // Ids ascend with the keys but may skip: an id is taken in memory before the write that
+  // records it, and a write that failed (a full disk) leaves its ids unused for good.
   for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
     absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
-    if (!key.ok())
-      return absl::DataLossError(absl::StrCat("series index: ", key.status().message()));
-    const uint64_t id = key->id;
     StoredSeries s;
-    s.id = id;
-    if (id != series_.size() + 1 ||
+    if (!key.ok() || key->id == 0 ||
         !ParseSeriesIdentity(it->value().ToStringView(), &s.name, &s.labels)) {
-      return absl::DataLossError(absl::StrCat("series index entry ", id, " is malformed"));
+      // One unreadable entry loses one series' history, not the aggregator.
+      ++series_entries_skipped_;
+      LogWarning("store: series index entry %s is malformed; its series is skipped",
+                 absl::CHexEscape(absl::string_view(it->key().data(), it->key().size())));
+      continue;
     }
-    series_ids_[it->value().ToString()] = id;
+    s.id = key->id;
+    series_ids_[it->value().ToString()] = {s.id, /*durable=*/true};
+    next_series_id_ = std::max(next_series_id_, s.id + 1);
     series_.push_back(std::move(s));
   }
   return FromRocks(it->status(), "series index scan");
@@ -402,27 +438,47 @@ absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
   rocksdb::WriteBatch write(points.size() * 40);
   std::string identity;  // reused: no allocation per point once grown
   char key[17] = {'P'};
+  // Series whose index entries this write carries: durable once it succeeds. Until then every
+  // write with a point of theirs carries the entries again, so that a failed write (a full disk)
+  // loses no series, and a write racing this one never leaves points without their index entry.
+  std::vector<std::string> recorded;
   {
     ncclwatch::MutexLock lock(&series_mu_);
+    const uint64_t write_number = ++series_writes_;
     for (const SeriesPoint& p : points) {
       identity.clear();
       AppendSeriesIdentity(p.name, p.labels, &identity);
       auto it = series_ids_.find(identity);
       if (it == series_ids_.end()) {
-        const uint64_t id = series_.size() + 1;
-        it = series_ids_.emplace(identity, id).first;
+        const uint64_t id = next_series_id_++;
+        it = series_ids_.emplace(identity, SeriesSlot{id, false}).first;
         series_.push_back({id, p.name, p.labels});
+      }
+      const uint64_t id = it->second.id;
+      if (!it->second.durable && it->second.carried_by != write_number) {
+        it->second.carried_by = write_number;
         write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesByIdentity, .text = identity}),
                   EncodeBe64(id));
         write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesById, .id = id}), identity);
+        recorded.push_back(identity);
       }
-      PutBe64(key + 1, it->second);
+      PutBe64(key + 1, id);
       PutBe64(key + 9, static_cast<uint64_t>(p.time_ms));
       write.Put(rocksdb::Slice(key, sizeof key),
                 rocksdb::Slice(reinterpret_cast<const char*>(&p.value), sizeof p.value));
     }
   }
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "points write");
+  absl::Status written = FromRocks(db_->Write(rocksdb::WriteOptions(), &write), "points write");
+  if (written.ok() && !recorded.empty()) {
+    ncclwatch::MutexLock lock(&series_mu_);
+    for (const std::string& r : recorded) series_ids_[r].durable = true;
+  }
+  return written;
+}
+
+uint64_t Store::SeriesEntriesSkipped() const {
+  ncclwatch::MutexLock lock(&series_mu_);
+  return series_entries_skipped_;
 }
 
 std::vector<StoredSeries> Store::Series() const {
@@ -541,6 +597,27 @@ Store::Sizes Store::DiskSizes() const {
     out.history_bytes = v;
   }
   return out;
+}
+
+bool Store::WritesStopped() const { return stops_->stopped(); }
+
+absl::Status Store::ResumeIfStopped() {
+  if (!stops_->stopped()) return absl::OkStatus();
+  // Resuming flushes the memtables; one that fails on a still-full disk leaves RocksDB
+  // unrecoverable until a restart, so it is tried only with room for both column families'.
+  constexpr uint64_t kRoomToResume = 160 << 20;
+  uint64_t free_bytes = 0;
+  if (rocksdb::Status s = db_->GetEnv()->GetFreeSpace(dir_, &free_bytes);
+      s.ok() && free_bytes < kRoomToResume) {
+    return absl::ResourceExhaustedError(absl::StrCat("RocksDB takes no writes until ",
+                                                     kRoomToResume >> 20, " MiB are free in ", dir_,
+                                                     " (", free_bytes >> 20, " MiB now)"));
+  }
+  rocksdb::Status s = db_->Resume();
+  if (!s.ok()) return FromRocks(s, "RocksDB takes no writes yet");
+  stops_->Resumed();
+  LogInfo("store: RocksDB takes writes again");
+  return absl::OkStatus();
 }
 
 absl::Status Store::Compact() {

@@ -112,6 +112,9 @@ class Store {
   absl::Status AppendPoints(const std::vector<SeriesPoint>& points);
   // Every series ever stored (the in-memory index), in id order.
   std::vector<StoredSeries> Series() const;
+  // Series index entries found unreadable at start-up and skipped (their series' history is
+  // lost; the rest is served).
+  uint64_t SeriesEntriesSkipped() const;
   // Points of series `id` with start_ms <= time <= end_ms, oldest first.
   absl::StatusOr<std::vector<Point>> ReadPoints(uint64_t id, int64_t start_ms,
                                                 int64_t end_ms) const;
@@ -134,18 +137,28 @@ class Store {
     uint64_t history_bytes = 0;
   };
   Sizes DiskSizes() const;
+  // After a write failed (a full disk, an I/O error), RocksDB takes no more writes until it
+  // resumes; RocksDB's own recovery is off (it waits silently for a fixed reserve of free space).
+  // WritesStopped() says whether it is so; ResumeIfStopped() resumes once 160 MiB are free (a
+  // resume that fails for room would leave RocksDB unusable until a restart), an error saying
+  // why not meanwhile. Cheap when nothing is wrong.
+  bool WritesStopped() const;
+  absl::Status ResumeIfStopped();
   // Compacts the whole database now (applies the retention cutoff). Slow; for a periodic task.
   absl::Status Compact();
 
  private:
   class RetentionFilter;
+  class WriteStopListener;
   Store(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> handles,
         std::unique_ptr<RetentionFilter> filter, bool sync_batches);
   absl::Status LoadSeriesIndex();
   struct DbDeleter {
     void operator()(rocksdb::DB* db) const;
   };
-  std::unique_ptr<RetentionFilter> filter_;  // outlives db_ (declared first, destroyed last)
+  std::unique_ptr<RetentionFilter> filter_;   // outlives db_ (declared first, destroyed last)
+  std::shared_ptr<WriteStopListener> stops_;  // also held by RocksDB
+  std::string dir_;
   std::unique_ptr<rocksdb::DB, DbDeleter> db_;
   // Owned; released before db_ (~Store). [0] the default column family, [1] the batch log.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
@@ -174,8 +187,16 @@ class Store {
   absl::Status sync_failed_ ABSL_GUARDED_BY(sync_mu_);
 
   mutable ncclwatch::Mutex series_mu_;
-  absl::flat_hash_map<std::string, uint64_t> series_ids_ ABSL_GUARDED_BY(series_mu_);
-  std::vector<StoredSeries> series_ ABSL_GUARDED_BY(series_mu_);  // index id - 1
+  struct SeriesSlot {
+    uint64_t id = 0;
+    bool durable = false;     // its index entries are on disk (AppendPoints)
+    uint64_t carried_by = 0;  // the newest write that carries them (series_writes_)
+  };
+  absl::flat_hash_map<std::string, SeriesSlot> series_ids_ ABSL_GUARDED_BY(series_mu_);
+  std::vector<StoredSeries> series_ ABSL_GUARDED_BY(series_mu_);  // ascending ids, with gaps
+  uint64_t next_series_id_ ABSL_GUARDED_BY(series_mu_) = 1;
+  uint64_t series_entries_skipped_ ABSL_GUARDED_BY(series_mu_) = 0;
+  uint64_t series_writes_ ABSL_GUARDED_BY(series_mu_) = 0;
 };
 
 }  // namespace ncclwatch::aggregator

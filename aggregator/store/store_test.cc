@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -84,6 +85,124 @@ TEST_F(StoreTest, ABatchWhoseSyncFailsIsNotAcknowledgedAndNeitherIsAnyLaterOne) 
   fs->fail = false;
   EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 2), 3).ok());
   EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 3), 4).ok());
+}
+
+// A file system whose write-ahead log is refused further bytes while `full` (ENOSPC).
+class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FullDiskFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FullDiskFileSystem"; }
+  std::atomic<bool> full{false};
+
+  rocksdb::IOStatus GetFreeSpace(const std::string& path, const rocksdb::IOOptions& o,
+                                 uint64_t* free, rocksdb::IODebugContext* d) override {
+    if (!full) return target()->GetFreeSpace(path, o, free, d);
+    *free = 4096;
+    return rocksdb::IOStatus::OK();
+  }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
+    if (s.ok() && f.ends_with(".log")) *r = std::make_unique<File>(std::move(*r), &full);
+    return s;
+  }
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<bool>* full)
+        : FSWritableFileOwnerWrapper(std::move(f)), full_(full) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             rocksdb::IODebugContext* d) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return FSWritableFileOwnerWrapper::Append(data, o, d);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             const rocksdb::DataVerificationInfo& v,
+                             rocksdb::IODebugContext* d) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return FSWritableFileOwnerWrapper::Append(data, o, v, d);
+    }
+
+   private:
+    std::atomic<bool>* full_;
+  };
+};
+
+// A full disk fails the write that registers a new series. Once there is room again, the series
+// is registered by its next write, later series take later ids, and the store opens again with
+// all of them (it had refused to start for good: the failed id was a gap in the index).
+TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens) {
+  auto fs = std::make_shared<FullDiskFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  {
+    auto store = Store::Open(dir_, env.get());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->AppendPoints({{"a", {}, 1, 1'000}}).ok());
+    fs->full = true;
+    absl::Status failed = (*store)->AppendPoints({{"b", {{"rank", "3"}}, 2, 2'000}});
+    ASSERT_FALSE(failed.ok());
+    EXPECT_NE(failed.message().find("space"), std::string::npos) << failed;
+    // RocksDB takes no write after a failed one until it resumes, which fails while the disk is
+    // still full.
+    EXPECT_TRUE((*store)->WritesStopped());
+    EXPECT_FALSE((*store)->AppendPoints({{"c", {}, 4, 4'000}}).ok());
+    absl::Status not_yet = (*store)->ResumeIfStopped();
+    EXPECT_EQ(not_yet.code(), absl::StatusCode::kResourceExhausted) << not_yet;
+    EXPECT_NE(not_yet.message().find("MiB are free"), std::string::npos) << not_yet;
+    EXPECT_TRUE((*store)->WritesStopped());
+    fs->full = false;
+    absl::Status resumed = (*store)->ResumeIfStopped();
+    ASSERT_TRUE(resumed.ok()) << resumed;
+    EXPECT_FALSE((*store)->WritesStopped());
+    ASSERT_TRUE((*store)->AppendPoints({{"c", {}, 4, 4'000}}).ok());
+    ASSERT_TRUE((*store)->AppendPoints({{"b", {{"rank", "3"}}, 3, 3'000}}).ok());
+    ASSERT_TRUE((*store)->AppendPoints({{"e", {}, 6, 6'000}}).ok());  // first seen after the fault
+  }
+  auto store = Store::Open(dir_, env.get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->SeriesEntriesSkipped(), 0u);
+  std::map<std::string, uint64_t> ids;
+  for (const StoredSeries& s : (*store)->Series()) ids[s.name] = s.id;
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_LT(ids["a"], ids["b"]);
+  EXPECT_LT(ids["b"], ids["c"]);
+  EXPECT_LT(ids["c"], ids["e"]);
+  auto b = (*store)->ReadPoints(ids["b"], 0, 10'000);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->size(), 1u);
+  EXPECT_EQ((*b)[0].value, 3);
+  // A new series after the restart takes an id above every stored one.
+  ASSERT_TRUE((*store)->AppendPoints({{"d", {}, 5, 5'000}}).ok());
+  for (const StoredSeries& s : (*store)->Series()) ids[s.name] = s.id;
+  EXPECT_GT(ids["d"], ids["e"]);
+}
+
+// An unreadable series index entry costs that series' history, not the aggregator's start.
+TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->AppendPoints({{"a", {}, 1, 1'000}, {"b", {}, 2, 1'000}}).ok());
+  }
+  {
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"batches", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    // Series 1's entry (id -> identity) now holds a name and half a label.
+    ASSERT_TRUE(db->Put({}, std::string("S") + EncodeBe64(1), std::string("x\0y", 3)).ok());
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->SeriesEntriesSkipped(), 1u);
+  ASSERT_EQ((*store)->Series().size(), 1u);
+  EXPECT_EQ((*store)->Series()[0].name, "b");
 }
 
 TEST_F(StoreTest, ConcurrentPushesOfDifferentBatchesAreAllStored) {
