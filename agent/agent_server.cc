@@ -60,6 +60,7 @@ absl::Status AgentServer::OpenForwarders() {
     fopts.max_queued_reports = options_.max_queued_reports;
     fopts.max_queued_bytes = options_.max_queued_bytes;
     fopts.push_timeout_ms = options_.push_timeout_ms;
+    fopts.set_aside_after = options_.set_aside_after;
     fopts.credentials = options_.credentials;
     fopts.tls_server_name = options_.tls_server_name;
     fopts.token = options_.token;

@@ -70,6 +70,7 @@ struct AgentServerOptions {
   int64_t max_queued_reports = 100000;
   int64_t max_queued_bytes = 16 << 20;
   int64_t push_timeout_ms = 5000;
+  int64_t set_aside_after = 5;
   // At Stop, how long to keep forwarding what is queued, all endpoints together.
   absl::Duration shutdown_timeout = absl::Milliseconds(5000);
 

@@ -154,6 +154,13 @@ bool ReportHandler::Handle(std::string report, uint64_t source, const PeerIdenti
     return false;
   }
   if (inspector_ != nullptr) inspector_->Update(*decoded);
+  // What goes on is what was validated, encoded again: fields this agent does not know are
+  // dropped, and with them whatever the aggregator might not parse (it reads a report one level
+  // deeper, inside a NodeBatch: 100 nested unknown groups pass here and fail there) or that a
+  // newer plugin meant for a newer aggregator.
+  decoded->DiscardUnknownFields();
+  report.clear();
+  decoded->AppendToString(&report);
   report.append(Stamp(decoded->identity(), peer));
   shards_[ShardOf(decoded->identity().job_id(), endpoints_)]->Enqueue(std::move(report), source);
   accepted_->Increment();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/rpc/backoff.h"
 #include "common/rpc/channel.h"
@@ -34,6 +36,11 @@ Forwarder::Forwarder(ForwarderOptions options, MetricRegistry& m)
       batches_refused_(m.GetCounter(
           "ncclwatch_agent_batches_refused_total",
           "Batches the aggregator refused for good (malformed or too large) and that were dropped.",
+          options_.metric_labels)),
+      batches_set_aside_(m.GetCounter(
+          "ncclwatch_agent_batches_set_aside_total",
+          "Batches that failed again and again while later ones got through, set aside so "
+          "that they no longer hold the node's batches back (kept in the spool as *.rejected).",
           options_.metric_labels)),
       batches_replayed_(m.GetCounter("ncclwatch_agent_batches_replayed_total",
                                      "Batches an earlier run left in the spool, acknowledged now.",
@@ -128,9 +135,21 @@ Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   }
   if (!status.ok()) {
     push_failures_->Increment();
-    LogWarning("push of batch %d (%d reports) to %s failed: %s; will retry", batch.batch_seq(),
-               batch.reports_size(), options_.aggregator, status.error_message());
-    return PushResult::kRetry;
+    LogWarning("push of batch %d (%d reports) to %s failed: %s: %s; will retry", batch.batch_seq(),
+               batch.reports_size(), options_.aggregator,
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+               status.error_message());
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+      case grpc::StatusCode::CANCELLED:
+      case grpc::StatusCode::ABORTED:
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+        return PushResult::kRetry;  // the path or the aggregator, not this batch
+      default:
+        return PushResult::kFailed;
+    }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   last_push_duration_->Set(seconds);
@@ -140,6 +159,26 @@ Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   if (batch.agent_id() != options_.agent_id) batches_replayed_->Increment();
   reports_forwarded_->Increment(batch.reports_size());
   return PushResult::kAcked;
+}
+
+bool Forwarder::Load(Outgoing& o) {
+  if (o.batch) return true;
+  auto read = options_.spool->Read(o.spool_name);
+  if (!read.ok()) {
+    LogWarning("%s", read.status().message());
+    return false;
+  }
+  o.batch = *std::move(read);
+  return true;
+}
+
+void Forwarder::Release(const Outgoing& o) {
+  if (!o.spool_name.empty()) {
+    options_.spool->Remove(o.spool_name);
+  } else {
+    outbox_reports_ -= o.reports;
+    outbox_bytes_ -= o.bytes;
+  }
 }
 
 Forwarder::Cut Forwarder::CutBatch() {
@@ -232,33 +271,49 @@ void Forwarder::Run() {
     if (!stopping && absl::Now() < retry_at) continue;  // backing off; batches keep being cut
 
     Outgoing& next = outbox_.front();
-    if (!next.batch) {
-      auto read = options_.spool->Read(next.spool_name);
-      if (!read.ok()) {  // dropped to make room, or unreadable: nothing left to send
-        LogWarning("%s", read.status().message());
-        outbox_.pop_front();
-        continue;
-      }
-      next.batch = *std::move(read);
+    if (!Load(next)) {  // dropped to make room, or unreadable: nothing left to send
+      outbox_.pop_front();
+      continue;
     }
-    const PushResult pushed = Push(*next.batch);
-    if (pushed != PushResult::kRetry) {
-      if (pushed == PushResult::kAcked && next.oldest_report != absl::InfinitePast()) {
-        delay_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - next.oldest_report));
-      }
-      if (!next.spool_name.empty()) {
-        options_.spool->Remove(next.spool_name);
+    PushResult pushed = Push(*next.batch);
+    front_failures_ = pushed == PushResult::kFailed ? front_failures_ + 1 : 0;
+    if (front_failures_ >= options_.set_aside_after && outbox_.size() > 1 && Load(outbox_[1])) {
+      // Is it this batch, or the aggregator? The next batch tells: if it gets through, the
+      // oldest is set aside and the rest flow; if not, both wait.
+      Outgoing& later = outbox_[1];
+      const PushResult probe = Push(*later.batch);
+      if (probe != PushResult::kAcked && probe != PushResult::kRefused) {
+        if (!later.spool_name.empty()) later.batch.reset();
       } else {
-        outbox_reports_ -= next.reports;
-        outbox_bytes_ -= next.bytes;
+        Outgoing poison = std::move(outbox_.front());
+        outbox_.pop_front();
+        batches_set_aside_->Increment();
+        LogError("batch %d (%d reports) failed %d times while batch %d got through: set aside%s",
+                 poison.batch->batch_seq(), poison.reports, front_failures_,
+                 outbox_.front().batch->batch_seq(),
+                 poison.spool_name.empty() ? " (dropped: no spool)"
+                                           : absl::StrCat(" as ", options_.spool->dir(), "/",
+                                                          poison.spool_name, ".rejected"));
+        if (!poison.spool_name.empty()) options_.spool->SetAside(poison.spool_name);
+        Release(poison);
+        front_failures_ = 0;
+        pushed = probe;  // settled below, as the front's
       }
+    }
+    Outgoing& front = outbox_.front();
+    if (pushed != PushResult::kRetry && pushed != PushResult::kFailed) {
+      if (pushed == PushResult::kAcked && front.oldest_report != absl::InfinitePast()) {
+        delay_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - front.oldest_report));
+      }
+      Release(front);
       outbox_.pop_front();
       outbox_depth_->Set(static_cast<double>(outbox_.size()));
+      front_failures_ = 0;
       backoff.Reset();
       retry_at = absl::InfinitePast();
       continue;
     }
-    if (!next.spool_name.empty()) next.batch.reset();  // on disk already: free the memory
+    if (!front.spool_name.empty()) front.batch.reset();  // on disk already: free the memory
     if (stopping) {
       if (options_.spool != nullptr) {
         LogInfo(

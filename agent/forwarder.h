@@ -53,6 +53,10 @@ struct ForwarderOptions {
   int64_t max_queued_bytes = 16 << 20;
   int64_t max_batch_bytes = 4 << 20;  // the agent keeps it under 1/8 of the spool
   int64_t push_timeout_ms = 5000;
+  // The oldest batch is set aside after this many failures a retry may not mend (PushResult::
+  // kFailed), once a later batch of the node gets through: a poison batch must not hold back
+  // every batch behind it. Spooled, it is kept as `<name>.rejected`.
+  int64_t set_aside_after = 5;
   Spool* spool = nullptr;  // optional; outlives the Forwarder
   // TLS towards the aggregator (plaintext when null) and the name to verify in its certificate.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
@@ -92,10 +96,16 @@ class Forwarder {
   void Run();
   enum class PushResult {
     kAcked,
-    kRetry,    // the aggregator was unreachable or failed: try the same batch again later
+    kRetry,    // the aggregator was unreachable, busy or refused the token: try again later
+    kFailed,   // failed in a way a retry may not mend (it could not parse it, an internal
+               // error): tried again, and set aside once a later batch gets through instead
     kRefused,  // the aggregator will never take this batch (malformed, too large): drop it
   };
   PushResult Push(ncclwatch::v1::NodeBatchBytes& batch);
+  // Reads a spooled batch into `o` if it is not in memory; false (and logged) when it is gone.
+  bool Load(Outgoing& o);
+  // Done with `o` (acknowledged, refused or set aside): off the spool and the memory counts.
+  void Release(const Outgoing& o);
   // A batch just cut from the queue, and when its oldest report arrived.
   struct Cut {
     ncclwatch::v1::NodeBatchBytes batch;
@@ -121,6 +131,7 @@ class Forwarder {
   int64_t outbox_reports_ = 0;             // sender thread only: reports in memory in the outbox
   int64_t outbox_bytes_ = 0;               // sender thread only: their serialized bytes
   uint64_t next_seq_ = 1;                  // under mu_ (CutBatch)
+  int64_t front_failures_ = 0;             // sender thread only: kFailed pushes of the oldest
   std::thread thread_;
 
   Counter* reports_forwarded_;
@@ -129,6 +140,7 @@ class Forwarder {
   Counter* batches_duplicate_;
   Counter* push_failures_;
   Counter* batches_refused_;
+  Counter* batches_set_aside_;
   Counter* batches_replayed_;
   Gauge* queue_depth_;
   Gauge* outbox_depth_;

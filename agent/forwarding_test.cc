@@ -1,13 +1,16 @@
 // The agent's byte-level path: reports arrive as the plugin's bytes, are stamped by appending,
 // and must decode at a typed Ingest server (as the aggregator's) as the same reports.
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/agent_service.h"
+#include "agent/agent_test_util.h"
 #include "agent/forwarder.h"
 #include "agent/inspector_series.h"
+#include "agent/spool.h"
 #include "common/rendezvous.h"
 #include "common/sync.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -32,6 +35,12 @@ class TypedIngest final : public ncclwatch::v1::Ingest::CallbackService {
         reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "refused by the test"));
         return reactor;
       }
+      if (batch->batch_seq() == fail_seq) {
+        ++failed;
+        if (!failed_once.HasBeenNotified()) failed_once.Notify();
+        reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "failed by the test"));
+        return reactor;
+      }
       batches.push_back(*batch);
     }
     ack->set_batch_seq(batch->batch_seq());
@@ -40,7 +49,10 @@ class TypedIngest final : public ncclwatch::v1::Ingest::CallbackService {
   }
   ncclwatch::Mutex mu;
   std::vector<ncclwatch::v1::NodeBatch> batches ABSL_GUARDED_BY(mu);
-  int refuse_next ABSL_GUARDED_BY(mu) = 0;  // answer INVALID_ARGUMENT this many times
+  int refuse_next ABSL_GUARDED_BY(mu) = 0;    // answer INVALID_ARGUMENT this many times
+  uint64_t fail_seq ABSL_GUARDED_BY(mu) = 0;  // answer INTERNAL to this batch, every time
+  int failed ABSL_GUARDED_BY(mu) = 0;
+  ncclwatch::Notification failed_once;
 };
 
 ncclwatch::v1::RankReport Report(uint64_t id, int rank) {
@@ -75,6 +87,7 @@ class ForwardingTest : public ::testing::Test {
     ASSERT_NE(port, 0);
     ForwarderOptions options;
     options.aggregator = "127.0.0.1:" + std::to_string(port);
+    address_ = options.aggregator;
     options.agent_id = "node-7-test";
     options.node = "node-7";
     forwarder_ = std::make_unique<Forwarder>(options, metrics_);
@@ -87,6 +100,7 @@ class ForwardingTest : public ::testing::Test {
   }
 
   TypedIngest ingest_;
+  std::string address_;
   std::unique_ptr<grpc::Server> server_;
   MetricRegistry metrics_;
   std::unique_ptr<Forwarder> forwarder_;
@@ -271,6 +285,88 @@ TEST(ShardOfTest, IsTheRendezvousOwnerAmongEndpointNames) {
   }
   for (int n : per_shard) EXPECT_GT(n, 140);  // roughly even: none starved
   EXPECT_EQ(ShardOf("anything", {"only:9470"}), 0u);
+}
+
+}  // namespace
+}  // namespace ncclwatch::agent
+
+namespace ncclwatch::agent {
+namespace {
+
+// A report that is valid but carries 99 nested groups of an unknown field: the agent's parser
+// takes it (100 levels), the aggregator's, one level deeper inside a NodeBatch, would not.
+std::string ReportWithDeepUnknownGroups() {
+  std::string bytes = Report(7, 2).SerializeAsString();
+  constexpr int kField = 15;  // not a RankReport field
+  constexpr int kDepth = 100;
+  for (int i = 0; i < kDepth; ++i)
+    bytes.push_back(static_cast<char>(kField << 3 | 3));  // start group
+  for (int i = 0; i < kDepth; ++i)
+    bytes.push_back(static_cast<char>(kField << 3 | 4));  // end group
+  return bytes;
+}
+
+// The agent forwards what it validated, re-encoded without unknown fields: a report the
+// aggregator could not parse must not leave the node (it had stopped the node's forwarding: the
+// batch was retried forever, every later batch behind it).
+TEST_F(ForwardingTest, UnknownFieldsAreDroppedSoAPoisonReportNeverLeavesTheNode) {
+  forwarder_->Start();
+  ASSERT_TRUE(handler_->Handle(ReportWithDeepUnknownGroups()));
+  ASSERT_TRUE(handler_->Handle(Report(8, 3).SerializeAsString()));
+  ASSERT_TRUE(forwarder_->Flush(absl::Seconds(20))) << metrics_.Render();
+  ncclwatch::MutexLock lock(&ingest_.mu);
+  std::vector<uint64_t> ids;
+  for (const auto& batch : ingest_.batches) {
+    for (const auto& r : batch.reports()) {
+      ids.push_back(r.report_id());
+      EXPECT_TRUE(r.GetReflection()->GetUnknownFields(r).empty()) << r.report_id();
+    }
+  }
+  EXPECT_EQ(ids, (std::vector<uint64_t>{7, 8}));
+}
+
+// A batch the aggregator fails on again and again (here INTERNAL, as for bytes it cannot parse)
+// is set aside once a later batch gets through: kept in the spool as *.rejected, counted, and the
+// node's batches flow again.
+TEST_F(ForwardingTest, ABatchThatKeepsFailingIsSetAsideOnceALaterOneGetsThrough) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto spool = Spool::Open(dir.path(), 1 << 20, metrics_);
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  forwarder_->Stop();
+  ForwarderOptions options;
+  options.aggregator = address_;
+  options.agent_id = "node-7-test";
+  options.node = "node-7";
+  options.set_aside_after = 3;
+  options.spool = spool->get();
+  handler_.reset();
+  forwarder_ = std::make_unique<Forwarder>(options, metrics_);
+  handler_ = std::make_unique<ReportHandler>("node-7", std::vector<Forwarder*>{forwarder_.get()},
+                                             metrics_);
+  {
+    ncclwatch::MutexLock lock(&ingest_.mu);
+    ingest_.fail_seq = 1;
+  }
+  forwarder_->Start();
+  ASSERT_TRUE(handler_->Handle(Report(1, 0).SerializeAsString()));
+  ingest_.failed_once.WaitForNotification();  // batch 1 is out and failing
+  ASSERT_TRUE(handler_->Handle(Report(2, 1).SerializeAsString()));
+  ASSERT_TRUE(forwarder_->Flush(absl::Seconds(30))) << metrics_.Render();
+  {
+    ncclwatch::MutexLock lock(&ingest_.mu);
+    EXPECT_GE(ingest_.failed, 3);
+    ASSERT_EQ(ingest_.batches.size(), 1u);
+    EXPECT_EQ(ingest_.batches[0].batch_seq(), 2u);
+  }
+  const std::string text = metrics_.Render();
+  EXPECT_NE(text.find("ncclwatch_agent_batches_set_aside_total 1"), std::string::npos) << text;
+  int rejected = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".rejected") ++rejected;
+  }
+  EXPECT_EQ(rejected, 1);
+  EXPECT_EQ((*spool)->batches(), 0u);
 }
 
 }  // namespace

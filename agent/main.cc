@@ -53,6 +53,7 @@ struct AgentConfig {
   int64_t max_queued_reports = 100000;
   int64_t max_queued_bytes = 16 << 20;
   int64_t push_timeout_ms = 5000;
+  int64_t set_aside_after = 5;
   int64_t shutdown_timeout_ms = 5000;
   std::string spool_dir;
   int64_t spool_max_bytes = 1ll << 30;
@@ -127,6 +128,10 @@ void Register(ConfigTable& t, AgentConfig& c) {
            "Serialized bytes of reports held in memory (queue, and unsent batches without a "
            "spool, each); the oldest are dropped beyond.");
   t.AddInt("push-timeout-ms", "", &c.push_timeout_ms, "Deadline of one batch push.");
+  t.AddInt("set-aside-after", "", &c.set_aside_after,
+           "A batch that fails this many times in a way a retry may not mend (the aggregator "
+           "cannot parse it, an internal error: not unreachable, busy or a wrong token) is set "
+           "aside once a later batch gets through (kept in the spool as *.rejected).");
   t.AddInt("shutdown-timeout-ms", "", &c.shutdown_timeout_ms,
            "On SIGTERM, how long to keep forwarding what is queued before exiting.");
   t.AddString("spool-dir", "NCCLWATCH_AGENT_SPOOL_DIR", &c.spool_dir,
@@ -207,6 +212,10 @@ int Main(int argc, char** argv) {
         "positive");
     return 2;
   }
+  if (config.set_aside_after < 1) {
+    LogError("--set-aside-after must be at least 1");
+    return 2;
+  }
   if (config.max_queued_bytes < (1 << 20)) {
     LogError("--max-queued-bytes must be at least 1 MiB");
     return 2;
@@ -254,6 +263,7 @@ int Main(int argc, char** argv) {
   options.max_queued_reports = config.max_queued_reports;
   options.max_queued_bytes = config.max_queued_bytes;
   options.push_timeout_ms = config.push_timeout_ms;
+  options.set_aside_after = config.set_aside_after;
   options.shutdown_timeout = absl::Milliseconds(config.shutdown_timeout_ms);
   options.spool_dir = config.spool_dir;
   options.spool_max_bytes = config.spool_max_bytes;

@@ -186,6 +186,19 @@ absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& nam
   return batch;
 }
 
+void Spool::SetAside(const std::string& name) {
+  ncclwatch::MutexLock lock(&mu_);
+  auto it = files_.find(name);
+  if (it == files_.end()) return;
+  std::error_code ec;
+  const std::string path = absl::StrCat(dir_, "/", name);
+  std::filesystem::rename(path, path + ".rejected", ec);
+  if (ec) LogWarning("spool: cannot set %s aside: %s", path, ec.message());
+  bytes_ -= it->second.bytes;
+  files_.erase(it);
+  UpdateGauges();
+}
+
 void Spool::Remove(const std::string& name) {
   ncclwatch::MutexLock lock(&mu_);
   auto it = files_.find(name);

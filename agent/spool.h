@@ -52,6 +52,9 @@ class Spool {
   absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Read(const std::string& name) const;
   // Deletes an acknowledged batch (a name already dropped is ignored).
   void Remove(const std::string& name);
+  // Moves a batch the aggregator keeps failing on out of the way, as `<name>.rejected` in the
+  // spool's directory (kept for a look, never replayed, not counted in bytes()).
+  void SetAside(const std::string& name);
 
   const std::string& dir() const { return dir_; }
   int64_t bytes() const;
