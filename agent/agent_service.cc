@@ -49,6 +49,11 @@ ReportHandler::ReportHandler(std::string node, std::vector<Forwarder*> shards,
           "ncclwatch_agent_reports_unnamed_pod_total",
           "Reports from a pod the kernel knows but --pod-logs-dir does not name; sent without a "
           "pod.")),
+      unknown_senders_(metrics.GetCounter(
+          "ncclwatch_agent_reports_unknown_sender_total",
+          "Reports on a connection whose process the kernel could no longer name (it exited "
+          "before the agent read its cgroup); sent without a pod and without the GPU they "
+          "claim.")),
       streams_(metrics.GetGauge("ncclwatch_agent_plugin_streams",
                                 "Plugin streams currently connected.")) {
   for (const Forwarder* f : shards_) endpoints_.push_back(f->shard_name());
@@ -75,6 +80,15 @@ std::string ReportHandler::Stamp(const ncclwatch::v1::RankIdentity& identity,
   ncclwatch::v1::RankReport stamp;
   auto* id = stamp.mutable_identity();
   id->set_node(node_);
+  if (peer != nullptr && peer->cgroup_unreadable) {
+    // Not a host process: one the kernel can no longer name. Its GPU claim proves nothing.
+    unknown_senders_->Increment();
+    id->set_pod("");
+    id->set_pod_namespace("");
+    id->set_container("");
+    id->set_gpu_uuid("");
+    return stamp.SerializeAsString();
+  }
   if (peer != nullptr && peer->pod && pod_names_ != nullptr) {
     std::optional<PodName> sender = pod_names_->Find(peer->pod->pod_uid);
     if (!sender) {

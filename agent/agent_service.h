@@ -84,6 +84,7 @@ class ReportHandler {
   Counter* attributed_by_gpu_;
   Counter* claims_refused_;
   Counter* unnamed_pods_;
+  Counter* unknown_senders_;
   std::atomic<int64_t> last_claim_warning_ns_{0};
   Gauge* streams_;
 };

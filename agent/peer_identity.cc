@@ -147,10 +147,12 @@ std::optional<PeerIdentity> IdentifyPeer(int fd, const std::string& proc_dir) {
   identity.gid = cred.gid;
   if (cred.pid > 0 && !proc_dir.empty()) {
     std::ifstream in(proc_dir + "/" + std::to_string(cred.pid) + "/cgroup");
-    if (in) {
-      std::stringstream text;
-      text << in.rdbuf();
+    std::stringstream text;
+    if (in) text << in.rdbuf();
+    if (in && !text.str().empty()) {
       identity.pod = PodFromCgroup(text.str());
+    } else {
+      identity.cgroup_unreadable = true;
     }
   }
   return identity;

@@ -78,6 +78,10 @@ struct PeerIdentity {
   uid_t uid = 0;
   gid_t gid = 0;
   std::optional<CgroupPod> pod;  // nullopt: not in a pod (or pid 0, or its cgroup unreadable)
+  // The pid is known but its cgroup could not be read: the process exited before the agent
+  // looked (a child that connected and exited, its socket inherited). Who sends on this
+  // connection is then unknown, and nothing it claims (its GPU) may name a pod for it.
+  bool cgroup_unreadable = false;
 };
 
 // Asks the kernel who holds the other end of the connected unix socket `fd`, and reads its cgroup

@@ -108,7 +108,11 @@ TEST_F(PeerIdentityTest, TheKernelNamesTheProcessAtTheOtherEndOfASocket) {
   ASSERT_TRUE(peer.has_value());
   EXPECT_EQ(peer->pid, getpid());
   EXPECT_FALSE(peer->pod.has_value());
-  EXPECT_FALSE(IdentifyPeer(fds[0], dir_ + "/elsewhere")->pod.has_value());
+  EXPECT_FALSE(peer->cgroup_unreadable);  // not looked for
+  // A pid whose cgroup cannot be read (the process is gone): nobody the agent can name.
+  peer = IdentifyPeer(fds[0], dir_ + "/elsewhere");
+  EXPECT_FALSE(peer->pod.has_value());
+  EXPECT_TRUE(peer->cgroup_unreadable);
   close(fds[0]);
   close(fds[1]);
 }
@@ -229,6 +233,61 @@ TEST_F(PeerIdentityTest, TheAgentStampsThePodTheKernelNamesAndDropsAGpuOfAnother
     }
   }
   EXPECT_EQ(seen, 2);
+}
+
+// The connecting process exited before the agent read its cgroup (fork, let the child connect
+// and exit, send on the inherited socket): the kernel cannot name the sender, so the report is
+// attributed to no pod, and its GPU claim is dropped. It had been taken for a host process and
+// stamped with the pod owning the GPU it claimed.
+TEST_F(PeerIdentityTest, ASenderTheKernelCanNoLongerNameGetsNoPodFromTheGpuItClaims) {
+  constexpr char kVictimGpu[] = "GPU-99999999-1111-2222-3333-444444444444";
+  const std::string victim_uid = "99999999-2b4d-4c6e-8f00-123456789abc";
+  std::filesystem::create_directories(dir_ + "/proc");  // and no entry for this process
+  std::filesystem::create_directories(dir_ + "/pods/prod-ns_victim-pod-0_" + victim_uid);
+  FakeKubelet kubelet;
+  ::v1::ListPodResourcesResponse answer;
+  AddDevices(AddPod(&answer, "prod-ns", "victim-pod-0", "trainer"), "nvidia.com/gpu", {kVictimGpu});
+  kubelet.SetAnswer(answer);
+  ASSERT_TRUE(kubelet.Serve(dir_ + "/kubelet.sock"));
+  StandInAggregator aggregator;
+  const std::string aggregator_address = aggregator.Serve();
+  ASSERT_FALSE(aggregator_address.empty());
+
+  AgentServerOptions options;
+  options.listen = "unix://" + dir_ + "/agent.sock";
+  options.aggregators = {aggregator_address};
+  options.node_name = "node-t";
+  options.agent_id = "node-t-test";
+  options.http_port = 0;
+  options.proc_dir = dir_ + "/proc";
+  options.pod_logs_dir = dir_ + "/pods";
+  options.pod_resources_socket = dir_ + "/kubelet.sock";
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_TRUE(server.pod_resolver()->AwaitRefreshes(1, absl::Seconds(30)));
+  SendReport(options.listen, kVictimGpu);
+  auto metrics = httplib::Client("127.0.0.1", server.http_port()).Get("/metrics");
+  server.Stop();
+
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ncclwatch_agent_reports_unknown_sender_total 1\n"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("ncclwatch_agent_reports_attributed_total{source=\"gpu\"} 0\n"),
+            std::string::npos);
+  ncclwatch::MutexLock lock(&aggregator.mu);
+  int seen = 0;
+  for (const ncclwatch::v1::NodeBatch& batch : aggregator.batches) {
+    for (const auto& r : batch.reports()) {
+      ++seen;
+      EXPECT_EQ(r.identity().pod(), "");
+      EXPECT_EQ(r.identity().pod_namespace(), "");
+      EXPECT_EQ(r.identity().container(), "");
+      EXPECT_EQ(r.identity().gpu_uuid(), "");
+      EXPECT_EQ(r.identity().node(), "node-t");
+    }
+  }
+  EXPECT_EQ(seen, 1);
 }
 
 }  // namespace

@@ -25,9 +25,11 @@ PluginListener::PluginListener(PluginListenerOptions options, PeerTable& peers,
   constexpr const char* kName = "ncclwatch_agent_plugin_connections_total";
   constexpr const char* kHelp =
       "Plugin connections accepted, by what the kernel says of the peer: pod (its pod is "
-      "known), host (a process outside any pod), unseen (outside the agent's pid namespace).";
+      "known), host (a process outside any pod), unseen (outside the agent's pid namespace), "
+      "gone (it exited before the agent read its cgroup).";
   from_pod_ = metrics.GetCounter(kName, kHelp, {{"peer", "pod"}});
   from_host_ = metrics.GetCounter(kName, kHelp, {{"peer", "host"}});
+  gone_ = metrics.GetCounter(kName, kHelp, {{"peer", "gone"}});
   unseen_ = metrics.GetCounter(kName, kHelp, {{"peer", "unseen"}});
   accept_errors_ = metrics.GetCounter("ncclwatch_agent_plugin_accept_errors_total",
                                       "Plugin connections that could not be accepted.");
@@ -98,6 +100,8 @@ void PluginListener::Accepted(int fd, grpc::Server* server) {
           "a plugin connected from outside the agent's pid namespace: its reports are attributed "
           "by the GPU they name, not by the kernel (run the agent with hostPID)");
     }
+  } else if (identity->cgroup_unreadable) {
+    gone_->Increment();  // exited before its cgroup was read: its reports go without a pod
   } else if (identity->pod) {
     from_pod_->Increment();
   } else {

@@ -65,6 +65,7 @@ class PluginListener {
   PeerTable& peers_;
   Counter* from_pod_;
   Counter* from_host_;
+  Counter* gone_;
   Counter* unseen_;
   Counter* accept_errors_;
   int fd_ = -1;
