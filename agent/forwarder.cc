@@ -273,6 +273,7 @@ void Forwarder::Run() {
     Outgoing& next = outbox_.front();
     if (!Load(next)) {  // dropped to make room, or unreadable: nothing left to send
       outbox_.pop_front();
+      front_failures_ = 0;
       continue;
     }
     PushResult pushed = Push(*next.batch);
@@ -282,8 +283,16 @@ void Forwarder::Run() {
       // oldest is set aside and the rest flow; if not, both wait.
       Outgoing& later = outbox_[1];
       const PushResult probe = Push(*later.batch);
-      if (probe != PushResult::kAcked && probe != PushResult::kRefused) {
+      // One last try of the oldest, now that a later batch got through: a fault that just ended
+      // must not cost a good batch.
+      const PushResult last = probe == PushResult::kAcked ? Push(*next.batch) : PushResult::kFailed;
+      if (probe != PushResult::kAcked) {
         if (!later.spool_name.empty()) later.batch.reset();
+      } else if (last == PushResult::kAcked || last == PushResult::kRefused) {
+        Release(next);
+        outbox_.pop_front();
+        front_failures_ = 0;
+        pushed = probe;  // the later one's, settled below as the front's
       } else {
         Outgoing poison = std::move(outbox_.front());
         outbox_.pop_front();

@@ -197,6 +197,17 @@ void Spool::SetAside(const std::string& name) {
   bytes_ -= it->second.bytes;
   files_.erase(it);
   UpdateGauges();
+  // Kept for a look, not for ever: the newest kMaxRejected (names sort by creation time).
+  constexpr size_t kMaxRejected = 16;
+  std::vector<std::string> rejected;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n.ends_with(".rejected")) rejected.push_back(n);
+  }
+  std::sort(rejected.begin(), rejected.end());
+  for (size_t i = 0; i + kMaxRejected < rejected.size(); ++i) {
+    std::filesystem::remove(absl::StrCat(dir_, "/", rejected[i]), ec);
+  }
 }
 
 void Spool::Remove(const std::string& name) {

@@ -53,7 +53,8 @@ class Spool {
   // Deletes an acknowledged batch (a name already dropped is ignored).
   void Remove(const std::string& name);
   // Moves a batch the aggregator keeps failing on out of the way, as `<name>.rejected` in the
-  // spool's directory (kept for a look, never replayed, not counted in bytes()).
+  // spool's directory (kept for a look, never replayed, not counted in bytes()); the newest 16
+  // such files are kept.
   void SetAside(const std::string& name);
 
   const std::string& dir() const { return dir_; }

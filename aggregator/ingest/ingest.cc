@@ -205,6 +205,9 @@ void Ingest::CommitLoop() {
         if (c.pending.busy == nullptr) {
           store_errors_->Increment();
           LogError("store: %s", failed.message());
+          if (failing_since_ns_.load(std::memory_order_relaxed) == 0) {
+            failing_since_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+          }
         }
         c.done(absl::UnavailableError(failed.message()));
         continue;
@@ -216,6 +219,7 @@ void Ingest::CommitLoop() {
         continue;
       }
       batches_stored_->Increment();
+      failing_since_ns_.store(0, std::memory_order_relaxed);
       Analyse(*c.batch, c.source, c.received_ns,
               [this](const ncclwatch::v1::Event& e) { Handle(e); });
       c.done(std::move(c.ack));

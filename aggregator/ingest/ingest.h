@@ -66,6 +66,9 @@ class Ingest {
   MetricRegistry& metrics() { return metrics_; }
   // What ingest and correlation have done since start (Query.GetStats).
   ncclwatch::v1::Stats Stats() const;
+  // Since when (unix ns) every push has failed to be stored (a full disk, a failed sync); 0 while
+  // the last one was stored (or none failed).
+  int64_t FailingSinceNs() const { return failing_since_ns_.load(std::memory_order_relaxed); }
 
  private:
   using EventHandler = std::function<void(const ncclwatch::v1::Event&)>;
@@ -132,6 +135,7 @@ class Ingest {
   std::map<uint64_t, Commit> commits_ ABSL_GUARDED_BY(order_mu_);  // by ticket
   bool stopping_ ABSL_GUARDED_BY(order_mu_) = false;
   absl::Time last_sync_ = absl::InfinitePast();  // the committer's
+  std::atomic<int64_t> failing_since_ns_{0};     // FailingSinceNs; written by the committer
   std::thread committer_;                        // last: started when everything above is ready
 };
 

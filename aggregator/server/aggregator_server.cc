@@ -125,18 +125,17 @@ void AggregatorServer::Housekeep() {
 
 void AggregatorServer::StartLoops() {
   // Time-driven detection (hangs, silent ranks) and the detection series, four times a second.
-  ticker_ = std::make_unique<PeriodicTask>(options_.tick_period, [this] {
-    const int64_t now_ns = absl::GetCurrentTimeNanos();
-    ingest_->Tick(now_ns);
-    // After a failed write (a full disk) RocksDB takes none until it resumes: tried every 5 s.
-    if (store_->WritesStopped() && now_ns - last_resume_ns_ >= 5'000'000'000) {
-      last_resume_ns_ = now_ns;
-      if (absl::Status s = store_->ResumeIfStopped(); !s.ok()) LogWarning("store: %s", s.message());
-    }
+  ticker_ = std::make_unique<PeriodicTask>(options_.tick_period,
+                                           [this] { ingest_->Tick(absl::GetCurrentTimeNanos()); });
+  // After a failed write (a full disk) RocksDB takes none until it resumes: tried every 5 s, on
+  // a thread of its own (resuming flushes the memtables; detection keeps ticking meanwhile).
+  resumer_ = std::make_unique<PeriodicTask>(absl::Seconds(5), [this] {
+    if (absl::Status s = store_->ResumeIfStopped(); !s.ok()) LogWarning("store: %s", s.message());
   });
   housekeeper_ = std::make_unique<PeriodicTask>(absl::Minutes(1), [this] { Housekeep(); });
   ticker_->Start();
   housekeeper_->Start();
+  resumer_->Start();
   if (options_.remote_write) {
     // On its own thread, so that a slow receiver never delays detection.
     remote_writer_ = std::make_unique<RemoteWriter>(*options_.remote_write, metrics_);
@@ -163,7 +162,18 @@ absl::Status AggregatorServer::Start() {
   }
   if (absl::Status s = OpenAndReplay(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
-  InstallHttpRoutes(http_, metrics_, *query_, options_.query_token);
+  InstallHttpRoutes(http_, metrics_, *query_, options_.query_token, [this] {
+    std::string problems;
+    if (store_->WritesStopped()) {
+      problems += "the store takes no writes (a full disk or an I/O error; see the log)\n";
+    }
+    const int64_t since = ingest_->FailingSinceNs();
+    if (since != 0 && absl::GetCurrentTimeNanos() - since > 60'000'000'000) {
+      problems += absl::StrFormat("every push has failed to be stored for %d s\n",
+                                  (absl::GetCurrentTimeNanos() - since) / 1'000'000'000);
+    }
+    return problems;
+  });
   auto http_port = http_.Start(options_.listen_host, options_.http_port);
   if (!http_port.ok()) {
     grpc_->Shutdown();
@@ -184,6 +194,7 @@ void AggregatorServer::Stop() {
   grpc_->GetHealthCheckService()->Shutdown();
   ticker_->Stop();
   housekeeper_->Stop();
+  resumer_->Stop();
   if (remote_write_loop_) remote_write_loop_->Stop();
   grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // One last detection pass over what arrived since the last tick, so that its events are stored.

@@ -107,9 +107,9 @@ class AggregatorServer {
   std::unique_ptr<grpc::Server> grpc_;
   HttpServer http_{HttpOptions(metrics_)};
   std::unique_ptr<RemoteWriter> remote_writer_;
-  bool remote_write_failing_ = false;  // remote-write loop only
-  int housekeeping_runs_ = 0;          // housekeeper loop only
-  int64_t last_resume_ns_ = 0;         // ticker loop only
+  bool remote_write_failing_ = false;      // remote-write loop only
+  int housekeeping_runs_ = 0;              // housekeeper loop only
+  std::unique_ptr<PeriodicTask> resumer_;  // ResumeIfStopped every 5 s
   std::unique_ptr<PeriodicTask> ticker_;
   std::unique_ptr<PeriodicTask> housekeeper_;
   std::unique_ptr<PeriodicTask> remote_write_loop_;

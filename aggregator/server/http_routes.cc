@@ -55,12 +55,18 @@ void ServeFederate(const QueryEngine& query, const BearerGate& gate, Counter* ba
 }  // namespace
 
 void InstallHttpRoutes(HttpServer& http, MetricRegistry& metrics, const QueryEngine& query,
-                       TokenFile* federate_token) {
+                       TokenFile* federate_token, std::function<std::string()> not_ready) {
   http.Get("/metrics",
            [&](const HttpRequest&, HttpResponse& res) { res.Set(metrics.Render(), kTextFormat); });
   // On the I/O thread: it answers even while every worker renders a slow /federate.
   http.Probe("/healthz",
              [](const HttpRequest&, HttpResponse& res) { res.Set("ok\n", "text/plain"); });
+  // Ready: pushes are being stored. Liveness stays /healthz (a full disk is no reason to restart).
+  http.Probe("/readyz", [not_ready](const HttpRequest&, HttpResponse& res) {
+    const std::string problems = not_ready ? not_ready() : "";
+    res.status = problems.empty() ? 200 : 503;
+    res.Set(problems.empty() ? "ready\n" : problems, "text/plain");
+  });
   Counter* bad_selectors = metrics.GetCounter("ncclwatch_aggregator_federate_bad_requests_total",
                                               "/federate requests refused with HTTP 400.");
   const BearerGate gate(

@@ -4,6 +4,9 @@
 #ifndef NCCLWATCH_AGGREGATOR_SERVER_HTTP_ROUTES_H_
 #define NCCLWATCH_AGGREGATOR_SERVER_HTTP_ROUTES_H_
 
+#include <functional>
+#include <string>
+
 #include "aggregator/query/query.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
@@ -14,8 +17,11 @@ namespace ncclwatch::aggregator {
 // `metrics`, `query` and `federate_token` (optional) outlive the server. With a token, /federate
 // answers 401 without `Authorization: Bearer <token>`; /metrics and /healthz stay open (health,
 // probes).
+// `not_ready` (may be null) says why the aggregator cannot take pushes now ("" when it can):
+// /readyz answers 503 with it, 200 otherwise.
 void InstallHttpRoutes(HttpServer& http, MetricRegistry& metrics, const QueryEngine& query,
-                       TokenFile* federate_token = nullptr);
+                       TokenFile* federate_token = nullptr,
+                       std::function<std::string()> not_ready = nullptr);
 
 }  // namespace ncclwatch::aggregator
 

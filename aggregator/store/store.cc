@@ -92,6 +92,7 @@ class Store::WriteStopListener : public rocksdb::EventListener {
   }
   bool stopped() const { return stopped_.load(); }
   void Resumed() { stopped_.store(false); }
+  void Stopped() { stopped_.store(true); }
 
  private:
   std::atomic<bool> stopped_{false};
@@ -197,6 +198,8 @@ absl::Status Store::LoadSeriesIndex() {
   for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
     absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
     StoredSeries s;
+    // Even a skipped entry's id is never given to another series (it would inherit its points).
+    if (key.ok()) next_series_id_ = std::max(next_series_id_, key->id + 1);
     if (!key.ok() || key->id == 0 ||
         !ParseSeriesIdentity(it->value().ToStringView(), &s.name, &s.labels)) {
       // One unreadable entry loses one series' history, not the aggregator.
@@ -613,9 +616,13 @@ absl::Status Store::ResumeIfStopped() {
                                                      kRoomToResume >> 20, " MiB are free in ", dir_,
                                                      " (", free_bytes >> 20, " MiB now)"));
   }
-  rocksdb::Status s = db_->Resume();
-  if (!s.ok()) return FromRocks(s, "RocksDB takes no writes yet");
+  // Cleared first: a write that fails again while RocksDB resumes sets it again.
   stops_->Resumed();
+  rocksdb::Status s = db_->Resume();
+  if (!s.ok()) {
+    stops_->Stopped();
+    return FromRocks(s, "RocksDB takes no writes yet");
+  }
   LogInfo("store: RocksDB takes writes again");
   return absl::OkStatus();
 }

@@ -193,8 +193,8 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
-    // Series 1's entry (id -> identity) now holds a name and half a label.
-    ASSERT_TRUE(db->Put({}, std::string("S") + EncodeBe64(1), std::string("x\0y", 3)).ok());
+    // Series 2's entry (id -> identity), the newest, now holds a name and half a label.
+    ASSERT_TRUE(db->Put({}, std::string("S") + EncodeBe64(2), std::string("x\0y", 3)).ok());
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
     delete db;
   }
@@ -202,7 +202,17 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->SeriesEntriesSkipped(), 1u);
   ASSERT_EQ((*store)->Series().size(), 1u);
-  EXPECT_EQ((*store)->Series()[0].name, "b");
+  EXPECT_EQ((*store)->Series()[0].name, "a");
+  // The skipped id is not given out again: a new series would inherit the lost one's points.
+  ASSERT_TRUE((*store)->AppendPoints({{"c", {}, 3, 3'000}}).ok());
+  const std::vector<StoredSeries> series = (*store)->Series();
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[1].name, "c");
+  EXPECT_GT(series[1].id, 2u);
+  auto points = (*store)->ReadPoints(series[1].id, 0, 10'000);
+  ASSERT_TRUE(points.ok());
+  ASSERT_EQ(points->size(), 1u);
+  EXPECT_EQ((*points)[0].value, 3);
 }
 
 TEST_F(StoreTest, ConcurrentPushesOfDifferentBatchesAreAllStored) {
