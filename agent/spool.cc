@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +28,66 @@ absl::Status Errno(const std::string& what) {
 
 // Writes `data` to `dir`/`name` atomically: temporary file, rename; with `sync`, the file and then
 // the directory are synced to disk too.
+// CRC-32C (Castagnoli), bytewise from a table: a spool file is read once or twice.
+uint32_t Crc32c(std::string_view data) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = ~0u;
+  for (unsigned char b : data) crc = table[(crc ^ b) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+// A spool file: "NWSPOOL1", the payload's length (8 bytes) and CRC-32C (4 bytes), little-endian,
+// then the serialized NodeBatchBytes. The check catches what protobuf parsing alone cannot: a
+// file cut short at a field boundary (fewer reports, still a valid batch) and flipped bits inside
+// a report's bytes. A file without the header is one of an agent before it: read as it is.
+constexpr std::string_view kMagic = "NWSPOOL1";
+constexpr size_t kHeaderBytes = 8 + 8 + 4;
+
+std::string Frame(const std::string& payload) {
+  std::string out(kMagic);
+  uint64_t n = payload.size();
+  uint32_t crc = Crc32c(payload);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(n >> (8 * i)));
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(crc >> (8 * i)));
+  out += payload;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ncclwatch::v1::NodeBatchBytes> ParseSpoolFile(std::string_view data) {
+  if (data.starts_with(kMagic)) {
+    if (data.size() < kHeaderBytes) return absl::DataLossError("its header is cut short");
+    uint64_t n = 0;
+    uint32_t crc = 0;
+    for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(data[8 + i])} << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      crc |= uint32_t{static_cast<unsigned char>(data[16 + i])} << (8 * i);
+    data.remove_prefix(kHeaderBytes);
+    if (data.size() != n) {
+      return absl::DataLossError(
+          absl::StrCat("it holds ", data.size(), " bytes of a batch of ", n, " (cut short?)"));
+    }
+    if (Crc32c(data) != crc) return absl::DataLossError("its checksum does not match its bytes");
+  }
+  ncclwatch::v1::NodeBatchBytes batch;
+  if (!batch.ParseFromArray(data.data(), static_cast<int>(data.size())) ||
+      batch.agent_id().empty()) {
+    return absl::DataLossError("it is not a batch");
+  }
+  return batch;
+}
+
+namespace {
+
 absl::Status WriteAtomically(const std::string& dir, const std::string& name,
                              const std::string& data, bool sync) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
@@ -114,17 +176,19 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
     std::ifstream in(path, std::ios::binary);
     std::stringstream data;
     data << in.rdbuf();
-    ncclwatch::v1::NodeBatchBytes batch;
-    if (!in || !batch.ParseFromString(data.str()) || batch.agent_id().empty()) {
+    absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch =
+        in ? ParseSpoolFile(data.str()) : absl::DataLossError("it cannot be read");
+    if (!batch.ok()) {
       spool->corrupt_->Increment();
-      LogWarning("spool: %s is unreadable; moved aside as %s.corrupt", path, path);
+      LogWarning("spool: %s is unreadable (%s); moved aside as %s.corrupt, not replayed", path,
+                 batch.status().message(), path);
       std::filesystem::rename(path, path + ".corrupt", ec);
       continue;
     }
     const auto size = static_cast<int64_t>(data.str().size());
-    spool->files_[name] = {size, batch.reports_size()};
+    spool->files_[name] = {size, batch->reports_size()};
     spool->bytes_ += size;
-    spool->recovered_.push_back({name, batch.reports_size()});
+    spool->recovered_.push_back({name, batch->reports_size()});
   }
   spool->UpdateGauges();
   return spool;
@@ -136,8 +200,9 @@ std::vector<Spool::Entry> Spool::TakeRecovered() {
 }
 
 absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batch) {
-  std::string data;
-  if (!batch.SerializeToString(&data)) return absl::InternalError("cannot serialise a batch");
+  std::string payload;
+  if (!batch.SerializeToString(&payload)) return absl::InternalError("cannot serialise a batch");
+  const std::string data = Frame(payload);
   const auto size = static_cast<int64_t>(data.size());
   ncclwatch::MutexLock lock(&mu_);
   if (size > max_bytes_) {
@@ -170,18 +235,34 @@ absl::StatusOr<std::string> Spool::Add(const ncclwatch::v1::NodeBatchBytes& batc
   return name;
 }
 
-absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& name) const {
+absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& name) {
   {
     ncclwatch::MutexLock lock(&mu_);
     if (!files_.count(name))
       return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
   }
-  std::ifstream in(absl::StrCat(dir_, "/", name), std::ios::binary);
+  const std::string path = absl::StrCat(dir_, "/", name);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream data;
   data << in.rdbuf();
-  ncclwatch::v1::NodeBatchBytes batch;
-  if (!in || !batch.ParseFromString(data.str())) {
-    return absl::DataLossError(absl::StrCat("spool: cannot read ", dir_, "/", name));
+  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch =
+      in ? ParseSpoolFile(data.str()) : absl::DataLossError("it cannot be read");
+  if (!batch.ok()) {
+    // Set aside and counted as at start-up: its reports are lost, and said to be.
+    corrupt_->Increment();
+    std::error_code ec;
+    std::filesystem::rename(path, path + ".corrupt", ec);
+    ncclwatch::MutexLock lock(&mu_);
+    auto it = files_.find(name);
+    if (it != files_.end()) {
+      bytes_ -= it->second.bytes;
+      dropped_reports_->Increment(static_cast<uint64_t>(it->second.reports));
+      files_.erase(it);
+      UpdateGauges();
+    }
+    return absl::DataLossError(absl::StrCat("spool: ", path, " is unreadable (",
+                                            batch.status().message(),
+                                            "); moved aside as .corrupt, not sent"));
   }
   return batch;
 }
@@ -219,6 +300,9 @@ void Spool::Remove(const std::string& name) {
   if (ec) LogWarning("spool: cannot delete %s/%s: %s", dir_, name, ec.message());
   bytes_ -= it->second.bytes;
   files_.erase(it);
+  // Drained after a failed write: what filled the disk was (mostly) this spool, now empty. Ready
+  // again; the next write confirms it (it had stayed unready until a new batch was written).
+  if (files_.empty()) writable_ = true;
   UpdateGauges();
 }
 

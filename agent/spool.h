@@ -3,8 +3,10 @@
 // or restart, and is replayed in order.
 //
 // One file per batch, `<dir>/<created_unix_ns>-<sequence>.batch` (both zero-padded, so names sort
-// in creation order), holding the serialized NodeBatch with its own (agent_id, batch_seq): a
-// replay is deduplicated by the aggregator like any retry. A file is written under a temporary
+// in creation order), holding the serialized NodeBatch with its own (agent_id, batch_seq) behind
+// a header with its length and CRC-32C, so that a file cut short or with flipped bits is caught
+// (moved aside as *.corrupt and counted, never sent): a replay is deduplicated by the aggregator
+// like any retry. A file is written under a temporary
 // name and renamed, so it is either whole or absent after a crash of the agent (the kernel keeps
 // what was written); with `fsync` (the agent's default) the file and then its directory are
 // synced to disk, so it also survives a power loss or node crash. The spool holds at most
@@ -19,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +31,9 @@
 #include "ncclwatch/v1/ingest.pb.h"
 
 namespace ncclwatch::agent {
+
+// The batch in a spool file's bytes (header checked), or DataLoss saying what is wrong with it.
+absl::StatusOr<ncclwatch::v1::NodeBatchBytes> ParseSpoolFile(std::string_view bytes);
 
 class Spool {
  public:
@@ -48,8 +54,10 @@ class Spool {
   // Durably adds `batch`; returns its name. Makes room by dropping the oldest batches; a batch
   // larger than the whole spool is refused (ResourceExhausted).
   absl::StatusOr<std::string> Add(const ncclwatch::v1::NodeBatchBytes& batch);
-  // Reads a spooled batch back. NotFound if it was dropped to make room meanwhile.
-  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Read(const std::string& name) const;
+  // Reads a spooled batch back. NotFound if it was dropped to make room meanwhile; DataLoss if it
+  // is damaged (cut short, flipped bits: each file carries its length and CRC-32C), in which
+  // case it is moved aside as `*.corrupt` and counted with its reports, as at Open.
+  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Read(const std::string& name);
   // Deletes an acknowledged batch (a name already dropped is ignored).
   void Remove(const std::string& name);
   // Moves a batch the aggregator keeps failing on out of the way, as `<name>.rejected` in the
@@ -60,7 +68,8 @@ class Spool {
   const std::string& dir() const { return dir_; }
   int64_t bytes() const;
   size_t batches() const;
-  // False after a write failed (disk full, read-only, ...), until one succeeds again.
+  // False after a write failed (disk full, read-only, ...), until one succeeds again or the spool
+  // drains.
   bool writable() const;
 
  private:

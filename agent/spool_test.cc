@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "gtest/gtest.h"
 
@@ -111,6 +112,74 @@ TEST_F(SpoolTest, UnreadableAndHalfWrittenFilesAreNeverReplayed) {
       std::filesystem::exists(dir_ + "/00000000000000000002-00000000000000000000.batch.corrupt"));
   EXPECT_FALSE(
       std::filesystem::exists(dir_ + "/.00000000000000000003-00000000000000000000.batch.tmp"));
+}
+
+// A spool file cut short at a field boundary is still a valid, shorter batch, and a flipped bit
+// inside a report's bytes still parses: protobuf alone had replayed both as if whole. Each file
+// carries its length and CRC-32C; a damaged one is moved aside and counted, at start-up and at
+// push time alike, and a file of an agent before the header is still read.
+TEST_F(SpoolTest, FilesCutShortOrWithFlippedBitsAreCaughtAndCounted) {
+  std::vector<std::string> names;
+  {
+    MetricRegistry metrics;
+    auto spool = Spool::Open(dir_, 1 << 30, metrics);
+    ASSERT_TRUE(spool.ok());
+    for (uint64_t seq = 1; seq <= 4; ++seq) names.push_back(*(*spool)->Add(Batch(seq, 3)));
+  }
+  auto bytes_of = [&](const std::string& name) {
+    std::ifstream in(dir_ + "/" + name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  // Batch 1: cut after its second report (a field boundary: what is left parses).
+  const std::string one = bytes_of(names[0]);
+  const size_t report_bytes = Batch(1, 3).reports(0).size() + 3;  // tag, length, bytes
+  write(names[0], one.substr(0, one.size() - report_bytes));
+  // Batch 2: one bit flipped in the middle of a report.
+  std::string two = bytes_of(names[1]);
+  two[two.size() - 20] ^= 0x04;
+  write(names[1], two);
+  // Batch 3: as an agent before the header wrote it.
+  write(names[2], Batch(3, 3).SerializeAsString());
+  MetricRegistry metrics;
+  auto spool = Spool::Open(dir_, 1 << 30, metrics);
+  ASSERT_TRUE(spool.ok());
+  auto recovered = (*spool)->TakeRecovered();
+  ASSERT_EQ(recovered.size(), 2u);
+  EXPECT_EQ((*spool)->Read(recovered[0].name)->batch_seq(), 3u);
+  EXPECT_EQ((*spool)->Read(recovered[0].name)->reports_size(), 3);
+  EXPECT_NE(metrics.Render().find("ncclwatch_agent_spool_corrupt_files_total 2"),
+            std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + names[0] + ".corrupt"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + names[1] + ".corrupt"));
+  // Batch 4 is damaged after the start, before it is sent: Read says so and counts it.
+  std::string four = bytes_of(names[3]);
+  four[four.size() - 5] ^= 0x01;
+  write(names[3], four);
+  auto read = (*spool)->Read(names[3]);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("ncclwatch_agent_spool_corrupt_files_total 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("ncclwatch_agent_spool_dropped_reports_total 3"), std::string::npos) << text;
+  EXPECT_EQ((*spool)->batches(), 1u);
+}
+
+// A spool that could not be written is ready again once it has drained (it had stayed unready
+// until the next batch was written, however long that took).
+TEST_F(SpoolTest, ASpoolThatCouldNotBeWrittenIsWritableAgainOnceDrained) {
+  MetricRegistry metrics;
+  auto spool = Spool::Open(dir_, 1 << 30, metrics);
+  ASSERT_TRUE(spool.ok());
+  auto first = (*spool)->Add(Batch(1, 1));
+  ASSERT_TRUE(first.ok());
+  std::filesystem::rename(dir_, dir_ + ".away");  // the disk goes away under the spool
+  EXPECT_FALSE((*spool)->Add(Batch(2, 1)).ok());
+  EXPECT_FALSE((*spool)->writable());
+  std::filesystem::rename(dir_ + ".away", dir_);
+  (*spool)->Remove(*first);  // acknowledged: the spool is empty
+  EXPECT_TRUE((*spool)->writable());
 }
 
 TEST_F(SpoolTest, OpenFailsClearlyWhereNoDirectoryCanBe) {

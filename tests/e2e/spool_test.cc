@@ -2,6 +2,8 @@
 // it is then killed with SIGKILL mid-stream and restarted on the same spool. Once the aggregator is
 // back, everything that was in the spool is delivered exactly once, the plugins reconnected on
 // their own, and the training job never blocked.
+#include "agent/spool.h"
+
 #include <signal.h>
 
 #include <filesystem>
@@ -58,8 +60,10 @@ TEST(SpoolEndToEndTest, AKilledAgentReplaysItsSpoolExactlyOnceAndPluginsReconnec
     std::ifstream in(e.path(), std::ios::binary);
     std::stringstream data;
     data << in.rdbuf();
+    absl::StatusOr<ncclwatch::v1::NodeBatchBytes> file = agent::ParseSpoolFile(data.str());
+    ASSERT_TRUE(file.ok()) << name << ": " << file.status();
     ncclwatch::v1::NodeBatch batch;
-    ASSERT_TRUE(batch.ParseFromString(data.str())) << name;
+    ASSERT_TRUE(batch.ParseFromString(file->SerializeAsString())) << name;
     for (const auto& r : batch.reports()) spooled.insert(KeyOf(r));
   }
   ASSERT_GT(spooled.size(), 10u);
