@@ -135,6 +135,16 @@ void AgentServer::InstallHttpRoutes() {
     for (const auto& spool : spools_) {
       if (!spool->writable()) problems += "spool " + spool->dir() + " cannot be written\n";
     }
+    // Pushes failing for long (a full disk at the aggregator, a wrong token, a poison batch).
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    for (const auto& f : forwarders_) {
+      const int64_t since = f->FailingSinceNs();
+      if (since != 0 && now_ns - since >= absl::ToInt64Nanoseconds(options_.unready_after)) {
+        problems +=
+            absl::StrFormat("every push to %s has failed for %d s (last: %s)\n", f->aggregator(),
+                            (now_ns - since) / 1'000'000'000, f->LastFailure());
+      }
+    }
     res.status = problems.empty() ? 200 : 503;
     res.Set(problems.empty() ? "ready\n" : problems, "text/plain");
   });

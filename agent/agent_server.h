@@ -71,6 +71,8 @@ struct AgentServerOptions {
   int64_t max_queued_bytes = 16 << 20;
   int64_t push_timeout_ms = 5000;
   int64_t set_aside_after = 5;
+  // /readyz fails once every push to an aggregator has failed for this long.
+  absl::Duration unready_after = absl::Minutes(1);
   // At Stop, how long to keep forwarding what is queued, all endpoints together.
   absl::Duration shutdown_timeout = absl::Milliseconds(5000);
 

@@ -127,6 +127,36 @@ TEST_F(AgentServerTest, AnswersHealthAndStopsPromptlyWithoutAnAggregator) {
   server.Stop();  // idempotent
 }
 
+// /readyz fails, saying why, once every push to an aggregator has failed for --unready-after (a
+// full disk there or a wrong token here look alike to the node: nothing leaves it). Here the
+// aggregator is unreachable and the threshold zero; a minute by default.
+TEST_F(AgentServerTest, ReadinessFailsOnceEveryPushHasFailedForLong) {
+  AgentServerOptions options = Options();
+  options.unready_after = absl::ZeroDuration();
+  options.shutdown_timeout = absl::Seconds(1);
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client http("127.0.0.1", server.http_port());
+  auto ready = http.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << "no push has failed yet";
+  WriteReports(options.listen, "job-ready", 1);
+  // The forwarder cuts the batch within its interval and its push is refused at once.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    ready = http.Get("/readyz");
+    ASSERT_TRUE(ready);
+  } while (ready->status == 200 && absl::Now() < deadline);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_NE(ready->body.find("every push to 127.0.0.1:1 has failed"), std::string::npos)
+      << ready->body;
+  EXPECT_NE(ready->body.find("UNAVAILABLE"), std::string::npos) << ready->body;
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  server.Stop();
+}
+
 TEST_F(AgentServerTest, WhatPluginsSentIsForwardedBeforeStopReturns) {
   StandInAggregator aggregator;
   const std::string aggregator_address = aggregator.Serve();

@@ -135,6 +135,15 @@ Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   }
   if (!status.ok()) {
     push_failures_->Increment();
+    if (failing_since_ns_.load(std::memory_order_relaxed) == 0) {
+      failing_since_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+    }
+    {
+      ncclwatch::MutexLock lock(&failure_mu_);
+      last_failure_ =
+          absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                       ": ", status.error_message());
+    }
     LogWarning("push of batch %d (%d reports) to %s failed: %s: %s; will retry", batch.batch_seq(),
                batch.reports_size(), options_.aggregator,
                absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
@@ -155,10 +164,16 @@ Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
   last_push_duration_->Set(seconds);
   push_seconds_->Observe(seconds);
   batches_acked_->Increment();
+  failing_since_ns_.store(0, std::memory_order_relaxed);
   if (ack.duplicate()) batches_duplicate_->Increment();
   if (batch.agent_id() != options_.agent_id) batches_replayed_->Increment();
   reports_forwarded_->Increment(batch.reports_size());
   return PushResult::kAcked;
+}
+
+std::string Forwarder::LastFailure() const {
+  ncclwatch::MutexLock lock(&failure_mu_);
+  return last_failure_;
 }
 
 bool Forwarder::Load(Outgoing& o) {

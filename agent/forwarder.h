@@ -22,6 +22,7 @@
 #ifndef NCCLWATCH_AGENT_FORWARDER_H_
 #define NCCLWATCH_AGENT_FORWARDER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -78,6 +79,11 @@ class Forwarder {
   // Pushes everything queued now, waiting at most `timeout`. Returns true if all was acknowledged.
   bool Flush(absl::Duration timeout);
   void Stop();
+  // Since when every push has failed (unix ns; 0 while the last one was acknowledged), and how
+  // the last one failed: for readiness (a full disk at the aggregator, a wrong token alike).
+  int64_t FailingSinceNs() const { return failing_since_ns_.load(std::memory_order_relaxed); }
+  std::string LastFailure() const;
+  const std::string& aggregator() const { return options_.aggregator; }
   // The name jobs are placed on this forwarder's aggregator by (ShardOf).
   const std::string& shard_name() const {
     return options_.shard_name.empty() ? options_.aggregator : options_.shard_name;
@@ -132,6 +138,9 @@ class Forwarder {
   int64_t outbox_bytes_ = 0;               // sender thread only: their serialized bytes
   uint64_t next_seq_ = 1;                  // under mu_ (CutBatch)
   int64_t front_failures_ = 0;             // sender thread only: kFailed pushes of the oldest
+  std::atomic<int64_t> failing_since_ns_{0};
+  mutable ncclwatch::Mutex failure_mu_;
+  std::string last_failure_ ABSL_GUARDED_BY(failure_mu_);
   std::thread thread_;
 
   Counter* reports_forwarded_;

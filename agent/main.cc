@@ -54,6 +54,7 @@ struct AgentConfig {
   int64_t max_queued_bytes = 16 << 20;
   int64_t push_timeout_ms = 5000;
   int64_t set_aside_after = 5;
+  double unready_after_s = 60;
   int64_t shutdown_timeout_ms = 5000;
   std::string spool_dir;
   int64_t spool_max_bytes = 1ll << 30;
@@ -128,6 +129,9 @@ void Register(ConfigTable& t, AgentConfig& c) {
            "Serialized bytes of reports held in memory (queue, and unsent batches without a "
            "spool, each); the oldest are dropped beyond.");
   t.AddInt("push-timeout-ms", "", &c.push_timeout_ms, "Deadline of one batch push.");
+  t.AddDouble("unready-after-s", "", &c.unready_after_s,
+              "/readyz fails once every push to an aggregator has failed for this long (a full "
+              "disk there, a wrong token, an unreachable aggregator: nothing leaves the node).");
   t.AddInt("set-aside-after", "", &c.set_aside_after,
            "A batch that fails this many times in a way a retry may not mend (the aggregator "
            "cannot parse it, an internal error: not unreachable, busy or a wrong token) is set "
@@ -212,6 +216,10 @@ int Main(int argc, char** argv) {
         "positive");
     return 2;
   }
+  if (!(config.unready_after_s >= 0)) {
+    LogError("--unready-after-s must be 0 or more");
+    return 2;
+  }
   if (config.set_aside_after < 1) {
     LogError("--set-aside-after must be at least 1");
     return 2;
@@ -264,6 +272,7 @@ int Main(int argc, char** argv) {
   options.max_queued_bytes = config.max_queued_bytes;
   options.push_timeout_ms = config.push_timeout_ms;
   options.set_aside_after = config.set_aside_after;
+  options.unready_after = absl::Seconds(config.unready_after_s);
   options.shutdown_timeout = absl::Milliseconds(config.shutdown_timeout_ms);
   options.spool_dir = config.spool_dir;
   options.spool_max_bytes = config.spool_max_bytes;
