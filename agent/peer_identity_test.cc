@@ -89,6 +89,21 @@ class PeerIdentityTest : public ::testing::Test {
         << ".slice/cri-containerd-" << kContainer << ".scope\n";
   }
 
+  // The agent on this test's socket, attributing by the kernel through the stand-in /proc, pod
+  // log directories and kubelet under dir_.
+  AgentServerOptions KernelAttributionOptions(const std::string& aggregator) const {
+    AgentServerOptions options;
+    options.listen = "unix://" + dir_ + "/agent.sock";
+    options.aggregators = {aggregator};
+    options.node_name = "node-t";
+    options.agent_id = "node-t-test";
+    options.http_port = 0;
+    options.proc_dir = dir_ + "/proc";
+    options.pod_logs_dir = dir_ + "/pods";
+    options.pod_resources_socket = dir_ + "/kubelet.sock";
+    return options;
+  }
+
   TempDir tmp_;
   const std::string dir_ = tmp_.path();
 };
@@ -191,15 +206,7 @@ TEST_F(PeerIdentityTest, TheAgentStampsThePodTheKernelNamesAndDropsAGpuOfAnother
   const std::string aggregator_address = aggregator.Serve();
   ASSERT_FALSE(aggregator_address.empty());
 
-  AgentServerOptions options;
-  options.listen = "unix://" + dir_ + "/agent.sock";
-  options.aggregators = {aggregator_address};
-  options.node_name = "node-t";
-  options.agent_id = "node-t-test";
-  options.http_port = 0;
-  options.proc_dir = dir_ + "/proc";
-  options.pod_logs_dir = dir_ + "/pods";
-  options.pod_resources_socket = dir_ + "/kubelet.sock";
+  const AgentServerOptions options = KernelAttributionOptions(aggregator_address);
   AgentServer server(options);
   ASSERT_TRUE(server.Start().ok());
   ASSERT_TRUE(server.pod_resolver()->AwaitRefreshes(1, absl::Seconds(30)));
@@ -253,15 +260,7 @@ TEST_F(PeerIdentityTest, ASenderTheKernelCanNoLongerNameGetsNoPodFromTheGpuItCla
   const std::string aggregator_address = aggregator.Serve();
   ASSERT_FALSE(aggregator_address.empty());
 
-  AgentServerOptions options;
-  options.listen = "unix://" + dir_ + "/agent.sock";
-  options.aggregators = {aggregator_address};
-  options.node_name = "node-t";
-  options.agent_id = "node-t-test";
-  options.http_port = 0;
-  options.proc_dir = dir_ + "/proc";
-  options.pod_logs_dir = dir_ + "/pods";
-  options.pod_resources_socket = dir_ + "/kubelet.sock";
+  const AgentServerOptions options = KernelAttributionOptions(aggregator_address);
   AgentServer server(options);
   ASSERT_TRUE(server.Start().ok());
   ASSERT_TRUE(server.pod_resolver()->AwaitRefreshes(1, absl::Seconds(30)));

@@ -26,52 +26,10 @@
 #include "ncclwatch/v1/query.grpc.pb.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
+#include "tests/crashfs/full_disk_fs.h"
 
 namespace ncclwatch::aggregator {
 namespace {
-
-// A file system whose write-ahead log refuses bytes while `full` (ENOSPC), and that then
-// reports no free space.
-class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
- public:
-  FullDiskFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "FullDiskFileSystem"; }
-  std::atomic<bool> full{false};
-  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* d) override {
-    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
-    if (s.ok() && f.ends_with(".log")) *r = std::make_unique<File>(std::move(*r), &full);
-    return s;
-  }
-  rocksdb::IOStatus GetFreeSpace(const std::string& path, const rocksdb::IOOptions& o,
-                                 uint64_t* free, rocksdb::IODebugContext* d) override {
-    if (!full) return target()->GetFreeSpace(path, o, free, d);
-    *free = 0;
-    return rocksdb::IOStatus::OK();
-  }
-
- private:
-  class File : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<bool>* full)
-        : FSWritableFileOwnerWrapper(std::move(f)), full_(full) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             rocksdb::IODebugContext* d) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
-      return FSWritableFileOwnerWrapper::Append(data, o, d);
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             const rocksdb::DataVerificationInfo& v,
-                             rocksdb::IODebugContext* d) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
-      return FSWritableFileOwnerWrapper::Append(data, o, v, d);
-    }
-
-   private:
-    std::atomic<bool>* full_;
-  };
-};
 
 // Pushes one report of `job` as agent `agent_id` (batch `seq`), the batch claiming `source`.
 void PushAs(const std::string& address, const std::string& agent_id, uint64_t seq,
@@ -168,7 +126,7 @@ class AggregatorServerTest : public ::testing::Test {
 // /readyz tells the truth: 200 while pushes are stored, 503 saying why once the disk is full
 // (it had stayed 200 while every push failed); /healthz, the liveness probe, stays 200.
 TEST_F(AggregatorServerTest, ReadinessFailsWhileTheStoreTakesNoWrites) {
-  auto fs = std::make_shared<FullDiskFileSystem>();
+  auto fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   AggregatorServerOptions options = Options();
   options.env = env.get();

@@ -14,6 +14,7 @@
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
 #include "rocksdb/metadata.h"
+#include "tests/crashfs/full_disk_fs.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -87,55 +88,11 @@ TEST_F(StoreTest, ABatchWhoseSyncFailsIsNotAcknowledgedAndNeitherIsAnyLaterOne) 
   EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 3), 4).ok());
 }
 
-// A file system whose write-ahead log is refused further bytes while `full` (ENOSPC).
-class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
- public:
-  FullDiskFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "FullDiskFileSystem"; }
-  std::atomic<bool> full{false};
-
-  rocksdb::IOStatus GetFreeSpace(const std::string& path, const rocksdb::IOOptions& o,
-                                 uint64_t* free, rocksdb::IODebugContext* d) override {
-    if (!full) return target()->GetFreeSpace(path, o, free, d);
-    *free = 4096;
-    return rocksdb::IOStatus::OK();
-  }
-
-  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* d) override {
-    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
-    if (s.ok() && f.ends_with(".log")) *r = std::make_unique<File>(std::move(*r), &full);
-    return s;
-  }
-
- private:
-  class File : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<bool>* full)
-        : FSWritableFileOwnerWrapper(std::move(f)), full_(full) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             rocksdb::IODebugContext* d) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
-      return FSWritableFileOwnerWrapper::Append(data, o, d);
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             const rocksdb::DataVerificationInfo& v,
-                             rocksdb::IODebugContext* d) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
-      return FSWritableFileOwnerWrapper::Append(data, o, v, d);
-    }
-
-   private:
-    std::atomic<bool>* full_;
-  };
-};
-
 // A full disk fails the write that registers a new series. Once there is room again, the series
 // is registered by its next write, later series take later ids, and the store opens again with
 // all of them (it had refused to start for good: the failed id was a gap in the index).
 TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens) {
-  auto fs = std::make_shared<FullDiskFileSystem>();
+  auto fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   {
     auto store = Store::Open(dir_, env.get());

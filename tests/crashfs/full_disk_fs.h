@@ -1,0 +1,62 @@
+// A RocksDB FileSystem for tests whose disk fills up on command: while `full`, appends to the
+// write-ahead log fail with ENOSPC (IOStatus::NoSpace) and the free space reads as (almost) none;
+// everything else goes to the real disk. As leveldb's and RocksDB's own fault-injection
+// environments do, the fault goes through the interface the store already takes (an Env).
+// Header-only; test builds only.
+#ifndef NCCLWATCH_TESTS_CRASHFS_FULL_DISK_FS_H_
+#define NCCLWATCH_TESTS_CRASHFS_FULL_DISK_FS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rocksdb/file_system.h"
+
+namespace ncclwatch::testing {
+
+class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FullDiskFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FullDiskFileSystem"; }
+  std::atomic<bool> full{false};
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
+    if (s.ok() && f.ends_with(".log")) *r = std::make_unique<File>(std::move(*r), &full);
+    return s;
+  }
+  rocksdb::IOStatus GetFreeSpace(const std::string& path, const rocksdb::IOOptions& o,
+                                 uint64_t* free, rocksdb::IODebugContext* d) override {
+    if (!full) return target()->GetFreeSpace(path, o, free, d);
+    *free = 4096;
+    return rocksdb::IOStatus::OK();
+  }
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<bool>* full)
+        : FSWritableFileOwnerWrapper(std::move(f)), full_(full) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             rocksdb::IODebugContext* d) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return FSWritableFileOwnerWrapper::Append(data, o, d);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             const rocksdb::DataVerificationInfo& v,
+                             rocksdb::IODebugContext* d) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return FSWritableFileOwnerWrapper::Append(data, o, v, d);
+    }
+
+   private:
+    std::atomic<bool>* full_;
+  };
+};
+
+}  // namespace ncclwatch::testing
+
+#endif  // NCCLWATCH_TESTS_CRASHFS_FULL_DISK_FS_H_
