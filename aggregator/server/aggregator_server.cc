@@ -129,8 +129,14 @@ void AggregatorServer::StartLoops() {
                                            [this] { ingest_->Tick(absl::GetCurrentTimeNanos()); });
   // After a failed write (a full disk) RocksDB takes none until it resumes: tried every 5 s, on
   // a thread of its own (resuming flushes the memtables; detection keeps ticking meanwhile).
+  // Why not yet is logged once a minute while the disk stays full (the gauge says it meanwhile).
   resumer_ = std::make_unique<PeriodicTask>(absl::Seconds(5), [this] {
-    if (absl::Status s = store_->ResumeIfStopped(); !s.ok()) LogWarning("store: %s", s.message());
+    absl::Status s = store_->ResumeIfStopped();
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    if (!s.ok() && now_ns - last_resume_warning_ns_ >= 60'000'000'000) {
+      last_resume_warning_ns_ = now_ns;
+      LogWarning("store: %s", s.message());
+    }
   });
   housekeeper_ = std::make_unique<PeriodicTask>(absl::Minutes(1), [this] { Housekeep(); });
   ticker_->Start();

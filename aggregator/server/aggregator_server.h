@@ -110,6 +110,7 @@ class AggregatorServer {
   bool remote_write_failing_ = false;      // remote-write loop only
   int housekeeping_runs_ = 0;              // housekeeper loop only
   std::unique_ptr<PeriodicTask> resumer_;  // ResumeIfStopped every 5 s
+  int64_t last_resume_warning_ns_ = 0;     // resumer_'s thread only
   std::unique_ptr<PeriodicTask> ticker_;
   std::unique_ptr<PeriodicTask> housekeeper_;
   std::unique_ptr<PeriodicTask> remote_write_loop_;

@@ -210,7 +210,6 @@ absl::Status Store::LoadSeriesIndex() {
     }
     s.id = key->id;
     series_ids_[it->value().ToString()] = {s.id, /*durable=*/true};
-    next_series_id_ = std::max(next_series_id_, s.id + 1);
     series_.push_back(std::move(s));
   }
   return FromRocks(it->status(), "series index scan");
