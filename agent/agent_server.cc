@@ -98,6 +98,9 @@ absl::Status AgentServer::StartGrpc() {
     lopts.mode = options_.socket_mode;
     lopts.group = options_.socket_group;
     lopts.proc_dir = options_.proc_dir;
+    lopts.max_connections = options_.max_plugin_connections;
+    lopts.max_per_peer = options_.max_plugin_connections_per_peer;
+    lopts.stream_deadline = options_.plugin_stream_deadline;
     listener_ = std::make_unique<PluginListener>(lopts, peers_, metrics_);
     if (absl::Status s = listener_->Listen(); !s.ok()) return s;
   } else {

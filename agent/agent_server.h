@@ -97,6 +97,11 @@ struct AgentServerOptions {
   int http_port = 9472;  // on 0.0.0.0; 0: any free port
   // Plugin streams: how many may be open, and how long one may stay silent (AgentService).
   StreamLimits streams;
+  // Plugin connections on the unix socket (PluginListener): how many may be open, from one peer,
+  // and how soon each must open a stream.
+  int max_plugin_connections = 1024;
+  int max_plugin_connections_per_peer = 64;
+  absl::Duration plugin_stream_deadline = absl::Seconds(10);
 };
 
 class AgentServer {

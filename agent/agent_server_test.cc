@@ -3,6 +3,7 @@
 #include "agent/agent_server.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -320,6 +321,116 @@ TEST_F(AgentServerTest, PluginStreamsAreCappedBySilenceAndSilentOnesClosed) {
   EXPECT_EQ(open[1]->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(third.writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(MetricValue(server.http_port(), "ncclwatch_agent_plugin_streams_idle_closed_total"), 2);
+}
+
+// A raw connection to the unix socket `path` that never speaks; -1 if it cannot connect.
+int ConnectSilently(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the agent closes the silent connection `fd` within `within`: the read sees its end
+// (after whatever gRPC said first, its HTTP/2 settings).
+bool ClosedByAgent(int fd, absl::Duration within) {
+  const absl::Time give_up = absl::Now() + within;
+  for (;;) {
+    const int64_t left_ms = absl::ToInt64Milliseconds(give_up - absl::Now());
+    pollfd p{fd, POLLIN, 0};
+    if (left_ms <= 0 || poll(&p, 1, static_cast<int>(left_ms)) != 1) return false;
+    char buf[256];
+    if (read(fd, buf, sizeof(buf)) <= 0) return true;
+  }
+}
+
+// Polls the agent's /metrics until `name` reads `want` or 10 s have passed; returns the last.
+double AwaitMetric(int http_port, const std::string& name, double want) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  double v = MetricValue(http_port, name);
+  while (v != want && absl::Now() < give_up) v = MetricValue(http_port, name);
+  return v;
+}
+
+TEST_F(AgentServerTest, OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreClosed) {
+  AgentServerOptions options = Options();
+  options.max_plugin_connections_per_peer = 2;  // this process is one peer (its uid)
+  options.plugin_stream_deadline = absl::Milliseconds(500);
+  options.shutdown_timeout = absl::Milliseconds(100);  // no aggregator to flush to
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  // A plugin: one connection, with a stream open (the gauge says the agent has it).
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ncclwatch::v1::StreamSummary summary;
+  auto writer = stub->StreamReports(&context, &summary);
+  ASSERT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_streams", 1), 1);
+
+  const int silent = ConnectSilently(socket());
+  const int over = ConnectSilently(socket());
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(over, 0);
+  // The third connection of one peer is closed as soon as accepted, before gRPC has it.
+  EXPECT_TRUE(ClosedByAgent(over, absl::Seconds(10)));
+  EXPECT_EQ(
+      MetricValue(server.http_port(),
+                  "ncclwatch_agent_plugin_connections_refused_total{reason=\"max_per_peer\"}"),
+      1);
+  // The second opens no stream: closed once its 500 ms are up.
+  EXPECT_TRUE(ClosedByAgent(silent, absl::Seconds(10)));
+  EXPECT_EQ(MetricValue(server.http_port(),
+                        "ncclwatch_agent_plugin_connections_closed_total{reason=\"no_stream\"}"),
+            1);
+  EXPECT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_connections", 1), 1);
+  // The plugin, past the deadline too, is served as before.
+  ncclwatch::v1::RankReport r;
+  r.set_report_id(1);
+  auto* id = r.mutable_identity();
+  id->set_job_id("job-c");
+  id->set_comm_hash(0xabc);
+  id->set_nranks(4);
+  id->set_n_nodes(1);
+  r.set_interval_start_unix_ns(1'700'000'000'000'000'000);
+  r.set_interval_end_unix_ns(1'700'000'001'000'000'000);
+  ASSERT_TRUE(writer->Write(r));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(summary.accepted(), 1u);
+  close(silent);
+  close(over);
+}
+
+TEST_F(AgentServerTest, ConnectionsBeyondTheOverallCapAreRefusedUntilOneEnds) {
+  AgentServerOptions options = Options();
+  options.max_plugin_connections = 1;
+  AgentServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  const int first = ConnectSilently(socket());
+  ASSERT_GE(first, 0);
+  ASSERT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_connections", 1), 1);
+  const int second = ConnectSilently(socket());
+  ASSERT_GE(second, 0);
+  EXPECT_TRUE(ClosedByAgent(second, absl::Seconds(10)));
+  EXPECT_EQ(
+      MetricValue(server.http_port(),
+                  "ncclwatch_agent_plugin_connections_refused_total{reason=\"max_connections\"}"),
+      1);
+  // The first ends: its place is free again.
+  close(first);
+  ASSERT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_connections", 0), 0);
+  const int third = ConnectSilently(socket());
+  ASSERT_GE(third, 0);
+  EXPECT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_connections", 1), 1);
+  EXPECT_FALSE(ClosedByAgent(third, absl::Milliseconds(200)))
+      << "a connection within the cap is kept (its 10 s to open a stream are not up)";
+  close(second);
+  close(third);
 }
 
 TEST_F(AgentServerTest, AStreamSendingFasterThanItsRateLosesTheExcessNotTheOthers) {

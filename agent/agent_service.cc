@@ -196,7 +196,7 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     refilled_ns_ = last_message_ns_.load(std::memory_order_relaxed);
     tokens_ = service_.limits().burst_bytes;
     source_ = next_source.fetch_add(1, std::memory_order_relaxed);
-    if (service_.peers() != nullptr) peer_ = service_.peers()->Find(context->peer());
+    if (service_.peers() != nullptr) peer_ = service_.peers()->OpenStream(context->peer());
     admitted_ = service_.Admit(this, AgentService::Live{context, &last_message_ns_});
     if (!admitted_) {
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -278,7 +278,7 @@ class ReportReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 }  // namespace
 
 AgentService::AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits,
-                           const PeerTable* peers)
+                           PeerTable* peers)
     : handler_(handler),
       limits_(limits),
       peers_(peers),

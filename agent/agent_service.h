@@ -108,7 +108,7 @@ class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_St
  public:
   // `peers` (optional, outlives the service): the kernel's word on each connection's peer.
   AgentService(ReportHandler& handler, MetricRegistry& metrics, StreamLimits limits = {},
-               const PeerTable* peers = nullptr);
+               PeerTable* peers = nullptr);
   grpc::ServerReadReactor<grpc::ByteBuffer>* StreamReports(grpc::CallbackServerContext* context,
                                                            grpc::ByteBuffer* summary) override;
 
@@ -126,12 +126,12 @@ class AgentService final : public ncclwatch::v1::Agent::WithRawCallbackMethod_St
   void Release(const void* stream);
   const StreamLimits& limits() const { return limits_; }
   ReportHandler& handler() { return handler_; }
-  const PeerTable* peers() const { return peers_; }
+  PeerTable* peers() const { return peers_; }
 
  private:
   ReportHandler& handler_;
   const StreamLimits limits_;
-  const PeerTable* peers_;
+  PeerTable* peers_;
   Counter* refused_;
   Counter* evicted_;
   Counter* idle_closed_;

@@ -31,6 +31,9 @@ struct AgentConfig {
   bool insecure_tcp = false;
   int64_t max_plugin_streams = 1024;
   double plugin_stream_idle_s = 600;
+  int64_t max_plugin_connections = 1024;
+  int64_t max_plugin_connections_per_peer = 64;
+  double plugin_connect_deadline_s = 10;
   double plugin_stream_mib_per_s = 4;
   std::string socket_mode = "0660";
   std::string socket_dir_mode = "0755";
@@ -70,6 +73,15 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddInt("max-plugin-streams", "", &c.max_plugin_streams,
            "Most plugin streams open at once (one per rank process); further ones are refused "
            "(RESOURCE_EXHAUSTED, ncclwatch_agent_plugin_streams_refused_total).");
+  t.AddInt("max-plugin-connections", "", &c.max_plugin_connections,
+           "Most plugin connections open at once on the unix socket; one beyond is closed as "
+           "soon as accepted (ncclwatch_agent_plugin_connections_refused_total).");
+  t.AddInt("max-plugin-connections-per-peer", "", &c.max_plugin_connections_per_peer,
+           "Most plugin connections one pod (or one uid outside pods) may hold open; one beyond "
+           "is closed as soon as accepted.");
+  t.AddDouble("plugin-connect-deadline-s", "", &c.plugin_connect_deadline_s,
+              "A plugin connection that opens no stream within this long is closed "
+              "(ncclwatch_agent_plugin_connections_closed_total{reason=\"no_stream\"}).");
   t.AddDouble("plugin-stream-idle-s", "", &c.plugin_stream_idle_s,
               "A plugin stream that sends nothing for this long is closed (the plugin reconnects "
               "when it has a report).");
@@ -216,6 +228,13 @@ int Main(int argc, char** argv) {
         "positive");
     return 2;
   }
+  if (config.max_plugin_connections < 1 || config.max_plugin_connections_per_peer < 1 ||
+      !(config.plugin_connect_deadline_s > 0)) {
+    LogError(
+        "--max-plugin-connections, --max-plugin-connections-per-peer and "
+        "--plugin-connect-deadline-s must be positive");
+    return 2;
+  }
   if (!(config.unready_after_s >= 0)) {
     LogError("--unready-after-s must be 0 or more");
     return 2;
@@ -255,6 +274,11 @@ int Main(int argc, char** argv) {
   options.listen_tcp = config.listen_tcp;
   options.streams.max_streams = static_cast<int>(config.max_plugin_streams);
   options.streams.idle_timeout = absl::Seconds(config.plugin_stream_idle_s);
+  options.max_plugin_connections =
+      static_cast<int>(std::min<int64_t>(config.max_plugin_connections, 1 << 20));
+  options.max_plugin_connections_per_peer =
+      static_cast<int>(std::min<int64_t>(config.max_plugin_connections_per_peer, 1 << 20));
+  options.plugin_stream_deadline = absl::Seconds(config.plugin_connect_deadline_s);
   options.streams.bytes_per_s = config.plugin_stream_mib_per_s * (1 << 20);
   options.streams.burst_bytes = std::max(4 * options.streams.bytes_per_s, 16.0 * (1 << 20));
   options.socket_mode = *socket_mode;

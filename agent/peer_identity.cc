@@ -162,19 +162,46 @@ std::string PeerTable::PeerName(int fd) { return "fd:" + std::to_string(fd); }
 
 void PeerTable::Record(int fd, std::shared_ptr<const PeerIdentity> identity) {
   ncclwatch::MutexLock lock(&mu_);
-  by_fd_.insert_or_assign(fd, std::move(identity));
+  by_fd_.insert_or_assign(fd, Entry{std::move(identity), false});
 }
 
-std::shared_ptr<const PeerIdentity> PeerTable::Find(std::string_view grpc_peer) const {
+std::optional<int> PeerTable::FdOf(std::string_view grpc_peer) {
   constexpr std::string_view kPrefix = "fd:";
   int fd = 0;
   if (!grpc_peer.starts_with(kPrefix) ||
       !absl::SimpleAtoi(Av(grpc_peer.substr(kPrefix.size())), &fd)) {
-    return nullptr;
+    return std::nullopt;
   }
+  return fd;
+}
+
+std::shared_ptr<const PeerIdentity> PeerTable::Find(std::string_view grpc_peer) const {
+  const std::optional<int> fd = FdOf(grpc_peer);
+  if (!fd) return nullptr;
+  ncclwatch::MutexLock lock(&mu_);
+  auto it = by_fd_.find(*fd);
+  return it == by_fd_.end() ? nullptr : it->second.identity;
+}
+
+std::shared_ptr<const PeerIdentity> PeerTable::OpenStream(std::string_view grpc_peer) {
+  const std::optional<int> fd = FdOf(grpc_peer);
+  if (!fd) return nullptr;
+  ncclwatch::MutexLock lock(&mu_);
+  auto it = by_fd_.find(*fd);
+  if (it == by_fd_.end()) return nullptr;
+  it->second.streamed = true;
+  return it->second.identity;
+}
+
+bool PeerTable::Streamed(int fd) const {
   ncclwatch::MutexLock lock(&mu_);
   auto it = by_fd_.find(fd);
-  return it == by_fd_.end() ? nullptr : it->second;
+  return it != by_fd_.end() && it->second.streamed;
+}
+
+void PeerTable::Forget(int fd) {
+  ncclwatch::MutexLock lock(&mu_);
+  by_fd_.erase(fd);
 }
 
 }  // namespace ncclwatch::agent

@@ -90,18 +90,31 @@ struct PeerIdentity {
 std::optional<PeerIdentity> IdentifyPeer(int fd, const std::string& proc_dir);
 
 // The identity of each live plugin connection, by the peer string gRPC gives its calls ("fd:<n>"
-// for a connection handed to gRPC by descriptor). An entry is replaced when its descriptor number
-// is reused by a later connection, which can only happen once gRPC has closed the earlier one.
+// for a connection handed to gRPC by descriptor), and whether it has opened a stream yet. An entry
+// is replaced when its descriptor number is reused by a later connection, which can only happen
+// once gRPC has closed the earlier one.
 class PeerTable {
  public:
   static std::string PeerName(int fd);  // "fd:<fd>"
   void Record(int fd, std::shared_ptr<const PeerIdentity> identity);
   // The identity recorded for `grpc_peer`; null for a peer not accepted through the table.
   std::shared_ptr<const PeerIdentity> Find(std::string_view grpc_peer) const;
+  // Find, and notes that the connection opened a stream (the listener's deadline is then met).
+  std::shared_ptr<const PeerIdentity> OpenStream(std::string_view grpc_peer);
+  // Whether the connection on `fd` has opened a stream since it was recorded.
+  bool Streamed(int fd) const;
+  // Drops the entry of a connection that has ended.
+  void Forget(int fd);
 
  private:
+  struct Entry {
+    std::shared_ptr<const PeerIdentity> identity;
+    bool streamed = false;
+  };
+  static std::optional<int> FdOf(std::string_view grpc_peer);
+
   mutable ncclwatch::Mutex mu_;
-  absl::flat_hash_map<int, std::shared_ptr<const PeerIdentity>> by_fd_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Entry> by_fd_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ncclwatch::agent

@@ -315,7 +315,10 @@ ncclwatch::v1::RankReport HeavyReport(uint64_t id) {
 }
 
 TEST(HostileInputTest, NineThousandIdleStreamsAndAReportFloodLeaveTheAgentBoundedAndFair) {
-  Pipeline p(1, {}, {"--pod-resources-socket="});
+  // The stream caps are the subject: the idle streams and the genuine neighbour are all one peer
+  // (this process's uid), which --max-plugin-connections-per-peer would otherwise stop at 64
+  // connections (AgentServerTest.OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreClosed).
+  Pipeline p(1, {}, {"--pod-resources-socket=", "--max-plugin-connections-per-peer=1024"});
   ASSERT_TRUE(p.ok()) << p.error();
   const std::string socket = "unix://" + p.dir() + "/agent-0.sock";
   const double rss_before = RssMib(p.agent_pid(0));
