@@ -19,6 +19,30 @@ AggregatorServer::AggregatorServer(AggregatorServerOptions options) : options_(s
 
 AggregatorServer::~AggregatorServer() { Stop(); }
 
+absl::StatusOr<std::unique_ptr<AggregatorServer>> StartAggregatorServer(
+    AggregatorServerOptions options) {
+  AggregatorServerOptions again = options;
+  auto server = std::make_unique<AggregatorServer>(std::move(options));
+  absl::Status s = server->Start();
+  if (s.ok()) return server;
+  if (!absl::IsDataLoss(s) || !again.repair_damaged_store) return s;
+  server.reset();  // the store closed
+  LogError(
+      "the store in %s is damaged (%s); repairing it: table files that fail their checksums move "
+      "to %s/lost with everything in them (--repair-damaged-store)",
+      again.data_dir, s.message(), again.data_dir);
+  const absl::Time began = absl::Now();
+  if (absl::Status repaired = Store::Repair(again.data_dir, again.env); !repaired.ok()) {
+    return absl::Status(repaired.code(), absl::StrCat(s.message(), "; ", repaired.message()));
+  }
+  LogWarning("store repaired in %.1f s; starting on what it kept",
+             absl::ToDoubleSeconds(absl::Now() - began));
+  again.store_repaired = true;
+  server = std::make_unique<AggregatorServer>(std::move(again));
+  if (absl::Status retried = server->Start(); !retried.ok()) return retried;
+  return server;
+}
+
 absl::Status AggregatorServer::OpenAndReplay() {
   auto store = Store::Open(options_.data_dir, options_.env);
   if (!store.ok()) return store.status();
@@ -45,7 +69,32 @@ absl::Status AggregatorServer::OpenAndReplay() {
              "counter");
     w.Sample("ncclwatch_aggregator_series_index_skipped_total", {},
              static_cast<double>(store->SeriesEntriesSkipped()));
+    w.Family("ncclwatch_aggregator_store_wal_damage_total",
+             "Places RocksDB found the store's write-ahead log damaged when this run opened it "
+             "(what it could not read is lost; logged).",
+             "counter");
+    w.Sample("ncclwatch_aggregator_store_wal_damage_total", {},
+             static_cast<double>(store->WalDamage()));
+    w.Family("ncclwatch_aggregator_store_wal_writes_lost_total",
+             "Writes in the store's write-ahead log found unreadable (damaged) when it was opened: "
+             "skipped, the rest recovered. The batches among them count in "
+             "ncclwatch_aggregator_batches_missing_total as their agents push again.",
+             "counter");
+    w.Sample("ncclwatch_aggregator_store_wal_writes_lost_total", {},
+             static_cast<double>(store->WalWritesLost()));
+    w.Family("ncclwatch_aggregator_batches_missing_total",
+             "Batches an agent numbered that the store does not hold, seen when a later one "
+             "arrives: lost here (a damaged log) or never delivered (the agent set them aside or "
+             "dropped them, and counts those).",
+             "counter");
+    w.Sample("ncclwatch_aggregator_batches_missing_total", {},
+             static_cast<double>(store->BatchesMissing()));
   });
+  metrics_
+      .GetCounter("ncclwatch_aggregator_store_repairs_total",
+                  "Repairs of a store found damaged at start-up (--repair-damaged-store): "
+                  "1 when this run began with one.")
+      ->Increment(options_.store_repaired ? 1 : 0);
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
   analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
   ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_, options_.history_step_ns);

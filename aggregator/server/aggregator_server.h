@@ -56,6 +56,10 @@ struct AggregatorServerOptions {
   absl::Duration tick_period = absl::Milliseconds(250);
   // The store's RocksDB Env; null: the real disk (tests: a journaling one, tests/crashfs).
   rocksdb::Env* env = nullptr;
+  // A store found damaged at start-up (a checksum mismatch in a table file) is repaired and the
+  // start tried again (StartAggregatorServer); false: the start fails, naming the damage.
+  bool repair_damaged_store = true;
+  bool store_repaired = false;  // set by StartAggregatorServer: counted on /metrics
   // The gRPC port's credentials (plaintext, TLS or mutual TLS); null means plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   TokenFile* ingest_token = nullptr;  // optional, outlive the server
@@ -63,6 +67,15 @@ struct AggregatorServerOptions {
   // Peers of a sharded service (shard_router.h); none: this aggregator stands alone.
   std::optional<ShardOptions> shard;
 };
+
+class AggregatorServer;
+
+// Starts an aggregator. When the start finds the store damaged (DataLoss: a table file fails its
+// checksum when the series index or the replay reads it) and options.repair_damaged_store, the
+// damage is logged, the store repaired (Store::Repair: the damaged files move to <data-dir>/lost
+// with what they held) and a fresh aggregator started on it, once.
+absl::StatusOr<std::unique_ptr<AggregatorServer>> StartAggregatorServer(
+    AggregatorServerOptions options);
 
 class AggregatorServer {
  public:

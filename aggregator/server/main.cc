@@ -60,6 +60,7 @@ struct AggregatorConfig {
   int64_t max_comms_per_agent = 4096;
   int64_t max_series = 2'000'000;
   bool store_rank_series = false;
+  bool repair_damaged_store = true;
   std::string shard_peers;
   std::string shard_self;
   std::string shard_ca_file;
@@ -97,6 +98,11 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddInt("http-port", "NCCLWATCH_HTTP_PORT", &c.http_port,
            "HTTP port of /metrics, /federate and /healthz; 0 = any free port.");
   t.AddString("data-dir", "NCCLWATCH_DATA_DIR", &c.data_dir, "RocksDB directory.");
+  t.AddBool("repair-damaged-store", "", &c.repair_damaged_store,
+            "When the start finds a table file of the store damaged (a checksum mismatch), "
+            "repair the store and start on what it kept: the damaged files move to "
+            "<data-dir>/lost (logged; ncclwatch_aggregator_store_repairs_total). "
+            "--no-repair-damaged-store: fail the start instead.");
   t.AddString("tls-cert-file", "NCCLWATCH_TLS_CERT_FILE", &c.tls_cert_file,
               "PEM certificate of the gRPC port; empty: plaintext.");
   t.AddString("tls-key-file", "NCCLWATCH_TLS_KEY_FILE", &c.tls_key_file,
@@ -313,6 +319,7 @@ int Main(int argc, char** argv) {
   }
   options.analyzer = AnalyzerOptionsOf(config);
   options.replay_ns = static_cast<int64_t>(config.replay_s * 1e9);
+  options.repair_damaged_store = config.repair_damaged_store;
   if (!(config.history_step_s >= 0.25 && config.history_step_s <= 60)) {
     LogError("--history-step-s must be between 0.25 and 60 seconds (got %g)",
              config.history_step_s);
@@ -389,11 +396,13 @@ int Main(int argc, char** argv) {
     LogWarning("test build: the store journals its syncs to %s", journal);
   }
 #endif
-  AggregatorServer server(std::move(options));
-  if (absl::Status s = server.Start(); !s.ok()) {
-    LogError("%s", s.message());
+  absl::StatusOr<std::unique_ptr<AggregatorServer>> started =
+      StartAggregatorServer(std::move(options));
+  if (!started.ok()) {
+    LogError("%s", started.status().message());
     return 1;
   }
+  AggregatorServer& server = **started;
   LogInfo("serving gRPC on %s:%d, HTTP on %s:%d, data in %s", config.listen_host,
           server.grpc_port(), config.listen_host, server.http_port(), config.data_dir);
   NotifyReady(

@@ -1,11 +1,14 @@
 #include "aggregator/store/store.h"
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/compaction_filter.h"
@@ -17,6 +20,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
+#include "rocksdb/wal_filter.h"
 #include "rocksdb/write_batch.h"
 
 namespace ncclwatch::aggregator {
@@ -24,6 +28,9 @@ namespace {
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
+  // Damaged bytes (a checksum mismatch) do not heal by retrying: DataLoss, which a start-up
+  // answers by repairing the store (AggregatorServer, --repair-damaged-store).
+  if (s.IsCorruption()) return absl::DataLossError(absl::StrCat(what, ": ", s.ToString()));
   return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
 }
 
@@ -98,6 +105,126 @@ class Store::WriteStopListener : public rocksdb::EventListener {
   std::atomic<bool> stopped_{false};
 };
 
+// Watches the write-ahead log as RocksDB replays it at start-up. Records that cannot be read (bad
+// bytes) are skipped, not the end of the replay (kSkipAnyCorruptedRecords): every record is one
+// group of independent writes (batches with their index entries, points), so what follows a
+// damaged record is as good as before it, and stopping there would lose it too. Each record
+// carries the sequence number of its first write and its count of writes, and numbers run on
+// without a hole from record to record: a hole is what the skipped records held.
+class Store::WalGapFilter : public rocksdb::WalFilter {
+ public:
+  WalProcessingOption LogRecordFound(unsigned long long /*log_number*/,
+                                     const std::string& log_file_name,
+                                     const rocksdb::WriteBatch& batch,
+                                     rocksdb::WriteBatch* /*new_batch*/,
+                                     bool* /*batch_changed*/) override {
+    const std::string& rep = batch.Data();
+    if (rep.size() < 12) return WalProcessingOption::kContinueProcessing;
+    uint64_t seq = 0;
+    uint32_t count = 0;
+    std::memcpy(&seq, rep.data(), 8);  // little-endian, as RocksDB writes it on every platform
+    std::memcpy(&count, rep.data() + 8, 4);
+    if (next_seq_ != 0 && seq > next_seq_) {
+      lost_writes_ += seq - next_seq_;
+      ++holes_;
+      LogError(
+          "store: the write-ahead log %s is damaged: %d writes before sequence number %d could "
+          "not be read and are lost; the rest of the log is recovered",
+          log_file_name, seq - next_seq_, seq);
+    }
+    next_seq_ = std::max(next_seq_, seq + count);
+    // The batches of each agent: one that follows a hole and skips sequence numbers past the
+    // agent's batch before it lost the ones skipped in the hole.
+    AgentBatches agents(*this);
+    if (!batch.Iterate(&agents).ok()) {
+      LogWarning("store: a write-ahead log record of %s could not be walked", log_file_name);
+    }
+    return WalProcessingOption::kContinueProcessing;
+  }
+  const char* Name() const override { return "ncclwatch.WalGapFilter"; }
+  uint64_t lost_writes() const { return lost_writes_; }
+  uint64_t lost_batches() const { return lost_batches_; }
+  void Recovered() { last_batch_ = {}; }  // what remains is needed no more
+
+ private:
+  struct Seen {
+    uint64_t seq = 0;
+    uint64_t holes = 0;  // holes_ when it was seen
+  };
+  class AgentBatches : public rocksdb::WriteBatch::Handler {
+   public:
+    explicit AgentBatches(WalGapFilter& f) : f_(f) {}
+    rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key,
+                          const rocksdb::Slice& /*value*/) override {
+      if (cf != 0 || !key.starts_with("B")) return rocksdb::Status::OK();
+      absl::StatusOr<StoreKey> k = DecodeStoreKey(key.ToStringView());
+      if (!k.ok()) return rocksdb::Status::OK();
+      Seen& last = f_.last_batch_[k->text];
+      if (last.seq != 0 && last.holes != f_.holes_ && k->counter > last.seq + 1) {
+        f_.lost_batches_ += k->counter - last.seq - 1;
+        LogError("store: batches %d to %d of agent %s were in the damaged part of the log: lost",
+                 last.seq + 1, k->counter - 1, absl::CHexEscape(k->text));
+      }
+      last = {std::max(last.seq, k->counter), f_.holes_};
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status DeleteCF(uint32_t, const rocksdb::Slice&) override {
+      return rocksdb::Status::OK();
+    }
+
+   private:
+    WalGapFilter& f_;
+  };
+
+  uint64_t next_seq_ = 0;  // the first sequence number after the last record read
+  uint64_t lost_writes_ = 0;
+  uint64_t holes_ = 0;
+  uint64_t lost_batches_ = 0;
+  absl::flat_hash_map<std::string, Seen> last_batch_;  // per agent id
+};
+
+// RocksDB's own log (LOG in the data directory), also telling the aggregator's log what RocksDB
+// warns of while it opens the store: what it dropped of a damaged write-ahead log is said only
+// there ("<file>: dropping N bytes; Corruption: ..."), and a damaged compressed record loses the
+// rest of its file without another word. Counts the damage reported.
+class Store::RecoveryLogger : public rocksdb::Logger {
+ public:
+  explicit RecoveryLogger(std::shared_ptr<rocksdb::Logger> inner)
+      : Logger(inner->GetInfoLogLevel()), inner_(std::move(inner)) {}
+  using Logger::Logv;
+  void Logv(const char* format, va_list ap) override { inner_->Logv(format, ap); }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (opening_.load(std::memory_order_relaxed) && level >= rocksdb::InfoLogLevel::WARN_LEVEL) {
+      va_list copy;
+      va_copy(copy, ap);
+      char line[512];
+      vsnprintf(line, sizeof(line), format, copy);
+      va_end(copy);
+      const std::string_view text(line);
+      if (text.find("Corruption") != std::string_view::npos) {
+        damage_.fetch_add(1, std::memory_order_relaxed);
+        LogError("store: RocksDB found damage opening the store: %s", text);
+      } else {
+        LogWarning("store: RocksDB: %s", text);
+      }
+    }
+    inner_->Logv(level, format, ap);
+  }
+  size_t GetLogFileSize() const override { return inner_->GetLogFileSize(); }
+  void Flush() override { inner_->Flush(); }
+  void SetInfoLogLevel(const rocksdb::InfoLogLevel level) override {
+    Logger::SetInfoLogLevel(level);
+    inner_->SetInfoLogLevel(level);
+  }
+  void Opened() { opening_.store(false, std::memory_order_relaxed); }
+  uint64_t damage() const { return damage_.load(std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<rocksdb::Logger> inner_;
+  std::atomic<bool> opening_{true};
+  std::atomic<uint64_t> damage_{0};
+};
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocksdb::Env* env,
                                                    bool sync_batches) {
   auto filter = std::make_unique<RetentionFilter>();
@@ -117,6 +244,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   if (env != nullptr) db_options.env = env;
   auto stops = std::make_shared<WriteStopListener>();
   db_options.listeners.push_back(stops);
+  std::shared_ptr<rocksdb::Logger> rocks_log;
+  if (rocksdb::Status made = rocksdb::CreateLoggerFromOptions(dir, db_options, &rocks_log);
+      !made.ok()) {
+    return FromRocks(made, absl::StrCat("cannot open RocksDB's log in ", dir));
+  }
+  auto recovery_log = std::make_shared<RecoveryLogger>(std::move(rocks_log));
+  db_options.info_log = recovery_log;
+  auto wal_gaps = std::make_unique<WalGapFilter>();
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+  db_options.wal_filter = wal_gaps.get();
 
   // Bounded memory whatever the data on disk: at most two 32 MiB memtables per column family, and
   // block caches that also hold the index and filter blocks of every table file (RocksDB otherwise
@@ -172,9 +309,35 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open RocksDB in ", dir));
   std::unique_ptr<Store> store(new Store(db, std::move(handles), std::move(filter), sync_batches));
   store->stops_ = std::move(stops);
+  recovery_log->Opened();
+  store->wal_damage_ = recovery_log->damage();
+  store->wal_lost_writes_ = wal_gaps->lost_writes();
+  store->batches_missing_ = wal_gaps->lost_batches();
+  wal_gaps->Recovered();
+  if (store->wal_damage_ > 0) {
+    LogError(
+        "store: the write-ahead log was damaged in %d place(s): what RocksDB could not read past "
+        "is "
+        "lost; each batch lost is counted (ncclwatch_aggregator_batches_missing_total) and named "
+        "when its agent's next batch arrives",
+        store->wal_damage_);
+  }
+  store->wal_gaps_ = std::move(wal_gaps);
   store->dir_ = dir;
   if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
   return store;
+}
+
+absl::Status Store::Repair(const std::string& dir, rocksdb::Env* env) {
+  rocksdb::DBOptions db_options;
+  if (env != nullptr) db_options.env = env;
+  // The batch log keeps its own column family (and its compactions off, as Open sets them).
+  rocksdb::ColumnFamilyOptions batches;
+  batches.disable_auto_compactions = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()}, {"batches", batches}};
+  return FromRocks(rocksdb::RepairDB(dir, db_options, families),
+                   absl::StrCat("cannot repair the store in ", dir));
 }
 
 Store::Store(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> handles,
@@ -278,12 +441,30 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
   write.Put(pending->key, log_key);
   rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &write);
   if (!s.ok()) return FromRocks(s, "batch write");
+  uint64_t before = 0;  // the agent's newest stored batch before this one, if known
   {
     // Only raised where the newest is known: an entry forgotten meanwhile (kMaxKnownAgents) is
     // read from the store again, never started from this batch, which may lie below it.
     ncclwatch::MutexLock lock(&put_mu_);
     if (auto newest = newest_seq_.find(batch.agent_id()); newest != newest_seq_.end()) {
+      before = newest->second;
       newest->second = std::max(newest->second, batch.batch_seq());
+    }
+  }
+  if (before > 0 && before != std::numeric_limits<uint64_t>::max() &&
+      batch.batch_seq() > before + 1) {
+    const uint64_t skipped = batch.batch_seq() - before - 1;
+    batches_missing_.fetch_add(skipped, std::memory_order_relaxed);
+    const int64_t now = absl::GetCurrentTimeNanos();
+    int64_t logged = missing_logged_ns_.load(std::memory_order_relaxed);
+    if (now - logged >= 60'000'000'000 &&
+        missing_logged_ns_.compare_exchange_strong(logged, now, std::memory_order_relaxed)) {
+      LogWarning(
+          "store: agent %s sent batch %d after %d: %d batches of it are not in the store (lost "
+          "to a damaged log here, or never delivered: set aside or dropped by the agent, which "
+          "counts those); ncclwatch_aggregator_batches_missing_total counts every one, this is "
+          "logged at most once a minute",
+          absl::CHexEscape(batch.agent_id()), batch.batch_seq(), before, skipped);
     }
   }
   return true;

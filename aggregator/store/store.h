@@ -62,9 +62,26 @@ class Store {
   // in-memory or fault-injecting Env for tests. `sync_batches` false skips the sync before an
   // acknowledgement (benchmarks comparing the two; a power loss may then lose acknowledged
   // batches).
+  // A write-ahead log with damaged records opens with them skipped and the rest recovered; the
+  // writes lost are logged and counted (WalWritesLost). Damaged table files fail with DataLoss
+  // (also from any later read), which Repair answers.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir,
                                                      rocksdb::Env* env = nullptr,
                                                      bool sync_batches = true);
+  // Rebuilds the store in `dir` (closed) from what is readable (RocksDB's RepairDB): a table file
+  // with damaged blocks is moved to `dir`/lost/ with everything in it, the write-ahead log is
+  // turned into table files, and the catalogue of files is written anew.
+  static absl::Status Repair(const std::string& dir, rocksdb::Env* env = nullptr);
+  // Places where RocksDB found the write-ahead log damaged when the store was opened (what it could
+  // not read there, and in a compressed log the rest of that file, is lost), and the writes lost
+  // in holes it read past.
+  uint64_t WalDamage() const { return wal_damage_; }
+  uint64_t WalWritesLost() const { return wal_lost_writes_; }
+  // Batches an agent numbered but the store never got: a batch whose sequence number skips past
+  // the newest stored one of its agent counts the ones skipped (lost here to a damaged log, or
+  // never delivered: set aside or dropped by the agent, which counts those itself). Logged at most
+  // once a minute.
+  uint64_t BatchesMissing() const { return batches_missing_.load(std::memory_order_relaxed); }
   ~Store();
 
   // Stores the batch, received at `received_ns`, unless its (agent_id, batch_seq) is already
@@ -150,6 +167,8 @@ class Store {
  private:
   class RetentionFilter;
   class WriteStopListener;
+  class WalGapFilter;
+  class RecoveryLogger;
   Store(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> handles,
         std::unique_ptr<RetentionFilter> filter, bool sync_batches);
   absl::Status LoadSeriesIndex();
@@ -157,6 +176,11 @@ class Store {
     void operator()(rocksdb::DB* db) const;
   };
   std::unique_ptr<RetentionFilter> filter_;   // outlives db_ (declared first, destroyed last)
+  std::unique_ptr<WalGapFilter> wal_gaps_;    // likewise: RocksDB keeps a pointer to it
+  uint64_t wal_lost_writes_ = 0;              // found by wal_gaps_ at Open
+  uint64_t wal_damage_ = 0;                   // damage RocksDB reported at Open
+  std::atomic<uint64_t> batches_missing_{0};  // WriteBatchIfNew
+  std::atomic<int64_t> missing_logged_ns_{0};
   std::shared_ptr<WriteStopListener> stops_;  // also held by RocksDB
   std::string dir_;
   std::unique_ptr<rocksdb::DB, DbDeleter> db_;

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <random>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -170,6 +172,89 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   ASSERT_TRUE(points.ok());
   ASSERT_EQ(points->size(), 1u);
   EXPECT_EQ((*points)[0].value, 3);
+}
+
+// The largest write-ahead log file in `dir` ("" if none).
+std::string LargestWal(const std::string& dir) {
+  std::string largest;
+  uintmax_t size = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".log" && e.file_size() > size) {
+      size = e.file_size();
+      largest = e.path();
+    }
+  }
+  return largest;
+}
+
+// Overwrites `n` bytes of `path` at `offset` with their complement (bit rot, never a no-op).
+void Damage(const std::string& path, uintmax_t offset, size_t n) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string bytes(n, '\0');
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(bytes.data(), static_cast<std::streamsize>(n));
+  for (char& c : bytes) c = static_cast<char>(~c);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(n));
+}
+
+// Batch sequence numbers of `agent` in the store, in arrival order.
+std::vector<uint64_t> StoredSeqs(const Store& store) {
+  std::vector<uint64_t> seqs;
+  EXPECT_TRUE(store
+                  .ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                        int64_t) { seqs.push_back(b.batch_seq()); })
+                  .ok());
+  return seqs;
+}
+
+TEST_F(StoreTest, ADamagedWriteAheadLogIsSaidAtOpenAndEveryBatchLostIsCounted) {
+  // 12 acknowledged batches of ~12 KiB as compressed, all in the log: ~5 of its 32 KiB blocks.
+  std::mt19937_64 random(7);
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (uint64_t seq = 1; seq <= 12; ++seq) {
+      ncclwatch::v1::NodeBatch b = Batch("node-a", seq);
+      constexpr std::string_view kDigits =
+          "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_";
+      std::string noise(16 << 10, '\0');
+      for (char& c : noise) c = kDigits[random() % kDigits.size()];
+      b.mutable_reports(0)->mutable_identity()->set_job_id(noise);
+      ASSERT_TRUE(*(*store)->PutBatchIfNew(b, static_cast<int64_t>(seq)));
+    }
+  }
+  const std::string wal = LargestWal(dir_);
+  ASSERT_FALSE(wal.empty());
+  ASSERT_GT(std::filesystem::file_size(wal), 100u << 10);
+  Damage(wal, std::filesystem::file_size(wal) / 2, 64);
+
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::vector<uint64_t> held = StoredSeqs(**store);
+  ASSERT_LT(held.size(), 12u) << "the damage hit no batch";
+  ASSERT_GT(held.size(), 0u);
+  // Said at once (RocksDB's LOG had been the only place it was written).
+  EXPECT_GT((*store)->WalDamage(), 0u);
+  // RocksDB cannot read a compressed log past damage: the rest of the file is lost too. The
+  // batches lost are counted once their agent's next batch shows the hole.
+  const uint64_t at_open = (*store)->BatchesMissing();
+  EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-a", 13), 13));
+  EXPECT_EQ((*store)->BatchesMissing(), 12 - held.size());
+  EXPECT_LE(at_open, 12 - held.size());
+}
+
+TEST_F(StoreTest, ABatchThatSkipsPastItsAgentsNewestCountsTheOnesSkippedAsMissing) {
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1));
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 2));
+  EXPECT_EQ((*store)->BatchesMissing(), 0u);
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 6), 3));  // 3, 4 and 5 never came
+  EXPECT_EQ((*store)->BatchesMissing(), 3u);
+  ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 4), 4));   // a first batch skips nothing known
+  ASSERT_FALSE(*(*store)->PutBatchIfNew(Batch("a", 2), 5));  // a duplicate
+  EXPECT_EQ((*store)->BatchesMissing(), 3u);
 }
 
 TEST_F(StoreTest, ConcurrentPushesOfDifferentBatchesAreAllStored) {
