@@ -271,6 +271,49 @@ TEST(NodeInspectorSeriesTest, HugeReportsAreTrimmedAndTheTotalIsCapped) {
   EXPECT_EQ(series.ranks(), shown);
 }
 
+TEST(NodeInspectorSeriesTest, TheBudgetIsWhatAScrapeReturnsAndLongLabelsAreLeftOut) {
+  // Reports far smaller than what they render to: every sample repeats the rank's labels (a long
+  // job id here). The budget is the page, not the reports.
+  NodeInspectorSeries::Limits limits;
+  limits.max_bytes = 256 << 10;
+  NodeInspectorSeries series("node-7", limits);
+  const std::string job(200, 'j');
+  size_t report_bytes = 0;
+  for (int rank = 0; rank < 64; ++rank) {
+    ncclwatch::v1::RankReport r = Report(1, rank);
+    r.mutable_identity()->set_job_id(job);
+    r.mutable_identity()->set_nranks(64);
+    for (int i = 0; i < 100; ++i) {
+      auto* st = i == 0 ? r.mutable_stats(0) : r.add_stats();
+      *st = r.stats(0);
+      st->set_message_size(std::to_string(i) + "B");
+      st->set_bw_samples(1);
+      st->set_bus_bw_gbs_log_sum(1);
+    }
+    report_bytes += r.ByteSizeLong();
+    series.Update(r);
+  }
+  PromTextWriter w;
+  series.Collect(w);
+  const size_t headers = 1024;  // the four families' # HELP and # TYPE lines
+  EXPECT_GT(series.ranks(), 0u);
+  EXPECT_LT(series.ranks(), 64u) << "the page would have been " << report_bytes << " bytes";
+  EXPECT_LE(w.text().size(), limits.max_bytes + headers);
+  EXPECT_GE(w.text().size(), series.bytes());
+  EXPECT_GT(series.capped(), 0u);
+
+  // A label value over max_label_bytes (256): the rank is left out, and counted.
+  NodeInspectorSeries small("node-7");
+  ncclwatch::v1::RankReport r = Report(1, 0);
+  r.mutable_identity()->set_job_id(std::string(257, 'j'));
+  small.Update(r);
+  EXPECT_EQ(small.ranks(), 0u);
+  EXPECT_EQ(small.capped(), 1u);
+  r.mutable_identity()->set_job_id(std::string(256, 'j'));
+  small.Update(r);
+  EXPECT_EQ(small.ranks(), 1u);
+}
+
 TEST(ShardOfTest, IsTheRendezvousOwnerAmongEndpointNames) {
   const std::vector<std::string> endpoints = {"agg-0:9470", "agg-1:9470", "agg-2:9470"};
   const std::vector<std::string> shuffled = {"agg-2:9470", "agg-0:9470", "agg-1:9470"};

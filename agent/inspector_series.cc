@@ -1,7 +1,6 @@
 #include "agent/inspector_series.h"
 
 #include <algorithm>
-#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,22 +14,56 @@ NodeInspectorSeries::NodeInspectorSeries(std::string node, Limits limits)
 void NodeInspectorSeries::Update(const ncclwatch::v1::RankReport& report) {
   const auto& id = report.identity();
   Key key{id.job_id(), id.comm_hash(), id.rank()};
-  std::string kept;
+  Latest fresh;
   bool trimmed = false;
+  bool label_too_long = false;
   if (!report.final() && report.stats_size() > 0) {
-    // What Collect needs, and no more: the identity and the (bounded) statistics.
+    // Rendered now, outside the lock: the (bounded) statistics only.
     ncclwatch::v1::RankReport slim;
     *slim.mutable_identity() = id;
     const int n = std::min(report.stats_size(), limits_.max_stats_per_rank);
     for (int i = 0; i < n; ++i) *slim.add_stats() = report.stats(i);
     trimmed = n < report.stats_size();
-    kept = slim.SerializeAsString();
+    const LabelPairs whose = {{"job_id", id.job_id()},
+                              {"comm_hash", CommHashText(id.comm_hash())},
+                              {"comm_name", OrUnknown(id.comm_name())},
+                              {"rank", absl::StrCat(id.rank())},
+                              {"node", node_},
+                              {"gpu", GpuLabel(id.cuda_device())}};
+    const LabelPairs inspector = InspectorJobLabels(id.job_id());
+    auto too_long = [this](const LabelPairs& labels) {
+      return std::any_of(labels.begin(), labels.end(), [this](const auto& l) {
+        return l.second.size() > limits_.max_label_bytes;
+      });
+    };
+    label_too_long = too_long(whose) || too_long(inspector);
+    std::array<PromTextWriter, kInspectorFamilies.size()> writers;
+    for (InspectorSample& s : InspectorSamples(slim)) {
+      if (label_too_long || too_long(s.labels)) {
+        label_too_long = true;
+        break;
+      }
+      size_t f = 0;
+      while (f < kInspectorFamilies.size() &&
+             std::string_view(kInspectorFamilies[f].name) != s.name) {
+        ++f;
+      }
+      if (f == kInspectorFamilies.size()) continue;  // not an Inspector family
+      LabelPairs labels = whose;
+      labels.insert(labels.end(), inspector.begin(), inspector.end());
+      labels.insert(labels.end(), s.labels.begin(), s.labels.end());
+      writers[f].Sample(s.name, labels, s.value);
+    }
+    for (size_t f = 0; f < writers.size(); ++f) {
+      fresh.text[f] = writers[f].Take();
+      fresh.bytes += fresh.text[f].size();
+    }
   }
   ncclwatch::MutexLock lock(&mu_);
   auto it = latest_.find(key);
   if (report.final()) {
     if (it != latest_.end()) {
-      bytes_ -= it->second.bytes.size();
+      bytes_ -= it->second.bytes;
       latest_.erase(it);
     }
     return;
@@ -39,16 +72,16 @@ void NodeInspectorSeries::Update(const ncclwatch::v1::RankReport& report) {
     if (it != latest_.end()) it->second.updated = absl::Now();
     return;
   }
-  const size_t old_size = it == latest_.end() ? 0 : it->second.bytes.size();
-  if (bytes_ - old_size + kept.size() > limits_.max_bytes) {
+  const size_t old_size = it == latest_.end() ? 0 : it->second.bytes;
+  if (label_too_long || bytes_ - old_size + fresh.bytes > limits_.max_bytes) {
     ++capped_;  // beyond the budget: this rank keeps what it had (or is not shown)
     return;
   }
   if (trimmed) ++capped_;
   if (it == latest_.end()) it = latest_.try_emplace(key).first;
-  bytes_ = bytes_ - old_size + kept.size();
-  it->second.bytes = std::move(kept);
-  it->second.updated = absl::Now();
+  bytes_ = bytes_ - old_size + fresh.bytes;
+  fresh.updated = absl::Now();
+  it->second = std::move(fresh);
 }
 
 uint64_t NodeInspectorSeries::capped() const {
@@ -56,47 +89,34 @@ uint64_t NodeInspectorSeries::capped() const {
   return capped_;
 }
 
+size_t NodeInspectorSeries::bytes() const {
+  ncclwatch::MutexLock lock(&mu_);
+  return bytes_;
+}
+
 void NodeInspectorSeries::Collect(PromTextWriter& writer) {
-  std::vector<std::string> reports;
-  {
-    ncclwatch::MutexLock lock(&mu_);
-    const absl::Time cutoff = absl::Now() - limits_.stale_after;
-    for (auto it = latest_.begin(); it != latest_.end();) {
-      if (it->second.updated >= cutoff) {
-        ++it;
-        continue;
+  ncclwatch::MutexLock lock(&mu_);
+  const absl::Time cutoff = absl::Now() - limits_.stale_after;
+  for (auto it = latest_.begin(); it != latest_.end();) {
+    if (it->second.updated >= cutoff) {
+      ++it;
+      continue;
+    }
+    bytes_ -= it->second.bytes;
+    latest_.erase(it++);
+  }
+  // Family by family, as the exposition format wants them grouped: appended as rendered, the
+  // page grows by exactly what is kept (at most max_bytes) and nothing else is built.
+  for (size_t f = 0; f < kInspectorFamilies.size(); ++f) {
+    bool any = false;
+    for (const auto& [key, latest] : latest_) {
+      if (latest.text[f].empty()) continue;
+      if (!any) {
+        writer.Family(kInspectorFamilies[f].name, kInspectorFamilies[f].help, "gauge");
+        any = true;
       }
-      bytes_ -= it->second.bytes.size();
-      latest_.erase(it++);
+      writer.Append(latest.text[f]);
     }
-    reports.reserve(latest_.size());
-    for (const auto& [key, latest] : latest_) reports.push_back(latest.bytes);
-  }
-  // Family by family, as the exposition format wants them grouped.
-  std::map<std::string, std::vector<std::pair<LabelPairs, double>>> families;
-  ncclwatch::v1::RankReport report;
-  for (const std::string& bytes : reports) {
-    if (!report.ParseFromString(bytes)) continue;  // validated on receipt; cannot happen
-    const auto& id = report.identity();
-    const LabelPairs whose = {{"job_id", id.job_id()},
-                              {"comm_hash", CommHashText(id.comm_hash())},
-                              {"comm_name", OrUnknown(id.comm_name())},
-                              {"rank", absl::StrCat(id.rank())},
-                              {"node", node_},
-                              {"gpu", GpuLabel(id.cuda_device())}};
-    const LabelPairs inspector = InspectorJobLabels(id.job_id());
-    for (InspectorSample& s : InspectorSamples(report)) {
-      LabelPairs labels = whose;
-      labels.insert(labels.end(), inspector.begin(), inspector.end());
-      labels.insert(labels.end(), s.labels.begin(), s.labels.end());
-      families[s.name].emplace_back(std::move(labels), s.value);
-    }
-  }
-  for (const InspectorFamily& family : kInspectorFamilies) {
-    auto it = families.find(family.name);
-    if (it == families.end()) continue;
-    writer.Family(family.name, family.help, "gauge");
-    for (const auto& [labels, value] : it->second) writer.Sample(family.name, labels, value);
   }
 }
 

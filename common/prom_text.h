@@ -26,6 +26,8 @@ class PromTextWriter {
   // One sample line. timestamp_ms < 0 writes no timestamp.
   void Sample(std::string_view name, const LabelPairs& labels, double value,
               int64_t timestamp_ms = -1);
+  // Sample lines rendered before (by another writer), as they are.
+  void Append(std::string_view lines) { out_.append(lines); }
   const std::string& text() const { return out_; }
   std::string Take() { return std::move(out_); }
 

@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -312,6 +313,69 @@ ncclwatch::v1::RankReport HeavyReport(uint64_t id) {
     st->set_exec_time_us_sum(100);
   }
   return r;
+}
+
+// Reports that are small as sent but large as rendered: 512 statistics each, under a long job id
+// that every sample repeats. The node-local Inspector budget had counted the reports' bytes (16 MiB
+// of them rendered as a 70 MB page and took the agent from 61 to 415 MB): it is the page now.
+TEST(HostileInputTest, ReportsThatRenderLargeKeepTheAgentsScrapeWithinItsBudget) {
+  Pipeline p(1, {}, {"--pod-resources-socket="});
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::string socket = "unix://" + p.dir() + "/agent-0.sock";
+  const double rss_before = RssMib(p.agent_pid(0));
+  const std::string job = "render-" + std::string(200, 'x');
+  size_t sent = 0;
+  std::vector<std::thread> streams;
+  std::atomic<size_t> sent_bytes{0};
+  for (int s = 0; s < 10; ++s) {
+    streams.emplace_back([&, s] {
+      auto stub = ncclwatch::v1::Agent::NewStub(
+          grpc::CreateChannel(socket, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      ncclwatch::v1::StreamSummary summary;
+      auto writer = stub->StreamReports(&context, &summary);
+      for (int i = 0; i < 100; ++i) {
+        const int rank = s * 100 + i;
+        ncclwatch::v1::RankReport r;
+        r.set_report_id(static_cast<uint64_t>(rank + 1));
+        auto* id = r.mutable_identity();
+        id->set_job_id(job);
+        id->set_comm_hash(0x5ca1e);
+        id->set_rank(rank);
+        id->set_nranks(1000);
+        id->set_n_nodes(125);
+        r.set_interval_end_unix_ns(1'700'000'000'000'000'000);
+        for (int k = 0; k < 512; ++k) {
+          auto* st = r.add_stats();
+          st->set_op("AllReduce");
+          st->set_algo_proto("RING_SIMPLE");
+          st->set_message_size(std::to_string(k) + "-" + std::to_string(k + 1) + "KB");
+          st->set_peer(-1);
+          st->set_count(1);
+          st->set_exec_time_us_sum(100);
+          st->set_bw_samples(1);
+          st->set_bus_bw_gbs_log_sum(1);
+        }
+        sent_bytes += r.ByteSizeLong();
+        if (!writer->Write(r)) break;
+      }
+      writer->WritesDone();
+      EXPECT_TRUE(writer->Finish().ok());  // answered once the agent has handled every report
+    });
+  }
+  for (auto& t : streams) t.join();
+  sent = sent_bytes.load();
+
+  auto [code, metrics] = p.AgentGet(0, "/metrics");
+  ASSERT_EQ(code, 200);
+  const double rss = RssMib(p.agent_pid(0));
+  std::printf("%.1f MiB of reports: agent /metrics %.1f MiB, RSS %.1f -> %.1f MiB\n",
+              sent / 1048576.0, metrics.size() / 1048576.0, rss_before, rss);
+  EXPECT_GT(sent, 16u << 20) << "the reports alone exceed the budget";
+  EXPECT_LT(metrics.size(), 18u << 20) << "16 MiB of Inspector series and the agent's own";
+  EXPECT_NE(metrics.find("nccl_bus_bandwidth_gbs{job_id=\"" + job), std::string::npos);
+  EXPECT_EQ(metrics.find("ncclwatch_agent_inspector_series_capped_total 0\n"), std::string::npos);
+  EXPECT_LT(rss, 256) << "the chart's memory limit for the agent";
 }
 
 TEST(HostileInputTest, NineThousandIdleStreamsAndAReportFloodLeaveTheAgentBoundedAndFair) {
