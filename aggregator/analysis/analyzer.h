@@ -77,9 +77,9 @@ class Analyzer {
   // series and communicators. Returns the detection events it caused. Call about four times a
   // second.
   std::vector<ncclwatch::v1::Event> Tick(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
-  // The aggregator (re)starts listening at `now_ns`, after its replay: ranks and jobs last heard
-  // before it (known from the replay) are not silent until its agents had time to reconnect;
-  // those heard live are judged as always.
+  // The aggregator (re)starts listening at `now_ns`, after its replay or after its store failed
+  // pushes for a while (a full disk): ranks and jobs last heard before it are not silent until its
+  // agents had time to reconnect and retry; those heard since are judged as always.
   void StartListening(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every exported series, current values; with `detection_only`, just the ncclwatch_* families

@@ -219,7 +219,13 @@ void Ingest::CommitLoop() {
         continue;
       }
       batches_stored_->Increment();
-      failing_since_ns_.store(0, std::memory_order_relaxed);
+      if (failing_since_ns_.exchange(0, std::memory_order_relaxed) != 0) {
+        // The store takes pushes again after failing them (a full disk): as after a restart, the
+        // agents' backlogs arrive over their next retries, one node's before another's, so ranks
+        // last heard before now are not judged silent until the agents had time to retry.
+        LogInfo("store: pushes are stored again");
+        analyzer_.StartListening(absl::GetCurrentTimeNanos());
+      }
       Analyse(*c.batch, c.source, c.received_ns,
               [this](const ncclwatch::v1::Event& e) { Handle(e); });
       c.done(std::move(c.ack));

@@ -17,6 +17,8 @@
 #include "common/rpc/tls.h"
 #include "common/rpc/token.h"
 #ifdef NCCLWATCH_CRASHABLE_STORE
+#include "rocksdb/env.h"
+#include "tests/crashfs/full_disk_fs.h"
 #include "tests/crashfs/journaling_fs.h"
 #endif
 
@@ -389,9 +391,16 @@ int Main(int argc, char** argv) {
 #ifdef NCCLWATCH_CRASHABLE_STORE
   // Test build only (ncclwatch-aggregator-crashable): the store writes through a journal of
   // what was synced, so that a test can cut the power after killing this process.
+  // NCCLWATCH_FULL_DISK_FLAG: while that file exists, the store's disk is full (its log writes
+  // fail with ENOSPC), so that a test can give the running process disk-full episodes.
   std::unique_ptr<rocksdb::Env> journaling_env;
   if (const char* journal = std::getenv("NCCLWATCH_CRASH_JOURNAL")) {
-    journaling_env = ncclwatch::testing::NewJournalingEnv(journal);
+    std::shared_ptr<rocksdb::FileSystem> fs = ncclwatch::testing::NewJournalingFileSystem(journal);
+    if (const char* flag = std::getenv("NCCLWATCH_FULL_DISK_FLAG")) {
+      fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>(fs, flag);
+      LogWarning("test build: the store's disk is full while %s exists", flag);
+    }
+    journaling_env = rocksdb::NewCompositeEnv(fs);
     options.env = journaling_env.get();
     LogWarning("test build: the store journals its syncs to %s", journal);
   }

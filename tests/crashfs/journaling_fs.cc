@@ -193,7 +193,11 @@ class JournalingFileSystem : public rocksdb::FileSystemWrapper {
 }  // namespace
 
 std::unique_ptr<rocksdb::Env> NewJournalingEnv(const std::string& journal_path) {
-  return rocksdb::NewCompositeEnv(std::make_shared<JournalingFileSystem>(journal_path));
+  return rocksdb::NewCompositeEnv(NewJournalingFileSystem(journal_path));
+}
+
+std::shared_ptr<rocksdb::FileSystem> NewJournalingFileSystem(const std::string& journal_path) {
+  return std::make_shared<JournalingFileSystem>(journal_path);
 }
 
 absl::StatusOr<PowerCut> ApplyPowerCut(const std::string& journal_path) {

@@ -22,6 +22,8 @@ namespace ncclwatch::testing {
 
 // An Env over the default file system that appends to `journal_path` (created if needed).
 std::unique_ptr<rocksdb::Env> NewJournalingEnv(const std::string& journal_path);
+// The same file system, to put under another (e.g. a FullDiskFileSystem).
+std::shared_ptr<rocksdb::FileSystem> NewJournalingFileSystem(const std::string& journal_path);
 
 struct PowerCut {
   int files_truncated = 0;

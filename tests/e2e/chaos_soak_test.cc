@@ -2,7 +2,11 @@
 // NCCLWATCH_SOAK_SECONDS (default 60; scripts/soak runs 600) while agents and the aggregator are
 // killed and restarted at random: SIGKILL or SIGTERM, every 3 to 12 s. The first fault, and half
 // of the aggregator's later SIGKILLs, are power cuts of the aggregator's node (its store loses
-// whatever it had not synced: tests/crashfs).
+// whatever it had not synced: tests/crashfs). The first fault that spares the aggregator's
+// process, and one in five later, is a disk-full episode of the aggregator's store (2 to 5 s;
+// pushes fail and the agents spool them), during which an agent is SIGKILLed and one file of its
+// spool damaged before it starts again (it must say so and lose that batch alone); the aggregator
+// must resume by itself once the disk has room.
 // Agents keep a spool.
 // Agent 0 is never killed, and the aggregator only in the first 60% of the run
 // (NCCLWATCH_SOAK_AGGREGATOR_FAULTS, a fraction), so that the run also shows whether memory stays
@@ -11,11 +15,11 @@
 // At the end it proves:
 //   * no acknowledged data is lost: every batch any life of the aggregator acknowledged (each life
 //     counts them; read just before a crash) is in the store at the end, and for every agent run
-//     the stored batches
-//     are 1..n without a gap (a batch is spooled before it is sent, and the aggregator stores it
-//     before acknowledging; only the batches an agent had cut but not yet spooled when it was
-//     killed -- never acknowledged, never durable -- can be missing, and those only at the end of
-//     that run's sequence);
+//     the stored batches are 1..n without a gap other than the batches of damaged spool files,
+//     which the agent moved aside (*.corrupt) and counted (a batch is spooled before it is sent,
+//     and the aggregator stores it before acknowledging; only the batches an agent had cut but not
+//     yet spooled when it was killed -- never acknowledged, never durable -- can be missing, and
+//     those only at the end of that run's sequence);
 //   * no report is stored twice, across spool replays and retries;
 //   * the detections are right: the slow rank, and only it, is flagged at the end, and no other
 //     rank was ever reported slow.
@@ -26,15 +30,21 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "agent/spool.h"
 #include "aggregator/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
@@ -61,6 +71,38 @@ absl::StatusOr<uint64_t> BatchesStored(Pipeline& p) {
   grpc::Status s = p.query().GetStats(&ctx, {}, &stats);
   if (!s.ok()) return absl::UnavailableError("GetStats: " + s.error_message());
   return stats.batches_stored();
+}
+
+// A sample of the aggregator's /metrics, -1 if absent or unreachable.
+double AggregatorMetric(const Pipeline& p, const std::string& name) {
+  auto [code, body] = p.Get("/metrics");
+  if (code != 200) return -1;
+  const size_t at = body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::atof(body.c_str() + at + name.size() + 2);
+}
+
+// Flips 16 bytes in the middle of one spool file of `dir` (the oldest with a batch after it), and
+// returns that batch's (agent id, sequence number); nullopt when the spool holds fewer than two.
+std::optional<std::pair<std::string, uint64_t>> DamageASpoolFile(const std::string& dir,
+                                                                 std::string* damaged) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".batch") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.size() < 2) return std::nullopt;
+  const std::string& path = files[files.size() / 2 - 1];
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch = agent::ParseSpoolFile(bytes);
+  if (!batch.ok() || bytes.size() < 64) return std::nullopt;
+  for (size_t i = bytes.size() / 2; i < bytes.size() / 2 + 16; ++i) bytes[i] = ~bytes[i];
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  *damaged = path;
+  return std::make_pair(batch->agent_id(), batch->batch_seq());
 }
 
 TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
@@ -106,6 +148,9 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   };
   int agent_kills = 0, agent_terms = 0, aggregator_kills = 0, aggregator_terms = 0;
   int aggregator_power_cuts = 0;
+  int disk_full_episodes = 0;
+  // Batches of spool files damaged on purpose: lost, and said to be by their agent.
+  std::set<std::pair<std::string, uint64_t>> damaged_batches;
   uint64_t bytes_lost_to_power_cuts = 0;
   uint64_t acked_before_crash_checked = 0;
   double aggregator_rss_start = -1;
@@ -140,6 +185,48 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       }
       aggregator_life_start = elapsed();
       aggregator_rss_start = -1;
+    } else if (disk_full_episodes == 0 || rng() % 5 == 0) {
+      // The aggregator's disk fills up: pushes fail (it stops taking writes) and the agents spool.
+      p.SetAggregatorDiskFull(true);
+      ++disk_full_episodes;
+      EXPECT_TRUE(PollUntil(
+          [&] { return AggregatorMetric(p, "ncclwatch_aggregator_store_writes_stopped") == 1; },
+          10))
+          << "the full disk was not noticed" << p.Logs();
+      // Meanwhile an agent crashes, once it has spooled a few batches it could not push, and one
+      // of them rots on disk.
+      const int node = 1 + static_cast<int>(rng() % (kNodes - 1));
+      const std::string node_spool = spool.path() + "/" + std::to_string(node);
+      EXPECT_TRUE(PollUntil(
+          [&] {
+            int n = 0;
+            for (const auto& e : std::filesystem::directory_iterator(node_spool)) {
+              n += e.path().extension() == ".batch" ? 1 : 0;
+            }
+            return n >= 3;
+          },
+          10))
+          << "agent " << node << " spooled nothing while the aggregator's disk was full";
+      std::string damaged_file;
+      ASSERT_TRUE(p.RestartAgent(node, SIGKILL, [&] {
+        auto damaged = DamageASpoolFile(node_spool, &damaged_file);
+        if (damaged) damaged_batches.insert(*damaged);
+      })) << p.Logs();
+      ++agent_kills;
+      if (!damaged_file.empty()) {
+        // The agent found it at start-up, moved it aside and counted it.
+        EXPECT_TRUE(
+            PollUntil([&] { return std::filesystem::exists(damaged_file + ".corrupt"); }, 10))
+            << damaged_file << p.Logs();
+      }
+      // The episode's length (pacing, not a wait for anything), then room on the disk again: the
+      // aggregator resumes by itself.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000 + rng() % 3000));
+      p.SetAggregatorDiskFull(false);
+      EXPECT_TRUE(PollUntil(
+          [&] { return AggregatorMetric(p, "ncclwatch_aggregator_store_writes_stopped") == 0; },
+          30))
+          << "the aggregator did not resume after the disk had room again" << p.Logs();
     } else {
       const int node = 1 + static_cast<int>(rng() % (kNodes - 1));
       ASSERT_TRUE(p.RestartAgent(node, signal)) << p.Logs();
@@ -242,15 +329,22 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
                             }
                           })
           .ok());
-  uint64_t batches = 0, gaps = 0;
+  uint64_t batches = 0, gaps = 0, damaged_missing = 0;
   for (const auto& [agent, s] : seqs) {
     batches += s.size();
-    if (s.size() != *s.rbegin()) {
+    for (uint64_t seq = 1; seq <= *s.rbegin(); ++seq) {
+      if (s.contains(seq)) continue;
+      if (damaged_batches.contains({agent, seq})) {
+        ++damaged_missing;  // its spool file was damaged on purpose: lost, and said to be
+        continue;
+      }
       ++gaps;
-      ADD_FAILURE() << agent << ": " << s.size() << " batches stored of 1.." << *s.rbegin();
+      ADD_FAILURE() << agent << ": batch " << seq << " is missing of 1.." << *s.rbegin();
     }
   }
   EXPECT_EQ(gaps, 0u);
+  EXPECT_GE(disk_full_episodes, 1);
+  EXPECT_GE(damaged_batches.size(), 1u);
   // Every batch any aggregator life acknowledged is in the store (each is counted by exactly one
   // life: a batch stored again is a duplicate, not counted).
   EXPECT_GE(batches, acked_total) << "acknowledged batches were lost";
@@ -265,7 +359,8 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   std::printf(
       "chaos soak: %d s, %d nodes x %d ranks; faults: %d agent SIGKILL, %d agent SIGTERM, %d "
       "aggregator SIGKILL, %d aggregator SIGTERM, %d aggregator power cuts (%llu unsynced bytes "
-      "lost)\n"
+      "lost), %d disk-full episodes of the aggregator, %zu spool files damaged (%llu of their "
+      "batches not stored otherwise)\n"
       "  stored: %llu batches from %zu agent runs, %llu reports; batch gaps %llu; reports stored "
       "twice %llu\n"
       "  acknowledged batches (summed over %d aggregator lives, a lower bound): %llu, all stored\n"
@@ -275,6 +370,7 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       "  RSS agent 0 (never killed): %.1f -> %.1f MiB; aggregator's last life: %.1f -> %.1f MiB\n",
       seconds, kNodes, kRanksPerNode, agent_kills, agent_terms, aggregator_kills, aggregator_terms,
       aggregator_power_cuts, static_cast<unsigned long long>(bytes_lost_to_power_cuts),
+      disk_full_episodes, damaged_batches.size(), static_cast<unsigned long long>(damaged_missing),
       static_cast<unsigned long long>(batches), seqs.size(),
       static_cast<unsigned long long>(stored_reports), static_cast<unsigned long long>(gaps),
       static_cast<unsigned long long>(duplicates),

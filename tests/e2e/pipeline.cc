@@ -4,7 +4,9 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/time/clock.h"
 #include "common/sync.h"
@@ -64,9 +66,10 @@ std::unique_ptr<Process> Pipeline::StartAgent(int n) {
   return agent;
 }
 
-bool Pipeline::RestartAgent(int node, int signal) {
+bool Pipeline::RestartAgent(int node, int signal, const std::function<void()>& while_down) {
   agents_[node]->Signal(signal);
   agents_[node]->Wait();
+  if (while_down) while_down();
   auto agent = StartAgent(node);
   if (agent == nullptr) return false;
   agents_[node] = std::move(agent);
@@ -82,7 +85,10 @@ bool Pipeline::StartAggregator() {
   const std::string log =
       dir_ + "/aggregator" + (aggregator_starts_++ == 0 ? "" : "-restarted") + ".log";
   std::map<std::string, std::string> env;
-  if (crashable_) env["NCCLWATCH_CRASH_JOURNAL"] = dir_ + "/db.journal";
+  if (crashable_) {
+    env["NCCLWATCH_CRASH_JOURNAL"] = dir_ + "/db.journal";
+    env["NCCLWATCH_FULL_DISK_FLAG"] = dir_ + "/db.disk-full";
+  }
   aggregator_ = std::make_unique<Process>(argv, env, log, "--ready-fd");
   grpc_port_ = aggregator_->ReadyValue("grpc_port");
   http_port_ = aggregator_->ReadyValue("http_port");
@@ -132,6 +138,15 @@ bool Pipeline::PowerCutAggregator(uint64_t* dropped) {
   }
   if (dropped != nullptr) *dropped = cut->bytes_dropped;
   return StartAggregator();
+}
+
+void Pipeline::SetAggregatorDiskFull(bool full) {
+  const std::string flag = dir_ + "/db.disk-full";
+  if (full) {
+    std::ofstream(flag).put('1');
+  } else {
+    std::remove(flag.c_str());
+  }
 }
 
 Pipeline::~Pipeline() {

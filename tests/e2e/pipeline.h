@@ -67,8 +67,12 @@ class Pipeline {
   bool StopAggregator();
   // Starts the aggregator again after StopAggregator (same ports and data).
   bool StartAggregatorAgain() { return StartAggregator(); }
-  // Sends `signal` to agent `node`, waits for it, and starts it again with the same flags.
-  bool RestartAgent(int node, int signal);
+  // Sends `signal` to agent `node`, waits for it, runs `while_down` (if any: e.g. damage its
+  // spool), and starts it again with the same flags.
+  bool RestartAgent(int node, int signal, const std::function<void()>& while_down = {});
+  // With a crashable aggregator: its store's disk is full (log writes fail with ENOSPC, the free
+  // space reads as none) from now until it is set back.
+  void SetAggregatorDiskFull(bool full);
   // HTTP GET on the aggregator; returns (status, body).
   std::pair<int, std::string> Get(const std::string& path_and_query) const;
   // HTTP GET on agent `node`'s /metrics or /healthz port.
