@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <span>
 #include <tuple>
 
 #include "absl/hash/hash.h"
@@ -217,9 +218,26 @@ std::vector<ncclwatch::v1::RootCauseInfo> Analyzer::RootCauses(const std::string
 }
 
 std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {
-  ncclwatch::MutexLock lock(&mu_);
   std::vector<SeriesPoint> out;
-  if (!detection_only) series_.AppendTo(&out);
+  if (!detection_only) {
+    // The per-rank series (a million at 16,384 ranks) are copied a few hundred ranks at a time,
+    // the lock let go in between, so that ingest never waits for a whole copy (a /federate of
+    // everything had held it for seconds). Ranks added meanwhile come with the next copy.
+    std::vector<SeriesTable::RankKey> keys;
+    {
+      ncclwatch::MutexLock lock(&mu_);
+      keys = series_.Keys();
+      out.reserve(series_.size());
+    }
+    constexpr size_t kRanksPerHold = 256;
+    const std::span<const SeriesTable::RankKey> all(keys);
+    for (size_t from = 0; from < all.size(); from += kRanksPerHold) {
+      if (from > 0 && between_series_copies_) between_series_copies_();
+      ncclwatch::MutexLock lock(&mu_);
+      series_.AppendTo(all.subspan(from, std::min(kRanksPerHold, all.size() - from)), &out);
+    }
+  }
+  ncclwatch::MutexLock lock(&mu_);
   AppendDetectionSeries(registry_, detectors_, verdicts_, hang_origins_, clock_ns_, &out);
   return out;
 }

@@ -12,6 +12,7 @@
 #define NCCLWATCH_AGGREGATOR_ANALYSIS_ANALYZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -83,8 +84,13 @@ class Analyzer {
   void StartListening(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every exported series, current values; with `detection_only`, just the ncclwatch_* families
-  // computed from the detectors (not the per-report statistics).
+  // computed from the detectors (not the per-report statistics). The per-report statistics are
+  // copied a part at a time, ingest going on in between.
   std::vector<SeriesPoint> Series(bool detection_only = false) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Tests: called between two parts of Series' copy, without the lock.
+  void SetBetweenSeriesCopiesForTest(std::function<void()> fn) {
+    between_series_copies_ = std::move(fn);
+  }
   // Ranks flagged late right now in communicators without own times (those page themselves);
   // `job_id` empty means every job. With own times, late ranks are RootCauses' consequences.
   std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
@@ -184,6 +190,7 @@ class Analyzer {
   mutable ncclwatch::Mutex mu_;
   CommRegistry registry_ ABSL_GUARDED_BY(mu_);
   SeriesTable series_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> between_series_copies_;  // SetBetweenSeriesCopiesForTest
   Detectors detectors_ ABSL_GUARDED_BY(mu_);
   ProcessIndex processes_ ABSL_GUARDED_BY(mu_);  // the process behind each communicator rank
   OwnTimeAnalyzer own_time_ ABSL_GUARDED_BY(mu_);

@@ -106,6 +106,26 @@ TEST(AnalyzerTest, CommRanksCarryTheGpuUuidAndPodAsLastReported) {
   EXPECT_EQ(analyzer.Comms("job-7")[0].ranks(0).pod(), "trainer-0-retry");
 }
 
+// A copy of every series (/federate, remote-write) lets go of the analyzer between its parts, so
+// ingest goes on meanwhile: a report taken between two parts (on this very thread, which would
+// deadlock on a lock held for the whole copy) is not held up.
+TEST(AnalyzerTest, ACopyOfEverySeriesLetsIngestInBetweenItsParts) {
+  Analyzer analyzer;
+  constexpr int kRanks = 1000;
+  for (int rank = 0; rank < kRanks; ++rank) analyzer.Ingest(Report(rank, kRanks, 0, 0, -1), 1);
+  int pauses = 0;
+  analyzer.SetBetweenSeriesCopiesForTest([&] {
+    analyzer.Ingest(Report(pauses, kRanks, 0, 0, -1), 2);
+    ++pauses;
+  });
+  std::set<std::string> ranks;
+  for (const SeriesPoint& s : analyzer.Series()) {
+    if (s.name.rfind("nccl_", 0) == 0) ranks.insert(*Label(s, "rank"));
+  }
+  EXPECT_GE(pauses, 3);  // 1,000 ranks, a few hundred a part
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+}
+
 TEST(AnalyzerTest, PluginDropsAreExportedPerRankAndKind) {
   Analyzer analyzer;
   ncclwatch::v1::RankReport r = Report(3, 8, 0, 0, -1);

@@ -147,4 +147,21 @@ void SeriesTable::AppendTo(std::vector<SeriesPoint>* out) const {
   }
 }
 
+std::vector<SeriesTable::RankKey> SeriesTable::Keys() const {
+  std::vector<RankKey> keys;
+  keys.reserve(ranks_.size());
+  for (const auto& [key, rank] : ranks_) keys.push_back(key);
+  return keys;
+}
+
+void SeriesTable::AppendTo(std::span<const RankKey> keys, std::vector<SeriesPoint>* out) const {
+  for (const RankKey& key : keys) {
+    auto it = ranks_.find(key);
+    if (it == ranks_.end()) continue;  // expired meanwhile
+    for (const Entry& e : it->second.entries) {
+      out->push_back({e.name, FullLabels(key.job_id, it->second, e), e.value, e.time_ms});
+    }
+  }
+}
+
 }  // namespace ncclwatch::aggregator

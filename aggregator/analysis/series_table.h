@@ -7,6 +7,7 @@
 #define NCCLWATCH_AGGREGATOR_ANALYSIS_SERIES_TABLE_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,18 @@ namespace ncclwatch::aggregator {
 
 class SeriesTable {
  public:
+  // One rank of one communicator: the series are kept per rank.
+  struct RankKey {
+    std::string job_id;
+    uint64_t comm_hash;
+    int rank;
+    bool operator==(const RankKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const RankKey& k) {
+      return H::combine(std::move(h), k.job_id, k.comm_hash, k.rank);
+    }
+  };
+
   SeriesTable(size_t max_series, int64_t ttl_ns) : max_series_(max_series), ttl_ns_(ttl_ns) {}
 
   // Takes the series of one rank's report, received at `now_ns`: every Inspector sample and the
@@ -39,6 +52,10 @@ class SeriesTable {
   void Expire(int64_t now_ns);
   // Every series, with its latest value.
   void AppendTo(std::vector<SeriesPoint>* out) const;
+  // The ranks held now, and the series of those of `keys` still held: to copy the table a part at
+  // a time (Analyzer::Series lets ingest in between).
+  std::vector<RankKey> Keys() const;
+  void AppendTo(std::span<const RankKey> keys, std::vector<SeriesPoint>* out) const;
 
   size_t size() const { return series_; }
   uint64_t capped() const { return capped_; }
@@ -63,16 +80,6 @@ class SeriesTable {
     uint64_t fingerprint = 0;  // of `labels` (none yet: a new rank)
     LabelPairs labels;
     std::vector<Entry> entries;
-  };
-  struct RankKey {
-    std::string job_id;
-    uint64_t comm_hash;
-    int rank;
-    bool operator==(const RankKey&) const = default;
-    template <typename H>
-    friend H AbslHashValue(H h, const RankKey& k) {
-      return H::combine(std::move(h), k.job_id, k.comm_hash, k.rank);
-    }
   };
   // Sets one series of `rank`; null when it is new and the table is full (counted). `*hint` is
   // where to look first (a report lists its series in the order the last one did) and becomes

@@ -1,5 +1,6 @@
 #include "aggregator/server/aggregator_server.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_format.h"
@@ -96,6 +97,12 @@ absl::Status AggregatorServer::OpenAndReplay() {
                   "1 when this run began with one.")
       ->Increment(options_.store_repaired ? 1 : 0);
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
+  constexpr int64_t kDay = 86'400;
+  if (absl::Status s = store_->SetHistoryRewritePeriod(
+          std::clamp<int64_t>(options_.retention_ns / 4'000'000'000, kDay, 30 * kDay));
+      !s.ok()) {
+    return s;
+  }
   analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
   ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_, options_.history_step_ns);
   query_ = std::make_unique<QueryEngine>(*store_, *analyzer_);
@@ -149,10 +156,12 @@ absl::Status AggregatorServer::StartGrpc() {
   return absl::OkStatus();
 }
 
-void AggregatorServer::Housekeep() {
-  // Every minute: moves the retention cutoff along and drops the batches past their window.
-  // Hourly: downsamples old points and compacts, so that expired data leaves the disk. The ticker
-  // keeps ticking meanwhile (its own thread).
+void AggregatorServer::Housekeep(bool hourly) {
+  // Expired history leaves the disk with the compactions RocksDB runs anyway, and each table file
+  // is rewritten at least every --retention / 4 (RocksDB's periodic compaction, at least a day
+  // apart: Store::SetHistoryRewritePeriod), so that the retention filter sees every file, also
+  // those of series no longer written. Housekeeping itself rewrites nothing: a compaction of the
+  // whole history here rewrote all of it every hour, next to the synced log.
   store_->SetRetentionCutoff(absl::GetCurrentTimeNanos() - options_.retention_ns);
   if (absl::Status s =
           store_->DropBatchesBefore(absl::GetCurrentTimeNanos() - options_.batch_log_retention_ns);
@@ -164,12 +173,11 @@ void AggregatorServer::Housekeep() {
         ->Increment();
     LogError("%s", s.message());
   }
-  if (++housekeeping_runs_ % 60 != 0) return;
+  if (!hourly) return;
   const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
   auto removed = store_->Downsample(now_ms - options_.downsample_after_ns / 1'000'000,
                                     options_.downsample_step_ns / 1'000'000);
   if (!removed.ok()) LogError("%s", removed.status().message());
-  if (absl::Status s = store_->Compact(); !s.ok()) LogError("%s", s.message());
 }
 
 void AggregatorServer::StartLoops() {
@@ -187,7 +195,8 @@ void AggregatorServer::StartLoops() {
       LogWarning("store: %s", s.message());
     }
   });
-  housekeeper_ = std::make_unique<PeriodicTask>(absl::Minutes(1), [this] { Housekeep(); });
+  housekeeper_ = std::make_unique<PeriodicTask>(
+      absl::Minutes(1), [this] { Housekeep(++housekeeping_runs_ % 60 == 0); });
   ticker_->Start();
   housekeeper_->Start();
   resumer_->Start();

@@ -95,6 +95,9 @@ class AggregatorServer {
   int http_port() const { return http_port_; }
   // How many detection ticks have run (tests wait on it instead of sleeping).
   const PeriodicTask& ticker() const { return *ticker_; }
+  // What the housekeeper runs every minute: the retention cutoff moves on and the batch log's
+  // expired files go; `hourly` (every 60th run) also downsamples old points. Public for tests.
+  void Housekeep(bool hourly);
 
  private:
   static HttpServerOptions HttpOptions(MetricRegistry& metrics) {
@@ -106,7 +109,6 @@ class AggregatorServer {
   absl::Status OpenAndReplay();
   absl::Status StartGrpc();
   void StartLoops();
-  void Housekeep();
 
   const AggregatorServerOptions options_;
   MetricRegistry metrics_;

@@ -731,6 +731,12 @@ absl::StatusOr<uint64_t> Store::Downsample(int64_t before_ms, int64_t step_ms) {
 
 void Store::SetRetentionCutoff(int64_t cutoff_ns) { filter_->SetCutoff(cutoff_ns); }
 
+absl::Status Store::SetHistoryRewritePeriod(int64_t seconds) {
+  return FromRocks(
+      db_->SetOptions(handles_.at(0), {{"periodic_compaction_seconds", absl::StrCat(seconds)}}),
+      "setting the history's rewrite period");
+}
+
 absl::Status Store::DropBatchesBefore(int64_t cutoff_ns) {
   if (cutoff_ns <= 0) return absl::OkStatus();
   int64_t before = batch_cutoff_ns_.load();

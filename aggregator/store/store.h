@@ -143,6 +143,10 @@ class Store {
 
   // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
   void SetRetentionCutoff(int64_t cutoff_ns);
+  // Every table file of the history is compacted again once it is this old (RocksDB's periodic
+  // compaction), so that the retention cutoff reaches the files no new write overlaps (series
+  // that ended): expired data stays on disk at most this long past the retention.
+  absl::Status SetHistoryRewritePeriod(int64_t seconds);
   // Drops the batches received before `cutoff_ns` from the batch log: ReplayBatches and
   // CountBatches no longer see them, and the table files holding nothing newer are deleted
   // outright, oldest first, without a rewrite. The rest leave with their files. (No range
@@ -161,7 +165,8 @@ class Store {
   // why not meanwhile. Cheap when nothing is wrong.
   bool WritesStopped() const;
   absl::Status ResumeIfStopped();
-  // Compacts the whole database now (applies the retention cutoff). Slow; for a periodic task.
+  // Compacts the whole history now (applies the retention cutoff). Slow, rewrites everything: for
+  // tests and maintenance, not for a periodic task.
   absl::Status Compact();
 
  private:
