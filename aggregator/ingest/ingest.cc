@@ -190,17 +190,19 @@ void Ingest::CommitLoop() {
     }
     const bool any_new = std::any_of(run.begin(), run.end(),
                                      [](const Commit& c) { return c.is_new.ok() && *c.is_new; });
+    // After a sync that failed for room, a duplicate is durable only once a sync succeeds.
+    const bool sync_owed = store_.SyncOwed();
     absl::Status synced = absl::OkStatus();
-    if (any_new) {
+    if (any_new || sync_owed) {
       last_sync_ = absl::Now();
       synced = store_.SyncBatchWrites();  // durable from here
       batch_log_syncs_->Increment();
     }
     for (Commit& c : run) {
       store_.ReleaseBatchWrite(c.pending);
-      absl::Status failed = !c.is_new.ok() ? c.is_new.status()
-                            : *c.is_new    ? synced
-                                           : absl::OkStatus();
+      absl::Status failed = !c.is_new.ok()             ? c.is_new.status()
+                            : (*c.is_new || sync_owed) ? synced
+                                                       : absl::OkStatus();
       if (!failed.ok()) {
         if (c.pending.busy == nullptr) {
           store_errors_->Increment();

@@ -388,7 +388,7 @@ absl::StatusOr<bool> Store::PutBatchIfNew(const ncclwatch::v1::NodeBatch& batch,
       pending.busy->WaitForNotification();
       continue;
     }
-    if (is_new.ok() && *is_new) {
+    if (is_new.ok() && (*is_new || SyncOwed())) {
       if (absl::Status synced = SyncBatchWrites(); !synced.ok()) is_new = synced;
     }
     ReleaseBatchWrite(pending);
@@ -504,10 +504,19 @@ absl::Status Store::SyncBatchWrites() {
   rocksdb::WriteOptions synced;
   synced.sync = true;
   const rocksdb::Status s = db_->Put(synced, "Mbatch_log_synced", "");
+  if (s.IsNoSpace()) {
+    // No room for the sync's own record (or RocksDB stopped taking writes for want of room): no
+    // sync was tried, so what was written before is intact, only not yet durable. Owed: the
+    // batches answered next, duplicates too, wait for a sync that succeeds once the store has
+    // resumed. (Sticky, this had left the aggregator failing every push until a restart.)
+    sync_owed_.store(true, std::memory_order_relaxed);
+    return FromRocks(s, "batch log sync");
+  }
   ncclwatch::MutexLock lock(&sync_mu_);
   if (!s.ok() && sync_failed_.ok()) {
     sync_failed_ = FromRocks(s, "batch log sync (restart the aggregator)");
   }
+  if (s.ok()) sync_owed_.store(false, std::memory_order_relaxed);
   return sync_failed_;
 }
 

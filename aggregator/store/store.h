@@ -105,6 +105,9 @@ class Store {
   absl::StatusOr<bool> WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
                                        const std::string* source, PendingWrite* pending);
   absl::Status SyncBatchWrites();
+  // A sync failed for want of room (not an I/O error, which is sticky): until one succeeds, the
+  // batches written before may not be durable, so a duplicate is answered only after a sync too.
+  bool SyncOwed() const { return sync_owed_.load(std::memory_order_relaxed); }
   void ReleaseBatchWrite(PendingWrite& pending);
   // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order.
   absl::Status ReplayBatches(
@@ -214,6 +217,7 @@ class Store {
   // A failed WAL sync, sticky (SyncBatchWrites).
   ncclwatch::Mutex sync_mu_;
   absl::Status sync_failed_ ABSL_GUARDED_BY(sync_mu_);
+  std::atomic<bool> sync_owed_{false};  // SyncOwed
 
   mutable ncclwatch::Mutex series_mu_;
   struct SeriesSlot {

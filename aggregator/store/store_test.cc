@@ -140,6 +140,36 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
 }
 
 // An unreadable series index entry costs that series' history, not the aggregator's start.
+// The disk fills between a batch's write and its sync: the sync's own record finds no room. It
+// had been taken for a failed fsync (what was written may be lost), sticky until a restart: every
+// push failed after the disk had room again. Now the sync is owed, and made once the store resumes;
+// the batch is not acknowledged before, not even as a duplicate of its retry.
+TEST_F(StoreTest, ASyncThatFindsNoRoomIsMadeOnceTheStoreResumesNotARestart) {
+  auto fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  auto store = Store::Open(dir_, env.get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store::PendingWrite pending;
+  ASSERT_TRUE(*(*store)->WriteBatchIfNew(Batch("a", 1), 1, nullptr, &pending));
+  (*store)->ReleaseBatchWrite(pending);
+  fs->full = true;
+  absl::Status sync = (*store)->SyncBatchWrites();
+  ASSERT_FALSE(sync.ok());
+  EXPECT_NE(sync.message().find("space"), std::string::npos) << sync;
+  EXPECT_TRUE((*store)->SyncOwed());
+  // The retry of batch 1 is no duplicate to acknowledge while the sync is owed.
+  EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 1), 2).ok());
+  fs->full = false;
+  ASSERT_TRUE((*store)->ResumeIfStopped().ok());
+  absl::StatusOr<bool> retry = (*store)->PutBatchIfNew(Batch("a", 1), 3);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_FALSE(*retry) << "stored before: a duplicate, now durable";
+  EXPECT_FALSE((*store)->SyncOwed());
+  absl::StatusOr<bool> next = (*store)->PutBatchIfNew(Batch("a", 2), 4);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(*next);
+}
+
 TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   {
     auto store = Store::Open(dir_);
