@@ -70,6 +70,17 @@ absl::Status AggregatorServer::OpenAndReplay() {
              "counter");
     w.Sample("ncclwatch_aggregator_series_index_skipped_total", {},
              static_cast<double>(store->SeriesEntriesSkipped()));
+    w.Family("ncclwatch_aggregator_series_indexed",
+             "Series in the store's index (held in memory): those with a point within "
+             "--retention.",
+             "gauge");
+    w.Sample("ncclwatch_aggregator_series_indexed", {},
+             static_cast<double>(store->SeriesIndexed()));
+    w.Family("ncclwatch_aggregator_series_forgotten_total",
+             "Series the index forgot since start-up because all their points had expired.",
+             "counter");
+    w.Sample("ncclwatch_aggregator_series_forgotten_total", {},
+             static_cast<double>(store->SeriesForgotten()));
     w.Family("ncclwatch_aggregator_store_wal_damage_total",
              "Places RocksDB found the store's write-ahead log damaged when this run opened it "
              "(what it could not read is lost; logged).",
@@ -103,6 +114,9 @@ absl::Status AggregatorServer::OpenAndReplay() {
       !s.ok()) {
     return s;
   }
+  // Series whose points have all expired (ended jobs) leave the index at start-up, not only at
+  // the next hourly housekeeping.
+  ForgetExpiredSeries(absl::GetCurrentTimeNanos() / 1'000'000);
   analyzer_ = std::make_unique<Analyzer>(options_.analyzer);
   ingest_ = std::make_unique<Ingest>(*store_, *analyzer_, metrics_, options_.history_step_ns);
   query_ = std::make_unique<QueryEngine>(*store_, *analyzer_);
@@ -175,9 +189,20 @@ void AggregatorServer::Housekeep(bool hourly) {
   }
   if (!hourly) return;
   const int64_t now_ms = absl::GetCurrentTimeNanos() / 1'000'000;
+  ForgetExpiredSeries(now_ms);
   auto removed = store_->Downsample(now_ms - options_.downsample_after_ns / 1'000'000,
                                     options_.downsample_step_ns / 1'000'000);
   if (!removed.ok()) LogError("%s", removed.status().message());
+}
+
+void AggregatorServer::ForgetExpiredSeries(int64_t now_ms) {
+  auto forgotten = store_->ForgetSeriesBefore(now_ms - options_.retention_ns / 1'000'000);
+  if (!forgotten.ok()) {
+    LogError("%s", forgotten.status().message());
+  } else if (*forgotten > 0) {
+    LogInfo("forgot %d series whose points have all expired (--retention); %d remain indexed",
+            *forgotten, store_->SeriesIndexed());
+  }
 }
 
 void AggregatorServer::StartLoops() {

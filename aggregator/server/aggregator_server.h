@@ -109,6 +109,8 @@ class AggregatorServer {
   absl::Status OpenAndReplay();
   absl::Status StartGrpc();
   void StartLoops();
+  // Drops from the store's index the series whose points are all older than the retention.
+  void ForgetExpiredSeries(int64_t now_ms);
 
   const AggregatorServerOptions options_;
   MetricRegistry metrics_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -37,6 +38,8 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 // Agents whose newest batch_seq is remembered (Store::newest_seq_): a 100,000-GPU fleet has
 // ~12,500 nodes. Beyond it (a flood of invented ids) the memory is forgotten and re-read.
 constexpr size_t kMaxKnownAgents = 1 << 16;
+
+constexpr int64_t kDayMs = 86'400'000;
 
 std::string BatchKey(const std::string& agent_id, uint64_t seq) {
   return EncodeStoreKey({.kind = StoreKey::Kind::kBatchIndex, .counter = seq, .text = agent_id});
@@ -356,6 +359,17 @@ void Store::DbDeleter::operator()(rocksdb::DB* db) const { delete db; }
 absl::Status Store::LoadSeriesIndex() {
   ncclwatch::MutexLock lock(&series_mu_);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // The day of each series' newest point; a series without one (written before it was recorded)
+  // counts as written today.
+  absl::flat_hash_map<uint64_t, uint32_t> days;
+  for (it->Seek("D"); it->Valid() && it->key().starts_with("D"); it->Next()) {
+    absl::StatusOr<StoreKey> key = DecodeStoreKey(it->key().ToStringView());
+    if (key.ok() && it->value().size() == 8) {
+      days[key->id] = static_cast<uint32_t>(DecodeBe64(it->value().data()));
+    }
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "series day scan");
+  const uint32_t today = static_cast<uint32_t>(absl::ToUnixMillis(absl::Now()) / kDayMs);
   // Ids ascend with the keys but may skip: an id is taken in memory before the write that
   // records it, and a write that failed (a full disk) leaves its ids unused for good.
   for (it->Seek("S"); it->Valid() && it->key().starts_with("S"); it->Next()) {
@@ -372,7 +386,9 @@ absl::Status Store::LoadSeriesIndex() {
       continue;
     }
     s.id = key->id;
-    series_ids_[it->value().ToString()] = {s.id, /*durable=*/true};
+    const auto day = days.find(s.id);
+    series_ids_[it->value().ToString()] = {
+        .id = s.id, .durable = true, .day = day == days.end() ? today : day->second};
     series_.push_back(std::move(s));
   }
   return FromRocks(it->status(), "series index scan");
@@ -647,6 +663,13 @@ absl::Status Store::AppendPoints(const std::vector<SeriesPoint>& points) {
         series_.push_back({id, p.name, p.labels});
       }
       const uint64_t id = it->second.id;
+      // The day of the series' newest point, recorded once a day at most: what lets the index
+      // forget a series whose points have all expired (ForgetSeriesBefore).
+      const uint32_t day = static_cast<uint32_t>(std::max<int64_t>(p.time_ms, 0) / kDayMs);
+      if (day > it->second.day) {
+        it->second.day = day;
+        write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesDay, .id = id}), EncodeBe64(day));
+      }
       if (!it->second.durable && it->second.carried_by != write_number) {
         it->second.carried_by = write_number;
         write.Put(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesByIdentity, .text = identity}),
@@ -676,6 +699,45 @@ uint64_t Store::SeriesEntriesSkipped() const {
 std::vector<StoredSeries> Store::Series() const {
   ncclwatch::MutexLock lock(&series_mu_);
   return series_;
+}
+
+uint64_t Store::SeriesForgotten() const {
+  ncclwatch::MutexLock lock(&series_mu_);
+  return series_forgotten_;
+}
+
+size_t Store::SeriesIndexed() const {
+  ncclwatch::MutexLock lock(&series_mu_);
+  return series_ids_.size();
+}
+
+absl::StatusOr<uint64_t> Store::ForgetSeriesBefore(int64_t cutoff_ms) {
+  const int64_t cutoff_day = std::max<int64_t>(cutoff_ms, 0) / kDayMs;  // days wholly before go
+  ncclwatch::MutexLock lock(&series_mu_);
+  rocksdb::WriteBatch forget;
+  absl::flat_hash_set<uint64_t> ids;
+  for (auto it = series_ids_.begin(); it != series_ids_.end();) {
+    if (static_cast<int64_t>(it->second.day) >= cutoff_day) {
+      ++it;
+      continue;
+    }
+    const uint64_t id = it->second.id;
+    forget.Delete(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesByIdentity, .text = it->first}));
+    forget.Delete(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesById, .id = id}));
+    forget.Delete(EncodeStoreKey({.kind = StoreKey::Kind::kSeriesDay, .id = id}));
+    ids.insert(id);
+    series_ids_.erase(it++);
+  }
+  if (ids.empty()) return 0;
+  std::erase_if(series_, [&](const StoredSeries& s) { return ids.contains(s.id); });
+  // Written under the lock: a write that brings one of these series back (a new id) is put
+  // together after it, so its new index entries land after these deletions.
+  if (absl::Status s = FromRocks(db_->Write(rocksdb::WriteOptions(), &forget), "series forget");
+      !s.ok()) {
+    return s;  // forgotten in memory; the entries left on disk go at the next start
+  }
+  series_forgotten_ += ids.size();
+  return ids.size();
 }
 
 absl::StatusOr<std::vector<Point>> Store::ReadPoints(uint64_t id, int64_t start_ms,

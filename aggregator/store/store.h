@@ -6,6 +6,7 @@
 //   'E' be64(time_unix_ns) be64(n)         -> Event      detection events, in time order
 //   'N' series identity                    -> be64(id)   the series index (identity -> id)
 //   'S' be64(id)                           -> identity   the series index (id -> identity)
+//   'D' be64(id)                           -> be64(day)  the day of the series' newest point
 //   'P' be64(id) be64(time_ms)             -> f64        one point of one series
 //   'M' name                               -> bytes      bookkeeping (downsampling progress)
 // A batch and its dedup entry are one atomic write through RocksDB's write-ahead log, synced to
@@ -130,8 +131,16 @@ class Store {
 
   // Writes points in one batched write, registering new series. Rewriting a point is harmless.
   absl::Status AppendPoints(const std::vector<SeriesPoint>& points);
-  // Every series ever stored (the in-memory index), in id order.
+  // Every series in the index (in memory), in id order.
   std::vector<StoredSeries> Series() const;
+  // Forgets the series whose newest point is older than `cutoff_ms` (its day, as recorded with
+  // the points: all their points have expired), in memory and on disk; returns how many. A series
+  // of a store written before the day was recorded counts as written when the store was opened.
+  // The same series written again later is a new one (a new id; its old points are gone).
+  absl::StatusOr<uint64_t> ForgetSeriesBefore(int64_t cutoff_ms);
+  // Series forgotten so far, and in the index now.
+  uint64_t SeriesForgotten() const;
+  size_t SeriesIndexed() const;
   // Series index entries found unreadable at start-up and skipped (their series' history is
   // lost; the rest is served).
   uint64_t SeriesEntriesSkipped() const;
@@ -224,11 +233,13 @@ class Store {
     uint64_t id = 0;
     bool durable = false;     // its index entries are on disk (AppendPoints)
     uint64_t carried_by = 0;  // the newest write that carries them (series_writes_)
+    uint32_t day = 0;         // of its newest point written (days since the epoch)
   };
   absl::flat_hash_map<std::string, SeriesSlot> series_ids_ ABSL_GUARDED_BY(series_mu_);
   std::vector<StoredSeries> series_ ABSL_GUARDED_BY(series_mu_);  // ascending ids, with gaps
   uint64_t next_series_id_ ABSL_GUARDED_BY(series_mu_) = 1;
   uint64_t series_entries_skipped_ ABSL_GUARDED_BY(series_mu_) = 0;
+  uint64_t series_forgotten_ ABSL_GUARDED_BY(series_mu_) = 0;
   uint64_t series_writes_ ABSL_GUARDED_BY(series_mu_) = 0;
 };
 

@@ -52,6 +52,7 @@ std::string EncodeStoreKey(const StoreKey& key) {
       AppendBe64(&out, key.counter);
       break;
     case StoreKey::Kind::kSeriesById:
+    case StoreKey::Kind::kSeriesDay:
       AppendBe64(&out, key.id);
       break;
     case StoreKey::Kind::kPoint:
@@ -90,8 +91,9 @@ absl::StatusOr<StoreKey> DecodeStoreKey(std::string_view key) {
       out.counter = DecodeBe64(rest.data() + rest.size() - 8);
       return out;
     case 'S':
+    case 'D':
       if (rest.size() != 8) return Malformed(tag, key.size(), "9 (tag, be64 series id)");
-      out.kind = StoreKey::Kind::kSeriesById;
+      out.kind = static_cast<StoreKey::Kind>(tag);
       out.id = DecodeBe64(rest.data());
       return out;
     case 'P':

@@ -20,6 +20,7 @@ struct StoreKey {
     kEvent = 'E',             // time = event time (unix ns), counter = n
     kSeriesByIdentity = 'N',  // text = series identity
     kSeriesById = 'S',        // id = series id
+    kSeriesDay = 'D',         // id = series id (value: be64 day of its newest point)
     kPoint = 'P',             // id = series id, time = ms
     kMeta = 'M',              // text = bookkeeping name
   };

@@ -170,6 +170,44 @@ TEST_F(StoreTest, ASyncThatFindsNoRoomIsMadeOnceTheStoreResumesNotARestart) {
   EXPECT_TRUE(*next);
 }
 
+// The index forgets a series once all its points have expired (an ended job's), on disk too; it
+// had kept every series ever seen, in memory, for good.
+TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
+  constexpr int64_t kDay = 86'400'000;
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)
+                    ->AppendPoints({{"ended", {{"job", "j1"}}, 1, now_ms - 20 * kDay},
+                                    {"ended", {{"job", "j1"}}, 2, now_ms - 19 * kDay},
+                                    {"live", {{"job", "j2"}}, 3, now_ms - 20 * kDay},
+                                    {"live", {{"job", "j2"}}, 4, now_ms}})
+                    .ok());
+    EXPECT_EQ((*store)->SeriesIndexed(), 2u);
+    // A retention of 15 days: "ended" had its last point 19 days ago.
+    auto forgotten = (*store)->ForgetSeriesBefore(now_ms - 15 * kDay);
+    ASSERT_TRUE(forgotten.ok()) << forgotten.status();
+    EXPECT_EQ(*forgotten, 1u);
+    EXPECT_EQ((*store)->SeriesForgotten(), 1u);
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<StoredSeries> series = (*store)->Series();
+  ASSERT_EQ(series.size(), 1u) << "forgotten on disk too";
+  EXPECT_EQ(series[0].name, "live");
+  const uint64_t live_id = series[0].id;
+  // Nothing more to forget; the series that comes back is a new one, with a new id.
+  EXPECT_EQ(*(*store)->ForgetSeriesBefore(now_ms - 15 * kDay), 0u);
+  ASSERT_TRUE((*store)->AppendPoints({{"ended", {{"job", "j1"}}, 5, now_ms}}).ok());
+  for (const StoredSeries& s : (*store)->Series()) {
+    if (s.name == "ended") {
+      EXPECT_GT(s.id, live_id);
+    }
+  }
+  EXPECT_EQ((*store)->SeriesIndexed(), 2u);
+}
+
 TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   {
     auto store = Store::Open(dir_);
@@ -651,6 +689,7 @@ TEST(StoreKeyTest, EveryLayoutRoundTripsAndMalformedKeysSayWhatIsWrong) {
       {.kind = StoreKey::Kind::kBatchIndex, .counter = 17, .text = std::string("node\0odd", 9)},
       {.kind = StoreKey::Kind::kSeriesByIdentity, .text = SeriesIdentity("m", {{"a", "1"}})},
       {.kind = StoreKey::Kind::kSeriesById, .id = 9},
+      {.kind = StoreKey::Kind::kSeriesDay, .id = 9},
       {.kind = StoreKey::Kind::kPoint, .time = 1234, .id = 3},
       {.kind = StoreKey::Kind::kMeta, .text = "downsampled_until_ms"},
   };
