@@ -25,7 +25,7 @@ Analyzer::Analyzer(AnalyzerOptions options)
     : registry_(RegistryOptions{options.max_jobs, options.max_comms_per_job,
                                 options.max_jobs_per_agent, options.max_comms_per_agent,
                                 options.series_ttl_ns}),
-      series_(options.max_series, options.series_ttl_ns),
+      series_(options.max_series, options.series_ttl_ns, options.max_series_bytes_per_agent),
       detectors_(DetectorOptionsOf(options)),
       own_time_(options.own_time),
       verdicts_(options.root_cause),
@@ -104,7 +104,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     series_.AddReport(
         absl::HashOf(entry->who.comm_name, who.node, who.cuda_device),
         [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); }, report, now_ns,
-        report_points_ ? &out.points : nullptr);
+        report_points_ ? &out.points : nullptr, source);
   }
 
   const RankInterval interval = ToRankInterval(report);
@@ -338,7 +338,8 @@ Analyzer::Counters Analyzer::counters() const {
                   registry_.capped_comms(),
                   series_.capped(),
                   registry_.capped_source_jobs(),
-                  registry_.capped_source_comms()};
+                  registry_.capped_source_comms(),
+                  series_.capped_by_source()};
 }
 
 }  // namespace ncclwatch::aggregator

@@ -49,6 +49,9 @@ struct AnalyzerOptions {
   size_t max_jobs = 4096;
   size_t max_comms_per_job = 16384;
   size_t max_series = 2'000'000;
+  // What one source's per-report series may hold (labels and bookkeeping): a flood of invented
+  // series from one agent fills its own budget, not the aggregator.
+  size_t max_series_bytes_per_agent = size_t{64} << 20;
   // Whether Ingest returns the points of every rank's per-report series (Ingested::points) for
   // the store's history; the detection series are stored either way (Ingest::Tick).
   bool report_points = false;
@@ -124,11 +127,12 @@ class Analyzer {
     uint64_t groups_completed = 0;
     uint64_t groups_expired = 0;
     uint64_t open_groups = 0;
-    uint64_t capped_jobs = 0;         // reports not analysed: their job is beyond max_jobs
-    uint64_t capped_comms = 0;        // ... their communicator is beyond max_comms_per_job
-    uint64_t capped_series = 0;       // series updates refused: beyond max_series
-    uint64_t capped_agent_jobs = 0;   // reports not analysed: beyond max_jobs_per_agent
-    uint64_t capped_agent_comms = 0;  // ... beyond max_comms_per_agent
+    uint64_t capped_jobs = 0;          // reports not analysed: their job is beyond max_jobs
+    uint64_t capped_comms = 0;         // ... their communicator is beyond max_comms_per_job
+    uint64_t capped_series = 0;        // series updates refused: beyond max_series
+    uint64_t capped_agent_jobs = 0;    // reports not analysed: beyond max_jobs_per_agent
+    uint64_t capped_agent_comms = 0;   // ... beyond max_comms_per_agent
+    uint64_t capped_agent_series = 0;  // new series refused: beyond max_series_bytes_per_agent
   };
   Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
 

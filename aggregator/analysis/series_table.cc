@@ -39,8 +39,13 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
       ++capped_;
       return nullptr;
     }
+    Entry fresh{name, inspector, make_labels()};
+    if (!Charge(rank, EntryBytes(fresh))) {  // its source holds its budget already
+      ++capped_by_source_;
+      return nullptr;
+    }
     ++series_;
-    entry = &rank.entries.emplace_back(Entry{name, inspector, make_labels()});
+    entry = &rank.entries.emplace_back(std::move(fresh));
   }
   *hint = static_cast<size_t>(entry - rank.entries.data()) + 1;
   entry->value = value;
@@ -51,15 +56,27 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
 
 void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
                             const ncclwatch::v1::RankReport& report, int64_t now_ns,
-                            std::vector<SeriesPoint>* points) {
+                            std::vector<SeriesPoint>* points, std::string_view source) {
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   const int64_t sample_ms = (end_ns > 0 ? end_ns : now_ns) / 1'000'000;
   const auto& id = report.identity();
   RankKey key{id.job_id(), id.comm_hash(), id.rank()};
   Rank& rank = ranks_[key];
   if (rank.labels.empty() || rank.fingerprint != fingerprint) {  // new, or its node changed
+    if (rank.labels.empty()) rank.source = std::string(source);
+    const size_t old_bytes = LabelBytes(rank.labels);
     rank.labels = make_labels();
     rank.fingerprint = fingerprint;
+    // The rank's own labels are charged with it (their growth only; a shrink is kept).
+    const size_t new_bytes = LabelBytes(rank.labels);
+    if (new_bytes > old_bytes && !Charge(rank, new_bytes - old_bytes)) {
+      ++capped_by_source_;
+      if (rank.entries.empty()) {
+        Refund(rank);
+        ranks_.erase(key);
+      }
+      return;
+    }
   }
   size_t hint = 0;
   auto set = [&](const char* name, bool inspector,
@@ -107,19 +124,65 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
           static_cast<double>(value));
     }
   }
-  if (rank.entries.empty()) ranks_.erase(key);
+  if (rank.entries.empty()) {
+    Refund(rank);
+    ranks_.erase(key);
+  }
+}
+
+size_t SeriesTable::LabelBytes(const LabelPairs& labels) {
+  size_t bytes = labels.capacity() * sizeof(LabelPairs::value_type);
+  for (const auto& [k, v] : labels) {
+    // Strings beyond the small-string buffer live on the heap.
+    if (k.size() >= sizeof(std::string) / 2) bytes += k.capacity() + 1;
+    if (v.size() >= sizeof(std::string) / 2) bytes += v.capacity() + 1;
+  }
+  return bytes;
+}
+
+size_t SeriesTable::EntryBytes(const Entry& e) { return sizeof(Entry) + LabelBytes(e.labels); }
+
+bool SeriesTable::Charge(Rank& rank, size_t bytes) {
+  size_t& held = bytes_by_source_[rank.source];
+  if (held + bytes > max_bytes_per_source_) {
+    if (held == 0) bytes_by_source_.erase(rank.source);
+    return false;
+  }
+  held += bytes;
+  rank.bytes += bytes;
+  return true;
+}
+
+void SeriesTable::Refund(const Rank& rank) {
+  auto it = bytes_by_source_.find(rank.source);
+  if (it == bytes_by_source_.end()) return;
+  it->second -= std::min(it->second, rank.bytes);
+  if (it->second == 0) bytes_by_source_.erase(it);
 }
 
 void SeriesTable::Expire(int64_t now_ns) {
   if (now_ns - last_expire_ns_ < ttl_ns_ / 60) return;
   last_expire_ns_ = now_ns;
   for (auto it = ranks_.begin(); it != ranks_.end();) {
-    auto& entries = it->second.entries;
+    Rank& rank = it->second;
+    auto& entries = rank.entries;
     const size_t before = entries.size();
-    std::erase_if(entries, [&](const Entry& e) { return now_ns - e.updated_ns > ttl_ns_; });
+    size_t freed = 0;
+    std::erase_if(entries, [&](const Entry& e) {
+      if (now_ns - e.updated_ns <= ttl_ns_) return false;
+      freed += EntryBytes(e);
+      return true;
+    });
     series_ -= before - entries.size();
     if (entries.empty()) {
+      Refund(rank);
       ranks_.erase(it++);
+    } else if (freed > 0) {
+      auto held = bytes_by_source_.find(rank.source);
+      freed = std::min(freed, rank.bytes);
+      rank.bytes -= freed;
+      if (held != bytes_by_source_.end()) held->second -= std::min(held->second, freed);
+      ++it;
     } else {
       ++it;
     }

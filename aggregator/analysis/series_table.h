@@ -1,18 +1,22 @@
 // The per-report series the aggregator exports for every rank: the NCCL Inspector-compatible
-// families and the plugin's drop counters, each with its latest value, capped in number and
-// forgotten after a TTL without updates.
+// families and the plugin's drop counters, each with its latest value, capped in number, capped
+// in the bytes each source (the agent that sent them) makes the table hold, and forgotten after a
+// TTL without updates.
 //
 // Not thread-safe: the Analyzer serialises calls.
 #ifndef NCCLWATCH_AGGREGATOR_ANALYSIS_SERIES_TABLE_H_
 #define NCCLWATCH_AGGREGATOR_ANALYSIS_SERIES_TABLE_H_
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "common/series.h"
 #include "ncclwatch/v1/report.pb.h"
 
@@ -32,7 +36,11 @@ class SeriesTable {
     }
   };
 
-  SeriesTable(size_t max_series, int64_t ttl_ns) : max_series_(max_series), ttl_ns_(ttl_ns) {}
+  // `max_bytes_per_source`: what the series of one source may hold (their labels and
+  // bookkeeping, as estimated by the table); a new series beyond is refused and counted.
+  SeriesTable(size_t max_series, int64_t ttl_ns,
+              size_t max_bytes_per_source = std::numeric_limits<size_t>::max())
+      : max_series_(max_series), ttl_ns_(ttl_ns), max_bytes_per_source_(max_bytes_per_source) {}
 
   // Takes the series of one rank's report, received at `now_ns`: every Inspector sample and the
   // plugin's drop counters, labelled with `rank_labels` (who the rank is) first. Each value is
@@ -43,9 +51,10 @@ class SeriesTable {
   // The rank's labels are made by `make_labels`, only when `fingerprint` (a hash of what they are
   // made of) differs from the rank's last report's: building them for every report was a good
   // part of its cost.
+  // `source`: who sent it; a rank's series count against the source that first reported it.
   void AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
                  const ncclwatch::v1::RankReport& report, int64_t now_ns,
-                 std::vector<SeriesPoint>* points);
+                 std::vector<SeriesPoint>* points, std::string_view source = "");
   // Forgets the series not updated within the TTL. Walks the table at most every TTL/60 (10 s by
   // default): called four times a second, a walk of a million series each time would cost more
   // than the reports that fill it.
@@ -59,6 +68,13 @@ class SeriesTable {
 
   size_t size() const { return series_; }
   uint64_t capped() const { return capped_; }
+  // New series refused because their source held max_bytes_per_source.
+  uint64_t capped_by_source() const { return capped_by_source_; }
+  // What the series of `source` hold now (the estimate the budget counts).
+  size_t source_bytes(std::string_view source) const {
+    auto it = bytes_by_source_.find(absl::string_view(source.data(), source.size()));
+    return it == bytes_by_source_.end() ? 0 : it->second;
+  }
 
  private:
   // One series of a rank: its family and the labels after the rank's (operation, size bucket,
@@ -80,7 +96,16 @@ class SeriesTable {
     uint64_t fingerprint = 0;  // of `labels` (none yet: a new rank)
     LabelPairs labels;
     std::vector<Entry> entries;
+    std::string source;  // who first reported it: its series count against that source
+    size_t bytes = 0;    // the estimate charged to `source` for it and its entries
   };
+  // The memory a label set and an entry cost, as the per-source budget counts them.
+  static size_t LabelBytes(const LabelPairs& labels);
+  static size_t EntryBytes(const Entry& e);
+  // Charges `bytes` to `rank`'s source; false (nothing charged) beyond its budget.
+  bool Charge(Rank& rank, size_t bytes);
+  // Gives back all `rank` holds (it is being erased).
+  void Refund(const Rank& rank);
   // Sets one series of `rank`; null when it is new and the table is full (counted). `*hint` is
   // where to look first (a report lists its series in the order the last one did) and becomes
   // the position after the series set. A series is found by `labels_match` on its labels; its
@@ -94,6 +119,9 @@ class SeriesTable {
 
   const size_t max_series_;
   const int64_t ttl_ns_;
+  const size_t max_bytes_per_source_;
+  absl::flat_hash_map<std::string, size_t> bytes_by_source_;
+  uint64_t capped_by_source_ = 0;
   absl::flat_hash_map<RankKey, Rank> ranks_;
   size_t series_ = 0;  // entries over all ranks
   uint64_t capped_ = 0;

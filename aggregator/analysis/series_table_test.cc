@@ -27,6 +27,44 @@ ncclwatch::v1::RankReport ReportWithDrops(uint64_t events_dropped) {
   return r;
 }
 
+// One agent inventing series (many ranks, long labels) fills its own byte budget, not the table:
+// the other agents' series still come in. --max-series alone counted series, so an agent sending
+// long labels held what the bytes it sent made.
+TEST(SeriesTableTest, OneSourceFillsItsOwnByteBudgetAndTheOthersStillComeIn) {
+  constexpr size_t kBudget = 256 << 10;
+  SeriesTable table(1'000'000, 60'000'000'000, kBudget);
+  auto rank_of = [](const std::string& job, int rank) {
+    ncclwatch::v1::RankReport r = ReportWithDrops(1);
+    r.mutable_identity()->set_job_id(job);
+    r.mutable_identity()->set_rank(rank);
+    return r;
+  };
+  const std::string long_job(1000, 'x');
+  for (int rank = 0; rank < 1000; ++rank) {
+    const LabelPairs labels = {{"job_id", long_job}, {"rank", std::to_string(rank)}};
+    table.AddReport(
+        absl::HashOf(labels), [&] { return labels; }, rank_of(long_job, rank), 1, nullptr,
+        "agent:flood");
+  }
+  EXPECT_LE(table.source_bytes("agent:flood"), kBudget);
+  EXPECT_GT(table.source_bytes("agent:flood"), kBudget / 2);
+  EXPECT_GT(table.capped_by_source(), 0u);
+  const size_t flood_series = table.size();
+  EXPECT_LT(flood_series, 5'000u) << "1,000 ranks x 5 series would be 5,000";
+  // A genuine agent's ranks still come in.
+  for (int rank = 0; rank < 8; ++rank) {
+    const LabelPairs labels = {{"job_id", "train"}, {"rank", std::to_string(rank)}};
+    table.AddReport(
+        absl::HashOf(labels), [&] { return labels; }, rank_of("train", rank), 1, nullptr,
+        "agent:node-7");
+  }
+  EXPECT_EQ(table.size(), flood_series + 8 * 5);
+  // Expired, the flood's series give their bytes back.
+  table.Expire(120'000'000'000);
+  EXPECT_EQ(table.source_bytes("agent:flood"), 0u);
+  EXPECT_EQ(table.size(), 0u);
+}
+
 TEST(SeriesTableTest, KeepsTheLatestValueAndExportsNameAndLabelsExactly) {
   SeriesTable table(100, 60'000'000'000);
   // Label values with the characters an encoding could trip on.

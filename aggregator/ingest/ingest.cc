@@ -45,6 +45,11 @@ void ExportAnalyzerCounters(const Analyzer& analyzer, PromTextWriter& w) {
   w.Family("ncclwatch_aggregator_series_capped_total",
            "Series updates refused because --max-series series exist.", "counter");
   w.Sample("ncclwatch_aggregator_series_capped_total", {}, c.capped_series);
+  w.Family("ncclwatch_aggregator_series_capped_by_agent_total",
+           "New per-rank series refused because the agent that sent them held "
+           "--max-series-mib-per-agent of series already.",
+           "counter");
+  w.Sample("ncclwatch_aggregator_series_capped_by_agent_total", {}, c.capped_agent_series);
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ struct AggregatorConfig {
   int64_t max_jobs_per_agent = 256;
   int64_t max_comms_per_agent = 4096;
   int64_t max_series = 2'000'000;
+  double max_series_mib_per_agent = 64;
   bool store_rank_series = false;
   bool repair_damaged_store = true;
   std::string shard_peers;
@@ -134,6 +135,10 @@ void Register(ConfigTable& t, AggregatorConfig& c) {
   t.AddInt("max-series", "", &c.max_series,
            "Most exported series; further ones are neither exported nor stored "
            "(ncclwatch_aggregator_series_capped_total).");
+  t.AddDouble("max-series-mib-per-agent", "", &c.max_series_mib_per_agent,
+              "Most MiB the per-rank series one agent's reports create may hold in the "
+              "aggregator; new ones beyond are refused "
+              "(ncclwatch_aggregator_series_capped_by_agent_total).");
   t.AddBool("store-rank-series", "", &c.store_rank_series,
             "Also keep every rank's per-report series (the Inspector families, plugin drops) in "
             "the store's history for QueryRange. Off: at 16,384 ranks that is ~650,000 points/s; "
@@ -224,9 +229,9 @@ std::optional<std::string> CheckRanges(const AggregatorConfig& c) {
     return "--degraded-min-bytes must be 0 or more";
   }
   if (c.max_jobs < 1 || c.max_comms_per_job < 1 || c.max_series < 1 || c.max_jobs_per_agent < 1 ||
-      c.max_comms_per_agent < 1) {
-    return "--max-jobs, --max-comms-per-job, --max-jobs-per-agent, --max-comms-per-agent and "
-           "--max-series must be positive";
+      c.max_comms_per_agent < 1 || !(c.max_series_mib_per_agent > 0)) {
+    return "--max-jobs, --max-comms-per-job, --max-jobs-per-agent, --max-comms-per-agent, "
+           "--max-series and --max-series-mib-per-agent must be positive";
   }
   return std::nullopt;
 }
@@ -269,6 +274,7 @@ AnalyzerOptions AnalyzerOptionsOf(const AggregatorConfig& c) {
   a.max_jobs_per_agent = static_cast<size_t>(c.max_jobs_per_agent);
   a.max_comms_per_agent = static_cast<size_t>(c.max_comms_per_agent);
   a.max_series = static_cast<size_t>(c.max_series);
+  a.max_series_bytes_per_agent = static_cast<size_t>(c.max_series_mib_per_agent * (1 << 20));
   a.report_points = c.store_rank_series;
   return a;
 }
