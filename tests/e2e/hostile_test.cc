@@ -161,6 +161,66 @@ TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfte
   EXPECT_LE(disk_restarted, 50);
 }
 
+// One agent's batches of many ranks, each with long-labelled statistics: the series they make held
+// the aggregator's memory in proportion to the bytes sent, and the store's index kept them for
+// good.
+TEST(HostileInputTest, AFloodOfLongLabelledSeriesFromOneAgentCostsItsBudgetNotTheAggregator) {
+  Pipeline p(0, {"--max-series-mib-per-agent=8"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  ASSERT_TRUE(WaitForSnapshots(p, 2)) << p.Logs();
+  const double rss_before = RssMib(p.aggregator_pid());
+  auto ingest = ncclwatch::v1::Ingest::NewStub(
+      grpc::CreateChannel(p.AggregatorAddr(), grpc::InsecureChannelCredentials()));
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const std::string comm_name(250, 'c');  // labels may be 256 bytes long
+  size_t sent = 0;
+  for (int b = 0; b < 8; ++b) {
+    ncclwatch::v1::NodeBatch batch;
+    batch.set_agent_id("inventor");
+    batch.set_batch_seq(b + 1);
+    batch.set_node("inventor");
+    batch.set_sent_unix_ns(now_ns);
+    for (int i = 0; i < 250; ++i) {
+      const int rank = b * 250 + i;
+      auto* r = batch.add_reports();
+      r->set_report_id(static_cast<uint64_t>(rank + 1));
+      auto* id = r->mutable_identity();
+      id->set_job_id("invented");
+      id->set_comm_hash(0x1);
+      id->set_comm_name(comm_name);
+      id->set_rank(rank);
+      id->set_nranks(2000);
+      id->set_n_nodes(250);
+      id->set_node(std::string(240, 'n') + std::to_string(rank));
+      r->set_interval_end_unix_ns(now_ns);
+      for (int k = 0; k < 40; ++k) {
+        auto* st = r->add_stats();
+        st->set_op("AllReduce");
+        st->set_algo_proto("RING_SIMPLE");
+        st->set_message_size(std::string(250, 'm') + std::to_string(k));
+        st->set_peer(-1);
+        st->set_count(1);
+        st->set_exec_time_us_sum(10);
+      }
+    }
+    sent += batch.ByteSizeLong();
+    grpc::ClientContext context;
+    ncclwatch::v1::BatchAck ack;
+    grpc::Status s = ingest->Push(&context, batch, &ack);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(ack.rejected_reports(), 0u);
+  }
+  ASSERT_TRUE(WaitForSnapshots(p, 3)) << p.Logs();
+  const double rss_after = RssMib(p.aggregator_pid());
+  const double capped = Counter(p, "ncclwatch_aggregator_series_capped_by_agent_total");
+  std::printf("%.1f MiB sent by one agent: aggregator RSS %.1f -> %.1f MiB, %.0f series refused\n",
+              sent / 1048576.0, rss_before, rss_after, capped);
+  EXPECT_GT(capped, 0) << "2,000 ranks x 40 statistics of long labels exceed 8 MiB";
+  EXPECT_LT(rss_after - rss_before, 100) << p.Logs();
+}
+
 // A connection to 127.0.0.1:port (reads give up after 2 s); -1 if refused.
 int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
