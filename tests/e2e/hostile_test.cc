@@ -165,7 +165,7 @@ TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfte
 // the aggregator's memory in proportion to the bytes sent, and the store's index kept them for
 // good.
 TEST(HostileInputTest, AFloodOfLongLabelledSeriesFromOneAgentCostsItsBudgetNotTheAggregator) {
-  Pipeline p(0, {"--max-series-mib-per-agent=8"});
+  Pipeline p(0, {"--max-series-mib-per-agent=8", "--history-step-s=1"});
   ASSERT_TRUE(p.ok()) << p.error();
   ASSERT_TRUE(WaitForSnapshots(p, 2)) << p.Logs();
   const double rss_before = RssMib(p.aggregator_pid());
