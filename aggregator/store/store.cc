@@ -771,7 +771,20 @@ absl::StatusOr<uint64_t> Store::Downsample(int64_t before_ms, int64_t step_ms) {
   before_ms -= before_ms % step_ms;  // whole buckets only
   if (before_ms <= from_ms) return 0;
   uint64_t removed = 0;
-  for (const StoredSeries& series : Series()) {
+  // Only the series with a point in the window: those whose newest point is no older than its
+  // start (an ended job's are not looked at again), by id alone (not a copy of the index).
+  std::vector<uint64_t> ids;
+  {
+    const int64_t from_day = std::max<int64_t>(from_ms, 0) / kDayMs;
+    ncclwatch::MutexLock lock(&series_mu_);
+    for (const auto& [identity, slot] : series_ids_) {
+      if (static_cast<int64_t>(slot.day) >= from_day) ids.push_back(slot.id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());  // in key order
+  downsample_visited_.store(ids.size(), std::memory_order_relaxed);
+  for (const uint64_t id : ids) {
+    const StoredSeries series{.id = id};
     absl::StatusOr<std::vector<Point>> points = ReadPoints(series.id, from_ms, before_ms - 1);
     if (!points.ok()) return points.status();
     rocksdb::WriteBatch write;

@@ -152,6 +152,8 @@ class Store {
   // one point per `step_ms` bucket and series: the bucket's mean, at the bucket's start. Returns
   // the number of points removed. Idempotent; progress is kept in the database.
   absl::StatusOr<uint64_t> Downsample(int64_t before_ms, int64_t step_ms);
+  // The series the last Downsample looked at: those with a point in its window.
+  uint64_t DownsampleVisited() const { return downsample_visited_.load(std::memory_order_relaxed); }
 
   // Data older than this (unix ns) is dropped by compactions from now on; 0 keeps everything.
   void SetRetentionCutoff(int64_t cutoff_ns);
@@ -197,6 +199,7 @@ class Store {
   uint64_t wal_lost_writes_ = 0;              // found by wal_gaps_ at Open
   uint64_t wal_damage_ = 0;                   // damage RocksDB reported at Open
   std::atomic<uint64_t> batches_missing_{0};  // WriteBatchIfNew
+  std::atomic<uint64_t> downsample_visited_{0};
   std::atomic<int64_t> missing_logged_ns_{0};
   std::shared_ptr<WriteStopListener> stops_;  // also held by RocksDB
   std::string dir_;

@@ -763,5 +763,27 @@ TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
   EXPECT_EQ((*reopened)->ReadPoints(2, 0, 20 * 60'000)->size(), 3u + 300u);
 }
 
+// Downsampling looks only at the series with a point in its window (their newest point is no
+// older than its start): it had read every series of the index, an ended job's too, each hour.
+TEST_F(StoreTest, DownsamplingLooksOnlyAtSeriesWithPointsInItsWindow) {
+  constexpr int64_t kDay = 86'400'000;
+  auto store = Store::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  std::vector<SeriesPoint> points;
+  for (int64_t t = 0; t < 10 * 60'000; t += 1'000) {
+    points.push_back({"ended", {}, 1.0, t});             // day 0 only
+    points.push_back({"live", {}, 2.0, 10 * kDay + t});  // day 10
+  }
+  ASSERT_TRUE((*store)->AppendPoints(points).ok());
+  // The first pass has no start: both series.
+  ASSERT_TRUE((*store)->Downsample(10 * kDay, 5 * 60'000).ok());
+  EXPECT_EQ((*store)->DownsampleVisited(), 2u);
+  // The next window starts on day 10: "ended" has no point there.
+  auto removed = (*store)->Downsample(10 * kDay + 10 * 60'000, 5 * 60'000);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 2u * (300 - 1));
+  EXPECT_EQ((*store)->DownsampleVisited(), 1u);
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator
