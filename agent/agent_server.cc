@@ -168,7 +168,9 @@ absl::Status AgentServer::Start() {
   }
   std::vector<Forwarder*> shards;
   for (auto& f : forwarders_) shards.push_back(f.get());
-  inspector_ = std::make_unique<NodeInspectorSeries>(options_.node_name);
+  NodeInspectorSeries::Limits inspector_limits;
+  inspector_limits.max_bytes = options_.inspector_series_bytes;
+  inspector_ = std::make_unique<NodeInspectorSeries>(options_.node_name, inspector_limits);
   metrics_.AddCollector([inspector = inspector_.get()](PromTextWriter& w) {
     w.Family("ncclwatch_agent_inspector_series_capped_total",
              "Ranks (or statistics beyond 512 per rank) left out of the node-local Inspector "

@@ -99,6 +99,8 @@ struct AgentServerOptions {
   StreamLimits streams;
   // Plugin connections on the unix socket (PluginListener): how many may be open, from one peer,
   // and how soon each must open a stream.
+  // The node-local Inspector series on /metrics: rendered bytes kept (NodeInspectorSeries).
+  size_t inspector_series_bytes = 16 << 20;
   int max_plugin_connections = 1024;
   int max_plugin_connections_per_peer = 64;
   absl::Duration plugin_stream_deadline = absl::Seconds(10);

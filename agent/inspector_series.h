@@ -30,6 +30,7 @@
 #include "common/sync.h"
 #include "ncclwatch/v1/report.pb.h"
 #include "proto/exported_series.h"
+#include "proto/validate.h"
 
 namespace ncclwatch::agent {
 
@@ -38,8 +39,8 @@ class NodeInspectorSeries {
   struct Limits {
     absl::Duration stale_after = absl::Minutes(5);
     int max_stats_per_rank = 512;
-    size_t max_bytes = 16 << 20;  // rendered
-    size_t max_label_bytes = 256;
+    size_t max_bytes = 16 << 20;               // rendered
+    size_t max_label_bytes = kMaxLabelLength;  // what a report's own labels may be (validate.h)
   };
   NodeInspectorSeries(std::string node, Limits limits);
   explicit NodeInspectorSeries(std::string node) : NodeInspectorSeries(std::move(node), Limits{}) {}

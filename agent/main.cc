@@ -32,6 +32,7 @@ struct AgentConfig {
   int64_t max_plugin_streams = 1024;
   double plugin_stream_idle_s = 600;
   int64_t max_plugin_connections = 1024;
+  double inspector_series_mib = 16;
   int64_t max_plugin_connections_per_peer = 64;
   double plugin_connect_deadline_s = 10;
   double plugin_stream_mib_per_s = 4;
@@ -73,6 +74,9 @@ void Register(ConfigTable& t, AgentConfig& c) {
   t.AddInt("max-plugin-streams", "", &c.max_plugin_streams,
            "Most plugin streams open at once (one per rank process); further ones are refused "
            "(RESOURCE_EXHAUSTED, ncclwatch_agent_plugin_streams_refused_total).");
+  t.AddDouble("inspector-series-mib", "", &c.inspector_series_mib,
+              "Most MiB of node-local Inspector series (as rendered on /metrics) the agent keeps; "
+              "ranks beyond are left out (ncclwatch_agent_inspector_series_capped_total).");
   t.AddInt("max-plugin-connections", "", &c.max_plugin_connections,
            "Most plugin connections open at once on the unix socket; one beyond is closed as "
            "soon as accepted (ncclwatch_agent_plugin_connections_refused_total).");
@@ -229,10 +233,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (config.max_plugin_connections < 1 || config.max_plugin_connections_per_peer < 1 ||
-      !(config.plugin_connect_deadline_s > 0)) {
+      !(config.plugin_connect_deadline_s > 0) || !(config.inspector_series_mib > 0)) {
     LogError(
-        "--max-plugin-connections, --max-plugin-connections-per-peer and "
-        "--plugin-connect-deadline-s must be positive");
+        "--max-plugin-connections, --max-plugin-connections-per-peer, "
+        "--plugin-connect-deadline-s and --inspector-series-mib must be positive");
     return 2;
   }
   if (!(config.unready_after_s >= 0)) {
@@ -279,6 +283,7 @@ int Main(int argc, char** argv) {
   options.max_plugin_connections_per_peer =
       static_cast<int>(std::min<int64_t>(config.max_plugin_connections_per_peer, 1 << 20));
   options.plugin_stream_deadline = absl::Seconds(config.plugin_connect_deadline_s);
+  options.inspector_series_bytes = static_cast<size_t>(config.inspector_series_mib * (1 << 20));
   options.streams.bytes_per_s = config.plugin_stream_mib_per_s * (1 << 20);
   options.streams.burst_bytes = std::max(4 * options.streams.bytes_per_s, 16.0 * (1 << 20));
   options.socket_mode = *socket_mode;
