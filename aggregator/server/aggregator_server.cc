@@ -251,18 +251,25 @@ absl::Status AggregatorServer::Start() {
   }
   if (absl::Status s = OpenAndReplay(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
-  InstallHttpRoutes(http_, metrics_, *query_, options_.query_token, [this] {
-    std::string problems;
-    if (store_->WritesStopped()) {
-      problems += "the store takes no writes (a full disk or an I/O error; see the log)\n";
-    }
-    const int64_t since = ingest_->FailingSinceNs();
-    if (since != 0 && absl::GetCurrentTimeNanos() - since > 60'000'000'000) {
-      problems += absl::StrFormat("every push has failed to be stored for %d s\n",
-                                  (absl::GetCurrentTimeNanos() - since) / 1'000'000'000);
-    }
-    return problems;
-  });
+  InstallHttpRoutes(
+      http_, metrics_, *query_, options_.query_token,
+      [this] {
+        std::string problems;
+        if (store_->WritesStopped()) {
+          problems += "the store takes no writes (a full disk or an I/O error; see the log)\n";
+        }
+        const int64_t since = ingest_->FailingSinceNs();
+        if (since != 0 && absl::GetCurrentTimeNanos() - since > 60'000'000'000) {
+          problems += absl::StrFormat("every push has failed to be stored for %d s\n",
+                                      (absl::GetCurrentTimeNanos() - since) / 1'000'000'000);
+        }
+        return problems;
+      },
+      [this]() -> std::string {
+        if (!store_->NeedsRestart()) return "";
+        return "the store cannot take writes again without a restart (RocksDB could not resume "
+               "after a full disk; see the log)\n";
+      });
   auto http_port = http_.Start(options_.listen_host, options_.http_port);
   if (!http_port.ok()) {
     grpc_->Shutdown();

@@ -172,6 +172,41 @@ TEST_F(AggregatorServerTest, ReadinessFailsWhileTheStoreTakesNoWrites) {
   fs->full = false;
 }
 
+// When RocksDB cannot resume (its resume found no room: the disk filled again meanwhile), only a
+// restart gets the store going again: the liveness probe says so, and Kubernetes restarts the pod.
+TEST_F(AggregatorServerTest, LivenessFailsWhenOnlyARestartCanResumeTheStore) {
+  auto fs = std::make_shared<ncclwatch::testing::CountdownFileSystem>(1 << 30);
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  AggregatorServerOptions options = Options();
+  options.env = env.get();
+  AggregatorServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
+  httplib::Client http("127.0.0.1", server.http_port());
+  auto push = [&](uint64_t seq) {
+    grpc::ClientContext context;
+    ncclwatch::v1::BatchAck ack;
+    return ingest->Push(&context, Batch(seq), &ack);
+  };
+  ASSERT_TRUE(push(1).ok());
+  fs->room = 0;  // full, and still full when the aggregator resumes (within 5 s)
+  EXPECT_FALSE(push(2).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  int status = 0;
+  std::string body;
+  while (absl::Now() < give_up) {
+    auto health = http.Get("/healthz");
+    if (health && health->status != 200) {
+      status = health->status;
+      body = health->body;
+      break;
+    }
+  }
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(body.find("restart"), std::string::npos) << body;
+}
+
 TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
   AggregatorServer server(Options());
   ASSERT_TRUE(server.Start().ok());

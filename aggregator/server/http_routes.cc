@@ -55,13 +55,18 @@ void ServeFederate(const QueryEngine& query, const BearerGate& gate, Counter* ba
 }  // namespace
 
 void InstallHttpRoutes(HttpServer& http, MetricRegistry& metrics, const QueryEngine& query,
-                       TokenFile* federate_token, std::function<std::string()> not_ready) {
+                       TokenFile* federate_token, std::function<std::string()> not_ready,
+                       std::function<std::string()> not_alive) {
   http.Get("/metrics",
            [&](const HttpRequest&, HttpResponse& res) { res.Set(metrics.Render(), kTextFormat); });
   // On the I/O thread: it answers even while every worker renders a slow /federate.
-  http.Probe("/healthz",
-             [](const HttpRequest&, HttpResponse& res) { res.Set("ok\n", "text/plain"); });
-  // Ready: pushes are being stored. Liveness stays /healthz (a full disk is no reason to restart).
+  // Alive unless only a restart can help (a full disk alone is no reason to restart).
+  http.Probe("/healthz", [not_alive](const HttpRequest&, HttpResponse& res) {
+    const std::string why = not_alive ? not_alive() : "";
+    res.status = why.empty() ? 200 : 503;
+    res.Set(why.empty() ? "ok\n" : why, "text/plain");
+  });
+  // Ready: pushes are being stored.
   http.Probe("/readyz", [not_ready](const HttpRequest&, HttpResponse& res) {
     const std::string problems = not_ready ? not_ready() : "";
     res.status = problems.empty() ? 200 : 503;

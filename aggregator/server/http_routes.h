@@ -18,10 +18,12 @@ namespace ncclwatch::aggregator {
 // answers 401 without `Authorization: Bearer <token>`; /metrics and /healthz stay open (health,
 // probes).
 // `not_ready` (may be null) says why the aggregator cannot take pushes now ("" when it can):
-// /readyz answers 503 with it, 200 otherwise.
+// /readyz answers 503 with it, 200 otherwise. `not_alive` (may be null) says why only a restart
+// can help ("" while none is needed): /healthz, the liveness probe, answers 503 with it.
 void InstallHttpRoutes(HttpServer& http, MetricRegistry& metrics, const QueryEngine& query,
                        TokenFile* federate_token = nullptr,
-                       std::function<std::string()> not_ready = nullptr);
+                       std::function<std::string()> not_ready = nullptr,
+                       std::function<std::string()> not_alive = nullptr);
 
 }  // namespace ncclwatch::aggregator
 

@@ -328,6 +328,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, rocks
   store->wal_gaps_ = std::move(wal_gaps);
   store->dir_ = dir;
   if (absl::Status loaded = store->LoadSeriesIndex(); !loaded.ok()) return loaded;
+  if (absl::Status marked = store->MarkLogInUse(); !marked.ok()) return marked;
   return store;
 }
 
@@ -876,6 +877,11 @@ bool Store::WritesStopped() const { return stops_->stopped(); }
 
 absl::Status Store::ResumeIfStopped() {
   if (!stops_->stopped()) return absl::OkStatus();
+  if (log_unusable_.load(std::memory_order_relaxed)) {
+    return absl::FailedPreconditionError(
+        "RocksDB cannot resume (a resume failed, or the write-ahead log failed before anything "
+        "was written to it): only a restart of the aggregator reopens the store");
+  }
   // Resuming flushes the memtables; one that fails on a still-full disk leaves RocksDB
   // unrecoverable until a restart, so it is tried only with room for both column families'.
   constexpr uint64_t kRoomToResume = 160 << 20;
@@ -890,11 +896,35 @@ absl::Status Store::ResumeIfStopped() {
   stops_->Resumed();
   rocksdb::Status s = db_->Resume();
   if (!s.ok()) {
+    // RocksDB keeps a resume that failed (its flush found no room after all: the disk filled
+    // again since the check above) as its error for good: no later resume gets past it.
     stops_->Stopped();
-    return FromRocks(s, "RocksDB takes no writes yet");
+    log_unusable_.store(true, std::memory_order_relaxed);
+    return FromRocks(s,
+                     "RocksDB could not resume (only a restart of the aggregator reopens the "
+                     "store)");
   }
+  // The new write-ahead log gets a record at once (see MarkLogInUse).
+  if (absl::Status marked = MarkLogInUse(); !marked.ok()) return marked;
   LogInfo("store: RocksDB takes writes again");
   return absl::OkStatus();
+}
+
+absl::Status Store::MarkLogInUse() {
+  // RocksDB resumes from a failed log write by flushing the memtables, and only a flush that
+  // switches to a new write-ahead log replaces the log writer that failed; it switches only when
+  // something was written to the current log. A failure on a log nothing was written to (the disk
+  // filled right after the store opened, or resumed) left the failed writer in place: the next
+  // write died on RocksDB's check of it (an assertion: SIGABRT), or failed for good. So the store
+  // writes one small record to every new log, and when even that fails, says that only a restart
+  // (which reopens the store) gets it going again.
+  const rocksdb::Status s = db_->Put(rocksdb::WriteOptions(), "Mlog_in_use_unix_ns",
+                                     EncodeBe64(absl::GetCurrentTimeNanos()));
+  if (s.ok()) return absl::OkStatus();
+  log_unusable_.store(true, std::memory_order_relaxed);
+  return FromRocks(s,
+                   "the write-ahead log failed before anything was written to it; only a "
+                   "restart of the aggregator reopens it");
 }
 
 absl::Status Store::Compact() {

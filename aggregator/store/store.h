@@ -179,6 +179,10 @@ class Store {
   // why not meanwhile. Cheap when nothing is wrong.
   bool WritesStopped() const;
   absl::Status ResumeIfStopped();
+  // Writes stopped in a way resuming cannot mend (a resume failed: RocksDB keeps that error; or the
+  // write-ahead log failed before anything was written to it): only a restart, which reopens the
+  // store, gets it going again. The aggregator's liveness (/healthz) fails then.
+  bool NeedsRestart() const { return log_unusable_.load(std::memory_order_relaxed); }
   // Compacts the whole history now (applies the retention cutoff). Slow, rewrites everything: for
   // tests and maintenance, not for a periodic task.
   absl::Status Compact();
@@ -200,6 +204,10 @@ class Store {
   uint64_t wal_damage_ = 0;                   // damage RocksDB reported at Open
   std::atomic<uint64_t> batches_missing_{0};  // WriteBatchIfNew
   std::atomic<uint64_t> downsample_visited_{0};
+  std::atomic<bool> log_unusable_{false};  // NeedsRestart
+  // Writes a record to the current write-ahead log (at Open and after a resume), so that RocksDB
+  // can replace its writer if a later write fails.
+  absl::Status MarkLogInUse();
   std::atomic<int64_t> missing_logged_ns_{0};
   std::shared_ptr<WriteStopListener> stops_;  // also held by RocksDB
   std::string dir_;

@@ -1,6 +1,7 @@
 #include "aggregator/store/store.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -206,6 +207,95 @@ TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
     }
   }
   EXPECT_EQ((*store)->SeriesIndexed(), 2u);
+}
+
+// The disk fills at every write in turn, from the store's opening on: it opens or fails to, and
+// once there is room it takes pushes again, or (when the log failed before anything was written to
+// it, which RocksDB cannot resume) says a restart is needed. A fill right after the opening had
+// killed the aggregator at its next push (RocksDB's assertion on the failed log writer, SIGABRT).
+TEST_F(StoreTest, ADiskThatFillsAtAnyWriteFromTheOpeningOnNeverCrashesTheStore) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (uint64_t seq = 1; seq <= 3; ++seq)
+      ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", seq), 1).ok());
+    ASSERT_TRUE((*store)->AppendPoints({{"x", {}, 1, 1'000}}).ok());
+  }
+  int opened = 0, resumed = 0, need_restart = 0;
+  for (int room = 0; room < 48; ++room) {
+    const std::string copy = dir_ + "-" + std::to_string(room);
+    std::filesystem::copy(dir_, copy);
+    auto fs = std::make_shared<ncclwatch::testing::CountdownFileSystem>(room);
+    std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+    {
+      auto store = Store::Open(copy, env.get());
+      if (store.ok()) {
+        ++opened;
+        for (uint64_t seq = 4; seq < 10; ++seq) {
+          (void)(*store)->PutBatchIfNew(Batch("a", seq), 2);
+          (void)(*store)->AppendPoints({{"x", {}, 2, 2'000}});
+        }
+        fs->room = 1 << 30;  // room again
+        absl::Status s = (*store)->ResumeIfStopped();
+        if ((*store)->NeedsRestart()) {
+          ++need_restart;
+          EXPECT_FALSE(s.ok());
+          EXPECT_NE(s.message().find("restart"), std::string::npos) << s;
+        } else {
+          ASSERT_TRUE(s.ok()) << "room " << room << ": " << s;
+          absl::StatusOr<bool> next = (*store)->PutBatchIfNew(Batch("a", 20), 3);
+          ASSERT_TRUE(next.ok()) << "room " << room << ": " << next.status();
+          ++resumed;
+        }
+      }
+    }
+    std::filesystem::remove_all(copy);
+  }
+  std::printf("opened %d of 48 times; resumed %d, a restart needed %d\n", opened, resumed,
+              need_restart);
+  EXPECT_GT(opened, 0);
+  EXPECT_GT(resumed, 0);
+}
+
+// The disk fills right after the store opened, and again while it resumes, at every write of the
+// resume in turn: the store never crashes, and either takes pushes once there is room or says
+// that a restart is needed (the log it resumed onto failed before anything was written to it).
+TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsNeeded) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", 1), 1).ok());
+  }
+  int resumed = 0, need_restart = 0;
+  for (int room = 0; room < 24; ++room) {
+    const std::string copy = dir_ + "-" + std::to_string(room);
+    std::filesystem::copy(dir_, copy);
+    auto fs = std::make_shared<ncclwatch::testing::CountdownFileSystem>(1 << 30);
+    std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+    {
+      auto store = Store::Open(copy, env.get());
+      ASSERT_TRUE(store.ok()) << store.status();
+      ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", 2), 2).ok());
+      fs->room = 0;  // full
+      EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 3), 3).ok());
+      fs->room = room;  // a little room, and full again during the resume
+      (void)(*store)->ResumeIfStopped();
+      fs->room = 1 << 30;
+      absl::Status s = (*store)->ResumeIfStopped();
+      if ((*store)->NeedsRestart()) {
+        ++need_restart;
+        EXPECT_NE(s.message().find("restart"), std::string::npos) << s;
+      } else if (s.ok()) {
+        absl::StatusOr<bool> next = (*store)->PutBatchIfNew(Batch("a", 4), 4);
+        EXPECT_TRUE(next.ok()) << "room " << room << ": " << next.status();
+        ++resumed;
+      } else {
+        ADD_FAILURE() << "room " << room << ": neither resumed nor a restart asked for: " << s;
+      }
+    }
+    std::filesystem::remove_all(copy);
+  }
+  std::printf("resumed %d of 24 times, a restart asked for %d times\n", resumed, need_restart);
 }
 
 TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {

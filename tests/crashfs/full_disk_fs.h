@@ -68,6 +68,55 @@ class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
   const std::string flag_path_;
 };
 
+// A disk that fills up after `room` more file operations (creating a file, appending to one,
+// syncing one): every one after fails with ENOSPC until `room` is raised again. Sweeping `room`
+// puts the first failure at every write RocksDB makes, start-up included.
+class CountdownFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  explicit CountdownFileSystem(int room)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), room(room) {}
+  const char* Name() const override { return "CountdownFileSystem"; }
+  std::atomic<int> room;
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    if (!Take()) return NoSpace();
+    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
+    if (s.ok()) *r = std::make_unique<File>(std::move(*r), this);
+    return s;
+  }
+
+ private:
+  bool Take() { return room.fetch_sub(1) > 0; }
+  static rocksdb::IOStatus NoSpace() {
+    return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+  }
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, CountdownFileSystem* fs)
+        : FSWritableFileOwnerWrapper(std::move(f)), fs_(fs) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             rocksdb::IODebugContext* d) override {
+      return fs_->Take() ? FSWritableFileOwnerWrapper::Append(data, o, d) : NoSpace();
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             const rocksdb::DataVerificationInfo& v,
+                             rocksdb::IODebugContext* d) override {
+      return fs_->Take() ? FSWritableFileOwnerWrapper::Append(data, o, v, d) : NoSpace();
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      return fs_->Take() ? FSWritableFileOwnerWrapper::Sync(o, d) : NoSpace();
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      return fs_->Take() ? FSWritableFileOwnerWrapper::Fsync(o, d) : NoSpace();
+    }
+
+   private:
+    CountdownFileSystem* fs_;
+  };
+};
+
 }  // namespace ncclwatch::testing
 
 #endif  // NCCLWATCH_TESTS_CRASHFS_FULL_DISK_FS_H_
