@@ -31,6 +31,21 @@
 namespace ncclwatch::agent {
 namespace {
 
+// The `i`th valid report of job `job` (ranks 0..3 of one communicator), as a plugin sends it.
+ncclwatch::v1::RankReport PluginReport(const std::string& job, int i) {
+  ncclwatch::v1::RankReport r;
+  r.set_report_id(static_cast<uint64_t>(i + 1));
+  auto* id = r.mutable_identity();
+  id->set_job_id(job);
+  id->set_comm_hash(0xabc);
+  id->set_rank(i % 4);
+  id->set_nranks(4);
+  id->set_n_nodes(1);
+  r.set_interval_start_unix_ns(1'700'000'000'000'000'000 + i);
+  r.set_interval_end_unix_ns(1'700'000'001'000'000'000 + i);
+  return r;
+}
+
 // Streams `n` valid reports of job `job` to the agent at `address`, as a plugin does, and returns
 // once the agent has handled them all (it answers the stream only then).
 void WriteReports(const std::string& address, const std::string& job, int n) {
@@ -39,19 +54,7 @@ void WriteReports(const std::string& address, const std::string& job, int n) {
   grpc::ClientContext context;
   ncclwatch::v1::StreamSummary summary;
   auto writer = stub->StreamReports(&context, &summary);
-  for (int i = 0; i < n; ++i) {
-    ncclwatch::v1::RankReport r;
-    r.set_report_id(static_cast<uint64_t>(i + 1));
-    auto* id = r.mutable_identity();
-    id->set_job_id(job);
-    id->set_comm_hash(0xabc);
-    id->set_rank(i % 4);
-    id->set_nranks(4);
-    id->set_n_nodes(1);
-    r.set_interval_start_unix_ns(1'700'000'000'000'000'000 + i);
-    r.set_interval_end_unix_ns(1'700'000'001'000'000'000 + i);
-    ASSERT_TRUE(writer->Write(r));
-  }
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(writer->Write(PluginReport(job, i)));
   writer->WritesDone();
   ASSERT_TRUE(writer->Finish().ok());
   EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
@@ -389,16 +392,7 @@ TEST_F(AgentServerTest, OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreC
             1);
   EXPECT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_connections", 1), 1);
   // The plugin, past the deadline too, is served as before.
-  ncclwatch::v1::RankReport r;
-  r.set_report_id(1);
-  auto* id = r.mutable_identity();
-  id->set_job_id("job-c");
-  id->set_comm_hash(0xabc);
-  id->set_nranks(4);
-  id->set_n_nodes(1);
-  r.set_interval_start_unix_ns(1'700'000'000'000'000'000);
-  r.set_interval_end_unix_ns(1'700'000'001'000'000'000);
-  ASSERT_TRUE(writer->Write(r));
+  ASSERT_TRUE(writer->Write(PluginReport("job-c", 0)));
   writer->WritesDone();
   ASSERT_TRUE(writer->Finish().ok());
   EXPECT_EQ(summary.accepted(), 1u);

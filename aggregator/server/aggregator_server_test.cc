@@ -126,6 +126,22 @@ class AggregatorServerTest : public ::testing::Test {
     return batch;
   }
 
+  // Options() with the store on `env` (a file system that fails on command).
+  AggregatorServerOptions OptionsOn(rocksdb::Env* env) const {
+    AggregatorServerOptions o = Options();
+    o.env = env;
+    return o;
+  }
+
+  // Pushes Batch(seq) to `server` as an agent does.
+  static grpc::Status PushBatch(const AggregatorServer& server, uint64_t seq) {
+    auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    ncclwatch::v1::BatchAck ack;
+    return ingest->Push(&context, Batch(seq), &ack);
+  }
+
   std::string dir_;
 };
 
@@ -134,30 +150,18 @@ class AggregatorServerTest : public ::testing::Test {
 TEST_F(AggregatorServerTest, ReadinessFailsWhileTheStoreTakesNoWrites) {
   auto fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  AggregatorServerOptions options = Options();
-  options.env = env.get();
-  AggregatorServer server(options);
+  AggregatorServer server(OptionsOn(env.get()));
   ASSERT_TRUE(server.Start().ok());
-  auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
   httplib::Client http("127.0.0.1", server.http_port());
-  {
-    grpc::ClientContext push;
-    ncclwatch::v1::BatchAck ack;
-    ASSERT_TRUE(ingest->Push(&push, Batch(1), &ack).ok());
-  }
+  ASSERT_TRUE(PushBatch(server, 1).ok());
   auto ready = http.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
   EXPECT_EQ(ready->body, "ready\n");
 
   fs->full = true;
-  {
-    grpc::ClientContext push;
-    ncclwatch::v1::BatchAck ack;
-    grpc::Status refused = ingest->Push(&push, Batch(2), &ack);
-    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
-  }
+  grpc::Status refused = PushBatch(server, 2);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
   ready = http.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 503);
@@ -177,21 +181,12 @@ TEST_F(AggregatorServerTest, ReadinessFailsWhileTheStoreTakesNoWrites) {
 TEST_F(AggregatorServerTest, LivenessFailsWhenOnlyARestartCanResumeTheStore) {
   auto fs = std::make_shared<ncclwatch::testing::CountdownFileSystem>(1 << 30);
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  AggregatorServerOptions options = Options();
-  options.env = env.get();
-  AggregatorServer server(options);
+  AggregatorServer server(OptionsOn(env.get()));
   ASSERT_TRUE(server.Start().ok());
-  auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
   httplib::Client http("127.0.0.1", server.http_port());
-  auto push = [&](uint64_t seq) {
-    grpc::ClientContext context;
-    ncclwatch::v1::BatchAck ack;
-    return ingest->Push(&context, Batch(seq), &ack);
-  };
-  ASSERT_TRUE(push(1).ok());
+  ASSERT_TRUE(PushBatch(server, 1).ok());
   fs->room = 0;  // full, and still full when the aggregator resumes (within 5 s)
-  EXPECT_FALSE(push(2).ok());
+  EXPECT_FALSE(PushBatch(server, 2).ok());
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
   int status = 0;
   std::string body;

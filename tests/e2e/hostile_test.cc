@@ -61,6 +61,15 @@ bool WaitForSnapshots(const Pipeline& p, int n) {
   return PollUntil([&] { return Counter(p, name) >= start + n; }, 30);
 }
 
+// Pushes `batch` as an agent does; it must be acknowledged with every report taken.
+void PushTaken(ncclwatch::v1::Ingest::Stub& ingest, const ncclwatch::v1::NodeBatch& batch) {
+  grpc::ClientContext context;
+  ncclwatch::v1::BatchAck ack;
+  grpc::Status s = ingest.Push(&context, batch, &ack);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(ack.rejected_reports(), 0u);
+}
+
 // One report of rank nranks-1 of a communicator claiming kHugeNranks ranks: 4,096 collectives
 // (every one an open group waiting for a million ranks), one collective stuck for 20 s (a hang
 // that the other million ranks never reached) and a few statistics.
@@ -125,11 +134,7 @@ TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfte
     batch.set_node("intruder");
     batch.set_sent_unix_ns(now_ns);
     *batch.add_reports() = HugeReport("poison-" + std::to_string(i), now_ns);
-    grpc::ClientContext context;
-    ncclwatch::v1::BatchAck ack;
-    grpc::Status s = ingest->Push(&context, batch, &ack);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(ack.rejected_reports(), 0u);
+    PushTaken(*ingest, batch);
   }
   ASSERT_TRUE(WaitForSnapshots(p, 3)) << p.Logs();
 
@@ -206,11 +211,7 @@ TEST(HostileInputTest, AFloodOfLongLabelledSeriesFromOneAgentCostsItsBudgetNotTh
       }
     }
     sent += batch.ByteSizeLong();
-    grpc::ClientContext context;
-    ncclwatch::v1::BatchAck ack;
-    grpc::Status s = ingest->Push(&context, batch, &ack);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(ack.rejected_reports(), 0u);
+    PushTaken(*ingest, batch);
   }
   ASSERT_TRUE(WaitForSnapshots(p, 3)) << p.Logs();
   const double rss_after = RssMib(p.aggregator_pid());
