@@ -116,14 +116,18 @@ void PluginListener::Run(grpc::Server* server) {
       LogError("plugin socket %s: epoll_wait: %s", options_.path, strerror(errno));
       break;
     }
+    // Hang-ups first: a connection accepted in this round may get the number of a duplicate
+    // released in it, and an event of the old one must not release the new one.
+    bool accept = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == fd_) {
-        AcceptAll(server);
+        accept = true;
       } else if (fd != wake_fd_) {
         Release(fd);  // hung up: the peer closed, or gRPC shut the socket down
       }
     }
+    if (accept) AcceptAll(server);
   }
 }
 
