@@ -212,7 +212,7 @@ void AggregatorServer::StartLoops() {
   // After a failed write (a full disk) RocksDB takes none until it resumes: tried every 5 s, on
   // a thread of its own (resuming flushes the memtables; detection keeps ticking meanwhile).
   // Why not yet is logged once a minute while the disk stays full (the gauge says it meanwhile).
-  resumer_ = std::make_unique<PeriodicTask>(absl::Seconds(5), [this] {
+  resumer_ = std::make_unique<PeriodicTask>(options_.resume_period, [this] {
     absl::Status s = store_->ResumeIfStopped();
     const int64_t now_ns = absl::GetCurrentTimeNanos();
     if (!s.ok() && now_ns - last_resume_warning_ns_ >= 60'000'000'000) {

@@ -54,6 +54,8 @@ struct AggregatorServerOptions {
   // families only (at 16,384 ranks the Inspector families are ~10^6 series).
   bool remote_write_all_series = false;
   absl::Duration tick_period = absl::Milliseconds(250);
+  // How often a store that stopped taking writes (a full disk) is tried again.
+  absl::Duration resume_period = absl::Seconds(5);
   // The store's RocksDB Env; null: the real disk (tests: a journaling one, tests/crashfs).
   rocksdb::Env* env = nullptr;
   // A store found damaged at start-up (a checksum mismatch in a table file) is repaired and the

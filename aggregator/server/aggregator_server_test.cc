@@ -181,11 +181,13 @@ TEST_F(AggregatorServerTest, ReadinessFailsWhileTheStoreTakesNoWrites) {
 TEST_F(AggregatorServerTest, LivenessFailsWhenOnlyARestartCanResumeTheStore) {
   auto fs = std::make_shared<ncclwatch::testing::CountdownFileSystem>(1 << 30);
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  AggregatorServer server(OptionsOn(env.get()));
+  AggregatorServerOptions options = OptionsOn(env.get());
+  options.resume_period = absl::Milliseconds(50);
+  AggregatorServer server(options);
   ASSERT_TRUE(server.Start().ok());
   httplib::Client http("127.0.0.1", server.http_port());
   ASSERT_TRUE(PushBatch(server, 1).ok());
-  fs->room = 0;  // full, and still full when the aggregator resumes (within 5 s)
+  fs->room = 0;  // full, and still full when the aggregator resumes (within 50 ms)
   EXPECT_FALSE(PushBatch(server, 2).ok());
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
   int status = 0;
