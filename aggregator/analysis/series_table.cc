@@ -72,7 +72,7 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
     if (new_bytes > old_bytes && !Charge(rank, new_bytes - old_bytes)) {
       ++capped_by_source_;
       if (rank.entries.empty()) {
-        Refund(rank);
+        Refund(rank, rank.bytes);
         ranks_.erase(key);
       }
       return;
@@ -125,7 +125,7 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
     }
   }
   if (rank.entries.empty()) {
-    Refund(rank);
+    Refund(rank, rank.bytes);
     ranks_.erase(key);
   }
 }
@@ -153,10 +153,12 @@ bool SeriesTable::Charge(Rank& rank, size_t bytes) {
   return true;
 }
 
-void SeriesTable::Refund(const Rank& rank) {
+void SeriesTable::Refund(Rank& rank, size_t bytes) {
+  bytes = std::min(bytes, rank.bytes);
+  rank.bytes -= bytes;
   auto it = bytes_by_source_.find(rank.source);
   if (it == bytes_by_source_.end()) return;
-  it->second -= std::min(it->second, rank.bytes);
+  it->second -= std::min(it->second, bytes);
   if (it->second == 0) bytes_by_source_.erase(it);
 }
 
@@ -175,15 +177,10 @@ void SeriesTable::Expire(int64_t now_ns) {
     });
     series_ -= before - entries.size();
     if (entries.empty()) {
-      Refund(rank);
+      Refund(rank, rank.bytes);
       ranks_.erase(it++);
-    } else if (freed > 0) {
-      auto held = bytes_by_source_.find(rank.source);
-      freed = std::min(freed, rank.bytes);
-      rank.bytes -= freed;
-      if (held != bytes_by_source_.end()) held->second -= std::min(held->second, freed);
-      ++it;
     } else {
+      Refund(rank, freed);
       ++it;
     }
   }

@@ -104,8 +104,8 @@ class SeriesTable {
   static size_t EntryBytes(const Entry& e);
   // Charges `bytes` to `rank`'s source; false (nothing charged) beyond its budget.
   bool Charge(Rank& rank, size_t bytes);
-  // Gives back all `rank` holds (it is being erased).
-  void Refund(const Rank& rank);
+  // Gives back `bytes` of what `rank` holds (all of it when it is being erased).
+  void Refund(Rank& rank, size_t bytes);
   // Sets one series of `rank`; null when it is new and the table is full (counted). `*hint` is
   // where to look first (a report lists its series in the order the last one did) and becomes
   // the position after the series set. A series is found by `labels_match` on its labels; its
