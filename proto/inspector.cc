@@ -1,7 +1,6 @@
 #include "proto/inspector.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -9,6 +8,7 @@
 #include <tuple>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -69,22 +69,12 @@ LabelPairs InspectorStatLabels(const InspectorStat& stat, const ncclwatch::v1::R
   return labels;
 }
 
-bool InspectorStatMatches(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id,
-                          const LabelPairs& labels) {
-  if (labels.size() != (stat.p2p ? 4u : 5u)) return false;
-  auto number_is = [](const std::string& text, int64_t n) {
-    char buf[24];
-    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), n);
-    return ec == std::errc() && text == std::string_view(buf, end - buf);
-  };
-  const std::string_view algo_proto =
-      stat.algo_proto.empty() ? std::string_view("unknown") : stat.algo_proto;
-  return labels[0].first == "n_nodes" && number_is(labels[0].second, id.n_nodes()) &&
-         labels[1].first == "nranks" && number_is(labels[1].second, id.nranks()) &&
-         labels[2].first == (stat.p2p ? "p2p_operation" : "collective") &&
-         labels[2].second == stat.op && labels[3].first == "message_size" &&
-         labels[3].second == stat.message_size &&
-         (stat.p2p || (labels[4].first == "algo_proto" && labels[4].second == algo_proto));
+uint64_t InspectorStatKey(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id) {
+  // Exactly what InspectorStatLabels reads, with the algorithm as it is labelled.
+  const std::string_view algo_proto = stat.p2p                  ? std::string_view()
+                                      : stat.algo_proto.empty() ? std::string_view("unknown")
+                                                                : stat.algo_proto;
+  return absl::HashOf(stat.p2p, stat.op, stat.message_size, algo_proto, id.n_nodes(), id.nranks());
 }
 
 std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& report) {

@@ -32,8 +32,9 @@ std::vector<InspectorSample> InspectorSamples(const ncclwatch::v1::RankReport& r
 
 // What InspectorSamples computes, before any label is built: one entry per (p2p, operation,
 // message size, algo_proto) with operations, in InspectorSamples' order. The views point into
-// the report. The aggregator matches these against the series it keeps without building a label
-// set for each (InspectorStatMatches), which was a good part of its cost per report.
+// the report. The aggregator finds the series it keeps for these by a key (InspectorStatKey)
+// instead of building or comparing a label set for each, which was a good part of its cost per
+// report.
 struct InspectorStat {
   bool p2p = false;
   std::string_view op, message_size, algo_proto;  // algo_proto empty for p2p
@@ -46,10 +47,11 @@ struct InspectorStat {
   const char* bw_family() const;
 };
 absl::InlinedVector<InspectorStat, 8> InspectorStats(const ncclwatch::v1::RankReport& report);
-// The labels of `stat`'s samples (both families have the same), and whether `labels` are they.
+// The labels of `stat`'s samples (both families have the same), and a 64-bit hash of what they
+// are made of: equal for two stats whose samples carry the same labels, and (but for a hash
+// collision, odds 2^-64 a pair) different for any two whose labels differ.
 LabelPairs InspectorStatLabels(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id);
-bool InspectorStatMatches(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id,
-                          const LabelPairs& labels);
+uint64_t InspectorStatKey(const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id);
 
 // ncclwatch's per-tag breakdown (ABI v7 userTag: a step, phase or layer the application set per
 // call): ncclwatch_tagged_exec_time_microseconds, the mean execution time of the report's tagged

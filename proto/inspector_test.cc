@@ -1,5 +1,6 @@
 #include "proto/inspector.h"
 
+#include <map>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -30,33 +31,61 @@ ncclwatch::v1::RankReport Report() {
   return r;
 }
 
-// The aggregator finds a rank's series with InspectorStatMatches instead of building their
-// labels: it must accept exactly the labels InspectorStatLabels builds (and InspectorSamples
-// exports), and nothing that differs in one label.
-TEST(InspectorStatTest, MatchesExactlyTheLabelsItsSamplesCarry) {
+// The aggregator finds a rank's series by InspectorStatKey instead of building their labels:
+// the key must follow the labels InspectorStatLabels builds (and InspectorSamples exports): the
+// same for the same labels, another when any one of them differs.
+TEST(InspectorStatTest, ItsKeyFollowsExactlyTheLabelsItsSamplesCarry) {
   const ncclwatch::v1::RankReport report = Report();
   const auto stats = InspectorStats(report);
   ASSERT_EQ(stats.size(), 3u);
   const auto samples = InspectorSamples(report);
   size_t sample = 0;
+  std::map<uint64_t, LabelPairs> labels_of_key;
+  auto key_of = [&](const InspectorStat& stat, const ncclwatch::v1::RankIdentity& id) {
+    const uint64_t key = InspectorStatKey(stat, id);
+    const LabelPairs labels = InspectorStatLabels(stat, id);
+    auto [it, fresh] = labels_of_key.emplace(key, labels);
+    EXPECT_EQ(it->second, labels) << "two label sets under one key";
+    return key;
+  };
   for (const InspectorStat& stat : stats) {
     const LabelPairs labels = InspectorStatLabels(stat, report.identity());
     ASSERT_LT(sample, samples.size());
     EXPECT_EQ(samples[sample].name, std::string(stat.time_family()));
     EXPECT_EQ(samples[sample++].labels, labels);
-    if (stat.has_bw) EXPECT_EQ(samples[sample++].labels, labels);
-    EXPECT_TRUE(InspectorStatMatches(stat, report.identity(), labels));
-    for (size_t i = 0; i < labels.size(); ++i) {
-      LabelPairs other = labels;
-      other[i].second += "x";
-      EXPECT_FALSE(InspectorStatMatches(stat, report.identity(), other)) << other[i].first;
-      other = labels;
-      other[i].first += "x";
-      EXPECT_FALSE(InspectorStatMatches(stat, report.identity(), other)) << other[i].first;
+    if (stat.has_bw) {
+      EXPECT_EQ(samples[sample++].labels, labels);
     }
-    LabelPairs longer = labels;
-    longer.emplace_back("extra", "1");
-    EXPECT_FALSE(InspectorStatMatches(stat, report.identity(), longer));
+    const uint64_t key = key_of(stat, report.identity());
+    // The same stat read from another report of the rank: the same key.
+    const ncclwatch::v1::RankReport again = Report();
+    EXPECT_EQ(key_of(InspectorStats(again)[&stat - stats.data()], again.identity()), key);
+    // One label changed at a time: each a key of its own.
+    InspectorStat other = stat;
+    other.op = "Broadcast";
+    EXPECT_NE(key_of(other, report.identity()), key);
+    other = stat;
+    other.message_size = "2-4MB";
+    EXPECT_NE(key_of(other, report.identity()), key);
+    other = stat;
+    other.p2p = !stat.p2p;
+    EXPECT_NE(key_of(other, report.identity()), key);
+    if (!stat.p2p) {
+      other = stat;
+      other.algo_proto = other.algo_proto.empty() ? "TREE_LL" : "";
+      EXPECT_NE(key_of(other, report.identity()), key);
+    }
+    ncclwatch::v1::RankIdentity id = report.identity();
+    id.set_n_nodes(id.n_nodes() + 1);
+    EXPECT_NE(key_of(stat, id), key);
+    id = report.identity();
+    id.set_nranks(id.nranks() + 1);
+    EXPECT_NE(key_of(stat, id), key);
+    // What the labels do not show (the rank, its job) does not change the key.
+    id = report.identity();
+    id.set_rank(id.rank() + 1);
+    id.set_job_id("another");
+    EXPECT_EQ(key_of(stat, id), key);
   }
   EXPECT_EQ(sample, samples.size());
   // The collective without an algorithm is labelled "unknown", as every exporter writes it.

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "proto/inspector.h"
 
 namespace ncclwatch::aggregator {
@@ -14,12 +15,11 @@ constexpr char kDropsFamily[] = "ncclwatch_plugin_drops_total";
 }  // namespace
 
 SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name, bool inspector,
-                                     absl::FunctionRef<bool(const LabelPairs&)> labels_match,
-                                     absl::FunctionRef<LabelPairs()> make_labels, double value,
-                                     int64_t sample_ms, int64_t now_ns) {
+                                     uint64_t key, absl::FunctionRef<LabelPairs()> make_labels,
+                                     double value, int64_t sample_ms, int64_t now_ns) {
   auto matches = [&](const Entry& e) {
-    return (e.name == name || std::strcmp(e.name, name) == 0) && e.inspector == inspector &&
-           labels_match(e.labels);
+    return e.key == key && e.inspector == inspector &&
+           (e.name == name || std::strcmp(e.name, name) == 0);
   };
   // A rank has a few dozen series, which its reports list in the same order: the hinted one
   // nearly always matches, and a linear scan finds the rest (cheaper than a hashed key each).
@@ -39,7 +39,7 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
       ++capped_;
       return nullptr;
     }
-    Entry fresh{name, inspector, make_labels()};
+    Entry fresh{name, inspector, key, make_labels()};
     if (!Charge(rank, EntryBytes(fresh))) {  // its source holds its budget already
       ++capped_by_source_;
       return nullptr;
@@ -79,25 +79,22 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
     }
   }
   size_t hint = 0;
-  auto set = [&](const char* name, bool inspector,
-                 absl::FunctionRef<bool(const LabelPairs&)> labels_match,
+  auto set = [&](const char* name, bool inspector, uint64_t key,
                  absl::FunctionRef<LabelPairs()> make_labels, double value) {
-    const Entry* e =
-        Set(rank, &hint, name, inspector, labels_match, make_labels, value, sample_ms, now_ns);
+    const Entry* e = Set(rank, &hint, name, inspector, key, make_labels, value, sample_ms, now_ns);
     // The points the store keeps (--store-rank-series) carry the full label set.
     if (e == nullptr || points == nullptr) return;
     points->push_back({name, FullLabels(id.job_id(), rank, *e), value, sample_ms});
   };
   for (const InspectorStat& stat : InspectorStats(report)) {
-    auto match = [&](const LabelPairs& labels) { return InspectorStatMatches(stat, id, labels); };
+    const uint64_t key = InspectorStatKey(stat, id);
     auto make = [&] { return InspectorStatLabels(stat, id); };
-    set(stat.time_family(), /*inspector=*/true, match, make, stat.mean_us);
-    if (stat.has_bw) set(stat.bw_family(), /*inspector=*/true, match, make, stat.bus_bw_gbs);
+    set(stat.time_family(), /*inspector=*/true, key, make, stat.mean_us);
+    if (stat.has_bw) set(stat.bw_family(), /*inspector=*/true, key, make, stat.bus_bw_gbs);
   }
   for (InspectorSample& sample : UserTagSamples(report)) {
     set(
-        sample.name, /*inspector=*/false,
-        [&](const LabelPairs& labels) { return labels == sample.labels; },
+        sample.name, /*inspector=*/false, absl::HashOf(sample.labels),
         [&] { return sample.labels; }, sample.value);
   }
   // What the plugin could not record (cumulative since the training process started): a pool,
@@ -114,10 +111,7 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
       const char* const kind = pair.first;  // named, not bound: lambdas below capture it
       const uint64_t value = pair.second;
       set(
-          kDropsFamily, /*inspector=*/false,
-          [&](const LabelPairs& labels) {
-            return labels.size() == 1 && labels[0].first == "kind" && labels[0].second == kind;
-          },
+          kDropsFamily, /*inspector=*/false, absl::HashOf(std::string_view(kind)),
           [&] {
             return LabelPairs{{"kind", kind}};
           },

@@ -83,6 +83,10 @@ class SeriesTable {
   struct Entry {
     const char* name;
     bool inspector;
+    // A 64-bit hash of what `labels` are made of (InspectorStatKey for Inspector's series): a
+    // series is found by it, neither its labels built nor compared for every report. Two series
+    // of one rank and family whose labels differ share one with odds of 2^-64.
+    uint64_t key;
     LabelPairs labels;
     double value = 0;
     int64_t time_ms = 0;
@@ -108,10 +112,9 @@ class SeriesTable {
   void Refund(Rank& rank, size_t bytes);
   // Sets one series of `rank`; null when it is new and the table is full (counted). `*hint` is
   // where to look first (a report lists its series in the order the last one did) and becomes
-  // the position after the series set. A series is found by `labels_match` on its labels; its
-  // labels are built by `make_labels` only when it is new.
-  Entry* Set(Rank& rank, size_t* hint, const char* name, bool inspector,
-             absl::FunctionRef<bool(const LabelPairs&)> labels_match,
+  // the position after the series set. A series is found by its family and `key` (Entry::key);
+  // its labels are built by `make_labels` only when it is new.
+  Entry* Set(Rank& rank, size_t* hint, const char* name, bool inspector, uint64_t key,
              absl::FunctionRef<LabelPairs()> make_labels, double value, int64_t sample_ms,
              int64_t now_ns);
   // The full label set of `e`, a series of `rank` of job `job_id`.

@@ -87,6 +87,12 @@ absl::Status AggregatorServer::OpenAndReplay() {
              "counter");
     w.Sample("ncclwatch_aggregator_store_wal_damage_total", {},
              static_cast<double>(store->WalDamage()));
+    w.Family("ncclwatch_aggregator_store_batch_log_damaged_total",
+             "Batches in the store's batch log that a replay (start-up, trace) found unreadable "
+             "(damaged bytes): skipped, the others replayed; logged.",
+             "counter");
+    w.Sample("ncclwatch_aggregator_store_batch_log_damaged_total", {},
+             static_cast<double>(store->BatchLogDamaged()));
     w.Family("ncclwatch_aggregator_store_wal_writes_lost_total",
              "Writes in the store's write-ahead log found unreadable (damaged) when it was opened: "
              "skipped, the rest recovered. The batches among them count in "

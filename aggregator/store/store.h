@@ -83,6 +83,8 @@ class Store {
   // never delivered: set aside or dropped by the agent, which counts those itself). Logged at most
   // once a minute.
   uint64_t BatchesMissing() const { return batches_missing_.load(std::memory_order_relaxed); }
+  // Batches in the batch log that a replay (start-up, trace) found unreadable and skipped.
+  uint64_t BatchLogDamaged() const { return batch_log_damaged_.load(std::memory_order_relaxed); }
   ~Store();
 
   // Stores the batch, received at `received_ns`, unless its (agent_id, batch_seq) is already
@@ -110,7 +112,8 @@ class Store {
   // batches written before may not be durable, so a duplicate is answered only after a sync too.
   bool SyncOwed() const { return sync_owed_.load(std::memory_order_relaxed); }
   void ReleaseBatchWrite(PendingWrite& pending);
-  // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order.
+  // Calls `fn` with every stored batch received in [since_ns, until_ns], in arrival order. A
+  // batch whose stored bytes cannot be read (damaged) is skipped, logged and counted.
   absl::Status ReplayBatches(
       int64_t since_ns,
       const std::function<void(const ncclwatch::v1::NodeBatch&, int64_t received_ns)>& fn,
@@ -203,6 +206,7 @@ class Store {
   uint64_t wal_lost_writes_ = 0;              // found by wal_gaps_ at Open
   uint64_t wal_damage_ = 0;                   // damage RocksDB reported at Open
   std::atomic<uint64_t> batches_missing_{0};  // WriteBatchIfNew
+  mutable std::atomic<uint64_t> batch_log_damaged_{0};  // ReplayBatches
   std::atomic<uint64_t> downsample_visited_{0};
   std::atomic<bool> log_unusable_{false};  // NeedsRestart
   // Writes a record to the current write-ahead log (at Open and after a resume), so that RocksDB

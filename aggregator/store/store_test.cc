@@ -394,8 +394,9 @@ TEST_F(StoreTest, ADamagedWriteAheadLogIsSaidAtOpenAndEveryBatchLostIsCounted) {
   ASSERT_GT(held.size(), 0u);
   // Said at once (RocksDB's LOG had been the only place it was written).
   EXPECT_GT((*store)->WalDamage(), 0u);
-  // RocksDB cannot read a compressed log past damage: the rest of the file is lost too. The
-  // batches lost are counted once their agent's next batch shows the hole.
+  // What RocksDB could not read is lost (the damaged records; in a log RocksDB compressed, as
+  // earlier versions had it, the rest of the file too). The batches lost are counted once their
+  // agent's next batch shows the hole.
   const uint64_t at_open = (*store)->BatchesMissing();
   EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-a", 13), 13));
   EXPECT_EQ((*store)->BatchesMissing(), 12 - held.size());
@@ -616,6 +617,85 @@ TEST_F(StoreTest, ReplaysBatchesInArrivalOrderFromAGivenTime) {
                                              int64_t at) { seen.emplace_back(b.batch_seq(), at); })
                   .ok());
   EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, int64_t>>{{2, 2'000}, {7, 3'000}}));
+}
+
+// Each batch is compressed once, as it is written; the log's values read back whole, those a
+// store wrote before (plain NodeBatch bytes) as well, and damaged ones say so instead of parsing.
+TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
+  ncclwatch::v1::NodeBatch big = Batch("new", 1);
+  for (int i = 0; i < 200; ++i) {
+    auto* r = big.add_reports();
+    r->mutable_identity()->set_job_id("a-job-of-many-reports");
+    r->mutable_identity()->set_rank(i);
+    r->set_report_id(static_cast<uint64_t>(i));
+  }
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(*(*store)->PutBatchIfNew(big, 2'000));
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {{rocksdb::kDefaultColumnFamilyName, {}},
+                                                           {"batches", {}}};
+  StoreKey old_key;  // earlier than the new batch
+  old_key.kind = StoreKey::Kind::kBatchLog;
+  old_key.time = 1'000;
+  const std::string key = EncodeStoreKey(old_key);
+  {
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator({}, handles[1]));
+    it->SeekToFirst();
+    ASSERT_TRUE(it->Valid());
+    const std::string logged = it->value().ToString();
+    EXPECT_EQ(logged[0], '\0');
+    EXPECT_LT(logged.size(), big.ByteSizeLong() / 3) << "the batch is not kept compressed";
+    // What a store wrote before: the batch's plain bytes, earlier in time.
+    it.reset();
+    ASSERT_TRUE(db->Put({}, handles[1], key, Batch("old", 1).SerializeAsString()).ok());
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    std::vector<std::pair<std::string, int>> seen;
+    ASSERT_TRUE(
+        (*store)
+            ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                   int64_t) { seen.emplace_back(b.agent_id(), b.reports_size()); })
+            .ok());
+    EXPECT_EQ(seen, (std::vector<std::pair<std::string, int>>{{"old", 1}, {"new", 201}}));
+  }
+  // A compressed value whose bytes were damaged: skipped and counted, not a crash, a wrong batch
+  // or a replay (a start-up) that stops there.
+  {
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    for (const std::string& damaged :
+         {std::string("\0\x28\xb5\x2f\xfd\xff\xff", 7), std::string(1, '\0'),
+          std::string("\0not a zstd frame", 17)}) {
+      ASSERT_TRUE(db->Put({}, handles[1], key, damaged).ok());
+      for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+      delete db;
+      {
+        auto store = Store::Open(dir_);
+        ASSERT_TRUE(store.ok());
+        std::vector<std::string> seen;
+        ASSERT_TRUE((*store)
+                        ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                               int64_t) { seen.push_back(b.agent_id()); })
+                        .ok());
+        EXPECT_EQ(seen, std::vector<std::string>{"new"}) << "the damaged batch was not skipped";
+        EXPECT_EQ((*store)->BatchLogDamaged(), 1u);
+      }
+      handles.clear();
+      ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    }
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
 }
 
 TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {

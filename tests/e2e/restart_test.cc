@@ -82,7 +82,9 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   // they stopped cleanly the store must hold every sequence number up to the last.
   std::map<std::string, std::set<uint64_t>> seqs;
   std::vector<SeriesPoint> derived;
-  aggregator::Analyzer analyzer(aggregator::AnalyzerOptions{.report_points = true});
+  aggregator::AnalyzerOptions options;
+  options.report_points = true;
+  aggregator::Analyzer analyzer(options);
   ASSERT_TRUE((*store)
                   ->ReplayBatches(0,
                                   [&](const ncclwatch::v1::NodeBatch& batch, int64_t received) {
