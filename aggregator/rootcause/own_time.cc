@@ -46,21 +46,38 @@ void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
     return;
   }
   if (cs.complete()) {
-    cs.processes[rank] = process;
+    if (cs.processes[rank] != process) {
+      ProcessState* held = Hold(process);  // first: the old one may be the same state
+      Release(cs.processes[rank], cs.states[rank]);
+      cs.processes[rank] = process;
+      cs.states[rank] = held;
+    }
     cs.nodes[rank] = node;
   } else {
     cs.pending[rank] = {process, node};
     if (static_cast<int>(cs.pending.size()) == nranks) {  // every rank known: go dense
       cs.processes.resize(nranks);
+      cs.states.resize(nranks);
       cs.nodes.resize(nranks);
       for (auto& [r, member] : cs.pending) {
         cs.processes[r] = member.first;
+        cs.states[r] = Hold(member.first);
         cs.nodes[r] = std::move(member.second);
       }
       cs.pending.clear();
     }
   }
   processes_[process].node = node;
+}
+
+OwnTimeAnalyzer::ProcessState* OwnTimeAnalyzer::Hold(const ProcessKey& p) {
+  ProcessState& ps = processes_[p];
+  ++ps.members;
+  return &ps;
+}
+
+void OwnTimeAnalyzer::Release(const ProcessKey& p, ProcessState* ps) {
+  if (--ps->members == 0 && ps->evidence.empty() && !ps->slow) processes_.erase(p);
 }
 
 void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const ClassKey& k,
@@ -226,7 +243,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   for (int r = 0; r < n; ++r) {
     Evidence ev;
     if (!Judge(group.comm, cs, k, st, r, &ev)) continue;
-    ProcessState& ps = processes_[cs.processes[r]];
+    ProcessState& ps = *cs.states[r];
     ps.evidence[{group.comm, k, r}] = ev;
     const bool slow = Verdict(ps, nullptr);
     if (slow != ps.slow) {
@@ -287,20 +304,28 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
       if (slot->second.judged.empty() && slot->second.unjudged <= 0) slots_.erase(slot);
     }
   }
-  std::vector<ProcessKey> members = cs.processes;
-  for (const auto& [r, member] : cs.pending) members.push_back(member.first);
-  for (const ProcessKey& p : members) {
-    auto ps = processes_.find(p);
-    if (ps == processes_.end()) continue;
-    std::erase_if(ps->second.evidence,
-                  [&](const auto& entry) { return std::get<0>(entry.first) == comm; });
-    if (ps->second.slow && !Verdict(ps->second, nullptr)) {
-      SlowProcess v = ViewOf(p, ps->second);
+  // Each member's evidence from this communicator goes, and with it perhaps its verdict; its
+  // state too once nothing holds it.
+  auto judge_without = [&](const ProcessKey& p, ProcessState& ps) {
+    std::erase_if(ps.evidence, [&](const auto& entry) { return std::get<0>(entry.first) == comm; });
+    if (ps.slow && !Verdict(ps, nullptr)) {
+      SlowProcess v = ViewOf(p, ps);
       v.slow = false;
-      ps->second.slow = false;
+      ps.slow = false;
       changes.push_back(std::move(v));
     }
-    if (ps->second.evidence.empty() && !ps->second.slow) processes_.erase(ps);
+  };
+  for (int r = 0; r < nranks; ++r) {
+    judge_without(cs.processes[r], *cs.states[r]);
+    Release(cs.processes[r], cs.states[r]);
+  }
+  for (const auto& [r, member] : cs.pending) {
+    auto ps = processes_.find(member.first);
+    if (ps == processes_.end()) continue;
+    judge_without(ps->first, ps->second);
+    if (ps->second.members == 0 && ps->second.evidence.empty() && !ps->second.slow) {
+      processes_.erase(ps);
+    }
   }
   comms_.erase(it);
   return changes;

@@ -173,12 +173,16 @@ class OwnTimeAnalyzer {
     int unjudged = 0;
     int64_t seen = 0;  // collectives observed, warm-up included
   };
+  struct ProcessState;
   struct CommState {
     int nranks = 0;
     // The members known so far, until every rank is: only then are the per-rank vectors built, so
     // a communicator costs what its ranks report, not the size it claims (detect/rank_set.h).
     std::map<int, std::pair<ProcessKey, std::string>> pending;
     std::vector<ProcessKey> processes;  // index = rank, once complete
+    // Their states in processes_, each held (ProcessState::members) while this names it: a
+    // completed collective reaches every member's evidence without a lookup by process.
+    std::vector<ProcessState*> states;
     std::vector<std::string> nodes;
     std::map<ClassKey, ClassState> classes;
     bool complete() const { return !processes.empty(); }
@@ -197,6 +201,7 @@ class OwnTimeAnalyzer {
     std::string node;
     bool slow = false;
     int64_t since_ns = 0;
+    int members = 0;  // ranks of complete communicators that hold this state (CommState::states)
     // Latest evidence per (communicator, class, rank).
     std::map<std::tuple<CommKey, ClassKey, int>, Evidence> evidence;
   };
@@ -224,11 +229,16 @@ class OwnTimeAnalyzer {
   bool Verdict(const ProcessState& ps,
                const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>** best) const;
   SlowProcess ViewOf(const ProcessKey& p, const ProcessState& ps) const;
+  // The state of `p`, held for a communicator's rank; Release lets it go, and forgets it once no
+  // rank holds it and it has neither evidence nor a slow verdict.
+  ProcessState* Hold(const ProcessKey& p);
+  void Release(const ProcessKey& p, ProcessState* ps);
 
   const OwnTimeOptions options_;
   absl::node_hash_map<CommKey, CommState> comms_;
   std::map<SlotKey, Slot> slots_;
-  absl::btree_map<ProcessKey, ProcessState> processes_;
+  // A node map: CommState::states point into it.
+  std::map<ProcessKey, ProcessState> processes_;
 };
 
 }  // namespace ncclwatch::aggregator

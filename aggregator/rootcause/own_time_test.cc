@@ -277,5 +277,39 @@ TEST(OwnTimeAnalyzerTest, ForgettingTheOnlyEvidenceEndsTheVerdict) {
   EXPECT_FALSE(a.IsSlow(FakeJob::Process(1)));
 }
 
+// A communicator's members reach their processes' states without a lookup; forgetting one
+// communicator (or replacing a rank's process) must leave the states the others still use, node
+// included, and free those nothing uses any more.
+TEST(OwnTimeAnalyzerTest, ForgettingOneCommunicatorKeepsWhatItsProcessesOthersStillUse) {
+  OwnTimeAnalyzer a;
+  const CommKey first{"job", 1};
+  const CommKey second{"job", 2};
+  for (const CommKey& comm : {first, second}) {
+    a.SetMember(comm, 2, 0, FakeJob::Process(0), "n0");
+    a.SetMember(comm, 2, 1, FakeJob::Process(1), "n1");
+  }
+  auto run = [&](const CommKey& comm, int groups) {
+    for (int i = 0; i < groups; ++i)
+      a.Observe({comm, "AllReduce", 1024, 2, {1'000'000, 4'000'000}});
+  };
+  run(first, 32);
+  EXPECT_TRUE(a.IsSlow(FakeJob::Process(1)));
+  a.Forget(first);  // its evidence goes; the second communicator's members stay known
+  EXPECT_FALSE(a.IsSlow(FakeJob::Process(1)));
+  EXPECT_EQ(a.ProcessesOnNode("job", "n1"), 1);
+  run(second, 32);
+  ASSERT_TRUE(a.IsSlow(FakeJob::Process(1)));
+  EXPECT_EQ(a.View(FakeJob::Process(1)).node, "n1");
+  // Rank 1 of the second communicator is another process now, and takes over its evidence; once
+  // the communicator goes, nothing of its ranks' states is left but the old process's evidence.
+  a.SetMember(second, 2, 1, FakeJob::Process(7), "n1");
+  run(second, 64);
+  EXPECT_TRUE(a.IsSlow(FakeJob::Process(7)));
+  a.Forget(second);
+  EXPECT_FALSE(a.IsSlow(FakeJob::Process(7)));
+  EXPECT_EQ(a.View(FakeJob::Process(7)).node, "");  // forgotten
+  EXPECT_EQ(a.ProcessesOnNode("job", "n0"), 0);
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator

@@ -4,6 +4,9 @@
 //   - the aggregator remote-writes into Prometheus's remote-write receiver, and the same API must
 //     return the series it sent.
 #include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -74,35 +77,62 @@ TEST(PrometheusEndToEndTest, ARealPrometheusFederatesTheFindingsWithTheirLabels)
   EXPECT_EQ(job.Wait(), 0) << job.Log();
 }
 
-// A job with a slow GPU runs long enough for the shipped NcclwatchStraggler alert (for: 1m) to
-// fire, then ends normally. Its ranks' final reports end the job: the finding's END ("job ended")
-// comes within 5 s, /federate drops the series at once, and Prometheus resolves the alert.
+// The shipped alert rules with every `for:` shortened to `for_s` seconds: the same expressions and
+// labels, firing without a test's minute of waiting (their durations are checked by promtool's
+// rule tests, scripts/check-deploy). Written into `dir`; returns the file's path, or "" when the
+// file could not be read or had no `for:` to shorten.
+std::string RulesWithShortFor(const std::string& dir, int for_s) {
+  std::ifstream in(NCCLWATCH_SOURCE_DIR "/deploy/prometheus/ncclwatch-rules.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string original = text.str();
+  const std::regex for_line(R"((\n\s+for: )[0-9]+[smh])");
+  std::string rules;
+  size_t from = 0;
+  for (auto m = std::sregex_iterator(original.begin(), original.end(), for_line);
+       m != std::sregex_iterator(); ++m) {
+    rules += original.substr(from, m->position() - from) + m->str(1) + std::to_string(for_s) + "s";
+    from = m->position() + m->length();
+  }
+  rules += original.substr(from);
+  if (rules == original || rules.find("for: 1m") != std::string::npos) return "";
+  const std::string path = dir + "/ncclwatch-rules.yaml";
+  std::ofstream(path) << rules;
+  return path;
+}
+
+// A job with a slow GPU runs long enough for the shipped NcclwatchStraggler alert to fire, then
+// ends normally. Its ranks' final reports end the job: the finding's END ("job ended") comes
+// within 5 s, /federate drops the series at once, and Prometheus resolves the alert.
 TEST(PrometheusEndToEndTest, AJobThatEndsResolvesItsAlertsAtOnce) {
   Pipeline p(2, {"--hang-threshold-s=2"});
   ASSERT_TRUE(p.ok()) << p.error();
   const std::string http = "127.0.0.1:" + std::to_string(p.http_port());
+  const std::string rules = RulesWithShortFor(p.dir(), 10);
+  ASSERT_FALSE(rules.empty()) << "the shipped rules' for: durations were not found";
   Prometheus prom(p.dir(),
                   "rule_files:\n"
-                  "  - " NCCLWATCH_SOURCE_DIR
-                  "/deploy/prometheus/ncclwatch-rules.yaml\n"
-                  "scrape_configs:\n"
-                  "  - job_name: ncclwatch\n"
-                  "    honor_labels: true\n"
-                  "    metrics_path: /federate\n"
-                  "    params:\n"
-                  "      'match[]': ['{__name__=~\"ncclwatch_.*\"}']\n"
-                  "    static_configs:\n"
-                  "      - targets: ['" +
+                  "  - " +
+                      rules +
+                      "\n"
+                      "scrape_configs:\n"
+                      "  - job_name: ncclwatch\n"
+                      "    honor_labels: true\n"
+                      "    metrics_path: /federate\n"
+                      "    params:\n"
+                      "      'match[]': ['{__name__=~\"ncclwatch_.*\"}']\n"
+                      "    static_configs:\n"
+                      "      - targets: ['" +
                       http + "']\n");
   ASSERT_TRUE(prom.WaitReady()) << prom.Log();
   EventRecorder events(p.query());
   Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2",
                "--ranks-per-node=4", "--agent-addr=" + p.AgentAddrTemplate(), "--job-id=ends",
-               "--duration-s=75", "--slow-rank=5", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
+               "--duration-s=30", "--slow-rank=5", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
               {}, p.dir() + "/simjob.log");
   const std::string firing =
       R"(ALERTS{alertname="NcclwatchStraggler",alertstate="firing",job_id="ends"})";
-  ASSERT_EQ(prom.WaitFor(firing, 1, 90).size(), 1u) << prom.Log() << p.Logs();
+  ASSERT_EQ(prom.WaitFor(firing, 1, 45).size(), 1u) << prom.Log() << p.Logs();
   ASSERT_EQ(job.Wait(), 0) << job.Log();
   const auto exited = std::chrono::steady_clock::now();
 
