@@ -22,7 +22,8 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
            (e.name == name || std::strcmp(e.name, name) == 0);
   };
   // A rank has a few dozen series, which its reports list in the same order: the hinted one
-  // nearly always matches, and a linear scan finds the rest (cheaper than a hashed key each).
+  // nearly always matches, and a linear scan of the keys finds the rest (cheaper than a hash map
+  // per rank).
   Entry* entry = nullptr;
   if (*hint < rank.entries.size() && matches(rank.entries[*hint])) {
     entry = &rank.entries[*hint];

@@ -77,7 +77,8 @@ OwnTimeAnalyzer::ProcessState* OwnTimeAnalyzer::Hold(const ProcessKey& p) {
 }
 
 void OwnTimeAnalyzer::Release(const ProcessKey& p, ProcessState* ps) {
-  if (--ps->members == 0 && ps->evidence.empty() && !ps->slow) processes_.erase(p);
+  --ps->members;
+  if (ps->Unused()) processes_.erase(p);
 }
 
 void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const ClassKey& k,
@@ -323,9 +324,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
     auto ps = processes_.find(member.first);
     if (ps == processes_.end()) continue;
     judge_without(ps->first, ps->second);
-    if (ps->second.members == 0 && ps->second.evidence.empty() && !ps->second.slow) {
-      processes_.erase(ps);
-    }
+    if (ps->second.Unused()) processes_.erase(ps);
   }
   comms_.erase(it);
   return changes;

@@ -202,6 +202,8 @@ class OwnTimeAnalyzer {
     bool slow = false;
     int64_t since_ns = 0;
     int members = 0;  // ranks of complete communicators that hold this state (CommState::states)
+    // Nothing holds it and it says nothing: forgotten.
+    bool Unused() const { return members == 0 && evidence.empty() && !slow; }
     // Latest evidence per (communicator, class, rank).
     std::map<std::tuple<CommKey, ClassKey, int>, Evidence> evidence;
   };

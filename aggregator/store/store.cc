@@ -75,6 +75,7 @@ ZstdContexts& ThreadZstd() {
 }
 
 absl::Status CompressBatch(std::string_view raw, std::string* value) {
+  if (ThreadZstd().compress == nullptr) return absl::ResourceExhaustedError("no zstd context");
   value->resize(1 + ZSTD_compressBound(raw.size()));
   (*value)[0] = kCompressedBatch;
   const size_t n = ZSTD_compressCCtx(ThreadZstd().compress, value->data() + 1, value->size() - 1,
@@ -97,6 +98,7 @@ absl::Status ParseLoggedBatch(std::string_view value, std::string* buffer,
         size > static_cast<unsigned long long>(kMaxBatchBytes)) {
       return absl::DataLossError("damaged compressed batch in the log (its size is unreadable)");
     }
+    if (ThreadZstd().decompress == nullptr) return absl::ResourceExhaustedError("no zstd context");
     buffer->resize(size);
     const size_t n = ZSTD_decompressDCtx(ThreadZstd().decompress, buffer->data(), buffer->size(),
                                          frame.data(), frame.size());
@@ -504,8 +506,8 @@ absl::StatusOr<bool> Store::WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batc
     writing_.emplace(key, pending->done);
   }
   pending->key = std::move(key);
-  thread_local std::string raw;
-  raw.clear();
+  // Not kept between batches: one hostile 64 MiB batch would stay held by every gRPC thread.
+  std::string raw;
   if (!batch.AppendToString(&raw)) return absl::InternalError("cannot serialise batch");
   if (source != nullptr) {
     ncclwatch::v1::NodeBatch only_source;
