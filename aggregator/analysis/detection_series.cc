@@ -19,7 +19,7 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
   for (const auto& [comm, group] : hang_origins.origins()) hung[comm] = &group.origin;
   for (const auto& [key, entry] : registry.comms()) {
     const CommWho& who = entry.who;
-    LabelPairs comm_labels = CommRegistry::CommLabels(key, who);
+    const LabelPairs comm_labels = CommRegistry::CommLabels(key, who);
     auto h = hung.find(key);
     out->push_back({"ncclwatch_hang", comm_labels, h != hung.end() ? 1.0 : 0.0, now_ms});
     // Nodes and ranks are walked only where something is flagged: most communicators, most
@@ -43,7 +43,7 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     class_labels.emplace_back("class", d.degraded.IsHybrid(key) ? "hybrid" : "nvlink");
     out->push_back({"ncclwatch_comm_degraded", std::move(class_labels),
                     d.degraded.IsDegraded(key) ? 1.0 : 0.0, now_ms});
-    out->push_back({"ncclwatch_hang_age_seconds", std::move(comm_labels),
+    out->push_back({"ncclwatch_hang_age_seconds", comm_labels,
                     h != hung.end() ? (now_ns - h->second->enqueued_ns) * 1e-9 : 0.0, now_ms});
     // Per-rank series for the ranks that report, and for the missing ranks a hang names (never
     // one per rank a communicator merely claims: detect/rank_set.h).
@@ -53,7 +53,7 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
       const bool missing = h != hung.end() && d.hangs.Missing(key, r);
       const bool silent = d.hangs.IsSilent(key, r);
       if (!missing && !silent) continue;
-      LabelPairs labels = CommRegistry::RankLabels(key, who, r);
+      LabelPairs labels = CommRegistry::RankLabels(comm_labels, who, r);
       if (missing) out->push_back({"ncclwatch_rank_missing", labels, 1.0, now_ms});
       if (silent) out->push_back({"ncclwatch_rank_silent", std::move(labels), 1.0, now_ms});
     }
@@ -61,7 +61,7 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
       for (int r : h->second->missing) {
         if (who.ranks.count(r)) continue;
         out->push_back(
-            {"ncclwatch_rank_missing", CommRegistry::RankLabels(key, who, r), 1.0, now_ms});
+            {"ncclwatch_rank_missing", CommRegistry::RankLabels(comm_labels, who, r), 1.0, now_ms});
       }
     }
     // Every rank's score where a reported GPU's evidence is in this communicator (it is flagged
@@ -75,7 +75,7 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
           entry.own_times ? root_ranks.count({key, score.rank}) > 0 : score.flagged;
       const bool late = score.lateness_ns >= d.stragglers.options().threshold_ns;
       if (!flagged && !late) continue;
-      LabelPairs labels = CommRegistry::RankLabels(key, who, score.rank);
+      LabelPairs labels = CommRegistry::RankLabels(comm_labels, who, score.rank);
       if (flagged) out->push_back({"ncclwatch_straggler", labels, 1.0, now_ms});
       out->push_back(
           {"ncclwatch_rank_lateness_seconds", std::move(labels), score.lateness_ns * 1e-9, now_ms});

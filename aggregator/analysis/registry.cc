@@ -154,8 +154,14 @@ LabelPairs CommRegistry::CommLabels(const CommKey& key, const CommWho& who) {
 }
 
 LabelPairs CommRegistry::RankLabels(const CommKey& key, const CommWho& who, int rank) {
+  return RankLabels(CommLabels(key, who), who, rank);
+}
+
+LabelPairs CommRegistry::RankLabels(const LabelPairs& comm_labels, const CommWho& who, int rank) {
   const RankWho& r = who.Rank(rank);
-  LabelPairs labels = CommLabels(key, who);
+  LabelPairs labels;
+  labels.reserve(comm_labels.size() + 3);
+  labels.insert(labels.end(), comm_labels.begin(), comm_labels.end());
   labels.emplace_back("rank", absl::StrCat(rank));
   labels.emplace_back("node", OrUnknown(r.node));
   labels.emplace_back("gpu", GpuLabel(r.cuda_device));

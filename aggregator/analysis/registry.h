@@ -85,6 +85,8 @@ class CommRegistry {
   // The labels that name rank `rank` of a communicator on every per-rank series:
   // job_id, comm_hash, comm_name, rank, node, gpu.
   static LabelPairs RankLabels(const CommKey& key, const CommWho& who, int rank);
+  // The same from the communicator's CommLabels, made once for all of its ranks.
+  static LabelPairs RankLabels(const LabelPairs& comm_labels, const CommWho& who, int rank);
   // job_id, comm_hash, comm_name.
   static LabelPairs CommLabels(const CommKey& key, const CommWho& who);
 

@@ -125,6 +125,7 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
       const bool silent = stale && (rs.silent || newest - heard >= options_.silent_after_ns);
       if (silent == rs.silent) continue;
       rs.silent = silent;
+      cs.silent_ranks += silent ? 1 : -1;
       if (silent) rs.silent_since_ns = now_ns;
       HangChange change;
       change.start = silent;
@@ -191,16 +192,12 @@ std::vector<HangDetector::InFlight> HangDetector::InFlightOf(const CommKey& comm
 
 bool HangDetector::AnySilent(const CommKey& comm) const {
   const CommState* cs = comms_.Find(comm);
-  if (cs == nullptr) return false;
-  return std::any_of(cs->ranks.begin(), cs->ranks.end(),
-                     [](const auto& rank) { return rank.second.silent; });
+  return cs != nullptr && cs->silent_ranks > 0;
 }
 
 int HangDetector::SilentRanks(const CommKey& comm) const {
   const CommState* cs = comms_.Find(comm);
-  if (cs == nullptr) return 0;
-  return static_cast<int>(std::count_if(cs->ranks.begin(), cs->ranks.end(),
-                                        [](const auto& rank) { return rank.second.silent; }));
+  return cs != nullptr ? cs->silent_ranks : 0;
 }
 
 bool HangDetector::IsSilent(const CommKey& comm, int rank) const {

@@ -128,6 +128,7 @@ class HangDetector {
   struct CommState {
     int nranks = 0;
     absl::btree_map<int, RankState> ranks;  // the ranks that reported (rank_set.h)
+    int silent_ranks = 0;                   // of them, silent
     bool hung = false;
     HangView hang;
   };

@@ -80,8 +80,15 @@ Ingest::Ingest(Store& store, Analyzer& analyzer, MetricRegistry& m, int64_t hist
           "since the one before (group commit).")),
       detection_points_(m.GetCounter("ncclwatch_aggregator_detection_points_stored_total",
                                      "Detection series points stored (changes and heartbeats).")),
-      history_step_ns_(history_step_ns) {
+      history_step_ns_(history_step_ns),
+      analysis_queue_(m.GetGauge("ncclwatch_aggregator_analysis_queue_reports",
+                                 "Reports of acknowledged batches waiting to be analysed.")),
+      analysis_waits_(m.GetCounter(
+          "ncclwatch_aggregator_analysis_queue_full_total",
+          "Acknowledgements held back because the analysis queue was full (the analysis does "
+          "not keep up with what is pushed).")) {
   m.AddCollector([this](PromTextWriter& w) { ExportAnalyzerCounters(analyzer_, w); });
+  analyser_ = std::thread([this] { AnalysisLoop(); });
   committer_ = std::thread([this] { CommitLoop(); });
 }
 
@@ -91,22 +98,32 @@ Ingest::~Ingest() {
     stopping_ = true;
   }
   committer_.join();  // after answering every push taken
+  {
+    ncclwatch::MutexLock lock(&analysis_mu_);
+    analysis_stopping_ = true;
+  }
+  analyser_.join();  // after analysing every batch acknowledged
 }
 
 absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBatch& batch,
                                                      const std::string& source) {
   ncclwatch::Notification answered;
   absl::StatusOr<ncclwatch::v1::BatchAck> out;
-  PushAsync(batch, source, [&](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
+  // Not owned: this call returns only once the batch is analysed and no longer held.
+  std::shared_ptr<const ncclwatch::v1::NodeBatch> unowned(
+      std::shared_ptr<const ncclwatch::v1::NodeBatch>(), &batch);
+  PushAsync(std::move(unowned), source, [&](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
     out = std::move(ack);
     answered.Notify();
   });
   answered.WaitForNotification();
+  AwaitAnalysed();
   return out;
 }
 
-void Ingest::PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string& source,
-                       PushDone done) {
+void Ingest::PushAsync(std::shared_ptr<const ncclwatch::v1::NodeBatch> pushed,
+                       const std::string& source, PushDone done) {
+  const ncclwatch::v1::NodeBatch& batch = *pushed;
   if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
       batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
     batches_invalid_->Increment();
@@ -116,7 +133,7 @@ void Ingest::PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string&
     return;
   }
   Commit commit;
-  commit.batch = &batch;
+  commit.batch = std::move(pushed);
   // The sender as authenticated here, never as it says (whatever `source` it sent is replaced);
   // stored with the batch, so that a replay counts it against the same per-agent caps.
   commit.source = source.empty() ? "agent:" + batch.agent_id() : source;
@@ -137,8 +154,8 @@ void Ingest::PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string&
         ->Increment();
   }
   if (rejected > 0) {
-    commit.clean = std::make_unique<ncclwatch::v1::NodeBatch>();
-    ncclwatch::v1::NodeBatch& clean = *commit.clean;
+    auto clean_batch = std::make_shared<ncclwatch::v1::NodeBatch>();
+    ncclwatch::v1::NodeBatch& clean = *clean_batch;
     clean.set_agent_id(batch.agent_id());
     clean.set_batch_seq(batch.batch_seq());
     clean.set_node(batch.node());
@@ -146,7 +163,7 @@ void Ingest::PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string&
     for (int i = 0; i < batch.reports_size(); ++i) {
       if (valid[i]) *clean.add_reports() = batch.reports(i);
     }
-    commit.batch = &clean;
+    commit.batch = std::move(clean_batch);  // the push's own batch is not needed any more
   }
   commit.ack.set_batch_seq(batch.batch_seq());
   commit.ack.set_rejected_reports(rejected);
@@ -226,18 +243,72 @@ void Ingest::CommitLoop() {
         continue;
       }
       batches_stored_->Increment();
+      int64_t resumed_ns = 0;
       if (failing_since_ns_.exchange(0, std::memory_order_relaxed) != 0) {
-        // The store takes pushes again after failing them (a full disk): as after a restart, the
-        // agents' backlogs arrive over their next retries, one node's before another's, so ranks
-        // last heard before now are not judged silent until the agents had time to retry.
         LogInfo("store: pushes are stored again");
-        analyzer_.StartListening(absl::GetCurrentTimeNanos());
+        resumed_ns = absl::GetCurrentTimeNanos();
       }
-      Analyse(*c.batch, c.source, c.received_ns,
-              [this](const ncclwatch::v1::Event& e) { Handle(e); });
+      // Durable: answered now, analysed next (AnalysisLoop).
+      QueueAnalysis(c, resumed_ns);
       c.done(std::move(c.ack));
     }
   }
+}
+
+void Ingest::QueueAnalysis(Commit& c, int64_t resumed_ns) {
+  const int reports = c.batch->reports_size();
+  ncclwatch::MutexLock lock(&analysis_mu_);
+  // A batch larger than the whole queue waits only for an empty one.
+  auto room = [this, reports]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(analysis_mu_) {
+    return analyses_.empty() || queued_reports_ + reports <= kMaxQueuedReports;
+  };
+  if (!room()) {
+    analysis_waits_->Increment();
+    analysis_mu_.Await(absl::Condition(&room));
+  }
+  analyses_.push_back({std::move(c.batch), std::move(c.source), c.received_ns, resumed_ns});
+  queued_reports_ += reports;
+  ++queued_total_;
+  analysis_queue_->Set(static_cast<double>(queued_reports_));
+}
+
+void Ingest::AnalysisLoop() {
+  for (;;) {
+    Analysis next;
+    {
+      ncclwatch::MutexLock lock(&analysis_mu_);
+      analysis_mu_.Await(absl::Condition(
+          +[](Ingest* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return !self->analyses_.empty() || self->analysis_stopping_;
+          },
+          this));
+      if (analyses_.empty()) return;  // stopping, every acknowledged batch analysed
+      next = std::move(analyses_.front());
+      analyses_.pop_front();
+    }
+    const int reports = next.batch->reports_size();
+    if (next.resumed_ns != 0) {
+      // The store takes pushes again after failing them (a full disk): as after a restart, the
+      // agents' backlogs arrive over their next retries, one node's before another's, so ranks
+      // last heard before then are not judged silent until the agents had time to retry.
+      analyzer_.StartListening(next.resumed_ns);
+    }
+    Analyse(*next.batch, next.source, next.received_ns,
+            [this](const ncclwatch::v1::Event& e) { Handle(e); });
+    next.batch.reset();  // the push's messages go before it counts as analysed (Push)
+    ncclwatch::MutexLock lock(&analysis_mu_);
+    queued_reports_ -= reports;
+    ++analysed_total_;
+    analysis_queue_->Set(static_cast<double>(queued_reports_));
+  }
+}
+
+void Ingest::AwaitAnalysed() {
+  ncclwatch::MutexLock lock(&analysis_mu_);
+  const uint64_t target = queued_total_;
+  auto done = [this, target]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(analysis_mu_) { return analysed_total_ >= target; };
+  analysis_mu_.Await(absl::Condition(&done));
 }
 
 void Ingest::Analyse(const ncclwatch::v1::NodeBatch& batch, const std::string& source,

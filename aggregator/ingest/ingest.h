@@ -1,6 +1,7 @@
-// The aggregator's write path, without gRPC: a batch from an agent is validated, stored durably,
-// analysed, and the detection events it causes are logged, stored and published; time-driven
-// detection (Tick) and the replay of stored batches at start-up go the same way.
+// The aggregator's write path, without gRPC: a batch from an agent is validated, stored durably
+// and acknowledged, then analysed (in the order received), and the detection events it causes are
+// logged, stored and published; time-driven detection (Tick) and the replay of stored batches at
+// start-up go the same way.
 //
 // Thread safety: every method may be called concurrently (Push from gRPC threads, Tick from the
 // ticker); the store and analyzer serialise what they must.
@@ -8,6 +9,7 @@
 #define NCCLWATCH_AGGREGATOR_INGEST_INGEST_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,16 +41,25 @@ class Ingest {
   ~Ingest();
 
   // Validates, stores (durably) and analyses a batch sent by `source` (PushSource; empty:
-  // "agent:<agent_id>"), which is stored with it. Errors: InvalidArgument for a malformed batch
-  // (not retried by agents), Unavailable when the store failed (retried). Invalid reports are
-  // left out and counted by reason; the ack says how many.
+  // "agent:<agent_id>"), which is stored with it; returns once it is analysed. Errors:
+  // InvalidArgument for a malformed batch (not retried by agents), Unavailable when the store
+  // failed (retried). Invalid reports are left out and counted by reason; the ack says how many.
   absl::StatusOr<ncclwatch::v1::BatchAck> Push(const ncclwatch::v1::NodeBatch& batch,
                                                const std::string& source = "");
   // Push without waiting: `done` is called once with the answer, on this thread for a malformed
-  // batch and otherwise on the committer thread, after the batch is durable and analysed.
-  // `batch` must stay valid until then. Batches received together share one sync of the log.
+  // batch and otherwise on the committer thread as soon as the batch is durable (batches received
+  // together share one sync of the log). Its analysis follows on the analysis thread, in the order
+  // the batches were received; `batch` is held until then. When more than kMaxQueuedReports
+  // reports wait for analysis, acknowledgements wait for room: a sender faster than the analysis
+  // is slowed down rather than buffered without end. A crash before a batch is analysed loses
+  // nothing: the start-up replay analyses it.
   using PushDone = std::function<void(absl::StatusOr<ncclwatch::v1::BatchAck>)>;
-  void PushAsync(const ncclwatch::v1::NodeBatch& batch, const std::string& source, PushDone done);
+  void PushAsync(std::shared_ptr<const ncclwatch::v1::NodeBatch> batch, const std::string& source,
+                 PushDone done);
+  static constexpr int64_t kMaxQueuedReports = 1 << 17;  // ~1.5 s of a 16,384-rank job
+  // Returns once every batch acknowledged before the call is analysed: a query that follows an
+  // acknowledgement sees what the batch changed (the Query API waits so).
+  void AwaitAnalysed();
   // Time-driven detection (hangs, silent ranks): call about four times a second. Also stores the
   // detection series (ncclwatch_*), at most once per history step, when they change and at least
   // once a minute.
@@ -116,8 +127,8 @@ class Ingest {
   // the state the live run had. The committer syncs once for every push written since its last
   // sync (group commit).
   struct Commit {
-    const ncclwatch::v1::NodeBatch* batch = nullptr;  // the push's, or `clean`
-    std::unique_ptr<ncclwatch::v1::NodeBatch> clean;  // its valid reports, when some were not
+    // The push's, or a copy of its valid reports when some were not.
+    std::shared_ptr<const ncclwatch::v1::NodeBatch> batch;
     std::string source;
     int64_t received_ns = 0;
     absl::StatusOr<bool> is_new;
@@ -126,6 +137,10 @@ class Ingest {
     PushDone done;
   };
   void CommitLoop();
+  // Hands a durable new batch to the analysis thread (waiting for room); `resumed_ns` > 0: the
+  // store took pushes again at that time after failing them.
+  void QueueAnalysis(Commit& c, int64_t resumed_ns);
+  void AnalysisLoop();
   static constexpr absl::Duration kMinSyncInterval = absl::Milliseconds(5);
   ncclwatch::Mutex order_mu_;
   int64_t last_received_ns_ ABSL_GUARDED_BY(order_mu_) = 0;
@@ -136,7 +151,24 @@ class Ingest {
   bool stopping_ ABSL_GUARDED_BY(order_mu_) = false;
   absl::Time last_sync_ = absl::InfinitePast();  // the committer's
   std::atomic<int64_t> failing_since_ns_{0};     // FailingSinceNs; written by the committer
-  std::thread committer_;                        // last: started when everything above is ready
+  // Acknowledged batches waiting for the analysis thread, oldest first.
+  struct Analysis {
+    std::shared_ptr<const ncclwatch::v1::NodeBatch> batch;
+    std::string source;
+    int64_t received_ns = 0;
+    int64_t resumed_ns = 0;
+  };
+  ncclwatch::Mutex analysis_mu_;
+  std::deque<Analysis> analyses_ ABSL_GUARDED_BY(analysis_mu_);
+  int64_t queued_reports_ ABSL_GUARDED_BY(analysis_mu_) = 0;
+  uint64_t queued_total_ ABSL_GUARDED_BY(analysis_mu_) = 0;    // batches ever queued
+  uint64_t analysed_total_ ABSL_GUARDED_BY(analysis_mu_) = 0;  // of them, analysed
+  bool analysis_stopping_ ABSL_GUARDED_BY(analysis_mu_) = false;
+  Gauge* analysis_queue_;
+  Counter* analysis_waits_;
+  // Last: started when everything above is ready.
+  std::thread analyser_;
+  std::thread committer_;
 };
 
 }  // namespace ncclwatch::aggregator

@@ -1,11 +1,16 @@
-// Ingest's start-up replay when it is shorter than the stored history (--replay-max-mib): a
-// finding announced before the replayed window and still open is re-derived within it, and must
-// not be announced a second time.
+// Ingest: pushes acknowledged once durable and analysed after, in order; the start-up replay when
+// it is shorter than the stored history (--replay-max-mib): a finding announced before the
+// replayed window and still open is re-derived within it, and must not be announced a second time.
 #include "aggregator/ingest/ingest.h"
 
+#include <atomic>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/synchronization/blocking_counter.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
@@ -37,6 +42,88 @@ int UnreportedStarts(const Store& store) {
          e.phase() == ncclwatch::v1::Event::START;
   }
   return n;
+}
+
+// A temporary store directory, removed at the end.
+class StoreDir {
+ public:
+  StoreDir() {
+    char tmpl[] = "/tmp/ncclwatch-ingest-XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    path_ = tmpl;
+  }
+  ~StoreDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Pushes `n` batches from `threads` threads without waiting for their analysis; returns once every
+// one is acknowledged. `released` counts the batches Ingest has let go of.
+void PushAll(Ingest& ingest, int threads, int n, std::atomic<int>& released,
+             std::atomic<int>& acked) {
+  absl::BlockingCounter answered(n);
+  std::vector<std::thread> pushers;
+  for (int t = 0; t < threads; ++t) {
+    pushers.emplace_back([&, t] {
+      for (int i = t; i < n; i += threads) {
+        auto* batch = new ncclwatch::v1::NodeBatch(HalfReported(i + 1));
+        batch->set_agent_id("node-" + std::to_string(i));
+        std::shared_ptr<const ncclwatch::v1::NodeBatch> held(
+            batch, [&released](const ncclwatch::v1::NodeBatch* b) {
+              ++released;
+              delete b;
+            });
+        ingest.PushAsync(std::move(held), "", [&](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
+          EXPECT_TRUE(ack.ok()) << ack.status();
+          acked += ack.ok() && !ack->duplicate();
+          answered.DecrementCount();
+        });
+      }
+    });
+  }
+  for (auto& p : pushers) p.join();
+  answered.Wait();
+}
+
+TEST(IngestTest, WhatWasAcknowledgedIsAnalysedBeforeTheNextQueryAndThenLetGo) {
+  StoreDir dir;
+  auto store = Store::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  Analyzer analyzer;
+  MetricRegistry metrics;
+  Ingest ingest(**store, analyzer, metrics);
+  std::atomic<int> released = 0;
+  std::atomic<int> acked = 0;
+  PushAll(ingest, 4, 200, released, acked);
+  EXPECT_EQ(acked, 200);
+  ingest.AwaitAnalysed();  // what the Query API does before it answers
+  EXPECT_EQ(ingest.Stats().reports_ingested(), 200u);
+  EXPECT_EQ(released, 200) << "every batch is let go of once analysed";
+  const auto jobs = analyzer.Jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(metrics.GetGauge("ncclwatch_aggregator_analysis_queue_reports", "")->value(), 0);
+  // Nothing acknowledged was left out of the analysis, and each batch is analysed once.
+  EXPECT_EQ(metrics.GetCounter("ncclwatch_aggregator_batches_stored_total", "")->value(), 200u);
+}
+
+TEST(IngestTest, StoppingAnalysesEveryBatchAlreadyAcknowledged) {
+  StoreDir dir;
+  auto store = Store::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  Analyzer analyzer;
+  MetricRegistry metrics;
+  std::atomic<int> released = 0;
+  std::atomic<int> acked = 0;
+  {
+    Ingest ingest(**store, analyzer, metrics);
+    PushAll(ingest, 2, 100, released, acked);
+  }  // stops at once, whatever is still queued for analysis
+  EXPECT_EQ(acked, 100);
+  EXPECT_EQ(released, 100);
+  EXPECT_EQ(metrics.GetCounter("ncclwatch_aggregator_reports_ingested_total", "")->value(), 100u)
+      << "the destructor waits for the analysis of every acknowledged batch";
 }
 
 TEST(IngestReplayTest, AFindingOpenBeforeAShortenedReplayIsNotAnnouncedAgain) {

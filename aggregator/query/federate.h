@@ -12,8 +12,8 @@
 
 namespace ncclwatch::aggregator {
 
-// The samples matching any selector, families and series sorted, with the catalogue's help texts
-// (proto/exported_series.h).
+// The samples matching any selector, with the catalogue's help texts (proto/exported_series.h):
+// families sorted by name, each family's series in the order of `samples`.
 std::string RenderFederate(const std::vector<SeriesPoint>& samples,
                            const std::vector<Selector>& selectors);
 

@@ -1,5 +1,7 @@
 #include "aggregator/server/services.h"
 
+#include <atomic>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -50,7 +52,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 
 // One push's batch and acknowledgement, parsed onto one protobuf arena: a batch's hundreds of
 // strings and repeated fields come from a few blocks and go with them, rather than each from the
-// heap and back.
+// heap and back. gRPC lets go of them once the push is answered; the batch is analysed after
+// that (Ingest::PushAsync), so the messages live until both have let go.
 class ArenaPushMessages final
     : public grpc::MessageHolder<ncclwatch::v1::NodeBatch, ncclwatch::v1::BatchAck> {
  public:
@@ -58,9 +61,17 @@ class ArenaPushMessages final
     set_request(google::protobuf::Arena::CreateMessage<ncclwatch::v1::NodeBatch>(&arena_));
     set_response(google::protobuf::Arena::CreateMessage<ncclwatch::v1::BatchAck>(&arena_));
   }
-  void Release() override { delete this; }
+  // The batch, held for as long as the pointer (or a copy of it) lives.
+  std::shared_ptr<const ncclwatch::v1::NodeBatch> SharedRequest() {
+    holders_.fetch_add(1, std::memory_order_relaxed);
+    return {request(), [this](const ncclwatch::v1::NodeBatch*) { Unhold(); }};
+  }
+  void Release() override { Unhold(); }
 
  private:
+  void Unhold() {
+    if (holders_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
   static google::protobuf::ArenaOptions Options() {
     google::protobuf::ArenaOptions o;
     o.start_block_size = 32 << 10;  // a node's batch of 8 ranks parses into ~30-100 KiB
@@ -68,6 +79,7 @@ class ArenaPushMessages final
     return o;
   }
   google::protobuf::Arena arena_;
+  std::atomic<int> holders_{1};  // gRPC, and the batch's shared pointer while one lives
 };
 
 }  // namespace
@@ -118,10 +130,14 @@ grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* conte
                                               const ncclwatch::v1::NodeBatch* request,
                                               ncclwatch::v1::BatchAck* response) {
   if (!gate_.Admits(*context)) return Finished(context, kPushUnauthenticated);
-  // Answered by Ingest's committer once the batch is durable and analysed; this thread goes
-  // back to gRPC meanwhile.
+  // Answered by Ingest's committer once the batch is durable; this thread goes back to gRPC
+  // meanwhile.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  ingest_.PushAsync(*request, PushSource(*context, request->agent_id()),
+  auto* messages = dynamic_cast<ArenaPushMessages*>(context->GetRpcAllocatorState());
+  std::shared_ptr<const ncclwatch::v1::NodeBatch> batch =
+      messages != nullptr ? messages->SharedRequest()
+                          : std::make_shared<const ncclwatch::v1::NodeBatch>(*request);
+  ingest_.PushAsync(std::move(batch), PushSource(*context, request->agent_id()),
                     [reactor, response](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
                       FinishWith(reactor, std::move(ack), response);
                     });
@@ -145,6 +161,7 @@ template <typename Response, typename AnswerFn>
 grpc::ServerUnaryReactor* QueryService::Serve(grpc::CallbackServerContext* context,
                                               Response* response, AnswerFn&& answer) {
   if (!gate_.Admits(*context)) return Finished(context, kQueryUnauthenticated);
+  ingest_.AwaitAnalysed();  // what a caller was acknowledged, it sees
   return Answer(context, absl::StatusOr<Response>(answer()), response);
 }
 
@@ -165,6 +182,12 @@ grpc::ServerUnaryReactor* QueryService::RouteAdmitted(grpc::CallbackServerContex
                                                       ShardRouter::Local<Response> local,
                                                       ShardRouter::Remote<Response> remote,
                                                       ShardRouter::Merge<Response> merge) {
+  // What a caller was acknowledged, it sees: this aggregator's answer waits for the analysis of
+  // every batch acknowledged before the call.
+  local = [this, local = std::move(local)]() {
+    ingest_.AwaitAnalysed();
+    return local();
+  };
   if (router_ == nullptr || ShardRouter::Forwarded(*context)) {
     return Answer(context, local(), response);
   }

@@ -12,6 +12,9 @@
 //   routes: the analyzer's export of every series (Inspector statistics plus detection series of
 //   5 communicators x 1,024 ranks), selector matching, rendering in Prometheus text format, and
 //   the transfer of the ~26 MiB answer.
+// BM_FederateDetection16k: GET /federate of the detection series (what alerting federates) of a
+//   16,384-rank job (TP 8 x PP 8 x DP 256, ~4,400 communicators) after 3 s of its reports from
+//   the loadgen's job model: the analyzer's export, matching, rendering and the transfer.
 //
 // Usage: store_bench [Google Benchmark flags]
 #include <stdlib.h>
@@ -33,6 +36,7 @@
 #include "common/daemon.h"
 #include "common/metrics.h"
 #include "httplib.h"
+#include "tests/loadgen/job_reports.h"
 
 namespace ncclwatch::bench {
 namespace {
@@ -261,6 +265,62 @@ void BM_Federate100k(benchmark::State& state) {
   state.counters["MiB"] = static_cast<double>(bytes) / (1 << 20);
 }
 BENCHMARK(BM_Federate100k)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_FederateDetection16k(benchmark::State& state) {
+  aggregator::Analyzer analyzer;
+  simjob::JobModelConfig m;
+  m.tp = 8;
+  m.pp = 8;
+  m.dp = 256;
+  m.gpus_per_node = 8;
+  m.program.microbatches = 4;
+  m.program.layers = 1;
+  m.program.layer_fwd_ns = 40'000'000;
+  m.program.optimizer_ns = 2 * m.program.layer_fwd_ns;
+  const int64_t t0 = 1'800'000'000'000'000'000;
+  m.t0_ns = t0;
+  m.end_ns = t0 + 10'000'000'000;
+  loadgen::JobReports job(m, {});
+  std::vector<ncclwatch::v1::RankReport> reports;
+  for (int second = 1; second <= 3; ++second) {
+    const int64_t end_ns = t0 + second * 1'000'000'000LL;
+    for (int node = 0; node < job.nodes(); ++node) {
+      reports.clear();
+      job.NodeReports(node, end_ns, &reports);
+      for (const auto& r : reports) {
+        analyzer.Ingest(r, end_ns, "agent:" + loadgen::JobReports::NodeName(node));
+      }
+    }
+    analyzer.Tick(end_ns);
+  }
+  MetricRegistry metrics;
+  HttpServer http;
+  TempDir dir;
+  auto store = Store::Open(dir.path());
+  if (!store.ok()) return state.SkipWithError("cannot open the store");
+  aggregator::QueryEngine query(**store, analyzer);
+  aggregator::InstallHttpRoutes(http, metrics, query);
+  auto port = http.Start("127.0.0.1", 0);
+  if (!port.ok()) return state.SkipWithError("cannot start the HTTP server");
+  httplib::Client client("127.0.0.1", *port);
+  size_t lines = 0;
+  size_t bytes = 0;
+  // The families scripts/bench-scale federates (every detection family).
+  const std::string path =
+      "/federate?match%5B%5D=%7B__name__%3D~%22ncclwatch_(straggler%7Crank_lateness_seconds%7C"
+      "hang%7Chang_age_seconds%7Crank_missing%7Ccomm_degraded%7Cnode_network_suspect%7C"
+      "node_straggler%7Crank_silent)%22%7D";
+  for (auto _ : state) {
+    auto res = client.Get(path);
+    if (!res || res->status != 200) return state.SkipWithError("GET /federate failed");
+    bytes = res->body.size();
+    lines = static_cast<size_t>(std::count(res->body.begin(), res->body.end(), '\n'));
+  }
+  http.Stop();
+  state.counters["series"] = static_cast<double>(lines);
+  state.counters["MiB"] = static_cast<double>(bytes) / (1 << 20);
+}
+BENCHMARK(BM_FederateDetection16k)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ncclwatch::bench

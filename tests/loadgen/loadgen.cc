@@ -53,6 +53,7 @@ struct Config {
   double interval_s = 1;
   double seconds = 60;
   double warmup_s = 20;
+  double steady_start_s = 0;
   double steady_end_s = 0;
   int64_t senders = 256;
   std::string job_prefix = "loadgen";
@@ -258,10 +259,13 @@ int Main(int argc, char** argv) {
   t.AddDouble("seconds", "", &c.seconds, "How long to run, s.");
   t.AddDouble("warmup-s", "", &c.warmup_s,
               "Findings before this (job warm-up) are listed but not counted as false pages.");
+  t.AddDouble("steady-start-s", "", &c.steady_start_s,
+              "The steady window starts this many seconds after the start (after the job's "
+              "warm-up): ack percentiles and the largest backlog are also reported for it "
+              "(ack_p50_steady_s, ack_p99_steady_s, max_backlog_steady_batches).");
   t.AddDouble("steady-end-s", "", &c.steady_end_s,
-              "The largest backlog is also reported for the intervals that end up to this many "
-              "seconds after the start (max_backlog_steady_batches), e.g. before a benchmark's "
-              "own probes load the aggregator (0: the whole run).");
+              "...and it ends this many seconds after the start, e.g. before a benchmark's own "
+              "probes load the aggregator (0: at the end of the run).");
   t.AddInt("senders", "", &c.senders,
            "Threads pushing batches, each one push in flight at a time (each node's batches in "
            "order). Every agent has a push in flight of its own: with fewer senders than nodes, "
@@ -357,7 +361,7 @@ int Main(int argc, char** argv) {
 
   // The schedule: every interval, every node of every job sends one batch.
   std::vector<uint64_t> batch_seq(static_cast<size_t>(jobs[0]->nodes() * c.jobs), 0);
-  std::vector<double> lags, all_latencies;
+  std::vector<double> lags, all_latencies, steady_latencies;
   int64_t max_backlog = 0, max_backlog_steady = 0, reports = 0;
   using Batches = std::vector<std::pair<int, std::unique_ptr<ncclwatch::v1::NodeBatchBytes>>>;
   // The batches of the interval ending at `end_ns`, each with its node's slot.
@@ -483,15 +487,19 @@ int Main(int argc, char** argv) {
     // aggregator does not keep up.
     const int64_t backlog = sender.backlog();
     max_backlog = std::max(max_backlog, backlog);
-    if (c.steady_end_s <= 0 || static_cast<double>(k) * c.interval_s <= c.steady_end_s) {
-      max_backlog_steady = std::max(max_backlog_steady, backlog);
-    }
+    const double at_s = static_cast<double>(k) * c.interval_s;
+    const bool steady = at_s > c.steady_start_s && (c.steady_end_s <= 0 || at_s <= c.steady_end_s);
+    if (steady) max_backlog_steady = std::max(max_backlog_steady, backlog);
     Batches batches = c.prebuild ? std::move(prebuilt[k - 1]) : build(end_ns);
     for (auto& [slot, batch] : batches) sender.Enqueue(slot, std::move(batch));
     const double lag = static_cast<double>(simjob::NowNs() - end_ns) / 1e9;
     lags.push_back(lag);
     std::vector<double> lat = sender.TakeLatencies();
     all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
+    // Acknowledged during the interval before this one's end: inside the window if it is.
+    if (steady && at_s - c.interval_s >= c.steady_start_s) {
+      steady_latencies.insert(steady_latencies.end(), lat.begin(), lat.end());
+    }
     std::fprintf(stderr,
                  "loadgen: t=%5.1f s  built in %.3f s  backlog %lld batches  acked %lld  ack p50 "
                  "%.3f s p99 %.3f s  %.1f MB sent\n",
@@ -578,6 +586,9 @@ int Main(int argc, char** argv) {
     << "ack_p50_s=" << Percentile(all_latencies, 0.5) << "\n"
     << "ack_p99_s=" << Percentile(all_latencies, 0.99) << "\n"
     << "ack_max_s=" << Percentile(all_latencies, 1.0) << "\n"
+    << "ack_p50_steady_s=" << Percentile(steady_latencies, 0.5) << "\n"
+    << "ack_p99_steady_s=" << Percentile(steady_latencies, 0.99) << "\n"
+    << "ack_max_steady_s=" << Percentile(steady_latencies, 1.0) << "\n"
     << "max_backlog_batches=" << max_backlog << "\n"
     << "max_backlog_steady_batches=" << max_backlog_steady << "\n"
     << "generator_lag_p50_s=" << Percentile(lags, 0.5) << "\n"
