@@ -87,42 +87,44 @@ void PushAll(Ingest& ingest, int threads, int n, std::atomic<int>& released,
   answered.Wait();
 }
 
-TEST(IngestTest, WhatWasAcknowledgedIsAnalysedBeforeTheNextQueryAndThenLetGo) {
-  StoreDir dir;
-  auto store = Store::Open(dir.path());
-  ASSERT_TRUE(store.ok()) << store.status();
-  Analyzer analyzer;
-  MetricRegistry metrics;
-  Ingest ingest(**store, analyzer, metrics);
-  std::atomic<int> released = 0;
-  std::atomic<int> acked = 0;
-  PushAll(ingest, 4, 200, released, acked);
-  EXPECT_EQ(acked, 200);
+// A store, an analyzer and the counts of PushAll.
+class IngestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opened = Store::Open(dir_.path());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = *std::move(opened);
+  }
+
+  StoreDir dir_;
+  std::unique_ptr<Store> store_;
+  Analyzer analyzer_;
+  MetricRegistry metrics_;
+  std::atomic<int> released_ = 0;
+  std::atomic<int> acked_ = 0;
+};
+
+TEST_F(IngestTest, WhatWasAcknowledgedIsAnalysedBeforeTheNextQueryAndThenLetGo) {
+  Ingest ingest(*store_, analyzer_, metrics_);
+  PushAll(ingest, 4, 200, released_, acked_);
+  EXPECT_EQ(acked_, 200);
   ingest.AwaitAnalysed();  // what the Query API does before it answers
   EXPECT_EQ(ingest.Stats().reports_ingested(), 200u);
-  EXPECT_EQ(released, 200) << "every batch is let go of once analysed";
-  const auto jobs = analyzer.Jobs();
-  ASSERT_EQ(jobs.size(), 1u);
-  EXPECT_EQ(metrics.GetGauge("ncclwatch_aggregator_analysis_queue_reports", "")->value(), 0);
+  EXPECT_EQ(released_, 200) << "every batch is let go of once analysed";
+  EXPECT_EQ(analyzer_.Jobs().size(), 1u);
+  EXPECT_EQ(metrics_.GetGauge("ncclwatch_aggregator_analysis_queue_reports", "")->value(), 0);
   // Nothing acknowledged was left out of the analysis, and each batch is analysed once.
-  EXPECT_EQ(metrics.GetCounter("ncclwatch_aggregator_batches_stored_total", "")->value(), 200u);
+  EXPECT_EQ(metrics_.GetCounter("ncclwatch_aggregator_batches_stored_total", "")->value(), 200u);
 }
 
-TEST(IngestTest, StoppingAnalysesEveryBatchAlreadyAcknowledged) {
-  StoreDir dir;
-  auto store = Store::Open(dir.path());
-  ASSERT_TRUE(store.ok()) << store.status();
-  Analyzer analyzer;
-  MetricRegistry metrics;
-  std::atomic<int> released = 0;
-  std::atomic<int> acked = 0;
+TEST_F(IngestTest, StoppingAnalysesEveryBatchAlreadyAcknowledged) {
   {
-    Ingest ingest(**store, analyzer, metrics);
-    PushAll(ingest, 2, 100, released, acked);
+    Ingest ingest(*store_, analyzer_, metrics_);
+    PushAll(ingest, 2, 100, released_, acked_);
   }  // stops at once, whatever is still queued for analysis
-  EXPECT_EQ(acked, 100);
-  EXPECT_EQ(released, 100);
-  EXPECT_EQ(metrics.GetCounter("ncclwatch_aggregator_reports_ingested_total", "")->value(), 100u)
+  EXPECT_EQ(acked_, 100);
+  EXPECT_EQ(released_, 100);
+  EXPECT_EQ(metrics_.GetCounter("ncclwatch_aggregator_reports_ingested_total", "")->value(), 100u)
       << "the destructor waits for the analysis of every acknowledged batch";
 }
 

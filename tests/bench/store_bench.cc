@@ -237,11 +237,10 @@ BENCHMARK(BM_UnsyncedIngest)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-void BM_Federate100k(benchmark::State& state) {
-  aggregator::Analyzer analyzer;
-  for (int comm = 0; comm < 5; ++comm) {
-    for (int rank = 0; rank < 1024; ++rank) analyzer.Ingest(StatsReport(comm, rank), 1);
-  }
+// GET `path` of the aggregator's HTTP routes over `analyzer`, once per iteration; counts the
+// answer's lines and MiB.
+void FederateLoop(benchmark::State& state, const aggregator::Analyzer& analyzer,
+                  const std::string& path) {
   MetricRegistry metrics;
   HttpServer http;
   TempDir dir;  // /federate reads no stored point, but the query engine is built over a store
@@ -255,7 +254,7 @@ void BM_Federate100k(benchmark::State& state) {
   size_t lines = 0;
   size_t bytes = 0;
   for (auto _ : state) {
-    auto res = client.Get("/federate?match%5B%5D=%7Bjob_id%3D%22bench%22%7D");
+    auto res = client.Get(path);
     if (!res || res->status != 200) return state.SkipWithError("GET /federate failed");
     bytes = res->body.size();
     lines = static_cast<size_t>(std::count(res->body.begin(), res->body.end(), '\n'));
@@ -263,6 +262,14 @@ void BM_Federate100k(benchmark::State& state) {
   http.Stop();
   state.counters["series"] = static_cast<double>(lines);  // one line per series, plus # TYPE lines
   state.counters["MiB"] = static_cast<double>(bytes) / (1 << 20);
+}
+
+void BM_Federate100k(benchmark::State& state) {
+  aggregator::Analyzer analyzer;
+  for (int comm = 0; comm < 5; ++comm) {
+    for (int rank = 0; rank < 1024; ++rank) analyzer.Ingest(StatsReport(comm, rank), 1);
+  }
+  FederateLoop(state, analyzer, "/federate?match%5B%5D=%7Bjob_id%3D%22bench%22%7D");
 }
 BENCHMARK(BM_Federate100k)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -293,32 +300,11 @@ void BM_FederateDetection16k(benchmark::State& state) {
     }
     analyzer.Tick(end_ns);
   }
-  MetricRegistry metrics;
-  HttpServer http;
-  TempDir dir;
-  auto store = Store::Open(dir.path());
-  if (!store.ok()) return state.SkipWithError("cannot open the store");
-  aggregator::QueryEngine query(**store, analyzer);
-  aggregator::InstallHttpRoutes(http, metrics, query);
-  auto port = http.Start("127.0.0.1", 0);
-  if (!port.ok()) return state.SkipWithError("cannot start the HTTP server");
-  httplib::Client client("127.0.0.1", *port);
-  size_t lines = 0;
-  size_t bytes = 0;
   // The families scripts/bench-scale federates (every detection family).
-  const std::string path =
-      "/federate?match%5B%5D=%7B__name__%3D~%22ncclwatch_(straggler%7Crank_lateness_seconds%7C"
-      "hang%7Chang_age_seconds%7Crank_missing%7Ccomm_degraded%7Cnode_network_suspect%7C"
-      "node_straggler%7Crank_silent)%22%7D";
-  for (auto _ : state) {
-    auto res = client.Get(path);
-    if (!res || res->status != 200) return state.SkipWithError("GET /federate failed");
-    bytes = res->body.size();
-    lines = static_cast<size_t>(std::count(res->body.begin(), res->body.end(), '\n'));
-  }
-  http.Stop();
-  state.counters["series"] = static_cast<double>(lines);
-  state.counters["MiB"] = static_cast<double>(bytes) / (1 << 20);
+  FederateLoop(state, analyzer,
+               "/federate?match%5B%5D=%7B__name__%3D~%22ncclwatch_(straggler%7C"
+               "rank_lateness_seconds%7Chang%7Chang_age_seconds%7Crank_missing%7Ccomm_degraded%7C"
+               "node_network_suspect%7Cnode_straggler%7Crank_silent)%22%7D");
 }
 BENCHMARK(BM_FederateDetection16k)->Unit(benchmark::kMillisecond)->UseRealTime();
 
