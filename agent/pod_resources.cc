@@ -147,7 +147,11 @@ PodResolver::PodResolver(PodResolverOptions options, MetricRegistry& metrics)
           "GPUs the kubelet lists for several containers (time-slicing): not attributed.")),
       last_success_(metrics.GetGauge(
           "ncclwatch_agent_pod_resources_last_success_timestamp_seconds",
-          "Unix time of the last successful answer of the kubelet's pod-resources API.")) {
+          "Unix time of the last successful answer of the kubelet's pod-resources API.")),
+      task_(
+          options_.refresh_interval,
+          [this] { RefreshNow().IgnoreError(); },  // counted and logged by Account
+          /*run_first=*/true) {
   for (const char* reason : kReasons) {
     metrics.GetCounter(kFailures, kFailuresHelp, {{"reason", reason}});
   }
@@ -155,26 +159,11 @@ PodResolver::PodResolver(PodResolverOptions options, MetricRegistry& metrics)
 
 PodResolver::~PodResolver() { Stop(); }
 
-void PodResolver::Start() {
-  if (thread_.joinable()) return;
-  thread_ = std::thread([this] { Run(); });
-}
+void PodResolver::Start() { task_.Start(); }
 
 void PodResolver::Stop() {
-  {
-    ncclwatch::MutexLock lock(&loop_mu_);
-    stop_ = true;
-  }
-  kubelet_->Stop();
-  if (thread_.joinable()) thread_.join();
-}
-
-void PodResolver::Run() {
-  for (;;) {
-    RefreshNow().IgnoreError();  // counted and logged by Account
-    ncclwatch::MutexLock lock(&loop_mu_);
-    if (loop_mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.refresh_interval)) return;
-  }
+  kubelet_->Stop();  // first: a call in flight ends now, and any later one at once
+  task_.Stop();
 }
 
 absl::Status PodResolver::RefreshNow() {

@@ -36,7 +36,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -44,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/periodic_task.h"
 #include "common/sync.h"
 
 namespace ncclwatch::agent {
@@ -100,7 +100,6 @@ class PodResolver {
   struct Kubelet;  // the gRPC channel and stub, kept out of this header
   using DeviceMap = absl::flat_hash_map<std::string, PodRef>;
 
-  void Run();
   // Records the outcome of one refresh: metrics, and a log line when the state changed.
   void Account(const absl::Status& status, int pods, size_t gpus, size_t shared)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(refresh_mu_);
@@ -122,8 +121,7 @@ class PodResolver {
 
   mutable ncclwatch::Mutex loop_mu_;
   uint64_t refreshes_ ABSL_GUARDED_BY(loop_mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(loop_mu_) = false;
-  std::thread thread_;
+  PeriodicTask task_;  // last: refreshes now and every refresh interval
 };
 
 // Whether `resource_name` matches one of `patterns` (exact names, or prefixes ending in '*').

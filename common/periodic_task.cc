@@ -5,7 +5,7 @@
 namespace ncclwatch {
 
 void PeriodicTask::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
 }
 
 void PeriodicTask::Stop() {
@@ -17,7 +17,7 @@ void PeriodicTask::Stop() {
 }
 
 void PeriodicTask::Loop() {
-  absl::Time next = absl::Now() + period_;
+  absl::Time next = absl::Now() + (run_first_ ? absl::ZeroDuration() : period_);
   for (;;) {
     {
       ncclwatch::MutexLock lock(&mu_);

@@ -16,15 +16,16 @@ namespace ncclwatch {
 
 class PeriodicTask {
  public:
-  // `fn` runs on the task's own thread, first one `period` after Start, then every `period` after
-  // the previous run began (a run that takes longer than the period delays the next, never
-  // overlaps it).
-  PeriodicTask(absl::Duration period, std::function<void()> fn)
-      : period_(period), fn_(std::move(fn)) {}
+  // `fn` runs on the task's own thread, first one `period` after Start (at Start itself when
+  // `run_first`), then every `period` after the previous run began (a run that takes longer than
+  // the period delays the next, never overlaps it).
+  PeriodicTask(absl::Duration period, std::function<void()> fn, bool run_first = false)
+      : period_(period), fn_(std::move(fn)), run_first_(run_first) {}
   ~PeriodicTask() { Stop(); }
   PeriodicTask(const PeriodicTask&) = delete;
   PeriodicTask& operator=(const PeriodicTask&) = delete;
 
+  // Starts the thread (once: a second Start does nothing).
   void Start();
   // Wakes the thread, waits for a run in progress to finish and joins; `fn` never runs after
   // Stop returns. Idempotent.
@@ -40,6 +41,7 @@ class PeriodicTask {
 
   const absl::Duration period_;
   const std::function<void()> fn_;
+  const bool run_first_;
   mutable ncclwatch::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t iterations_ ABSL_GUARDED_BY(mu_) = 0;

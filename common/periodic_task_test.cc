@@ -29,6 +29,18 @@ TEST(PeriodicTaskTest, StopDoesNotWaitForTheNextPeriod) {
   EXPECT_EQ(task.iterations(), 0u);
 }
 
+TEST(PeriodicTaskTest, RunFirstRunsAtStartThenEveryPeriod) {
+  std::atomic<int> runs{0};
+  PeriodicTask task(
+      absl::Hours(1), [&] { ++runs; }, /*run_first=*/true);
+  task.Start();
+  task.Start();  // once only
+  ASSERT_TRUE(task.WaitForIterations(1, absl::Seconds(30)));
+  task.Stop();  // the next run is an hour away
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(task.iterations(), 1u);
+}
+
 TEST(PeriodicTaskTest, AStoppedTaskThatNeverStartedIsFine) {
   PeriodicTask task(absl::Milliseconds(1), [] {});
   EXPECT_FALSE(task.WaitForIterations(1, absl::Milliseconds(1)));

@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "absl/time/time.h"
 #include "common/rpc/backoff.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
@@ -30,7 +31,7 @@ AgentClient::AgentClient(std::string address, size_t max_queued, StatusLog log)
 AgentClient::~AgentClient() { Stop(std::chrono::milliseconds(1000)); }
 
 void AgentClient::Submit(ncclwatch::v1::RankReport report) {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   if (stop_) {
     dropped_.fetch_add(1);
     return;
@@ -42,29 +43,28 @@ void AgentClient::Submit(ncclwatch::v1::RankReport report) {
     dropped_.fetch_add(1);
   }
   queue_.push_back(std::move(report));
-  cv_.notify_all();
 }
 
 bool AgentClient::Drain(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   close_requested_ = true;
-  cv_.notify_all();
   // Done when everything was written and the stream closed gracefully (the agent has read it
   // all), or when there is no agent to deliver to right now.
-  cv_.wait_for(lock, timeout,
-               [this] { return exited_ || (!connected_ && (queue_.empty() || connect_failed_)); });
+  auto delivered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return exited_ || (!connected_ && (queue_.empty() || connect_failed_));
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&delivered), absl::FromChrono(timeout));
   close_requested_ = false;
   return queue_.empty() && !connected_;
 }
 
 void AgentClient::Stop(std::chrono::milliseconds timeout) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    ncclwatch::MutexLock lock(&mu_);
     if (!thread_.joinable()) return;
     stop_ = true;
-    cv_.notify_all();
     // Give the thread `timeout` to hand over the queue and close the stream; then cut it off.
-    if (!cv_.wait_for(lock, timeout, [this] { return exited_; })) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(&exited_), absl::FromChrono(timeout))) {
       if (active_context_ != nullptr) active_context_->TryCancel();
       // The report being written (if any) is still referenced by the sender thread.
       size_t dropped = queue_.size() - (writing_ ? 1 : 0);
@@ -140,7 +140,7 @@ bool AgentClient::Connect() {
   auto stub = ncclwatch::v1::Agent::NewStub(channel_);
   stream->writer = stub->StreamReports(&stream->context, &stream->summary);
   if (!stream->writer) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   active_context_ = &stream->context;
   stream_ = std::move(stream);
   connected_ = true;
@@ -152,60 +152,61 @@ void AgentClient::CloseStream(bool graceful) {
   if (!stream_) return;
   if (graceful) stream_->writer->WritesDone();
   stream_->writer->Finish();
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   active_context_ = nullptr;
   connected_ = false;
   stream_.reset();
-  cv_.notify_all();
 }
 
 void AgentClient::Run() {
   Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
   for (;;) {
+    bool stopping = false;
+    bool nothing_to_send = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock,
-               [this] { return stop_ || !queue_.empty() || (close_requested_ && connected_); });
-      if (queue_.empty()) {
-        if (stop_) break;
-        // Drain() asked for a graceful close: the next Submit reopens the stream.
-        lock.unlock();
-        CloseStream(true);
-        continue;
-      }
+      ncclwatch::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !queue_.empty() || (close_requested_ && connected_);
+      };
+      mu_.Await(absl::Condition(&work));
+      nothing_to_send = queue_.empty();
+      stopping = stop_;
+    }
+    if (nothing_to_send) {
+      if (stopping) break;
+      // Drain() asked for a graceful close: the next Submit reopens the stream.
+      CloseStream(true);
+      continue;
     }
     if (!stream_ && !Connect()) {
       NoteConnected(false);
-      std::unique_lock<std::mutex> lock(mu_);
+      ncclwatch::MutexLock lock(&mu_);
       connected_ = false;
       connect_failed_ = true;
-      cv_.notify_all();
       if (stop_) break;  // no agent: do not hold up shutdown
-      cv_.wait_for(lock, backoff.NextDelay(), [this] { return stop_; });
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(backoff.NextDelay()));
       continue;
     }
     backoff.Reset();
     NoteConnected(true);
     const ncclwatch::v1::RankReport* front;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      ncclwatch::MutexLock lock(&mu_);
       front = &queue_.front();
       writing_ = true;
     }
     // Only this thread pops the queue, and Submit never erases the front while writing_.
     bool ok = stream_->writer->Write(*front);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      ncclwatch::MutexLock lock(&mu_);
       writing_ = false;
       if (ok) queue_.pop_front();
-      cv_.notify_all();
     }
     if (!ok) CloseStream(false);
   }
   CloseStream(true);
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   exited_ = true;
-  cv_.notify_all();
 }
 
 }  // namespace ncclwatch::plugin

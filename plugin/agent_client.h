@@ -13,14 +13,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "common/sync.h"
 #include "plugin/abi.h"
 #include "plugin/report_sink.h"
 
@@ -70,19 +70,15 @@ class AgentClient : public ReportSink {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stream> stream_;  // sender thread only, except TryCancel under mu_
 
-  // std::mutex, not absl::Mutex: visible to ThreadSanitizer (see recorder.h). Every change of
-  // the state below is announced on cv_.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  // Guarded by mu_:
-  std::deque<ncclwatch::v1::RankReport> queue_;
-  bool writing_ = false;          // a queued report is being written
-  bool connected_ = false;        // a stream is open
-  bool connect_failed_ = false;   // the last connection attempt failed
-  bool close_requested_ = false;  // Drain() waits for a graceful close
-  bool stop_ = false;
-  bool exited_ = false;
-  grpc::ClientContext* active_context_ = nullptr;
+  ncclwatch::Mutex mu_;  // waiters re-check their condition whenever it is released
+  std::deque<ncclwatch::v1::RankReport> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;          // a queued report is being written
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;        // a stream is open
+  bool connect_failed_ ABSL_GUARDED_BY(mu_) = false;   // the last connection attempt failed
+  bool close_requested_ ABSL_GUARDED_BY(mu_) = false;  // Drain() waits for a graceful close
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool exited_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> outages_{0};

@@ -17,45 +17,31 @@ Flusher::Flusher(const PluginConfig& config, Recorder& recorder, ProcessIdentity
       recorder_(recorder),
       identity_(std::move(identity)),
       sink_(sink),
-      deliver_operations_(sink.wants_operations()) {}
+      deliver_operations_(sink.wants_operations()),
+      task_(absl::Milliseconds(std::min<int64_t>(kDrainPeriodMs, config.flush_interval_ms)),
+            [this] { Tick(); }) {}
 
 Flusher::~Flusher() {
   Stop();
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   for (CommState* comm : zombies_) delete comm;
 }
 
 void Flusher::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  next_report_ns_ = MonotonicNs() + config_.flush_interval_ms * 1'000'000;
+  task_.Start();
 }
 
-void Flusher::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void Flusher::Stop() { task_.Stop(); }
 
-void Flusher::Loop() {
-  int64_t next_report = MonotonicNs() + config_.flush_interval_ms * 1'000'000;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(stop_mu_);
-      int64_t wait_ms = std::min<int64_t>(kDrainPeriodMs, config_.flush_interval_ms);
-      // Waits for the drain period, or returns early when Stop() is called.
-      stop_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [this] { return stop_; });
-      if (stop_) return;
-    }
-    int64_t now = MonotonicNs();
-    bool report = now >= next_report;
-    if (report) {
-      next_report += config_.flush_interval_ms * 1'000'000;
-      if (next_report < now) next_report = now + config_.flush_interval_ms * 1'000'000;
-    }
-    RunOnce(report);
+void Flusher::Tick() {
+  const int64_t now = MonotonicNs();
+  const bool report = now >= next_report_ns_;
+  if (report) {
+    next_report_ns_ += config_.flush_interval_ms * 1'000'000;
+    if (next_report_ns_ < now) next_report_ns_ = now + config_.flush_interval_ms * 1'000'000;
   }
+  RunOnce(report);
 }
 
 CommAccumulator& Flusher::AccumulatorLocked(CommState* comm) {
@@ -83,9 +69,11 @@ void Flusher::DrainLocked(const std::vector<CommState*>& comms) {
   for (size_t i = 0; i < drained_.size(); ++i) {
     if (drained_[i].completion.timed) by_start_.push_back(i);
   }
-  std::stable_sort(by_start_.begin(), by_start_.end(), [this](size_t a, size_t b) {
-    return drained_[a].completion.gpu_start_ns < drained_[b].completion.gpu_start_ns;
-  });
+  std::stable_sort(by_start_.begin(), by_start_.end(),
+                   [this](size_t a, size_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                     return drained_[a].completion.gpu_start_ns <
+                            drained_[b].completion.gpu_start_ns;
+                   });
   for (size_t i : by_start_) {
     Drained& d = drained_[i];
     d.own_time_ns = own_time_[d.comm->identity().cuda_device].Observe(d.completion.gpu_start_ns,
@@ -158,7 +146,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
 }
 
 void Flusher::RunOnce(bool report) {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   std::vector<CommState*> comms = recorder_.Comms();
   DrainLocked(comms);
   if (!report) return;
@@ -173,7 +161,7 @@ void Flusher::RunOnce(bool report) {
 }
 
 void Flusher::FinalizeComm(CommState* comm) {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   FinalReportLocked(comm);
   zombies_.push_back(comm);
   ReapZombiesLocked();
@@ -191,7 +179,7 @@ void Flusher::FinalReportLocked(CommState* comm) {
 }
 
 void Flusher::FinalizeAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   for (CommState* comm : recorder_.Comms()) FinalReportLocked(comm);  // kept: see flusher.h
 }
 

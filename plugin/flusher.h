@@ -7,15 +7,15 @@
 #define NCCLWATCH_PLUGIN_FLUSHER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "common/periodic_task.h"
+#include "common/sync.h"
 #include "ncclwatch/v1/report.pb.h"
 #include "plugin/compactor.h"
 #include "plugin/own_time.h"
@@ -57,15 +57,18 @@ class Flusher {
   void FinalizeAll();
 
  private:
-  void Loop();
-  // Pops every completion of `comms`, computes own times and feeds the accumulators (requires mu_).
-  void DrainLocked(const std::vector<CommState*>& comms);
-  CommAccumulator& AccumulatorLocked(CommState* comm);  // created on first use; requires mu_
+  // One run of the background task: a drain, and a report when the interval is up.
+  void Tick();
+  // Pops every completion of `comms`, computes own times and feeds the accumulators.
+  void DrainLocked(const std::vector<CommState*>& comms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Created on first use.
+  CommAccumulator& AccumulatorLocked(CommState* comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ncclwatch::v1::RankReport BuildLocked(CommState* comm, const std::vector<InFlightView>& in_flight,
-                                        int64_t now_unix_ns, bool final);  // requires mu_
-  void ReapZombiesLocked();                                                // requires mu_
-  // The last report of `comm` and its unregistration (requires mu_).
-  void FinalReportLocked(CommState* comm);
+                                        int64_t now_unix_ns, bool final)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReapZombiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last report of `comm` and its unregistration.
+  void FinalReportLocked(CommState* comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PluginConfig config_;
   Recorder& recorder_;
@@ -73,10 +76,9 @@ class Flusher {
   ReportSink& sink_;
   const bool deliver_operations_;  // sink_.wants_operations(), asked once
 
-  // std::mutex: visible to ThreadSanitizer (see recorder.h).
-  std::mutex mu_;  // guards the members below up to stop_mu_
-  std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_;
-  std::map<int, OwnTimeTracker> own_time_;  // per CUDA device: one GPU clock each
+  ncclwatch::Mutex mu_;
+  std::map<CommState*, std::unique_ptr<CommAccumulator>> accumulators_ ABSL_GUARDED_BY(mu_);
+  std::map<int, OwnTimeTracker> own_time_ ABSL_GUARDED_BY(mu_);  // per CUDA device: one clock each
   struct Drained {
     CommState* comm;
     Completion completion;
@@ -84,16 +86,14 @@ class Flusher {
   };
   // Scratch of DrainLocked, kept to reuse their capacity: the drained completions in ring order,
   // and the indices of the timed ones in GPU start order.
-  std::vector<Drained> drained_;
-  std::vector<size_t> by_start_;
-  std::map<CommState*, int64_t> interval_start_;
-  std::vector<CommState*> zombies_;  // finalized, still referenced
-  uint64_t next_report_counter_ = 0;
+  std::vector<Drained> drained_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> by_start_ ABSL_GUARDED_BY(mu_);
+  std::map<CommState*, int64_t> interval_start_ ABSL_GUARDED_BY(mu_);
+  std::vector<CommState*> zombies_ ABSL_GUARDED_BY(mu_);  // finalized, still referenced
+  uint64_t next_report_counter_ ABSL_GUARDED_BY(mu_) = 0;
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by stop_mu_
-  std::thread thread_;
+  int64_t next_report_ns_ = 0;  // the task's (Tick), set by Start
+  PeriodicTask task_;           // last: stopped before anything above goes
 };
 
 }  // namespace ncclwatch::plugin

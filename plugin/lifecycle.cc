@@ -11,12 +11,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "common/config.h"
+#include "common/sync.h"
 #include "plugin/agent_client.h"
 #include "plugin/composite_sink.h"
 #include "plugin/flusher.h"
@@ -68,7 +69,7 @@ class Lifecycle {
                    const char* comm_name, int n_nodes, int nranks, int rank, abi::Logger logfn,
                    int kernel_phase_bit) {
     *context = nullptr;
-    std::lock_guard<std::mutex> lock(mu_);
+    ncclwatch::MutexLock lock(&mu_);
     if (logfn_ == nullptr) logfn_ = logfn;
     if (!started_) Start(comm_hash, logfn);
     if (!config_.enable || recorder_ == nullptr || shut_down_) return abi::kSuccess;
@@ -84,7 +85,7 @@ class Lifecycle {
 
   abi::Result Finalize(void* context) {
     if (context == nullptr) return abi::kSuccess;
-    std::lock_guard<std::mutex> lock(mu_);
+    ncclwatch::MutexLock lock(&mu_);
     if (shut_down_) return abi::kSuccess;  // already finalized at process exit
     flusher_->FinalizeComm(static_cast<CommState*>(context));
     // NCCL unloads the library after the last communicator: get its data out first.
@@ -97,7 +98,7 @@ class Lifecycle {
   // Process exit: report what the last interval saw (jobs often never destroy communicators).
   // A forked child never gets here (see lifecycle.h); the pid check is a second guard.
   void Shutdown() {
-    std::lock_guard<std::mutex> lock(mu_);
+    ncclwatch::MutexLock lock(&mu_);
     if (recorder_ == nullptr || shut_down_ || getpid() != owner_pid_) return;
     shut_down_ = true;
     flusher_->Stop();
@@ -107,7 +108,7 @@ class Lifecycle {
   }
 
  private:
-  void Start(uint64_t first_comm_hash, abi::Logger logfn) {
+  void Start(uint64_t first_comm_hash, abi::Logger logfn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     started_ = true;
     ConfigTable table("libnccl-profiler-ncclwatch.so", "");
     RegisterPluginConfig(table, config_);
@@ -184,7 +185,7 @@ class Lifecycle {
     }
   }
 
-  std::string JobId(uint64_t first_comm_hash) const {
+  std::string JobId(uint64_t first_comm_hash) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!config_.job_id.empty()) return config_.job_id;
     for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
       const char* v = std::getenv(var);
@@ -207,20 +208,22 @@ class Lifecycle {
     return -1;
   }
 
-  std::mutex mu_;
+  // Taken when a communicator comes or goes and at exit, never by an operation's event.
+  ncclwatch::Mutex mu_;
   std::atomic<abi::Logger> logfn_{nullptr};  // also read by the agent client's thread
-  bool started_ = false;
-  bool shut_down_ = false;  // process exit: every communicator was finalized
-  int active_comms_ = 0;
-  pid_t owner_pid_ = 0;  // the process whose threads these are
-  PluginConfig config_;
-  std::vector<std::string> gpu_uuids_;  // by CUDA ordinal, from the environment at Start
-  std::unique_ptr<Recorder> recorder_;
-  std::unique_ptr<AgentClient> agent_;
-  std::unique_ptr<OfflineDump> dump_;         // offline mode only
-  std::unique_ptr<CompositeSink> composite_;  // offline mode only: dump_ beside agent_
-  ReportSink* sink_ = nullptr;                // the flusher's: composite_, else agent_
-  std::unique_ptr<Flusher> flusher_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;  // process exit: every communicator was finalized
+  int active_comms_ ABSL_GUARDED_BY(mu_) = 0;
+  pid_t owner_pid_ ABSL_GUARDED_BY(mu_) = 0;  // the process whose threads these are
+  PluginConfig config_ ABSL_GUARDED_BY(mu_);
+  // By CUDA ordinal, from the environment at Start.
+  std::vector<std::string> gpu_uuids_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Recorder> recorder_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<AgentClient> agent_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<OfflineDump> dump_ ABSL_GUARDED_BY(mu_);         // offline mode only
+  std::unique_ptr<CompositeSink> composite_ ABSL_GUARDED_BY(mu_);  // offline mode only
+  ReportSink* sink_ ABSL_GUARDED_BY(mu_) = nullptr;  // the flusher's: composite_, else agent_
+  std::unique_ptr<Flusher> flusher_ ABSL_GUARDED_BY(mu_);
 };
 
 // Registered with atexit at start (jobs often never destroy their communicators).

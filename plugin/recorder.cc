@@ -1,7 +1,5 @@
 #include "plugin/recorder.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <bit>
 
@@ -17,40 +15,30 @@ inline int Popcount(uint64_t x) {
   return static_cast<int>((x * 0x0101010101010101ull) >> 56);
 }
 
-int64_t ReadClock(clockid_t id) {
-  timespec ts;
-  clock_gettime(id, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 }  // namespace
-
-int64_t MonotonicNs() { return ReadClock(CLOCK_MONOTONIC); }
-int64_t CoarseMonotonicNs() { return ReadClock(CLOCK_MONOTONIC_COARSE); }
-int64_t RealtimeNs() { return ReadClock(CLOCK_REALTIME); }
 
 Recorder::Recorder(size_t op_pool_size, size_t ring_size)
     : pool_(op_pool_size), ring_size_(ring_size) {}
 
 Recorder::~Recorder() {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   for (CommState* comm : comms_) delete comm;
 }
 
 CommState* Recorder::InitComm(CommIdentity identity) {
   auto* comm = new CommState(std::move(identity), ring_size_);
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   comms_.push_back(comm);
   return comm;
 }
 
 void Recorder::UnregisterComm(CommState* comm) {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
 }
 
 std::vector<CommState*> Recorder::Comms() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  ncclwatch::MutexLock lock(&mu_);
   return comms_;
 }
 

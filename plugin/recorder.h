@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "common/clock.h"
+#include "common/sync.h"
 #include "plugin/hot_path.h"
 
 namespace ncclwatch::plugin {
@@ -126,17 +128,10 @@ class Recorder {
   OpPool pool_;
   const size_t ring_size_;
   std::atomic<uint64_t> orphans_{0};  // KernelCh events we could not attach to an operation
-  // std::mutex rather than absl::Mutex throughout the plugin: ThreadSanitizer sees its locking
-  // through the pthread interceptors, whereas Debian's abseil is not built for TSan.
-  mutable std::mutex mu_;
-  std::vector<CommState*> comms_;  // guarded by mu_
+  // Taken when a communicator comes or goes and by the flusher, never by an operation's event.
+  mutable ncclwatch::Mutex mu_;
+  std::vector<CommState*> comms_ ABSL_GUARDED_BY(mu_);
 };
-
-// CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE (a few ns to read, ticks of a few ms) and
-// CLOCK_REALTIME in ns; vDSO reads, no system call on x86-64 Linux.
-int64_t MonotonicNs();
-int64_t CoarseMonotonicNs();
-int64_t RealtimeNs();
 
 }  // namespace ncclwatch::plugin
 
