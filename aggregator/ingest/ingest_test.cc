@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/blocking_counter.h"
+#include "common/sync.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
@@ -58,13 +58,12 @@ class StoreDir {
   std::string path_;
 };
 
-// Pushes `n` batches one after the other without waiting for their answers or analysis (the
-// committer and the analysis thread work meanwhile); returns once every one is acknowledged.
-// `released` counts the batches Ingest has let go of. One pushing thread: RocksDB merges the
-// writes of concurrent ones in code ThreadSanitizer cannot see into (scripts/tsan-suppressions),
-// which the end-to-end tests cover.
+// Pushes `n` batches one after the other, each once the one before is acknowledged but not
+// waiting for any analysis (the analysis thread works meanwhile). `released` counts the batches
+// Ingest has let go of. One push at a time: RocksDB hands writes and log syncs that overlap
+// between their threads in code ThreadSanitizer cannot see into (the end-to-end tests push
+// concurrently).
 void PushAll(Ingest& ingest, int n, std::atomic<int>& released, std::atomic<int>& acked) {
-  absl::BlockingCounter answered(n);
   for (int i = 0; i < n; ++i) {
     auto* batch = new ncclwatch::v1::NodeBatch(HalfReported(i + 1));
     batch->set_agent_id("node-" + std::to_string(i));
@@ -73,13 +72,14 @@ void PushAll(Ingest& ingest, int n, std::atomic<int>& released, std::atomic<int>
           ++released;
           delete b;
         });
+    ncclwatch::Notification answered;
     ingest.PushAsync(std::move(held), "", [&](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
       EXPECT_TRUE(ack.ok()) << ack.status();
       acked += ack.ok() && !ack->duplicate();
-      answered.DecrementCount();
+      answered.Notify();
     });
+    answered.WaitForNotification();
   }
-  answered.Wait();
 }
 
 // A store, an analyzer and the counts of PushAll.
