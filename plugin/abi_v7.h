@@ -1,7 +1,7 @@
 // Profiler ABI v7 (NCCL 2.31): v6 plus a per-call user tag on the API and task descriptors, the
-// symmetric-kernel variant of a collective, and KernelPhase events (docs: ../shared
-// nccl-profiler-abi.md §10, re-declared here in our own names like abi.h). The layout is pinned by
-// the static_asserts at the bottom, against the x86-64 offsets that §10 lists.
+// symmetric-kernel variant of a collective, and KernelPhase events (docs/nccl-profiler-abi.md §12,
+// re-declared here in our own names like abi.h). The layout is pinned by the static_asserts at the
+// bottom, against the x86-64 offsets that §12 lists.
 #ifndef NCCLWATCH_PLUGIN_ABI_V7_H_
 #define NCCLWATCH_PLUGIN_ABI_V7_H_
 
@@ -134,7 +134,7 @@ struct ProfilerV7 {
   Result (*finalize)(void* context);
 };
 
-// ---- layout pins (x86-64 LP64, §10) ------------------------------------------------------------
+// ---- layout pins (x86-64 LP64, §12) ------------------------------------------------------------
 
 static_assert(sizeof(EventDescrV7) == 136);
 static_assert(sizeof(ProfilerV7) == 48);
