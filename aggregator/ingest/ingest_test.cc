@@ -9,11 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
+
+using ::ncclwatch::testing::IsOk;
 
 // Rank 0 of a 2-rank communicator whose rank 1 never reports.
 ncclwatch::v1::NodeBatch HalfReported(uint64_t seq) {
@@ -34,7 +37,7 @@ ncclwatch::v1::NodeBatch HalfReported(uint64_t seq) {
 int UnreportedStarts(const Store& store) {
   int n = 0;
   const auto events = store.ListEvents(0, 1000);
-  EXPECT_TRUE(events.ok()) << events.status();
+  EXPECT_THAT(events, IsOk());
   if (!events.ok()) return -1;
   for (const auto& e : *events) {
     n += e.kind() == ncclwatch::v1::Event::RANKS_UNREPORTED &&
@@ -74,7 +77,7 @@ void PushAll(Ingest& ingest, int n, std::atomic<int>& released, std::atomic<int>
         });
     ncclwatch::Notification answered;
     ingest.PushAsync(std::move(held), "", [&](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
-      EXPECT_TRUE(ack.ok()) << ack.status();
+      EXPECT_THAT(ack, IsOk());
       acked += ack.ok() && !ack->duplicate();
       answered.Notify();
     });
@@ -87,7 +90,7 @@ class IngestTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto opened = Store::Open(dir_.path());
-    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_THAT(opened, IsOk());
     store_ = *std::move(opened);
   }
 
@@ -128,7 +131,7 @@ TEST(IngestReplayTest, AFindingOpenBeforeAShortenedReplayIsNotAnnouncedAgain) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   auto store = Store::Open(dir);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   AnalyzerOptions options;
   options.coverage.after_ns = 1;  // rank 1's absence is a finding at once
   int64_t first_received = 0;
@@ -136,12 +139,12 @@ TEST(IngestReplayTest, AFindingOpenBeforeAShortenedReplayIsNotAnnouncedAgain) {
     Analyzer analyzer(options);
     MetricRegistry metrics;
     Ingest ingest(**store, analyzer, metrics);
-    ASSERT_TRUE(ingest.Push(HalfReported(1)).ok());
-    ASSERT_TRUE(
-        (*store)->ReplayBatches(0, [&](const auto&, int64_t t) { first_received = t; }).ok());
+    ASSERT_THAT(ingest.Push(HalfReported(1)), IsOk());
+    ASSERT_THAT((*store)->ReplayBatches(0, [&](const auto&, int64_t t) { first_received = t; }),
+                IsOk());
     ingest.Tick(first_received + 1);  // the finding, stored
     ASSERT_EQ(UnreportedStarts(**store), 1);
-    ASSERT_TRUE(ingest.Push(HalfReported(2)).ok());  // received later: inside the window below
+    ASSERT_THAT(ingest.Push(HalfReported(2)), IsOk());  // received later: inside the window below
   }
   // A restart that replays only from after the finding was stored, remembering the events of the
   // whole --replay-s window.
@@ -150,7 +153,7 @@ TEST(IngestReplayTest, AFindingOpenBeforeAShortenedReplayIsNotAnnouncedAgain) {
   Ingest ingest(**store, analyzer, metrics);
   const int64_t window_start = 0;
   auto replayed = ingest.Replay(first_received + 2, first_received + 1'000'000'000, window_start);
-  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  ASSERT_THAT(replayed, IsOk());
   EXPECT_EQ(*replayed, 1u);
   const auto jobs = analyzer.Jobs();
   ASSERT_EQ(jobs.size(), 1u);
