@@ -20,6 +20,7 @@
 #include "agent/agent_test_util.h"
 #include "agent/spool.h"
 #include "common/metrics.h"
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -30,6 +31,8 @@
 
 namespace ncclwatch::agent {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // The `i`th valid report of job `job` (ranks 0..3 of one communicator), as a plugin sends it.
 ncclwatch::v1::RankReport PluginReport(const std::string& job, int i) {
@@ -204,7 +207,7 @@ TEST_F(AgentServerTest, WhatCannotBeForwardedWithinTheShutdownTimeoutIsSpooled) 
 
   MetricRegistry metrics;
   auto spool = Spool::Open(options.spool_dir, 1 << 30, metrics);
-  ASSERT_TRUE(spool.ok()) << spool.status();
+  ASSERT_THAT(spool, IsOk());
   int reports = 0;
   for (const Spool::Entry& e : (*spool)->TakeRecovered()) reports += e.reports;
   EXPECT_EQ(reports, 4);

@@ -12,6 +12,7 @@
 #include "agent/inspector_series.h"
 #include "agent/spool.h"
 #include "common/rendezvous.h"
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
@@ -20,6 +21,8 @@
 
 namespace ncclwatch::agent {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // Keeps every batch it acknowledges, decoded as the aggregator decodes them.
 class TypedIngest final : public ncclwatch::v1::Ingest::CallbackService {
@@ -375,7 +378,7 @@ TEST_F(ForwardingTest, ABatchThatKeepsFailingIsSetAsideOnceALaterOneGetsThrough)
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   auto spool = Spool::Open(dir.path(), 1 << 20, metrics_);
-  ASSERT_TRUE(spool.ok()) << spool.status();
+  ASSERT_THAT(spool, IsOk());
   forwarder_->Stop();
   ForwarderOptions options;
   options.aggregator = address_;

@@ -5,10 +5,13 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::agent {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 class SpoolTest : public ::testing::Test {
  protected:
@@ -37,7 +40,7 @@ TEST_F(SpoolTest, WhatIsNotAcknowledgedComesBackInOrderAfterARestart) {
   {
     MetricRegistry metrics;
     auto spool = Spool::Open(dir_, 1 << 30, metrics);
-    ASSERT_TRUE(spool.ok()) << spool.status();
+    ASSERT_THAT(spool, IsOk());
     auto a = (*spool)->Add(Batch(1, 2));
     auto b = (*spool)->Add(Batch(2, 2));
     auto c = (*spool)->Add(Batch(3, 2));
@@ -47,12 +50,12 @@ TEST_F(SpoolTest, WhatIsNotAcknowledgedComesBackInOrderAfterARestart) {
   }
   MetricRegistry metrics;
   auto reopened = Spool::Open(dir_, 1 << 30, metrics);
-  ASSERT_TRUE(reopened.ok());
+  ASSERT_THAT(reopened, IsOk());
   auto recovered = (*reopened)->TakeRecovered();
   ASSERT_EQ(recovered.size(), 2u);
   EXPECT_EQ((*reopened)->Read(recovered[0].name)->batch_seq(), 1u);
   auto third = (*reopened)->Read(recovered[1].name);
-  ASSERT_TRUE(third.ok()) << third.status();
+  ASSERT_THAT(third, IsOk());
   EXPECT_EQ(third->batch_seq(), 3u);
   ncclwatch::v1::NodeBatch decoded;  // what the aggregator will read
   ASSERT_TRUE(decoded.ParseFromString(third->SerializeAsString()));
@@ -69,7 +72,7 @@ TEST_F(SpoolTest, AFullSpoolDropsTheOldestBatchesAndCountsThem) {
   MetricRegistry metrics;
   const auto size = static_cast<int64_t>(Batch(1, 10, 1000).ByteSizeLong());
   auto spool = Spool::Open(dir_, 3 * size + size / 2, metrics);  // room for three
-  ASSERT_TRUE(spool.ok());
+  ASSERT_THAT(spool, IsOk());
   for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE((*spool)->Add(Batch(seq, 10, 1000)).ok());
   EXPECT_EQ((*spool)->batches(), 3u);
   EXPECT_LE((*spool)->bytes(), 3 * size + size / 2);
@@ -86,7 +89,7 @@ TEST_F(SpoolTest, AFullSpoolDropsTheOldestBatchesAndCountsThem) {
 TEST_F(SpoolTest, ABatchLargerThanTheWholeSpoolIsRefusedAndNothingIsDropped) {
   MetricRegistry metrics;
   auto spool = Spool::Open(dir_, 64 << 10, metrics);
-  ASSERT_TRUE(spool.ok());
+  ASSERT_THAT(spool, IsOk());
   ASSERT_TRUE((*spool)->Add(Batch(1, 1)).ok());
   auto big = (*spool)->Add(Batch(2, 100, 1000));  // ~100 KB
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
@@ -104,7 +107,7 @@ TEST_F(SpoolTest, UnreadableAndHalfWrittenFilesAreNeverReplayed) {
   std::ofstream(dir_ + "/.00000000000000000003-00000000000000000000.batch.tmp") << "partial";
   MetricRegistry metrics;
   auto spool = Spool::Open(dir_, 1 << 30, metrics);
-  ASSERT_TRUE(spool.ok());
+  ASSERT_THAT(spool, IsOk());
   EXPECT_EQ((*spool)->TakeRecovered().size(), 1u);
   EXPECT_NE(metrics.Render().find("ncclwatch_agent_spool_corrupt_files_total 1"),
             std::string::npos);
@@ -123,7 +126,7 @@ TEST_F(SpoolTest, FilesCutShortOrWithFlippedBitsAreCaughtAndCounted) {
   {
     MetricRegistry metrics;
     auto spool = Spool::Open(dir_, 1 << 30, metrics);
-    ASSERT_TRUE(spool.ok());
+    ASSERT_THAT(spool, IsOk());
     for (uint64_t seq = 1; seq <= 4; ++seq) names.push_back(*(*spool)->Add(Batch(seq, 3)));
   }
   auto bytes_of = [&](const std::string& name) {
@@ -145,7 +148,7 @@ TEST_F(SpoolTest, FilesCutShortOrWithFlippedBitsAreCaughtAndCounted) {
   write(names[2], Batch(3, 3).SerializeAsString());
   MetricRegistry metrics;
   auto spool = Spool::Open(dir_, 1 << 30, metrics);
-  ASSERT_TRUE(spool.ok());
+  ASSERT_THAT(spool, IsOk());
   auto recovered = (*spool)->TakeRecovered();
   ASSERT_EQ(recovered.size(), 2u);
   EXPECT_EQ((*spool)->Read(recovered[0].name)->batch_seq(), 3u);
@@ -171,9 +174,9 @@ TEST_F(SpoolTest, FilesCutShortOrWithFlippedBitsAreCaughtAndCounted) {
 TEST_F(SpoolTest, ASpoolThatCouldNotBeWrittenIsWritableAgainOnceDrained) {
   MetricRegistry metrics;
   auto spool = Spool::Open(dir_, 1 << 30, metrics);
-  ASSERT_TRUE(spool.ok());
+  ASSERT_THAT(spool, IsOk());
   auto first = (*spool)->Add(Batch(1, 1));
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   std::filesystem::rename(dir_, dir_ + ".away");  // the disk goes away under the spool
   EXPECT_FALSE((*spool)->Add(Batch(2, 1)).ok());
   EXPECT_FALSE((*spool)->writable());

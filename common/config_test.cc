@@ -5,10 +5,13 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 struct Fixture {
   std::string listen = "unix:///run/x.sock";
@@ -35,7 +38,7 @@ TEST(ConfigTableTest, DefaultsEnvironmentThenFlags) {
   Fixture f;
   const char* argv[] = {"prog", "--http-port=1234", "--ratio", "0.5", "pos1", "--verbose"};
   auto parsed = f.table.Parse(6, argv, EnvFrom({{"T_PORT", "99"}, {"T_LISTEN", "host:1"}}));
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_THAT(parsed, IsOk());
   EXPECT_EQ(f.listen, "host:1");  // from the environment
   EXPECT_EQ(f.port, 1234);        // flag beats environment
   EXPECT_DOUBLE_EQ(f.ratio, 0.5);

@@ -4,10 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 std::vector<std::string> Members(int n) {
   std::vector<std::string> m;
@@ -85,7 +88,7 @@ TEST(RendezvousTest, MembersAreNamedOrNamedByTheirAddress) {
 
 TEST(RendezvousTest, AMemberListNamesEachMemberOnce) {
   auto ok = ParseShardMembers({"a=10.0.0.1:9470", "10.0.0.2:9470"}, "--x");
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ((*ok)[1].name, "10.0.0.2:9470");
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"a=1:1", "a=2:2"}, std::vector<std::string>{"=1:1"},

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 
-namespace ncclwatch::testing {
+namespace ncclwatch::testutil {
 
 inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
 template <typename T>
@@ -45,6 +45,6 @@ MATCHER_P2(StatusIs, code, message,
   return status.code() == code && ::testing::Matches(message)(std::string(status.message()));
 }
 
-}  // namespace ncclwatch::testing
+}  // namespace ncclwatch::testutil
 
 #endif  // NCCLWATCH_COMMON_STATUS_MATCHERS_H_

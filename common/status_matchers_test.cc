@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ncclwatch::testing {
+namespace ncclwatch::testutil {
 namespace {
 
 using ::testing::HasSubstr;
@@ -34,4 +34,4 @@ TEST(StatusMatchersTest, AFailureNamesTheStatus) {
 }
 
 }  // namespace
-}  // namespace ncclwatch::testing
+}  // namespace ncclwatch::testutil

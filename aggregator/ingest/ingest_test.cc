@@ -16,7 +16,7 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-using ::ncclwatch::testing::IsOk;
+using ::ncclwatch::testutil::IsOk;
 
 // Rank 0 of a 2-rank communicator whose rank 1 never reports.
 ncclwatch::v1::NodeBatch HalfReported(uint64_t seq) {

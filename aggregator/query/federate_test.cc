@@ -6,8 +6,8 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-using ::ncclwatch::testing::IsOk;
-using ::ncclwatch::testing::StatusIs;
+using ::ncclwatch::testutil::IsOk;
+using ::ncclwatch::testutil::StatusIs;
 using ::testing::HasSubstr;
 
 std::vector<SeriesPoint> Samples() {
@@ -80,18 +80,18 @@ TEST(FederateTest, EscapesInLabelValues) {
 TEST(SelectorTest, MayMatchNameRejectsOnlyOnTheName) {
   // /federate answers from the detectors alone when no selector may match a per-rank family.
   auto exact = ParseSelector("ncclwatch_straggler");
-  ASSERT_TRUE(exact.ok());
+  ASSERT_THAT(exact, IsOk());
   EXPECT_TRUE(exact->MayMatchName("ncclwatch_straggler"));
   EXPECT_FALSE(exact->MayMatchName("nccl_bus_bandwidth_gbs"));
   auto by_label = ParseSelector("{job_id=\"j1\"}");
-  ASSERT_TRUE(by_label.ok());
+  ASSERT_THAT(by_label, IsOk());
   EXPECT_TRUE(by_label->MayMatchName("nccl_bus_bandwidth_gbs"));
   auto regex = ParseSelector("{__name__=~\"ncclwatch_.+\"}");
-  ASSERT_TRUE(regex.ok());
+  ASSERT_THAT(regex, IsOk());
   EXPECT_TRUE(regex->MayMatchName("ncclwatch_plugin_drops_total"));
   EXPECT_FALSE(regex->MayMatchName("nccl_bus_bandwidth_gbs"));
   auto negative = ParseSelector("{__name__!=\"nccl_bus_bandwidth_gbs\",job_id=\"j1\"}");
-  ASSERT_TRUE(negative.ok());
+  ASSERT_THAT(negative, IsOk());
   EXPECT_FALSE(negative->MayMatchName("nccl_bus_bandwidth_gbs"));
   EXPECT_TRUE(negative->MayMatchName("nccl_p2p_bus_bandwidth_gbs"));
 }

@@ -9,17 +9,20 @@
 #include <vector>
 
 #include "aggregator/store/store.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 TEST(ListEventsTest, PagesThroughSharedTimestampsWithoutLosingOrRepeatingEvents) {
   char tmpl[] = "/tmp/ncclwatch-events-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   {
     auto store = Store::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     // 10,000 events, 7 per timestamp (so page boundaries fall inside groups), two jobs.
     constexpr int kEvents = 10'000;
     for (int i = 0; i < kEvents; ++i) {
@@ -36,7 +39,7 @@ TEST(ListEventsTest, PagesThroughSharedTimestampsWithoutLosingOrRepeatingEvents)
     ncclwatch::v1::ListEventsRequest all;
     all.set_limit(100'000);
     auto got = core.ListEvents(all);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_THAT(got, IsOk());
     ASSERT_EQ(got->events_size(), kEvents);
     for (int i = 0; i < kEvents; ++i) {
       ASSERT_EQ(got->events(i).summary(), std::to_string(i)) << "in write order, once each";
@@ -46,7 +49,7 @@ TEST(ListEventsTest, PagesThroughSharedTimestampsWithoutLosingOrRepeatingEvents)
     job_a.set_job_id("job-a");
     job_a.set_limit(100'000);
     got = core.ListEvents(job_a);
-    ASSERT_TRUE(got.ok());
+    ASSERT_THAT(got, IsOk());
     EXPECT_EQ(got->events_size(), (kEvents + 2) / 3);
     for (const auto& e : got->events()) EXPECT_EQ(e.hang().job_id(), "job-a");
 
@@ -54,7 +57,7 @@ TEST(ListEventsTest, PagesThroughSharedTimestampsWithoutLosingOrRepeatingEvents)
     recent.set_since_unix_ns(1'000'000'000ull + 1000);  // from event 7000 on
     recent.set_limit(5);
     got = core.ListEvents(recent);
-    ASSERT_TRUE(got.ok());
+    ASSERT_THAT(got, IsOk());
     ASSERT_EQ(got->events_size(), 5);
     EXPECT_EQ(got->events(0).summary(), "7000");
 
@@ -65,7 +68,7 @@ TEST(ListEventsTest, PagesThroughSharedTimestampsWithoutLosingOrRepeatingEvents)
     std::vector<std::string> seen;
     for (int pages = 0; pages < 100; ++pages) {
       got = core.ListEvents(paged);
-      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_THAT(got, IsOk());
       for (const auto& e : got->events()) seen.push_back(e.summary());
       if (got->next_page_token().empty()) break;
       paged.set_page_token(got->next_page_token());
@@ -80,7 +83,7 @@ TEST(ListEventsTest, PagesThroughSharedTimestampsWithoutLosingOrRepeatingEvents)
 
     ncclwatch::v1::ListEventsRequest defaults;  // limit 0 means 1000
     got = core.ListEvents(defaults);
-    ASSERT_TRUE(got.ok());
+    ASSERT_THAT(got, IsOk());
     EXPECT_EQ(got->events_size(), 1000);
   }
   std::filesystem::remove_all(dir);
@@ -97,7 +100,7 @@ TEST(QueryRangeTest, SelectsStepsAndPagesThroughSeries) {
   std::string dir = mkdtemp(tmpl);
   {
     auto store = Store::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     std::vector<SeriesPoint> points;
     for (int rank = 0; rank < 5; ++rank) {
       for (int64_t t = 0; t < 60'000; t += 1'000) {
@@ -117,14 +120,14 @@ TEST(QueryRangeTest, SelectsStepsAndPagesThroughSeries) {
     q.set_start_unix_ms(10'000);
     q.set_end_unix_ms(20'000);
     auto got = core.QueryRange(q, 0);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_THAT(got, IsOk());
     ASSERT_EQ(got->series_size(), 2);
     EXPECT_EQ(got->series(0).points_size(), 11);  // every stored point in [10 s, 20 s]
     EXPECT_EQ(got->series(1).points(0).value(), 3010);
 
     q.set_step_ms(4'000);  // 10, 14, 18 s: the latest point at or before each
     got = core.QueryRange(q, 0);
-    ASSERT_TRUE(got.ok());
+    ASSERT_THAT(got, IsOk());
     ASSERT_EQ(got->series(0).points_size(), 3);
     EXPECT_EQ(got->series(0).points(2).time_ms(), 18'000);
     EXPECT_EQ(got->series(0).points(2).value(), 1018);
@@ -136,7 +139,7 @@ TEST(QueryRangeTest, SelectsStepsAndPagesThroughSeries) {
     std::vector<std::string> ranks;
     for (int pages = 0; pages < 10; ++pages) {
       got = core.QueryRange(paged, 0);
-      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_THAT(got, IsOk());
       for (const auto& ts : got->series()) ranks.push_back(ts.labels(1).value());
       if (got->next_page_token().empty()) break;
       EXPECT_TRUE(got->truncated());

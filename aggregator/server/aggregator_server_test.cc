@@ -22,6 +22,7 @@
 
 #include "aggregator/store/store.h"
 #include "common/daemon.h"
+#include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -36,6 +37,8 @@
 
 namespace ncclwatch::aggregator {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // Pushes one report of `job` as agent `agent_id` (batch `seq`), the batch claiming `source`.
 void PushAs(const std::string& address, const std::string& agent_id, uint64_t seq,
@@ -308,7 +311,7 @@ std::string AggregatorMetric(int http_port, const std::string& name) {
 TEST_F(AggregatorServerTest, AStoreWithADamagedTableFileIsRepairedAtStartAndJudgesWhatItKept) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     for (uint64_t seq = 1; seq <= 3; ++seq) {
       ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch(seq), absl::GetCurrentTimeNanos()));
     }
@@ -335,7 +338,7 @@ TEST_F(AggregatorServerTest, AStoreWithADamagedTableFileIsRepairedAtStartAndJudg
   EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("checksum"));
 
   auto started = StartAggregatorServer(Options());
-  ASSERT_TRUE(started.ok()) << started.status();
+  ASSERT_THAT(started, IsOk());
   AggregatorServer& server = **started;
   EXPECT_EQ(AggregatorMetric(server.http_port(), "ncclwatch_aggregator_store_repairs_total"), "1");
   EXPECT_FALSE(std::filesystem::is_empty(dir_ + "/lost")) << "the damaged file is kept aside";
@@ -359,7 +362,7 @@ std::set<std::string> TableFiles(const std::string& dir) {
 TEST_F(AggregatorServerTest, HourlyHousekeepingRewritesNoTableFile) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     std::vector<SeriesPoint> points;
     const int64_t now_ms = absl::ToUnixMillis(absl::Now());
     for (int s = 0; s < 2000; ++s) {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "aggregator/store/store_keys.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "snappy.h"
@@ -11,9 +12,11 @@
 namespace ncclwatch::aggregator {
 namespace {
 
+using ::ncclwatch::testutil::IsOk;
+
 TEST(RemoteWriteUrlTest, ParsesHttpAndRefusesWhatItCannotDo) {
   auto t = ParseRemoteWriteUrl("http://mimir.monitoring:8080/api/v1/push");
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->host, "mimir.monitoring");
   EXPECT_EQ(t->port, 8080);
   EXPECT_EQ(t->path, "/api/v1/push");

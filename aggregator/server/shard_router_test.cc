@@ -10,10 +10,13 @@
 
 #include "aggregator/server/aggregator_server.h"
 #include "common/rendezvous.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 ncclwatch::v1::JobInfo Job(const std::string& id, const std::string& state, uint64_t last) {
   ncclwatch::v1::JobInfo j;
@@ -88,7 +91,7 @@ TEST(MergeEventsTest, PagesThroughEveryLogInTimeOrderWithEqualTimesSpanningPages
       for (const auto& e : page.events()) got.push_back(e.summary());
       if (page.next_page_token().empty()) break;
       auto next = ParseEventCursors(page.next_page_token(), 3);
-      ASSERT_TRUE(next.ok()) << next.status();
+      ASSERT_THAT(next, IsOk());
       cursors = *next;
     }
     EXPECT_EQ(got, (std::vector<std::string>{"a1", "b2", "a5", "a5'", "a5''", "b5", "b7", "a9"}))
@@ -107,7 +110,7 @@ TEST(MergeEventsTest, RefusesATokenOfAnotherShape) {
 TEST(SeriesPageTest, TokensRoundTripAndOthersAreRefused) {
   for (const std::string& own : {std::string(""), std::string("4711")}) {
     auto page = ParseSeriesPage(SeriesPageToken(2, own), 3);
-    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_THAT(page, IsOk());
     EXPECT_EQ(page->peer, 2u);
     EXPECT_EQ(page->token, own);
   }
@@ -138,7 +141,7 @@ TEST(ShardRouterTest, RefusesAPeerListWithoutSelfOrNamingOneTwice) {
   EXPECT_TRUE(absl::IsInvalidArgument(ShardRouter::Create(o, metrics).status()));
   o.peers = {"a=127.0.0.1:1", "127.0.0.1:2"};
   auto ok = ShardRouter::Create(o, metrics);
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ((*ok)->peers(), (std::vector<std::string>{"a", "127.0.0.1:2"}));
   EXPECT_EQ((*ok)->self(), 0u);
 }

@@ -9,6 +9,7 @@
 #include "aggregator/server/services.h"
 #include "aggregator/store/store.h"
 #include "common/metrics.h"
+#include "common/status_matchers.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
@@ -16,6 +17,8 @@
 
 namespace ncclwatch::aggregator {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 double CounterValue(const std::string& text, const std::string& name) {
   const size_t at = text.find("\n" + name + " ");
@@ -27,7 +30,7 @@ TEST(WatchTest, AClientThatNeverReadsCannotStallIngestAndLosesOnlyTheOldestEvent
   char tmpl[] = "/tmp/ncclwatch-watch-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   auto store = Store::Open(dir);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   Analyzer analyzer;
   MetricRegistry metrics;
   Ingest core(**store, analyzer, metrics);

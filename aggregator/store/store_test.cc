@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
@@ -21,6 +22,8 @@
 
 namespace ncclwatch::aggregator {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 class StoreTest : public ::testing::Test {
  protected:
@@ -78,7 +81,7 @@ TEST_F(StoreTest, ABatchWhoseSyncFailsIsNotAcknowledgedAndNeitherIsAnyLaterOne) 
   auto fs = std::make_shared<FailingSyncFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   auto store = Store::Open(dir_, env.get());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1));
   fs->fail = true;
   absl::StatusOr<bool> failed = (*store)->PutBatchIfNew(Batch("a", 2), 2);
@@ -99,7 +102,7 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   {
     auto store = Store::Open(dir_, env.get());
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     ASSERT_TRUE((*store)->AppendPoints({{"a", {}, 1, 1'000}}).ok());
     fs->full = true;
     absl::Status failed = (*store)->AppendPoints({{"b", {{"rank", "3"}}, 2, 2'000}});
@@ -122,7 +125,7 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
     ASSERT_TRUE((*store)->AppendPoints({{"e", {}, 6, 6'000}}).ok());  // first seen after the fault
   }
   auto store = Store::Open(dir_, env.get());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   EXPECT_EQ((*store)->SeriesEntriesSkipped(), 0u);
   std::map<std::string, uint64_t> ids;
   for (const StoredSeries& s : (*store)->Series()) ids[s.name] = s.id;
@@ -131,7 +134,7 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
   EXPECT_LT(ids["b"], ids["c"]);
   EXPECT_LT(ids["c"], ids["e"]);
   auto b = (*store)->ReadPoints(ids["b"], 0, 10'000);
-  ASSERT_TRUE(b.ok());
+  ASSERT_THAT(b, IsOk());
   ASSERT_EQ(b->size(), 1u);
   EXPECT_EQ((*b)[0].value, 3);
   // A new series after the restart takes an id above every stored one.
@@ -149,7 +152,7 @@ TEST_F(StoreTest, ASyncThatFindsNoRoomIsMadeOnceTheStoreResumesNotARestart) {
   auto fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   auto store = Store::Open(dir_, env.get());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   Store::PendingWrite pending;
   ASSERT_TRUE(*(*store)->WriteBatchIfNew(Batch("a", 1), 1, nullptr, &pending));
   (*store)->ReleaseBatchWrite(pending);
@@ -163,11 +166,11 @@ TEST_F(StoreTest, ASyncThatFindsNoRoomIsMadeOnceTheStoreResumesNotARestart) {
   fs->full = false;
   ASSERT_TRUE((*store)->ResumeIfStopped().ok());
   absl::StatusOr<bool> retry = (*store)->PutBatchIfNew(Batch("a", 1), 3);
-  ASSERT_TRUE(retry.ok()) << retry.status();
+  ASSERT_THAT(retry, IsOk());
   EXPECT_FALSE(*retry) << "stored before: a duplicate, now durable";
   EXPECT_FALSE((*store)->SyncOwed());
   absl::StatusOr<bool> next = (*store)->PutBatchIfNew(Batch("a", 2), 4);
-  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_THAT(next, IsOk());
   EXPECT_TRUE(*next);
 }
 
@@ -178,7 +181,7 @@ TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     ASSERT_TRUE((*store)
                     ->AppendPoints({{"ended", {{"job", "j1"}}, 1, now_ms - 20 * kDay},
                                     {"ended", {{"job", "j1"}}, 2, now_ms - 19 * kDay},
@@ -188,12 +191,12 @@ TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
     EXPECT_EQ((*store)->SeriesIndexed(), 2u);
     // A retention of 15 days: "ended" had its last point 19 days ago.
     auto forgotten = (*store)->ForgetSeriesBefore(now_ms - 15 * kDay);
-    ASSERT_TRUE(forgotten.ok()) << forgotten.status();
+    ASSERT_THAT(forgotten, IsOk());
     EXPECT_EQ(*forgotten, 1u);
     EXPECT_EQ((*store)->SeriesForgotten(), 1u);
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   std::vector<StoredSeries> series = (*store)->Series();
   ASSERT_EQ(series.size(), 1u) << "forgotten on disk too";
   EXPECT_EQ(series[0].name, "live");
@@ -216,7 +219,7 @@ TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
 TEST_F(StoreTest, ADiskThatFillsAtAnyWriteFromTheOpeningOnNeverCrashesTheStore) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     for (uint64_t seq = 1; seq <= 3; ++seq)
       ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", seq), 1).ok());
     ASSERT_TRUE((*store)->AppendPoints({{"x", {}, 1, 1'000}}).ok());
@@ -263,7 +266,7 @@ TEST_F(StoreTest, ADiskThatFillsAtAnyWriteFromTheOpeningOnNeverCrashesTheStore) 
 TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsNeeded) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", 1), 1).ok());
   }
   int resumed = 0, need_restart = 0;
@@ -274,7 +277,7 @@ TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsN
     std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
     {
       auto store = Store::Open(copy, env.get());
-      ASSERT_TRUE(store.ok()) << store.status();
+      ASSERT_THAT(store, IsOk());
       ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", 2), 2).ok());
       fs->room = 0;  // full
       EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 3), 3).ok());
@@ -301,7 +304,7 @@ TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsN
 TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok());
+    ASSERT_THAT(store, IsOk());
     ASSERT_TRUE((*store)->AppendPoints({{"a", {}, 1, 1'000}, {"b", {}, 2, 1'000}}).ok());
   }
   {
@@ -316,7 +319,7 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
     delete db;
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   EXPECT_EQ((*store)->SeriesEntriesSkipped(), 1u);
   ASSERT_EQ((*store)->Series().size(), 1u);
   EXPECT_EQ((*store)->Series()[0].name, "a");
@@ -327,7 +330,7 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   EXPECT_EQ(series[1].name, "c");
   EXPECT_GT(series[1].id, 2u);
   auto points = (*store)->ReadPoints(series[1].id, 0, 10'000);
-  ASSERT_TRUE(points.ok());
+  ASSERT_THAT(points, IsOk());
   ASSERT_EQ(points->size(), 1u);
   EXPECT_EQ((*points)[0].value, 3);
 }
@@ -371,7 +374,7 @@ TEST_F(StoreTest, ADamagedWriteAheadLogIsSaidAtOpenAndEveryBatchLostIsCounted) {
   std::mt19937_64 random(7);
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     for (uint64_t seq = 1; seq <= 12; ++seq) {
       ncclwatch::v1::NodeBatch b = Batch("node-a", seq);
       constexpr std::string_view kDigits =
@@ -388,7 +391,7 @@ TEST_F(StoreTest, ADamagedWriteAheadLogIsSaidAtOpenAndEveryBatchLostIsCounted) {
   Damage(wal, std::filesystem::file_size(wal) / 2, 64);
 
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   const std::vector<uint64_t> held = StoredSeqs(**store);
   ASSERT_LT(held.size(), 12u) << "the damage hit no batch";
   ASSERT_GT(held.size(), 0u);
@@ -405,7 +408,7 @@ TEST_F(StoreTest, ADamagedWriteAheadLogIsSaidAtOpenAndEveryBatchLostIsCounted) {
 
 TEST_F(StoreTest, ABatchThatSkipsPastItsAgentsNewestCountsTheOnesSkippedAsMissing) {
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1));
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 2));
   EXPECT_EQ((*store)->BatchesMissing(), 0u);
@@ -423,7 +426,7 @@ TEST_F(StoreTest, ConcurrentPushesOfDifferentBatchesAreAllStored) {
   GTEST_SKIP() << "concurrent RocksDB writers are checked in the ASan build";
 #endif
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   std::vector<std::thread> pushers;
   std::atomic<int> stored{0};
   for (int t = 0; t < 8; ++t) {
@@ -444,7 +447,7 @@ TEST_F(StoreTest, ReplayStartBoundsTheReplayedBytesToTheNewestBatches) {
   constexpr int64_t kSecond = 1'000'000'000;
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     // 200 batches, one a second, each 20 KB of noise (about 15 KB compressed).
     uint64_t x = 88172645463325252ull;
     for (uint64_t i = 1; i <= 200; ++i) {
@@ -461,7 +464,7 @@ TEST_F(StoreTest, ReplayStartBoundsTheReplayedBytesToTheNewestBatches) {
     }
   }
   auto store = Store::Open(dir_);  // as at a start-up: the batches are in table files
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   const int64_t end = 200 * kSecond;
   EXPECT_EQ((*store)->ReplayStart(0, end, 0), 0);          // no bound
   EXPECT_EQ((*store)->ReplayStart(0, end, 100 << 20), 0);  // the whole window fits
@@ -478,7 +481,7 @@ TEST_F(StoreTest, ReplayStartBoundsTheReplayedBytesToTheNewestBatches) {
 TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 100));
     EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 200));
     EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 1), 100));
@@ -487,7 +490,7 @@ TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
     EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("ab", 1), 100));
   }
   auto reopened = Store::Open(dir_);
-  ASSERT_TRUE(reopened.ok());
+  ASSERT_THAT(reopened, IsOk());
   EXPECT_EQ(*(*reopened)->CountBatches(), 4u);
   EXPECT_FALSE(*(*reopened)->PutBatchIfNew(Batch("a", 2), 200));
 }
@@ -498,7 +501,7 @@ TEST_F(StoreTest, DeduplicatesByAgentAndSequenceAcrossRestarts) {
 TEST_F(StoreTest, AfterARestartEveryStoredSequenceNumberIsStillADuplicate) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     for (uint64_t seq = 1; seq <= 5; ++seq) {
       EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", seq), 100 * seq));
     }
@@ -506,7 +509,7 @@ TEST_F(StoreTest, AfterARestartEveryStoredSequenceNumberIsStillADuplicate) {
     EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node-1", 7), 700));  // 6 never came
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   // The agent replays from an older batch first: every stored one is a duplicate, above it too.
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 3), 300));
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node-1", 4), 400));
@@ -530,14 +533,14 @@ TEST_F(StoreTest, AnAgentIdWithANulDoesNotHideAnotherAgentsBatches) {
   const std::string odd("node\0z", 6);
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_THAT(store, IsOk());
     for (uint64_t seq = 1; seq <= 3; ++seq) {
       EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node", seq), 100 * seq));
     }
     EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch(odd, 5), 500));
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node", 2), 200));
   EXPECT_FALSE(*(*store)->PutBatchIfNew(Batch("node", 3), 300));
   EXPECT_TRUE(*(*store)->PutBatchIfNew(Batch("node", 4), 400));
@@ -550,7 +553,7 @@ TEST_F(StoreTest, TheSameBatchPushedConcurrentlyIsStoredOnceAndNewToExactlyOnePu
   // An agent whose push timed out retries while the first push is still being synced: both reach
   // PutBatchIfNew at once. Each of 64 batches goes to 4 threads released together.
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk());
   constexpr int kBatches = 64;
   constexpr int kThreads = 4;
   std::atomic<int> new_answers[kBatches] = {};
@@ -581,7 +584,7 @@ TEST_F(StoreTest, TheSameBatchPushedConcurrentlyIsStoredOnceAndNewToExactlyOnePu
 
 TEST_F(StoreTest, EventsComeBackInTimeOrder) {
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   for (int64_t t : {300, 100, 200}) {
     ncclwatch::v1::Event e;
     e.set_time_unix_ns(t);
@@ -589,7 +592,7 @@ TEST_F(StoreTest, EventsComeBackInTimeOrder) {
     ASSERT_TRUE((*store)->PutEvent(e).ok());
   }
   auto events = (*store)->ListEvents(150, 10);
-  ASSERT_TRUE(events.ok());
+  ASSERT_THAT(events, IsOk());
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[0].summary(), "200");
   EXPECT_EQ((*events)[1].summary(), "300");
@@ -604,13 +607,13 @@ TEST_F(StoreTest, OpenFailsClearlyOnAnUnusableDirectory) {
 TEST_F(StoreTest, ReplaysBatchesInArrivalOrderFromAGivenTime) {
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok());
+    ASSERT_THAT(store, IsOk());
     ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("b", 7), 3'000));
     ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000));
     ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 2'000));
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   std::vector<std::pair<uint64_t, int64_t>> seen;
   ASSERT_TRUE((*store)
                   ->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b,
@@ -631,7 +634,7 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
   }
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok());
+    ASSERT_THAT(store, IsOk());
     ASSERT_TRUE(*(*store)->PutBatchIfNew(big, 2'000));
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {{rocksdb::kDefaultColumnFamilyName, {}},
@@ -658,7 +661,7 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
   }
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok());
+    ASSERT_THAT(store, IsOk());
     std::vector<std::pair<std::string, int>> seen;
     ASSERT_TRUE(
         (*store)
@@ -681,7 +684,7 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
       delete db;
       {
         auto store = Store::Open(dir_);
-        ASSERT_TRUE(store.ok());
+        ASSERT_THAT(store, IsOk());
         std::vector<std::string> seen;
         ASSERT_TRUE((*store)
                         ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
@@ -703,7 +706,7 @@ TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
   const LabelPairs rank1 = {{"job_id", "j"}, {"rank", "1"}};
   {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok());
+    ASSERT_THAT(store, IsOk());
     std::vector<SeriesPoint> points;
     for (int64_t t = 1'000; t <= 10'000; t += 1'000) {
       points.push_back({"bw", rank0, t / 1000.0, t});
@@ -713,14 +716,14 @@ TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
     ASSERT_TRUE((*store)->AppendPoints({{"bw", rank0, 55.5, 5'000}}).ok());  // overwrite
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   const std::vector<StoredSeries> series = (*store)->Series();
   ASSERT_EQ(series.size(), 2u);
   EXPECT_EQ(series[0].name, "bw");
   EXPECT_EQ(series[0].labels, rank0);
   EXPECT_EQ(series[1].labels, rank1);
   auto points = (*store)->ReadPoints(series[0].id, 3'000, 6'000);
-  ASSERT_TRUE(points.ok());
+  ASSERT_THAT(points, IsOk());
   ASSERT_EQ(points->size(), 4u);
   EXPECT_EQ((*points)[0].time_ms, 3'000);
   EXPECT_DOUBLE_EQ((*points)[2].value, 55.5);
@@ -733,7 +736,7 @@ TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
 
 TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   ASSERT_TRUE((*store)->AppendPoints({{"bw", {}, 1, 1'000}, {"bw", {}, 9, 9'000}}).ok());
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000'000'000));
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 9'000'000'000));
@@ -780,7 +783,7 @@ TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
   // store written before the log stopped being compacted has it.
   for (uint64_t first : {1, 101, 201}) {
     auto store = Store::Open(dir_);
-    ASSERT_TRUE(store.ok());
+    ASSERT_THAT(store, IsOk());
     for (uint64_t seq = first; seq < first + 100; ++seq) {
       ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", seq), static_cast<int64_t>(seq) * 1'000));
     }
@@ -798,7 +801,7 @@ TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
     delete db;
   }
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   // Flushed files stay in level 0: nothing merged them since.
   const std::vector<int> files = BatchLogFilesPerLevel(dir_);
   ASSERT_GE(files.size(), 2u);
@@ -836,7 +839,7 @@ TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
 
 TEST_F(StoreTest, LastEventTimeIsTheNewestEvent) {
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   EXPECT_EQ(*(*store)->LastEventTime(), 0);
   for (int64_t t : {300, 100, 200}) {
     ncclwatch::v1::Event e;
@@ -866,7 +869,7 @@ TEST(StoreKeyTest, EveryLayoutRoundTripsAndMalformedKeysSayWhatIsWrong) {
   for (const StoreKey& key : keys) {
     const std::string bytes = EncodeStoreKey(key);
     absl::StatusOr<StoreKey> back = DecodeStoreKey(bytes);
-    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_THAT(back, IsOk());
     EXPECT_EQ(back->kind, key.kind);
     EXPECT_EQ(back->time, key.time);
     EXPECT_EQ(back->counter, key.counter);
@@ -906,7 +909,7 @@ namespace {
 
 TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   std::vector<SeriesPoint> points;
   for (int64_t t = 0; t < 20 * 60'000; t += 1'000) {  // 20 min of 1 s points, value = minute
     points.push_back({"bw", {{"rank", "0"}}, static_cast<double>(t / 60'000), t});
@@ -914,7 +917,7 @@ TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
   }
   ASSERT_TRUE((*store)->AppendPoints(points).ok());
   auto removed = (*store)->Downsample(10 * 60'000, 5 * 60'000);
-  ASSERT_TRUE(removed.ok()) << removed.status();
+  ASSERT_THAT(removed, IsOk());
   EXPECT_EQ(*removed, 2u * (600 - 2));  // per series: 600 points in 10 min become 2
   auto rank0 = (*store)->ReadPoints(1, 0, 20 * 60'000);
   ASSERT_EQ(rank0->size(), 2u + 600u);
@@ -927,7 +930,7 @@ TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
   EXPECT_EQ(*(*store)->Downsample(10 * 60'000, 5 * 60'000), 0u);
   store->reset();
   auto reopened = Store::Open(dir_);
-  ASSERT_TRUE(reopened.ok());
+  ASSERT_THAT(reopened, IsOk());
   EXPECT_EQ(*(*reopened)->Downsample(10 * 60'000 + 1, 5 * 60'000), 0u);  // no whole new bucket
   EXPECT_EQ(*(*reopened)->Downsample(15 * 60'000, 5 * 60'000), 2u * (300 - 1));
   EXPECT_EQ((*reopened)->ReadPoints(2, 0, 20 * 60'000)->size(), 3u + 300u);
@@ -938,7 +941,7 @@ TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
 TEST_F(StoreTest, DownsamplingLooksOnlyAtSeriesWithPointsInItsWindow) {
   constexpr int64_t kDay = 86'400'000;
   auto store = Store::Open(dir_);
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   std::vector<SeriesPoint> points;
   for (int64_t t = 0; t < 10 * 60'000; t += 1'000) {
     points.push_back({"ended", {}, 1.0, t});             // day 0 only
@@ -950,7 +953,7 @@ TEST_F(StoreTest, DownsamplingLooksOnlyAtSeriesWithPointsInItsWindow) {
   EXPECT_EQ((*store)->DownsampleVisited(), 2u);
   // The next window starts on day 10: "ended" has no point there.
   auto removed = (*store)->Downsample(10 * kDay + 10 * 60'000, 5 * 60'000);
-  ASSERT_TRUE(removed.ok()) << removed.status();
+  ASSERT_THAT(removed, IsOk());
   EXPECT_EQ(*removed, 2u * (300 - 1));
   EXPECT_EQ((*store)->DownsampleVisited(), 1u);
 }
