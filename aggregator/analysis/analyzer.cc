@@ -131,8 +131,11 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     if (entry->unreported == 0 && !group->duration_ns.empty()) {
       const uint64_t fastest =
           *std::min_element(group->duration_ns.begin(), group->duration_ns.end());
+      // Its window follows when it ran, on rank 0's GPU clock (arrival when no kernel timer).
+      const int64_t ran_at_ns =
+          group->gpu_start_ns[0] > 0 ? static_cast<int64_t>(group->gpu_start_ns[0]) : now_ns;
       for (const DegradedChange& change : detectors_.degraded.ObserveCollective(
-               key, id.nranks(), col.op(), col.bytes(), fastest, now_ns)) {
+               key, id.nranks(), col.op(), col.bytes(), fastest, ran_at_ns)) {
         out.events.push_back(DegradedEvent(change, registry_.FindWho(change.comm.comm), now_ns));
       }
     }

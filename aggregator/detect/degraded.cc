@@ -66,6 +66,10 @@ void DegradedDetector::JudgeWindow(const CommState& cs,
   ks.ok_streak = ok ? ks.ok_streak + 1 : 0;
   if (!low && !ks.degraded) {
     for (double v : ks.window_values) {
+      // A window can span the moment the wire slowed (windows follow arrival, and a delayed push
+      // bunches collectives): its best is healthy, but its low collectives must not teach the
+      // baseline the slow speed.
+      if (judged && v < (1 - options_.fraction) * base) continue;
       baseline.values.push_back(v);
       if (static_cast<int>(baseline.values.size()) > options_.baseline_window) {
         baseline.values.pop_front();
@@ -91,7 +95,7 @@ void DegradedDetector::CloseWindow(const CommState& cs,
 std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& comm, int nranks,
                                                                 std::string_view op, uint64_t bytes,
                                                                 uint64_t fastest_ns,
-                                                                int64_t now_ns) {
+                                                                int64_t ran_at_ns) {
   std::vector<DegradedChange> changes;
   // Small messages are latency-bound: their bus bandwidth says nothing about the wire.
   if (bytes < options_.min_message_bytes || fastest_ns == 0) return changes;
@@ -106,19 +110,19 @@ std::vector<DegradedChange> DegradedDetector::ObserveCollective(const CommKey& c
   // naming a network suspect on its nodes for as long as the job runs).
   for (auto& [other_key, other] : cs.keys) {
     if (other_key == op_size) continue;
-    if (other.window_best > 0 && now_ns - other.window_start_ns >= 2 * options_.window_ns) {
+    if (other.window_best > 0 && ran_at_ns - other.window_start_ns >= 2 * options_.window_ns) {
       CloseWindow(cs, other_key, other);
     }
-    if (other.low_streak > 0 && now_ns - other.last_ns >= 10 * options_.window_ns) {
+    if (other.low_streak > 0 && ran_at_ns - other.last_ns >= 10 * options_.window_ns) {
       other.low_streak = 0;
     }
   }
   KeyState& ks = cs.keys[op_size];
-  ks.last_ns = now_ns;
-  if (ks.window_best > 0 && now_ns - ks.window_start_ns >= options_.window_ns) {
+  ks.last_ns = ran_at_ns;
+  if (ks.window_best > 0 && ran_at_ns - ks.window_start_ns >= options_.window_ns) {
     CloseWindow(cs, op_size, ks);
   }
-  if (ks.window_best == 0) ks.window_start_ns = now_ns;
+  if (ks.window_best == 0) ks.window_start_ns = ran_at_ns;
   ks.window_best = std::max(ks.window_best, gbs);
   if (static_cast<int>(ks.window_values.size()) < options_.baseline_window) {
     ks.window_values.push_back(gbs);

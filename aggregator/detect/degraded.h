@@ -10,8 +10,11 @@
 //   smaller than `min_message_bytes` are latency-bound (a few bytes of gradient norm, a barrier)
 //   and never judged: their bandwidth moves with latency, not with the wire.
 // - A communicator's value per (collective, message-size bucket) and window of `window_ns`
-//   (about one flush interval) is the best bus bandwidth of the collectives joined in it: one
-//   collective slowed by a passing burst of traffic is not a degraded wire.
+//   (about one flush interval) is the best bus bandwidth of the collectives that ran in it: one
+//   collective slowed by a passing burst of traffic is not a degraded wire. Windows are cut on
+//   the communicator's own clock (when each collective ran, not when it reached the aggregator):
+//   reports arrive in bursts, one per flush, and a burst a little early or late would otherwise
+//   share a window with the previous one, which then spans the moment a wire slowed.
 // - Baseline per (class, collective, message-size bucket, nranks): the median of the last
 //   `baseline_window` collectives of healthy windows of every communicator of that key, learned
 //   online; judged only after `min_baseline` values. (Single collectives, not window bests: the
@@ -19,8 +22,9 @@
 //   best reaches.)
 // - A window is low when its value is below (1 - fraction) x baseline. A communicator is degraded
 //   for that key after `intervals` low windows in a row, and recovers after as many windows back
-//   above (1 - fraction/2) x baseline. Low windows never feed the baseline. A window whose first
-//   `early_collectives` are all low is judged low at once rather than when it closes.
+//   above (1 - fraction/2) x baseline. Low windows never feed the baseline, nor do the low
+//   collectives of a window that is not (one spanning the moment the wire slowed). A window whose
+//   first `early_collectives` are all low is judged low at once rather than when it closes.
 //   (Per-rank interval statistics were judged before: with one rank waiting for another in
 //   every interval, a rank's new value beside a peer's older one could make every rank look low
 //   at once, and in a large communicator "half of its ranks low" was the waiting half.)
@@ -89,12 +93,14 @@ class DegradedDetector {
 
   // Takes who reported: the communicator's size, class and the node of each of its ranks.
   void Observe(const CommKey& comm, const RankInterval& report);
-  // Takes one sampled collective of `comm` joined across all its `nranks` ranks at `now_ns`:
-  // `bytes` its message size (NCCL's count x type size), `fastest_ns` the shortest of its ranks'
-  // kernel times. Returns what started or ended because of it.
+  // Takes one sampled collective of `comm` joined across all its `nranks` ranks: `bytes` its
+  // message size (NCCL's count x type size), `fastest_ns` the shortest of its ranks' kernel
+  // times, `ran_at_ns` when it ran on the communicator's own clock (one rank's kernel start, the
+  // same rank's for every collective of `comm`), which places it in a window. Returns what
+  // started or ended because of it.
   std::vector<DegradedChange> ObserveCollective(const CommKey& comm, int nranks,
                                                 std::string_view op, uint64_t bytes,
-                                                uint64_t fastest_ns, int64_t now_ns);
+                                                uint64_t fastest_ns, int64_t ran_at_ns);
   void Forget(const CommKey& comm);
 
   // Communicators degraded now, each described by its worst key.

@@ -243,6 +243,37 @@ TEST(DegradedWindowTest, OneSlowCollectiveInAWindowIsNotADegradedWire) {
   EXPECT_TRUE(changes[0].start);
 }
 
+TEST(DegradedWindowTest,
+     AWindowThatSpansTheMomentTheWireHalvedDoesNotTeachTheBaselineTheSlowSpeed) {
+  // Windows follow arrival at the aggregator: when analysis falls behind (a loaded aggregator,
+  // an agent's delayed push), one window can hold a few collectives from before the NIC lost half
+  // its bandwidth and many from after. Its best collective is healthy, so the window is not low,
+  // but its slow collectives must not enter the baseline, or the baseline's median becomes the
+  // slow speed and the wire is never flagged.
+  DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
+  Comm pair{{"job", 0x800}, {"a", "b"}};
+  int64_t now = 0;
+  std::vector<DegradedChange> changes;
+  auto collective = [&](double gbs) {
+    for (auto& c : Collective(detector, pair, {gbs, gbs}, now)) changes.push_back(c);
+  };
+  for (int w = 0; w < 4; ++w, now += kSecond) {
+    for (int k = 0; k < 20; ++k) collective(20);
+  }
+  ASSERT_TRUE(changes.empty());
+  // The bunched window: 5 healthy collectives, then 50 at half speed.
+  for (int k = 0; k < 5; ++k) collective(20);
+  for (int k = 0; k < 50; ++k) collective(10);
+  now += kSecond;
+  EXPECT_FALSE(detector.IsDegraded(pair.key)) << "the bunched window's best is healthy";
+  for (int w = 0; w < 3; ++w, now += kSecond) {
+    for (int k = 0; k < 20; ++k) collective(10);
+  }
+  ASSERT_FALSE(changes.empty()) << "the halved wire was learned as the baseline";
+  EXPECT_TRUE(changes[0].start);
+  EXPECT_TRUE(detector.IsDegraded(pair.key));
+}
+
 TEST(DegradedLatencyBoundTest, SmallCollectivesAreNeverJudgedOnBandwidth) {
   // A 4-byte AllReduce across two nodes, whose "bandwidth" swings with latency and jitter, and a
   // 16 MiB one: only the latter can make the communicator degraded.
