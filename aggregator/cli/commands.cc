@@ -391,4 +391,76 @@ int Trace(QueryStub& stub, const CommandConfig& config, const Console& console) 
   return 0;
 }
 
+const std::vector<CommandSpec>& Commands() {
+  using S = QueryStub;
+  using C = CommandConfig;
+  using A = std::string;
+  static const auto* const commands = new std::vector<CommandSpec>{
+      {"jobs", "", "", "jobs that have reported: communicators, ranks, nodes, current findings",
+       [](S& s, const C& c, const A&, const Console& o) { return Jobs(s, c, o); }},
+      {"comms", "", "", "communicators (of --job) with class, size and health",
+       [](S& s, const C& c, const A&, const Console& o) { return Comms(s, c, o); }},
+      {"stragglers", "", "", "ranks currently flagged as slow, with the node and GPU they run on",
+       [](S& s, const C& c, const A&, const Console& o) { return Stragglers(s, c, o); }},
+      {"hangs", "", "",
+       "collectives that stopped making progress, the ranks that never reached\n"
+       "them, and ranks that went silent",
+       [](S& s, const C& c, const A&, const Console& o) { return Hangs(s, c, o); }},
+      {"degraded", "", "",
+       "communicators whose bandwidth fell below the baseline of their kind, and\n"
+       "the nodes whose network is suspected (--wait-s waits for a suspect node)",
+       [](S& s, const C& c, const A&, const Console& o) { return Degraded(s, c, o); }},
+      {"events", "", "", "the detection events stored by the aggregator (every start and end)",
+       [](S& s, const C& c, const A&, const Console& o) { return Events(s, c, o); }},
+      {"query", "SEL", "selector",
+       "stored points of the series matching a Prometheus selector, e.g.\n"
+       "'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)",
+       [](S& s, const C& c, const A& selector, const Console& o) {
+         return Query(s, c, selector, o);
+       }},
+      {"trace", "", "",
+       "a Chrome/Perfetto trace (JSON) of the sampled collectives of communicator\n"
+       "--comm of --job over the last --since-s seconds, one track per rank, GPU\n"
+       "clocks aligned on collective ends; open it in ui.perfetto.dev",
+       [](S& s, const C& c, const A&, const Console& o) { return Trace(s, c, o); }},
+  };
+  return *commands;
+}
+
+std::string CommandsHelp() {
+  constexpr size_t kColumn = 13;  // the help text starts two spaces plus this far in
+  std::string out = "Commands:\n";
+  for (const CommandSpec& c : Commands()) {
+    std::string head(c.name);
+    if (!c.argument.empty()) head.append(" ").append(c.argument);
+    out.append("  ").append(head).append(kColumn > head.size() ? kColumn - head.size() : 1, ' ');
+    // Each line of its help; the second and later ones under the first.
+    for (size_t start = 0; start <= c.help.size();) {
+      const size_t end = std::min(c.help.find('\n', start), c.help.size());
+      if (start > 0) out.append(kColumn + 2, ' ');
+      out.append(c.help.substr(start, end - start)).append("\n");
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
+int RunCommand(QueryStub& stub, const CommandConfig& config, const std::vector<std::string>& words,
+               const Console& console) {
+  const std::string& name = words.empty() ? std::string() : words[0];
+  for (const CommandSpec& c : Commands()) {
+    if (c.name != name) continue;
+    const size_t want = c.argument.empty() ? 1 : 2;
+    if (words.size() != want) {
+      Fail(console, c.argument.empty() ? absl::StrFormat("%s takes no argument (see --help)", name)
+                                       : absl::StrFormat("%s needs one %s argument (see --help)",
+                                                         name, c.argument_what));
+      return kExitUsage;
+    }
+    return c.run(stub, config, want == 2 ? words[1] : std::string(), console);
+  }
+  Fail(console, absl::StrFormat("unknown command '%s' (see ncclwatch --help)", name));
+  return kExitUsage;
+}
+
 }  // namespace ncclwatch::cli

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
@@ -54,6 +56,7 @@ struct Console {
 inline constexpr int kExitNothingFound = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitFindings = 3;
+inline constexpr int kExitUsage = 2;
 
 // Writes "ncclwatch: <message>\n" to `console.err`; returns 1, the exit code of a failed command.
 int Fail(const Console& console, const std::string& message);
@@ -93,6 +96,25 @@ int Query(QueryStub& stub, const CommandConfig& config, const std::string& selec
 // with --output - the trace itself goes to `console.out`.
 // Fails without calling when --job or --comm is missing.
 int Trace(QueryStub& stub, const CommandConfig& config, const Console& console);
+
+// The command table: every command once, with what --help says of it and what runs it. Adding a
+// command is a row here (commands.cc) and its function above.
+struct CommandSpec {
+  std::string_view name;
+  std::string_view argument;       // its one positional argument in --help ("SEL"), or ""
+  std::string_view argument_what;  // what that argument is, for the error when it is missing
+  std::string_view help;           // what --help says; '\n' starts an indented line
+  int (*run)(QueryStub& stub, const CommandConfig& config, const std::string& argument,
+             const Console& console);
+};
+const std::vector<CommandSpec>& Commands();
+// The "Commands:" block of --help: a line per command, its help in a column beside it.
+std::string CommandsHelp();
+// Runs `words[0]` with its argument (`words[1]`, for a command that takes one). An unknown
+// command, or a missing or extra argument, writes one "ncclwatch: ..." line and returns
+// kExitUsage.
+int RunCommand(QueryStub& stub, const CommandConfig& config, const std::vector<std::string>& words,
+               const Console& console);
 
 }  // namespace ncclwatch::cli
 

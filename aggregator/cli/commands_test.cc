@@ -118,6 +118,36 @@ TEST_F(CommandsTest, StragglersPrintsTheTableAndExitsThreeForFindings) {
   EXPECT_EQ(fake_.calls("Watch"), 0) << "no watch without --wait-s";
 }
 
+TEST(CommandTableTest, HelpListsEveryCommandWithItsTextInAColumn) {
+  const std::string help = CommandsHelp();
+  EXPECT_EQ(help.rfind("Commands:\n", 0), 0u) << help;
+  for (const CommandSpec& c : Commands()) {
+    EXPECT_NE(help.find("\n  " + std::string(c.name)), std::string::npos) << c.name;
+  }
+  // A command with an argument shows it; a second line of help is indented to the column.
+  EXPECT_NE(help.find("\n  query SEL    stored points of the series matching a Prometheus "
+                      "selector, e.g.\n               'nccl_bus_bandwidth_gbs"),
+            std::string::npos)
+      << help;
+  EXPECT_NE(help.find("\n  jobs         jobs that have reported"), std::string::npos) << help;
+}
+
+TEST_F(CommandsTest, RunCommandDispatchesByNameAndRefusesABadCommandLine) {
+  fake_.jobs = {OneJob()};
+  Serve();
+  EXPECT_EQ(RunCommand(*stub_, config_, {"jobs"}, captured_.console()), 0);
+  EXPECT_EQ(fake_.calls("ListJobs"), 1);
+  EXPECT_EQ(RunCommand(*stub_, config_, {"no-such"}, captured_.console()), kExitUsage);
+  EXPECT_EQ(RunCommand(*stub_, config_, {"query"}, captured_.console()), kExitUsage);
+  EXPECT_EQ(RunCommand(*stub_, config_, {"jobs", "extra"}, captured_.console()), kExitUsage);
+  EXPECT_EQ(captured_.err(),
+            "ncclwatch: unknown command 'no-such' (see ncclwatch --help)\n"
+            "ncclwatch: query needs one selector argument (see --help)\n"
+            "ncclwatch: jobs takes no argument (see --help)\n");
+  EXPECT_EQ(fake_.calls("ListJobs"), 1) << "a refused command line calls nothing";
+  EXPECT_EQ(fake_.calls("QueryRange"), 0);
+}
+
 TEST_F(CommandsTest, NothingFlaggedExitsZero) {
   Serve();
   EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), kExitNothingFound);

@@ -10,9 +10,9 @@
 //   ncclwatch events     [--job J] [--since-s N] [--limit N] [--follow] [--json] [--aggregator ...]
 //
 // Tables for people, --json for scripts; a readable error when the aggregator cannot be reached.
-// This file holds the configuration table, the channel (TLS, token) and the dispatch; the commands
-// are in commands.h, their text in tables.h. Exit codes: 0 ok (nothing flagged), 1 failed,
-// 2 bad command line, 3 findings shown (stragglers, hangs, degraded).
+// This file holds the configuration table and the channel (TLS, token); the commands, their table
+// (names, --help lines, dispatch) are in commands.h, their text in tables.h. Exit codes: 0 ok
+// (nothing flagged), 1 failed, 2 bad command line, 3 findings shown (stragglers, hangs, degraded).
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -41,23 +41,10 @@ struct CliConfig {
 };
 
 constexpr char kUsage[] = "<command> [flags]";
-constexpr char kSummary[] =
-    "Query the ncclwatch aggregator.\n\n"
-    "Commands:\n"
-    "  jobs         jobs that have reported: communicators, ranks, nodes, current findings\n"
-    "  comms        communicators (of --job) with class, size and health\n"
-    "  stragglers   ranks currently flagged as slow, with the node and GPU they run on\n"
-    "  hangs        collectives that stopped making progress, the ranks that never reached\n"
-    "               them, and ranks that went silent\n"
-    "  degraded     communicators whose bandwidth fell below the baseline of their kind, and\n"
-    "               the nodes whose network is suspected (--wait-s waits for a suspect node)\n"
-    "  events       the detection events stored by the aggregator (every start and end)\n"
-    "  query SEL    stored points of the series matching a Prometheus selector, e.g.\n"
-    "               'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)\n"
-    "  trace        a Chrome/Perfetto trace (JSON) of the sampled collectives of communicator\n"
-    "               --comm of --job over the last --since-s seconds, one track per rank, GPU\n"
-    "               clocks aligned on collective ends; open it in ui.perfetto.dev\n\n"
-    "Exit codes: 0 done (stragglers/hangs/degraded: nothing flagged), 1 failed (aggregator\n"
+// --help: this, the command table's lines (commands.h), then the exit codes.
+constexpr char kSummaryHead[] = "Query the ncclwatch aggregator.\n\n";
+constexpr char kSummaryTail[] =
+    "\nExit codes: 0 done (stragglers/hangs/degraded: nothing flagged), 1 failed (aggregator\n"
     "unreachable or refusing, unknown --job, unwritable file), 2 bad command line,\n"
     "3 stragglers/hangs/degraded found something. Notes (waiting, reconnecting) go to stderr.\n"
     "Environment: NCCLWATCH_LOG_LEVEL is not used by this client.";
@@ -66,7 +53,7 @@ int Main(int argc, char** argv) {
   CliConfig config;
   CommandConfig& c = config.command;
   const Console console;
-  ConfigTable table("ncclwatch", kSummary);
+  ConfigTable table("ncclwatch", kSummaryHead + CommandsHelp() + kSummaryTail);
   table.AddString("aggregator", "NCCLWATCH_AGGREGATOR", &c.aggregator,
                   "Aggregator gRPC address, host:port.");
   table.AddBool("json", "", &c.json,
@@ -109,7 +96,6 @@ int Main(int argc, char** argv) {
     std::fputs(table.HelpText(kUsage).c_str(), table.help_requested() ? stdout : stderr);
     return table.help_requested() ? 0 : 2;
   }
-  const std::string& command = (*positional)[0];
   if (config.utc) {  // the tables format local time (tables.h): make local time UTC
     setenv("TZ", "UTC", 1);
     tzset();
@@ -126,22 +112,7 @@ int Main(int argc, char** argv) {
   args.SetMaxReceiveMessageSize(256 << 20);
   auto stub =
       ncclwatch::v1::Query::NewStub(grpc::CreateCustomChannel(c.aggregator, *credentials, args));
-  if (command == "stragglers") return Stragglers(*stub, c, console);
-  if (command == "hangs") return Hangs(*stub, c, console);
-  if (command == "degraded") return Degraded(*stub, c, console);
-  if (command == "events") return Events(*stub, c, console);
-  if (command == "trace") return Trace(*stub, c, console);
-  if (command == "jobs") return Jobs(*stub, c, console);
-  if (command == "comms") return Comms(*stub, c, console);
-  if (command == "query") {
-    if (positional->size() != 2) {
-      return Fail(console, "query needs one selector argument (see --help)");
-    }
-    return Query(*stub, c, (*positional)[1], console);
-  }
-  std::fprintf(console.err, "ncclwatch: unknown command '%s' (see ncclwatch --help)\n",
-               command.c_str());
-  return 2;
+  return RunCommand(*stub, c, *positional, console);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ struct Detectors {
   StragglerDetector stragglers;  // fed the joined collectives
   SlowNodeDetector slow_nodes;   // fed the straggler flags
   HangDetector hangs;            // fed what each rank has in flight
-  DegradedDetector degraded;     // fed each rank's interval statistics
+  DegradedDetector degraded;     // fed who reported and each joined collective's fastest kernel
   CoverageDetector coverage;     // fed which ranks of each communicator ever reported
 };
 
