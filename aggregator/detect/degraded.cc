@@ -66,9 +66,8 @@ void DegradedDetector::JudgeWindow(const CommState& cs,
   ks.ok_streak = ok ? ks.ok_streak + 1 : 0;
   if (!low && !ks.degraded) {
     for (double v : ks.window_values) {
-      // A window can span the moment the wire slowed (windows follow arrival, and a delayed push
-      // bunches collectives): its best is healthy, but its low collectives must not teach the
-      // baseline the slow speed.
+      // The window in which the wire slowed: its best is healthy, but its low collectives must
+      // not teach the baseline the slow speed.
       if (judged && v < (1 - options_.fraction) * base) continue;
       baseline.values.push_back(v);
       if (static_cast<int>(baseline.values.size()) > options_.baseline_window) {

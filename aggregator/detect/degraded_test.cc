@@ -245,11 +245,10 @@ TEST(DegradedWindowTest, OneSlowCollectiveInAWindowIsNotADegradedWire) {
 
 TEST(DegradedWindowTest,
      AWindowThatSpansTheMomentTheWireHalvedDoesNotTeachTheBaselineTheSlowSpeed) {
-  // Windows follow arrival at the aggregator: when analysis falls behind (a loaded aggregator,
-  // an agent's delayed push), one window can hold a few collectives from before the NIC lost half
-  // its bandwidth and many from after. Its best collective is healthy, so the window is not low,
-  // but its slow collectives must not enter the baseline, or the baseline's median becomes the
-  // slow speed and the wire is never flagged.
+  // The window in which the NIC lost half its bandwidth holds a few collectives from before and
+  // many from after. Its best collective is healthy, so the window is not low, but its slow
+  // collectives must not enter the baseline, or the baseline's median becomes the slow speed and
+  // the wire is never flagged.
   DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
   Comm pair{{"job", 0x800}, {"a", "b"}};
   int64_t now = 0;
@@ -261,11 +260,11 @@ TEST(DegradedWindowTest,
     for (int k = 0; k < 20; ++k) collective(20);
   }
   ASSERT_TRUE(changes.empty());
-  // The bunched window: 5 healthy collectives, then 50 at half speed.
+  // That window: 5 healthy collectives, then 50 at half speed.
   for (int k = 0; k < 5; ++k) collective(20);
   for (int k = 0; k < 50; ++k) collective(10);
   now += kSecond;
-  EXPECT_FALSE(detector.IsDegraded(pair.key)) << "the bunched window's best is healthy";
+  EXPECT_FALSE(detector.IsDegraded(pair.key)) << "that window's best is healthy";
   for (int w = 0; w < 3; ++w, now += kSecond) {
     for (int k = 0; k < 20; ++k) collective(10);
   }
