@@ -13,20 +13,13 @@
 #include "proto/samples.h"
 
 namespace ncclwatch::aggregator {
-namespace {
-
-DetectorOptions DetectorOptionsOf(const AnalyzerOptions& o) {
-  return DetectorOptions{o.correlator, o.straggler, o.hang, o.degraded, o.coverage};
-}
-
-}  // namespace
 
 Analyzer::Analyzer(AnalyzerOptions options)
     : registry_(RegistryOptions{options.max_jobs, options.max_comms_per_job,
                                 options.max_jobs_per_agent, options.max_comms_per_agent,
                                 options.series_ttl_ns}),
       series_(options.max_series, options.series_ttl_ns, options.max_series_bytes_per_agent),
-      detectors_(DetectorOptionsOf(options)),
+      detectors_(options),
       own_time_(options.own_time),
       verdicts_(options.root_cause),
       job_end_silence_ns_(options.job_end_silence_ns),
@@ -83,9 +76,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   }
   if (restarted) {
     // New communicator, or one re-created with another size under the same hash.
-    detectors_.correlator.Forget(key);
-    detectors_.stragglers.Forget(key);
-    detectors_.slow_nodes.Forget(key);
+    detectors_.Recreated(key);
     processes_.Forget(key);
     own_time_.Forget(key);
   }
@@ -177,11 +168,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
 }
 
 void Analyzer::ForgetLocked(const CommKey& key) {
-  detectors_.correlator.Forget(key);
-  detectors_.stragglers.Forget(key);
-  detectors_.slow_nodes.Forget(key);
-  detectors_.hangs.Forget(key);
-  detectors_.degraded.Forget(key);
+  detectors_.Forget(key);
   processes_.Forget(key);
   for (auto it = silent_processes_.begin(); it != silent_processes_.end();) {
     it->second.erase(key);

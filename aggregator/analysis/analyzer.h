@@ -35,12 +35,8 @@
 
 namespace ncclwatch::aggregator {
 
-struct AnalyzerOptions {
-  CorrelatorOptions correlator;
-  StragglerOptions straggler;
-  HangOptions hang;
-  DegradedOptions degraded;
-  CoverageOptions coverage;
+// The detectors' options (detectors.h: `straggler`, `hang`, ...), and the analyzer's own.
+struct AnalyzerOptions : DetectorOptions {
   OwnTimeOptions own_time;
   RootCauseOptions root_cause;
   int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence

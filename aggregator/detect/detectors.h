@@ -1,5 +1,7 @@
-// The aggregator's detectors, together: what the analyzer feeds and what the detection series
-// and query answers read. Plain structs, no gRPC; not thread-safe (the Analyzer serialises calls).
+// The aggregator's detectors, together: their options, what each forgets when a communicator goes
+// or is re-created, what the analyzer feeds and what the detection series and query answers read.
+// A new detector registers here (docs/architecture.md, "Add a detector"). Plain structs, no gRPC;
+// not thread-safe (the Analyzer serialises calls).
 #ifndef NCCLWATCH_AGGREGATOR_DETECT_DETECTORS_H_
 #define NCCLWATCH_AGGREGATOR_DETECT_DETECTORS_H_
 
@@ -27,6 +29,21 @@ struct Detectors {
         hangs(o.hang),
         degraded(o.degraded),
         coverage(o.coverage) {}
+
+  // The communicator is gone (expired, or its job ended): nothing about it is kept.
+  void Forget(const CommKey& comm) {
+    Recreated(comm);
+    hangs.Forget(comm);
+    degraded.Forget(comm);
+  }
+  // The communicator was re-created under the same hash (another size): what counts its ranks or
+  // collectives starts again. What follows its reports as they come (what each rank has in
+  // flight, who reported, the bandwidth baseline of its class) carries on.
+  void Recreated(const CommKey& comm) {
+    correlator.Forget(comm);
+    stragglers.Forget(comm);
+    slow_nodes.Forget(comm);
+  }
 
   Correlator correlator;         // joins the ranks' samples of each collective
   StragglerDetector stragglers;  // fed the joined collectives

@@ -39,7 +39,7 @@ std::string RankList(const google::protobuf::RepeatedPtrField<ncclwatch::v1::Ran
 }
 
 Event SilentEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
-  Event event = NewEvent(Event::RANK_SILENT, change.start, now_ns);
+  Event event = NewEvent(Event::RANK_SILENT, change.start, now_ns, change.rank.comm.job_id);
   *event.mutable_silent() = SilentInfoOf(change.rank, who);
   const auto& s = event.silent();
   event.set_summary(absl::StrFormat(
@@ -54,7 +54,7 @@ Event SilentEvent(const HangChange& change, const CommWho* who, int64_t now_ns) 
 }
 
 Event SuspectEvent(const DegradedChange& change, int64_t now_ns) {
-  Event event = NewEvent(Event::NODE_NETWORK_SUSPECT, change.start, now_ns);
+  Event event = NewEvent(Event::NODE_NETWORK_SUSPECT, change.start, now_ns, change.suspect.job_id);
   *event.mutable_suspect() = SuspectInfoOf(change.suspect);
   event.set_summary(
       change.start ? absl::StrFormat(
@@ -209,7 +209,7 @@ ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who, int64
 Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& change,
                      int64_t since_ns, int64_t now_ns) {
   const RankScore& score = change.score;
-  Event event = NewEvent(Event::STRAGGLER, score.flagged, now_ns);
+  Event event = NewEvent(Event::STRAGGLER, score.flagged, now_ns, key.job_id);
   *event.mutable_straggler() = StragglerInfoOf(key, who, score, since_ns);
   const RankWho& rank = WhoOf(who, score.rank);
   event.set_summary(absl::StrFormat(
@@ -226,7 +226,7 @@ Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& c
 
 Event SlowNodeEvent(const CommKey& key, const CommWho& who, const SlowNodeChange& change,
                     int64_t now_ns) {
-  Event event = NewEvent(Event::NODE_STRAGGLER, change.start, now_ns);
+  Event event = NewEvent(Event::NODE_STRAGGLER, change.start, now_ns, key.job_id);
   auto* info = event.mutable_node_straggler();
   info->set_job_id(key.job_id);
   info->set_comm_hash(key.comm_hash);
@@ -245,7 +245,7 @@ Event SlowNodeEvent(const CommKey& key, const CommWho& who, const SlowNodeChange
 
 Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
   if (change.silent) return SilentEvent(change, who, now_ns);
-  Event event = NewEvent(Event::HANG, change.start, now_ns);
+  Event event = NewEvent(Event::HANG, change.start, now_ns, change.hang.comm.job_id);
   *event.mutable_hang() = HangInfoOf(change.hang, who, now_ns);
   const auto& h = event.hang();
   std::string what =
@@ -269,7 +269,7 @@ Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
 
 Event DegradedEvent(const DegradedChange& change, const CommWho* who, int64_t now_ns) {
   if (change.node) return SuspectEvent(change, now_ns);
-  Event event = NewEvent(Event::COMM_DEGRADED, change.start, now_ns);
+  Event event = NewEvent(Event::COMM_DEGRADED, change.start, now_ns, change.comm.comm.job_id);
   *event.mutable_degraded() = DegradedInfoOf(change.comm, who);
   const auto& d = event.degraded();
   event.set_summary(absl::StrFormat(
@@ -279,57 +279,6 @@ Event DegradedEvent(const DegradedChange& change, const CommWho* who, int64_t no
       CommHashText(d.comm_hash()), d.job_id(), absl::StrJoin(d.nodes(), ","), d.op(),
       d.message_size(), d.bus_bw_gbs(), d.baseline_bus_bw_gbs()));
   return event;
-}
-
-const std::string& EventJobId(const Event& e) {
-  switch (e.kind()) {
-    case Event::STRAGGLER:
-      return e.straggler().job_id();
-    case Event::HANG:
-      return e.hang().job_id();
-    case Event::RANK_SILENT:
-      return e.silent().job_id();
-    case Event::COMM_DEGRADED:
-      return e.degraded().job_id();
-    case Event::NODE_NETWORK_SUSPECT:
-      return e.suspect().job_id();
-    case Event::NODE_STRAGGLER:
-      return e.node_straggler().job_id();
-    case Event::RANKS_UNREPORTED:
-      return e.coverage().job_id();
-    default:
-      return e.straggler().job_id();  // an unset message: ""
-  }
-}
-
-std::string EventIdentity(const Event& e) {
-  std::string subject;
-  switch (e.kind()) {
-    case Event::STRAGGLER:
-      subject = absl::StrCat(e.straggler().comm_hash(), "/", e.straggler().rank());
-      break;
-    case Event::HANG:
-      subject = absl::StrCat(e.hang().comm_hash(), "/", e.hang().op(), "/", e.hang().seq());
-      break;
-    case Event::RANK_SILENT:
-      subject = absl::StrCat(e.silent().comm_hash(), "/", e.silent().rank().rank());
-      break;
-    case Event::COMM_DEGRADED:
-      subject = absl::StrCat(e.degraded().comm_hash());
-      break;
-    case Event::NODE_NETWORK_SUSPECT:
-      subject = e.suspect().node();
-      break;
-    case Event::NODE_STRAGGLER:
-      subject = absl::StrCat(e.node_straggler().comm_hash(), "/", e.node_straggler().node());
-      break;
-    case Event::RANKS_UNREPORTED:
-      break;  // one per job
-    default:
-      break;
-  }
-  return absl::StrCat(static_cast<int>(e.kind()), "/", static_cast<int>(e.phase()), "/",
-                      EventJobId(e), "/", subject);
 }
 
 std::string CommWord(const std::string& name, uint64_t hash) {

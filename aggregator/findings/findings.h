@@ -2,8 +2,8 @@
 // one-line summary) and the current-state answers of the Query API, built from the detectors'
 // plain views and the registry's `CommWho`. No state, no locks: pure functions of their inputs.
 //
-// Also the few helpers the CLI shares with the aggregator (EventJobId, HangOpText), so that the
-// CLI links this library and the wire contract, never the aggregator's store or servers.
+// Also the few helpers the CLI shares with the aggregator (EventJobId in kinds.h, HangOpText), so
+// that the CLI links this library and the wire contract, never the aggregator's store or servers.
 #ifndef NCCLWATCH_AGGREGATOR_FINDINGS_FINDINGS_H_
 #define NCCLWATCH_AGGREGATOR_FINDINGS_FINDINGS_H_
 
@@ -17,6 +17,7 @@
 #include "aggregator/detect/slow_nodes.h"
 #include "aggregator/detect/straggler.h"
 #include "aggregator/detect/types.h"
+#include "aggregator/findings/kinds.h"
 #include "aggregator/findings/who.h"
 #include "aggregator/rootcause/own_time.h"
 #include "aggregator/rootcause/verdicts.h"
@@ -80,14 +81,6 @@ ncclwatch::v1::Event HangEvent(const HangChange& change, const CommWho* who, int
 // COMM_DEGRADED or NODE_NETWORK_SUSPECT.
 ncclwatch::v1::Event DegradedEvent(const DegradedChange& change, const CommWho* who,
                                    int64_t now_ns);
-
-// The job a detection event is about, whatever its kind ("" if it names none).
-const std::string& EventJobId(const ncclwatch::v1::Event& event);
-
-// What an event is about, without its figures (kind, phase, job, communicator and rank, node or
-// operation): the same finding derived twice (e.g. by replay after a restart) has the same
-// identity.
-std::string EventIdentity(const ncclwatch::v1::Event& event);
 
 // A communicator as a sentence names it: its name, or its hash when it has none.
 std::string CommWord(const std::string& name, uint64_t hash);

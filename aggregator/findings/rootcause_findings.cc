@@ -32,7 +32,7 @@ Event RootCauseEvent(const GpuChange& change, const CommWho* who,
                      const std::vector<ncclwatch::v1::StragglerInfo>& consequences,
                      int64_t now_ns) {
   const SlowProcess& s = change.gpu.evidence;
-  Event event = NewEvent(Event::STRAGGLER, change.start, now_ns);
+  Event event = NewEvent(Event::STRAGGLER, change.start, now_ns, s.comm.job_id);
   auto* root = event.mutable_root_cause();
   *root = RootCauseInfoOf(s, who);
   root->set_since_unix_ns(change.gpu.since_ns);
@@ -67,7 +67,7 @@ Event RootCauseEvent(const GpuChange& change, const CommWho* who,
 }
 
 Event SlowGpusNodeEvent(const NodeChange& change, int64_t now_ns) {
-  Event event = NewEvent(Event::NODE_STRAGGLER, change.start, now_ns);
+  Event event = NewEvent(Event::NODE_STRAGGLER, change.start, now_ns, change.job_id);
   auto* info = event.mutable_node_straggler();
   info->set_job_id(change.job_id);
   info->set_node(change.node);
@@ -106,7 +106,7 @@ ncclwatch::v1::CoverageInfo CoverageInfoOf(const CoverageView& v) {
 }
 
 Event CoverageEvent(const CoverageChange& change, int64_t now_ns) {
-  Event event = NewEvent(Event::RANKS_UNREPORTED, change.start, now_ns);
+  Event event = NewEvent(Event::RANKS_UNREPORTED, change.start, now_ns, change.view.job_id);
   *event.mutable_coverage() = CoverageInfoOf(change.view);
   const auto& c = event.coverage();
   if (!change.start || c.comms_size() == 0) {
