@@ -56,6 +56,10 @@ inline constexpr SeriesFamily kExportedSeries[] = {
     {"ncclwatch_rank_silent",
      "1 while the rank's reports have stopped and the rest of its communicator carries on.",
      "gauge", true},
+    {"ncclwatch_node_silent",
+     "1 while every process seen on the node has stopped reporting and the job's processes on "
+     "other nodes carry on (absent otherwise).",
+     "gauge", true},
     {"ncclwatch_plugin_drops_total",
      "What the rank's plugin could not record since its process started, by kind (events, "
      "records, reports, samples_capped, channel_events_orphaned): a pool, ring or queue was "

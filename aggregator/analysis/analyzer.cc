@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
 #include "aggregator/analysis/detection_series.h"
 #include "aggregator/analysis/report_input.h"
 #include "common/log.h"
@@ -80,6 +81,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     processes_.Forget(key);
     own_time_.Forget(key);
   }
+  Ingested out;
   // Compared field by field: no key (two strings) built for every report of a known rank.
   if (const ProcessKey* known = processes_.Of(key, id.rank());
       known == nullptr || known->pid != id.pid() || known->cuda_device != id.cuda_device() ||
@@ -87,8 +89,12 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
+    for (const SilentNodeChange& change : detectors_.silent_nodes.Member(
+             key, id.rank(), entry->who.Rank(id.rank()).node,
+             absl::StrCat(id.host(), "/", id.pid(), "/", id.cuda_device()), now_ns)) {
+      out.events.push_back(SilentNodeEvent(change, now_ns));
+    }
   }
-  Ingested out;
   {
     // The rank's labels are made of these (CommRegistry::RankLabels).
     const RankWho& who = entry->who.Rank(id.rank());
@@ -152,7 +158,12 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   clock_ns_ = std::max(clock_ns_, now_ns);
   std::vector<ncclwatch::v1::Event> events;
   for (const HangChange& change : detectors_.hangs.Evaluate(now_ns)) {
-    if (change.silent) SilentEventLocked(change, now_ns, &events);
+    if (!change.silent) continue;
+    SilentEventLocked(change, now_ns, &events);
+    for (const SilentNodeChange& node : detectors_.silent_nodes.SetSilent(
+             change.rank.comm, change.rank.rank, change.start, now_ns)) {
+      events.push_back(SilentNodeEvent(node, now_ns));
+    }
   }
   HangEventsLocked(now_ns, &events);
   CoverageEventsLocked(now_ns, &events);
@@ -277,6 +288,9 @@ ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id, int6
     if (job_id.empty() || s.comm.job_id == job_id) {
       *out.add_silent() = SilentInfoOf(s, registry_.FindWho(s.comm));
     }
+  }
+  for (const SilentNodeView& n : detectors_.silent_nodes.Silent()) {
+    if (job_id.empty() || n.job_id == job_id) *out.add_silent_nodes() = NodeSilentInfoOf(n);
   }
   return out;
 }

@@ -94,8 +94,8 @@ class Analyzer {
   // `job_id` empty means every job. With own times, late ranks are RootCauses' consequences.
   std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Hung collectives (the origins, each with the hangs stuck behind it) and silent ranks right
-  // now; `job_id` empty means every job.
+  // Hung collectives (the origins, each with the hangs stuck behind it), silent ranks and silent
+  // nodes right now; `job_id` empty means every job.
   ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Nodes flagged slow right now (the open NODE_STRAGGLER findings); `job_id` empty: every job.

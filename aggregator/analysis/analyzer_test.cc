@@ -458,5 +458,82 @@ TEST(AnalyzerTest, AProcessThatStopsIsSilentOnceWhateverItsCommunicators) {
   EXPECT_EQ(silent[ncclwatch::v1::Event::END], 1);
 }
 
+TEST(AnalyzerTest, ANodeWhoseProcessesAllStopIsOneNodeFindingBesideItsSilentRanks) {
+  using ncclwatch::v1::Event;
+  AnalyzerOptions options;
+  options.hang.silent_after_ns = 2'000'000'000;
+  Analyzer analyzer(options);
+  // Two nodes of two GPUs: "dp" over all four processes, "tp-a" and "tp-b" within each node.
+  // Node b's processes stop reporting at 1 s (its node went down) and come back at 8 s.
+  auto report = [](uint64_t hash, const char* name, int rank, int nranks, int process) {
+    ncclwatch::v1::RankReport r;
+    auto* id = r.mutable_identity();
+    id->set_job_id("job-n");
+    id->set_comm_hash(hash);
+    id->set_comm_name(name);
+    id->set_rank(rank);
+    id->set_nranks(nranks);
+    id->set_n_nodes(nranks == 4 ? 2 : 1);
+    id->set_host(process < 2 ? "host-a" : "host-b");
+    id->set_pid(100 + process);
+    id->set_cuda_device(process % 2);
+    id->set_node(process < 2 ? "node-a" : "node-b");
+    return r;
+  };
+  std::map<Event::Phase, int> node_events;
+  std::map<Event::Phase, int> rank_events;
+  bool listed = false;
+  bool exported = false;
+  for (int64_t t = 0; t <= 12'000'000'000; t += 500'000'000) {
+    for (int p = 0; p < 4; ++p) {
+      if (p >= 2 && t > 1'000'000'000 && t < 8'000'000'000) continue;
+      analyzer.Ingest(report(0xd1, "dp", p, 4, p), t);
+      analyzer.Ingest(report(p < 2 ? 0x7a : 0x7b, p < 2 ? "tp-a" : "tp-b", p % 2, 2, p), t);
+    }
+    for (const auto& e : analyzer.Tick(t)) {
+      if (e.kind() == Event::RANK_SILENT) {
+        EXPECT_EQ(e.silent().rank().node(), "node-b") << e.summary();
+        ++rank_events[e.phase()];
+        continue;
+      }
+      ASSERT_EQ(e.kind(), Event::NODE_SILENT) << e.summary();
+      EXPECT_EQ(e.job_id(), "job-n");
+      EXPECT_EQ(e.node_silent().node(), "node-b");
+      EXPECT_EQ(e.node_silent().processes(), 2u);
+      if (e.phase() == Event::START) {
+        EXPECT_NE(e.summary().find("NODE SILENT: node node-b of job job-n: all 2 of its GPUs "
+                                   "stopped reporting"),
+                  std::string::npos)
+            << e.summary();
+      }
+      ++node_events[e.phase()];
+    }
+    // While it is silent: the Query API lists it and its series is exported.
+    const auto hangs = analyzer.Hangs("job-n", t);
+    const bool silent_now = node_events[Event::START] > node_events[Event::END];
+    ASSERT_EQ(hangs.silent_nodes_size(), silent_now ? 1 : 0) << "at " << t;
+    if (silent_now) {
+      EXPECT_EQ(hangs.silent_nodes(0).node(), "node-b");
+      listed = true;
+    }
+    int series = 0;
+    for (const SeriesPoint& sp : analyzer.Series(/*detection_only=*/true)) {
+      if (sp.name != "ncclwatch_node_silent") continue;
+      ++series;
+      EXPECT_EQ(*Label(sp, "node"), "node-b");
+      EXPECT_EQ(*Label(sp, "job_id"), "job-n");
+    }
+    EXPECT_EQ(series, silent_now ? 1 : 0) << "at " << t;
+    exported |= series > 0;
+  }
+  EXPECT_TRUE(listed);
+  EXPECT_TRUE(exported);
+  EXPECT_EQ(node_events[Event::START], 1);
+  EXPECT_EQ(node_events[Event::END], 1);
+  // Each of the node's processes is still its own silent-rank finding.
+  EXPECT_EQ(rank_events[Event::START], 2);
+  EXPECT_EQ(rank_events[Event::END], 2);
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator

@@ -85,6 +85,10 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     out->push_back(
         {"ncclwatch_node_network_suspect", {{"job_id", s.job_id}, {"node", s.node}}, 1.0, now_ms});
   }
+  for (const SilentNodeView& n : d.silent_nodes.Silent()) {
+    out->push_back(
+        {"ncclwatch_node_silent", {{"job_id", n.job_id}, {"node", n.node}}, 1.0, now_ms});
+  }
 }
 
 }  // namespace ncclwatch::aggregator

@@ -249,6 +249,10 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
                                       .c_str());
     }
   }
+  for (const auto& n : response.silent_nodes()) {
+    absl::StrAppend(&out, "Finding: ", aggregator::SilentNodeSentence(n), ", since ",
+                    ClockText(n.since_unix_ns()), ".\n");
+  }
   for (const auto& s : response.silent()) {
     absl::StrAppendFormat(&out,
                           "Finding: %s of communicator %s in job %s stopped reporting at %s while "

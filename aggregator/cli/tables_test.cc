@@ -221,6 +221,24 @@ TEST_F(TablesTest, HangsWithOnlyASilentRankHaveNoHangTable) {
             "stuck outside NCCL?).\n");
 }
 
+TEST_F(TablesTest, ASilentNodeIsOneFindingBeforeItsSilentRanks) {
+  ncclwatch::v1::ListHangsResponse r = ThreeHangsAndASilentRank();
+  r.clear_hangs();
+  auto* n = r.add_silent_nodes();
+  n->set_job_id("job-h");
+  n->set_node("node-2");
+  n->set_processes(8);
+  n->set_since_unix_ns(3591 * kSecond);
+  const std::string text = HangsText(r);
+  const std::string node_finding =
+      "Finding: node node-2 of job job-h: all 8 of its GPUs stopped reporting while the job's "
+      "other nodes carry on: suspect the node itself (down, rebooting, cut off from the "
+      "aggregator) or its ncclwatch agent rather than the GPUs, since 1970-01-01 00:59:51 UTC.\n";
+  const size_t at = text.find(node_finding);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_LT(at, text.find("Finding: rank 6 (node node-2, GPU6)")) << text;
+}
+
 TEST_F(TablesTest, DegradedWithAndWithoutASuspectNode) {
   const std::string table =
       "JOB   COMMUNICATOR             CLASS  COLLECTIVE SIZE  BUS GB/s BASELINE NODES\n"

@@ -9,6 +9,7 @@
 #include "aggregator/detect/coverage.h"
 #include "aggregator/detect/degraded.h"
 #include "aggregator/detect/hang.h"
+#include "aggregator/detect/silent_nodes.h"
 #include "aggregator/detect/slow_nodes.h"
 #include "aggregator/detect/straggler.h"
 
@@ -20,6 +21,7 @@ struct DetectorOptions {
   HangOptions hang;
   DegradedOptions degraded;
   CoverageOptions coverage;
+  SilentNodeOptions silent_nodes;
 };
 
 struct Detectors {
@@ -28,7 +30,8 @@ struct Detectors {
         stragglers(o.straggler),
         hangs(o.hang),
         degraded(o.degraded),
-        coverage(o.coverage) {}
+        coverage(o.coverage),
+        silent_nodes(o.silent_nodes) {}
 
   // The communicator is gone (expired, or its job ended): nothing about it is kept.
   void Forget(const CommKey& comm) {
@@ -43,14 +46,16 @@ struct Detectors {
     correlator.Forget(comm);
     stragglers.Forget(comm);
     slow_nodes.Forget(comm);
+    silent_nodes.Forget(comm);
   }
 
-  Correlator correlator;         // joins the ranks' samples of each collective
-  StragglerDetector stragglers;  // fed the joined collectives
-  SlowNodeDetector slow_nodes;   // fed the straggler flags
-  HangDetector hangs;            // fed what each rank has in flight
-  DegradedDetector degraded;     // fed who reported and each joined collective's fastest kernel
-  CoverageDetector coverage;     // fed which ranks of each communicator ever reported
+  Correlator correlator;            // joins the ranks' samples of each collective
+  StragglerDetector stragglers;     // fed the joined collectives
+  SlowNodeDetector slow_nodes;      // fed the straggler flags
+  HangDetector hangs;               // fed what each rank has in flight
+  DegradedDetector degraded;        // fed who reported and each joined collective's fastest kernel
+  CoverageDetector coverage;        // fed which ranks of each communicator ever reported
+  SilentNodeDetector silent_nodes;  // fed where each process runs and the hangs' silent flags
 };
 
 }  // namespace ncclwatch::aggregator

@@ -267,6 +267,33 @@ Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
   return event;
 }
 
+ncclwatch::v1::NodeSilentInfo NodeSilentInfoOf(const SilentNodeView& view) {
+  ncclwatch::v1::NodeSilentInfo info;
+  info.set_job_id(view.job_id);
+  info.set_node(view.node);
+  info.set_processes(static_cast<uint32_t>(view.processes));
+  info.set_since_unix_ns(view.since_ns);
+  return info;
+}
+
+std::string SilentNodeSentence(const ncclwatch::v1::NodeSilentInfo& n) {
+  return absl::StrFormat(
+      "node %s of job %s: all %d of its GPUs stopped reporting while the job's other nodes carry "
+      "on: suspect the node itself (down, rebooting, cut off from the aggregator) or its "
+      "ncclwatch agent rather than the GPUs",
+      n.node(), n.job_id(), n.processes());
+}
+
+Event SilentNodeEvent(const SilentNodeChange& change, int64_t now_ns) {
+  Event event = NewEvent(Event::NODE_SILENT, change.start, now_ns, change.node.job_id);
+  *event.mutable_node_silent() = NodeSilentInfoOf(change.node);
+  event.set_summary(change.start
+                        ? absl::StrCat("NODE SILENT: ", SilentNodeSentence(event.node_silent()))
+                        : absl::StrFormat("NODE REPORTING: node %s of job %s reports again",
+                                          change.node.node, change.node.job_id));
+  return event;
+}
+
 Event DegradedEvent(const DegradedChange& change, const CommWho* who, int64_t now_ns) {
   if (change.node) return SuspectEvent(change, now_ns);
   Event event = NewEvent(Event::COMM_DEGRADED, change.start, now_ns, change.comm.comm.job_id);

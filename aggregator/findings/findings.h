@@ -14,6 +14,7 @@
 #include "aggregator/detect/coverage.h"
 #include "aggregator/detect/degraded.h"
 #include "aggregator/detect/hang.h"
+#include "aggregator/detect/silent_nodes.h"
 #include "aggregator/detect/slow_nodes.h"
 #include "aggregator/detect/straggler.h"
 #include "aggregator/detect/types.h"
@@ -78,6 +79,12 @@ ncclwatch::v1::Event HangOriginEvent(bool start, const HangView& origin, const C
                                      int64_t now_ns);
 // HANG or RANK_SILENT.
 ncclwatch::v1::Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns);
+// NODE_SILENT: a node none of whose processes reports while the job's others do.
+ncclwatch::v1::NodeSilentInfo NodeSilentInfoOf(const SilentNodeView& view);
+ncclwatch::v1::Event SilentNodeEvent(const SilentNodeChange& change, int64_t now_ns);
+// "node n of job j: all 4 of its GPUs stopped reporting while the job's other nodes carry on:
+// ...": the finding's sentence, shared by the event and the CLI.
+std::string SilentNodeSentence(const ncclwatch::v1::NodeSilentInfo& info);
 // COMM_DEGRADED or NODE_NETWORK_SUSPECT.
 ncclwatch::v1::Event DegradedEvent(const DegradedChange& change, const CommWho* who,
                                    int64_t now_ns);

@@ -9,7 +9,7 @@ namespace {
 
 using ncclwatch::v1::Event;
 
-const std::array<FindingKind, 7> kKinds{{
+const std::array<FindingKind, 8> kKinds{{
     {Event::STRAGGLER, [](const Event& e) -> const std::string& { return e.straggler().job_id(); },
      [](const Event& e) {
        return absl::StrCat(e.straggler().comm_hash(), "/", e.straggler().rank());
@@ -37,6 +37,9 @@ const std::array<FindingKind, 7> kKinds{{
     {Event::RANKS_UNREPORTED,
      [](const Event& e) -> const std::string& { return e.coverage().job_id(); },
      [](const Event&) { return std::string(); }},
+    {Event::NODE_SILENT,
+     [](const Event& e) -> const std::string& { return e.node_silent().job_id(); },
+     [](const Event& e) { return e.node_silent().node(); }},
 }};
 
 }  // namespace

@@ -1,6 +1,9 @@
-// End to end: a rank that stops arriving at collectives, and a rank whose process dies, through
-// simjob (real plugin) -> agents -> aggregator. The aggregator must name exactly that rank and its
-// node, through the event stream, the Query API, /federate and the CLI, and nothing else.
+// End to end: a rank that stops arriving at collectives, a rank whose process dies and a node whose
+// agent dies, through simjob (real plugin) -> agents -> aggregator. The aggregator must name
+// exactly that rank (or node) and its node, through the event stream, the Query API, /federate and
+// the CLI, and nothing else.
+#include <signal.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -135,6 +138,63 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
   // The surviving ranks finalized at the job's end; the dead one never will: it stays silent in
   // the Query API until its communicator is forgotten.
   EXPECT_EQ(list.silent_size(), 1) << list.DebugString();
+}
+
+// The agent of node 1 is killed while the job runs: its four ranks' reports go nowhere, so node 1
+// is one NODE_SILENT finding (beside its ranks' RANK_SILENT) and nothing of node 0 is; once the
+// agent is back and the plugins have reconnected, the node reports again.
+TEST(HangEndToEndTest, ANodeWhoseAgentDiesIsOneSilentNodeUntilItIsBack) {
+  Pipeline p(2, HangPipelineFlags());
+  ASSERT_TRUE(p.ok()) << p.error();
+  EventRecorder events(p.query());
+  auto args = Job(p, "e2e-node");
+  std::replace(args.begin(), args.end(), std::string("--duration-s=8"),
+               std::string("--duration-s=14"));
+  Process job(args, {}, p.dir() + "/simjob.log");
+  // Every rank has reported before the agent dies.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        ncclwatch::v1::ListCommsRequest request;
+        request.set_job_id("e2e-node");
+        ncclwatch::v1::ListCommsResponse comms;
+        return p.query().ListComms(&ctx, request, &comms).ok() && comms.comms_size() == 1 &&
+               comms.comms(0).ranks_size() == 8;
+      },
+      20))
+      << p.Logs();
+  const auto is = [](Event::Phase phase) {
+    return [phase](const Event& e) { return e.kind() == Event::NODE_SILENT && e.phase() == phase; };
+  };
+  int64_t killed = 0;
+  ASSERT_TRUE(p.RestartAgent(1, SIGKILL, [&] {
+    killed = absl::GetCurrentTimeNanos();
+    EXPECT_TRUE(events.WaitFor(is(Event::START), 20)) << p.Logs();
+  }));
+  EXPECT_TRUE(events.WaitFor(is(Event::END), 20)) << p.Logs();
+  EXPECT_EQ(job.Wait(), 0) << job.Log();
+  ASSERT_TRUE(p.StopAgents()) << p.Logs();
+  auto all = events.Stop();
+
+  const auto starts = OfKind(all, Event::NODE_SILENT, Event::START);
+  ASSERT_EQ(starts.size(), 1u) << p.Logs();
+  const auto& node = starts[0].event.node_silent();
+  EXPECT_EQ(starts[0].event.job_id(), "e2e-node");
+  EXPECT_EQ(node.node(), "sim-node-1");
+  EXPECT_EQ(node.processes(), 4u);
+  const double latency_s = (starts[0].received_unix_ns - killed) / 1e9;
+  std::printf("node flagged silent %.2f s after its agent died: %s\n", latency_s,
+              starts[0].event.summary().c_str());
+  EXPECT_LE(latency_s, kSilentAfterS + 3.0);
+  EXPECT_EQ(OfKind(all, Event::NODE_SILENT, Event::END).size(), 1u);
+  // Its ranks are silent too, each once; nothing of node 0 is, and nothing hung or was late.
+  const auto silent = OfKind(all, Event::RANK_SILENT, Event::START);
+  EXPECT_EQ(silent.size(), 4u);
+  for (const auto& r : silent) {
+    EXPECT_EQ(r.event.silent().rank().node(), "sim-node-1") << r.event.summary();
+  }
+  EXPECT_TRUE(OfKind(all, Event::HANG, Event::START).empty());
+  EXPECT_TRUE(OfKind(all, Event::STRAGGLER, Event::START).empty());
 }
 
 }  // namespace
