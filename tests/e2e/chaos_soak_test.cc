@@ -302,6 +302,9 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
         if (e.kind() == Event::RANK_SILENT) {
           EXPECT_GE(e.silent().rank().rank(), kRanksPerNode) << e.summary();
         }
+        if (e.kind() == Event::NODE_SILENT) {
+          EXPECT_NE(e.node_silent().node(), "sim-node-0") << e.summary();
+        }
       }
     }
     all_events.set_page_token(page.next_page_token());

@@ -78,6 +78,8 @@ std::string Subject(const Event& e) {
       return e.degraded().comm_name() + " " + e.degraded().comm_class();
     case Event::NODE_NETWORK_SUSPECT:
       return "node " + e.suspect().node();
+    case Event::NODE_SILENT:
+      return "node " + e.node_silent().node();
     default:
       return "?";
   }

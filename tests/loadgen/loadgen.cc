@@ -220,16 +220,6 @@ class Sender {
 };
 
 // The job an event is about (each kind carries it in its own part).
-std::string EventJob(const ncclwatch::v1::Event& e) {
-  for (const std::string* id :
-       {&e.root_cause().job_id(), &e.straggler().job_id(), &e.hang().job_id(), &e.silent().job_id(),
-        &e.degraded().job_id(), &e.suspect().job_id(), &e.node_straggler().job_id(),
-        &e.coverage().job_id()}) {
-    if (!id->empty()) return *id;
-  }
-  return "";
-}
-
 struct QueryTimes {
   std::vector<double> stragglers_s, comms_s;
 };
@@ -440,7 +430,7 @@ int Main(int argc, char** argv) {
       const bool slow = c.slow_rank >= 0 && e.kind() == ncclwatch::v1::Event::STRAGGLER &&
                         e.root_cause().pid() == fault_pid;
       const bool hang =
-          c.hang_rank >= 0 && EventJob(e) == job0 &&
+          c.hang_rank >= 0 && e.job_id() == job0 &&
           (e.kind() == ncclwatch::v1::Event::HANG || e.kind() == ncclwatch::v1::Event::RANK_SILENT);
       if (slow || hang) detected_ns.store(simjob::NowNs());
     }
@@ -540,7 +530,7 @@ int Main(int argc, char** argv) {
   const int64_t warm_ns = t0 + static_cast<int64_t>(c.warmup_s * 1e9);
   for (const auto& e : eresp.events()) {
     if (e.phase() != ncclwatch::v1::Event::START) continue;
-    const std::string job = EventJob(e);
+    const std::string job = e.job_id();
     if (job.rfind(c.job_prefix + "-", 0) != 0) continue;
     const bool in_fault_window = fault_ns > 0 && job == absl::StrCat(c.job_prefix, "-0") &&
                                  static_cast<int64_t>(e.time_unix_ns()) >= fault_ns;
