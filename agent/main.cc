@@ -1,174 +1,21 @@
 // ncclwatch-agent: the node agent (one per GPU node, a Kubernetes DaemonSet).
 // Receives RankReports from the plugins of this node's training processes on a unix socket,
 // stamps them with the node name and forwards them to the aggregator in acknowledged batches.
-// This file holds the configuration table and its checks; AgentServer (agent_server.h) runs it.
+// Its flags and their checks: agent_flags.h; AgentServer (agent_server.h) runs it.
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstdint>
 #include <random>
 #include <string>
-#include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/time.h"
+#include "agent/agent_flags.h"
 #include "agent/agent_server.h"
-#include "agent/unix_socket.h"
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/log.h"
-#include "common/rpc/tls.h"
-#include "common/rpc/token.h"
 
 namespace ncclwatch::agent {
 namespace {
-
-struct AgentConfig {
-  std::string listen = "unix:///run/ncclwatch/agent.sock";
-  std::string listen_tcp;
-  bool insecure_tcp = false;
-  int64_t max_plugin_streams = 1024;
-  double plugin_stream_idle_s = 600;
-  int64_t max_plugin_connections = 1024;
-  double inspector_series_mib = 16;
-  int64_t max_plugin_connections_per_peer = 64;
-  double plugin_connect_deadline_s = 10;
-  double plugin_stream_mib_per_s = 4;
-  std::string socket_mode = "0660";
-  std::string socket_dir_mode = "0755";
-  std::string socket_group;
-  std::string aggregator = "localhost:9470";
-  bool aggregator_tls = false;
-  std::string aggregator_ca_file;
-  std::string aggregator_cert_file;
-  std::string aggregator_key_file;
-  std::string aggregator_server_name;
-  std::string aggregator_token_file;
-  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
-  std::string proc_dir = "/proc";
-  std::string pod_logs_dir = "/var/log/pods";
-  int64_t pod_resources_refresh_s = 10;
-  int64_t http_port = 9472;
-  std::string node_name;
-  int64_t batch_interval_ms = 200;
-  int64_t max_batch_reports = 512;
-  int64_t max_queued_reports = 100000;
-  int64_t max_queued_bytes = 16 << 20;
-  int64_t push_timeout_ms = 5000;
-  int64_t set_aside_after = 5;
-  double unready_after_s = 60;
-  int64_t shutdown_timeout_ms = 5000;
-  std::string spool_dir;
-  int64_t spool_max_bytes = 1ll << 30;
-  bool spool_fsync = true;
-  int64_t ready_fd = -1;
-};
-
-void Register(ConfigTable& t, AgentConfig& c) {
-  t.AddString("listen", "NCCLWATCH_AGENT_LISTEN", &c.listen,
-              "Where plugins connect: unix:///path for a unix socket, or host:port for TCP.");
-  t.AddString("listen-tcp", "NCCLWATCH_AGENT_LISTEN_TCP", &c.listen_tcp,
-              "Also accept plugins on this host:port (e.g. 127.0.0.1:9473); empty: only --listen.");
-  t.AddInt("max-plugin-streams", "", &c.max_plugin_streams,
-           "Most plugin streams open at once (one per rank process); further ones are refused "
-           "(RESOURCE_EXHAUSTED, ncclwatch_agent_plugin_streams_refused_total).");
-  t.AddDouble("inspector-series-mib", "", &c.inspector_series_mib,
-              "Most MiB of node-local Inspector series (as rendered on /metrics) the agent keeps; "
-              "ranks beyond are left out (ncclwatch_agent_inspector_series_capped_total).");
-  t.AddInt("max-plugin-connections", "", &c.max_plugin_connections,
-           "Most plugin connections open at once on the unix socket; one beyond is closed as "
-           "soon as accepted (ncclwatch_agent_plugin_connections_refused_total).");
-  t.AddInt("max-plugin-connections-per-peer", "", &c.max_plugin_connections_per_peer,
-           "Most plugin connections one pod (or one uid outside pods) may hold open; one beyond "
-           "is closed as soon as accepted.");
-  t.AddDouble("plugin-connect-deadline-s", "", &c.plugin_connect_deadline_s,
-              "A plugin connection that opens no stream within this long is closed "
-              "(ncclwatch_agent_plugin_connections_closed_total{reason=\"no_stream\"}).");
-  t.AddDouble("plugin-stream-idle-s", "", &c.plugin_stream_idle_s,
-              "A plugin stream that sends nothing for this long is closed (the plugin reconnects "
-              "when it has a report).");
-  t.AddDouble("plugin-stream-mib-per-s", "", &c.plugin_stream_mib_per_s,
-              "Most MiB a second one plugin stream may send on average (bursts of 4 seconds' "
-              "worth, at least 16 MiB); reports beyond are dropped (rejected, rate_limited).");
-  t.AddBool("insecure-tcp", "", &c.insecure_tcp,
-            "Allow a --listen-tcp address other machines can reach (plugins cannot "
-            "authenticate: anyone reaching it can write reports in this node's name).");
-  t.AddString("socket-mode", "", &c.socket_mode,
-              "Permissions of the unix socket, octal: 0660 admits processes of the socket's user "
-              "and group (see --socket-group), 0666 every user of the node.");
-  t.AddString("socket-dir-mode", "", &c.socket_dir_mode,
-              "Permissions of the socket's directory when the agent creates it, octal.");
-  t.AddString("socket-group", "", &c.socket_group,
-              "Group (name or gid) to own the unix socket; empty: the agent's own.");
-  t.AddString("aggregator", "NCCLWATCH_AGGREGATOR", &c.aggregator,
-              "Aggregator gRPC address, host:port. Several, comma-separated, are one sharded "
-              "service: each job goes whole to one of them, chosen by rendezvous hashing of the "
-              "job id over their names (every node must list the same names, in any order; adding "
-              "one moves only the jobs it takes over). An entry name=host:port names a member "
-              "apart from its address (e.g. a StatefulSet pod name); the aggregators' "
-              "--shard-peers lists the same entries.");
-  t.AddBool("aggregator-tls", "NCCLWATCH_AGGREGATOR_TLS", &c.aggregator_tls,
-            "Talk TLS to the aggregator (implied by any --aggregator-*-file below).");
-  t.AddString("aggregator-ca-file", "NCCLWATCH_AGGREGATOR_CA_FILE", &c.aggregator_ca_file,
-              "PEM roots that sign the aggregator's certificate; empty: the system's roots.");
-  t.AddString("aggregator-cert-file", "NCCLWATCH_AGGREGATOR_CERT_FILE", &c.aggregator_cert_file,
-              "PEM client certificate for mutual TLS.");
-  t.AddString("aggregator-key-file", "NCCLWATCH_AGGREGATOR_KEY_FILE", &c.aggregator_key_file,
-              "PEM private key of --aggregator-cert-file.");
-  t.AddString("aggregator-server-name", "", &c.aggregator_server_name,
-              "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
-  t.AddString("aggregator-token-file", "NCCLWATCH_AGGREGATOR_TOKEN_FILE", &c.aggregator_token_file,
-              "File holding a bearer token sent with every batch (re-read every 30 s).");
-  t.AddString("proc-dir", "", &c.proc_dir,
-              "Where the plugins' processes are seen (their cgroups name their pods; needs the "
-              "host's pid namespace, hostPID); empty: attribute plugins by their GPU alone.");
-  t.AddString("pod-logs-dir", "", &c.pod_logs_dir,
-              "The kubelet's per-pod log directories (<namespace>_<pod>_<uid>), which name the pod "
-              "the kernel finds a plugin in; empty: attribute plugins by their GPU alone.");
-  t.AddString("pod-resources-socket", "NCCLWATCH_POD_RESOURCES_SOCKET", &c.pod_resources_socket,
-              "The kubelet's pod-resources socket, to name the pod of each GPU; empty: off. "
-              "Absent sockets are retried quietly (outside Kubernetes there is none).");
-  t.AddInt("pod-resources-refresh-s", "", &c.pod_resources_refresh_s,
-           "How often to ask the kubelet which pod holds which GPU.");
-  t.AddInt("http-port", "NCCLWATCH_AGENT_HTTP_PORT", &c.http_port,
-           "Port of /metrics, /healthz and /readyz (0 = any free port).");
-  t.AddString("node-name", "NODE_NAME", &c.node_name,
-              "Name of this node in every report; empty means the hostname.");
-  t.AddInt("batch-interval-ms", "", &c.batch_interval_ms,
-           "Longest time a report waits before its batch is sent.");
-  t.AddInt("max-batch-reports", "", &c.max_batch_reports, "Most reports in one batch.");
-  t.AddInt("max-queued-reports", "", &c.max_queued_reports,
-           "Reports held in memory while the aggregator is away; the oldest are dropped beyond.");
-  t.AddInt("max-queued-bytes", "", &c.max_queued_bytes,
-           "Serialized bytes of reports held in memory (queue, and unsent batches without a "
-           "spool, each); the oldest are dropped beyond.");
-  t.AddInt("push-timeout-ms", "", &c.push_timeout_ms, "Deadline of one batch push.");
-  t.AddDouble("unready-after-s", "", &c.unready_after_s,
-              "/readyz fails once every push to an aggregator has failed for this long (a full "
-              "disk there, a wrong token, an unreachable aggregator: nothing leaves the node).");
-  t.AddInt("set-aside-after", "", &c.set_aside_after,
-           "A batch that fails this many times in a way a retry may not mend (the aggregator "
-           "cannot parse it, an internal error: not unreachable, busy or a wrong token) is set "
-           "aside once a later batch gets through (kept in the spool as *.rejected).");
-  t.AddInt("shutdown-timeout-ms", "", &c.shutdown_timeout_ms,
-           "On SIGTERM, how long to keep forwarding what is queued before exiting.");
-  t.AddString("spool-dir", "NCCLWATCH_AGENT_SPOOL_DIR", &c.spool_dir,
-              "Directory of the durable spool: every batch is kept there until the aggregator "
-              "acknowledges it, and replayed after a restart (empty: memory only). With several "
-              "aggregators, one subdirectory each.");
-  t.AddInt("spool-max-bytes", "NCCLWATCH_AGENT_SPOOL_MAX_BYTES", &c.spool_max_bytes,
-           "Most bytes in the spool (shared evenly by several aggregators); beyond, the oldest "
-           "batches are dropped and counted.");
-  t.AddBool("spool-fsync", "", &c.spool_fsync,
-            "Sync every spooled batch (and its directory entry) to disk, so that it survives a "
-            "power loss or node crash too; --no-spool-fsync keeps only what survives a crash or "
-            "restart of the agent itself.");
-  t.AddInt("ready-fd", "", &c.ready_fd,
-           "Write 'ready grpc=... http_port=N tcp_port=M' to this file descriptor once serving "
-           "(-1: off; tcp_port 0 without --listen-tcp).");
-}
 
 std::string Hostname() {
   char buf[256] = {};
@@ -186,142 +33,33 @@ std::string RandomHex(int digits) {
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
   SetLogComponent("agent");
-  AgentConfig config;
+  AgentFlags config;
   ConfigTable table("ncclwatch-agent",
                     "Node agent: receives NCCL profiler reports from the training processes on "
                     "this node and forwards them to the ncclwatch aggregator.");
-  Register(table, config);
+  RegisterAgentFlags(table, config);
   if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
   if (config.node_name.empty()) config.node_name = Hostname();
   LogInfo("starting: %s", table.Describe());
 
-  // Check every setting before starting anything: a bad one exits 2.
-  auto socket_mode = ParseFileMode("socket-mode", config.socket_mode);
-  auto dir_mode = ParseFileMode("socket-dir-mode", config.socket_dir_mode);
-  for (const absl::Status& s : {socket_mode.status(), dir_mode.status()}) {
-    if (!s.ok()) {
-      LogError("%s", s.message());
-      return 2;
-    }
-  }
-  if (!config.listen_tcp.empty()) {
-    const size_t colon = config.listen_tcp.rfind(':');
-    const std::string host =
-        colon == std::string::npos ? config.listen_tcp : config.listen_tcp.substr(0, colon);
-    if (!IsLoopbackHost(host) && !config.insecure_tcp) {
-      LogError(
-          "refusing --listen-tcp=%s, which other machines can reach: plugins cannot "
-          "authenticate, so anyone could write reports in this node's name; use 127.0.0.1 or "
-          "pass --insecure-tcp",
-          config.listen_tcp);
-      return 2;
-    }
-  }
-  std::vector<std::string> endpoints;
-  for (absl::string_view e : absl::StrSplit(config.aggregator, ',', absl::SkipWhitespace())) {
-    endpoints.emplace_back(absl::StripAsciiWhitespace(e));
-  }
-  if (endpoints.empty()) {
-    LogError("--aggregator needs at least one host:port");
+  // Every setting is checked before anything starts: a bad one exits 2.
+  absl::StatusOr<AgentSetup> setup =
+      AgentSetupFromFlags(config, config.node_name + "-" + RandomHex(8));
+  if (!setup.ok()) {
+    LogError("%s", setup.status().message());
     return 2;
   }
-  if (config.max_plugin_streams < 1 || !(config.plugin_stream_idle_s > 0) ||
-      !(config.plugin_stream_mib_per_s > 0)) {
-    LogError(
-        "--max-plugin-streams, --plugin-stream-idle-s and --plugin-stream-mib-per-s must be "
-        "positive");
-    return 2;
-  }
-  if (config.max_plugin_connections < 1 || config.max_plugin_connections_per_peer < 1 ||
-      !(config.plugin_connect_deadline_s > 0) || !(config.inspector_series_mib > 0)) {
-    LogError(
-        "--max-plugin-connections, --max-plugin-connections-per-peer, "
-        "--plugin-connect-deadline-s and --inspector-series-mib must be positive");
-    return 2;
-  }
-  if (!(config.unready_after_s >= 0)) {
-    LogError("--unready-after-s must be 0 or more");
-    return 2;
-  }
-  if (config.set_aside_after < 1) {
-    LogError("--set-aside-after must be at least 1");
-    return 2;
-  }
-  if (config.max_queued_bytes < (1 << 20)) {
-    LogError("--max-queued-bytes must be at least 1 MiB");
-    return 2;
-  }
-  const int64_t spool_share = config.spool_max_bytes / static_cast<int64_t>(endpoints.size());
-  if (!config.spool_dir.empty() && spool_share < (64 << 10)) {
-    LogError("--spool-max-bytes must be at least 64 KiB per aggregator");
-    return 2;
-  }
-  const ClientTls tls =
-      ClientTls::FromFlags(config.aggregator_tls, config.aggregator_ca_file,
-                           config.aggregator_cert_file, config.aggregator_key_file);
-  auto credentials = MakeChannelCredentials(tls);
-  if (!credentials.ok()) {
-    LogError("%s", credentials.status().message());
-    return 2;
-  }
-  auto token = TokenFile::Open(config.aggregator_token_file);
-  if (!token.ok()) {
-    LogError("%s", token.status().message());
-    return 2;
-  }
-  if (*token != nullptr && !tls.enabled) {
-    LogWarning("--aggregator-token-file without TLS: the token crosses the network in clear");
-  }
+  for (const std::string& warning : setup->warnings) LogWarning("%s", warning);
+  LogInfo("agent id %s", setup->options.agent_id);
 
-  AgentServerOptions options;
-  options.listen = config.listen;
-  options.listen_tcp = config.listen_tcp;
-  options.streams.max_streams = static_cast<int>(config.max_plugin_streams);
-  options.streams.idle_timeout = absl::Seconds(config.plugin_stream_idle_s);
-  options.max_plugin_connections =
-      static_cast<int>(std::min<int64_t>(config.max_plugin_connections, 1 << 20));
-  options.max_plugin_connections_per_peer =
-      static_cast<int>(std::min<int64_t>(config.max_plugin_connections_per_peer, 1 << 20));
-  options.plugin_stream_deadline = absl::Seconds(config.plugin_connect_deadline_s);
-  options.inspector_series_bytes = static_cast<size_t>(config.inspector_series_mib * (1 << 20));
-  options.streams.bytes_per_s = config.plugin_stream_mib_per_s * (1 << 20);
-  options.streams.burst_bytes = std::max(4 * options.streams.bytes_per_s, 16.0 * (1 << 20));
-  options.socket_mode = *socket_mode;
-  options.socket_dir_mode = *dir_mode;
-  options.socket_group = config.socket_group;
-  options.aggregators = endpoints;
-  options.credentials = *credentials;
-  options.tls_server_name = config.aggregator_server_name;
-  options.token = token->get();
-  options.node_name = config.node_name;
-  options.agent_id = config.node_name + "-" + RandomHex(8);
-  options.batch_interval_ms = config.batch_interval_ms;
-  options.max_batch_reports = config.max_batch_reports;
-  options.max_queued_reports = config.max_queued_reports;
-  options.max_queued_bytes = config.max_queued_bytes;
-  options.push_timeout_ms = config.push_timeout_ms;
-  options.set_aside_after = config.set_aside_after;
-  options.unready_after = absl::Seconds(config.unready_after_s);
-  options.shutdown_timeout = absl::Milliseconds(config.shutdown_timeout_ms);
-  options.spool_dir = config.spool_dir;
-  options.spool_max_bytes = config.spool_max_bytes;
-  options.spool_fsync = config.spool_fsync;
-  options.pod_resources_socket = config.pod_resources_socket;
-  options.proc_dir = config.proc_dir;
-  options.pod_logs_dir = config.pod_logs_dir;
-  options.pod_resources_refresh =
-      absl::Seconds(std::max<int64_t>(1, config.pod_resources_refresh_s));
-  options.http_port = static_cast<int>(config.http_port);
-  LogInfo("agent id %s", options.agent_id);
-
-  AgentServer server(std::move(options));
+  AgentServer server(std::move(setup->options));
   if (absl::Status s = server.Start(); !s.ok()) {
     LogError("%s", s.message());
     return 1;
   }
   LogInfo("serving plugins on %s%s, metrics on :%d, forwarding to %s%s", config.listen,
           config.listen_tcp.empty() ? "" : " and " + config.listen_tcp, server.http_port(),
-          config.aggregator, tls.enabled ? " over TLS" : "");
+          config.aggregator, setup->tls ? " over TLS" : "");
   NotifyReady(static_cast<int>(config.ready_fd),
               absl::StrFormat("ready grpc=%s http_port=%d tcp_port=%d", config.listen,
                               server.http_port(), server.tcp_port()));

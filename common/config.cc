@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -18,6 +19,72 @@
 #include "common/strings.h"
 
 namespace ncclwatch {
+
+bool Range::Contains(double v) const {
+  return (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
+}
+
+namespace {
+
+// 262144 rather than 262144.0 or 2.62144e+05; a duration in its unit ("1m").
+std::string BoundText(double v, bool duration) {
+  if (duration) return DurationText(absl::Seconds(v));
+  if (v == std::floor(v) && std::abs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrCat(v);
+}
+
+}  // namespace
+
+std::string Range::Text(bool duration) const {
+  const bool has_min = min != -kNone;
+  const bool has_max = max != kNone;
+  if (has_min && has_max) {
+    return absl::StrCat("in ", min_open ? "(" : "[", BoundText(min, duration), ", ",
+                        BoundText(max, duration), max_open ? ")" : "]");
+  }
+  if (has_min) {
+    if (min == 0 && min_open) return "positive";
+    return absl::StrCat(min_open ? "above " : "at least ", BoundText(min, duration));
+  }
+  if (has_max) return absl::StrCat(max_open ? "below " : "at most ", BoundText(max, duration));
+  return "any number";
+}
+
+absl::StatusOr<absl::Duration> ParseDurationText(std::string_view text) {
+  const std::string copy(text);
+  char* end = nullptr;
+  const double v = std::strtod(copy.c_str(), &end);
+  const std::string_view unit(end);
+  double unit_s = 0;
+  if (unit.empty() || unit == "s") {
+    unit_s = 1;
+  } else if (unit == "m") {
+    unit_s = 60;
+  } else if (unit == "h") {
+    unit_s = 3600;
+  } else if (unit == "d") {
+    unit_s = 86400;
+  }
+  if (end == copy.c_str() || unit_s == 0 || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "'%s' is not a duration (a number with s, m, h or d, e.g. 15d, 36h, 90m)", Av(text)));
+  }
+  return absl::Seconds(v * unit_s);
+}
+
+std::string DurationText(absl::Duration d) {
+  const std::pair<absl::Duration, const char*> units[] = {
+      {absl::Hours(24), "d"}, {absl::Hours(1), "h"}, {absl::Minutes(1), "m"}};
+  if (d != absl::ZeroDuration()) {
+    for (const auto& [unit, suffix] : units) {
+      absl::Duration rest;
+      const int64_t n = absl::IDivDuration(d, unit, &rest);
+      if (rest == absl::ZeroDuration()) return absl::StrCat(n, suffix);
+    }
+  }
+  return absl::StrCat(absl::ToDoubleSeconds(d), "s");
+}
+
 ConfigTable::ConfigTable(std::string program, std::string summary)
     : program_(std::move(program)), summary_(std::move(summary)) {}
 
@@ -26,9 +93,9 @@ ConfigTable::EnvLookup ConfigTable::DefaultEnv() {
 }
 
 void ConfigTable::Add(std::string_view flag, std::string_view env, Target target,
-                      std::string_view help) {
-  entries_.push_back(
-      Entry{std::string(flag), std::string(env), std::string(help), ValueText(target), target});
+                      std::string_view help, Range range) {
+  entries_.push_back(Entry{std::string(flag), std::string(env), std::string(help),
+                           ValueText(target), target, range});
 }
 
 void ConfigTable::AddString(std::string_view flag, std::string_view env, std::string* target,
@@ -36,12 +103,16 @@ void ConfigTable::AddString(std::string_view flag, std::string_view env, std::st
   Add(flag, env, target, help);
 }
 void ConfigTable::AddInt(std::string_view flag, std::string_view env, int64_t* target,
-                         std::string_view help) {
-  Add(flag, env, target, help);
+                         std::string_view help, Range range) {
+  Add(flag, env, target, help, range);
 }
 void ConfigTable::AddDouble(std::string_view flag, std::string_view env, double* target,
-                            std::string_view help) {
-  Add(flag, env, target, help);
+                            std::string_view help, Range range) {
+  Add(flag, env, target, help, range);
+}
+void ConfigTable::AddDuration(std::string_view flag, std::string_view env, absl::Duration* target,
+                              std::string_view help, Range range) {
+  Add(flag, env, target, help, range);
 }
 void ConfigTable::AddBool(std::string_view flag, std::string_view env, bool* target,
                           std::string_view help) {
@@ -54,22 +125,56 @@ std::string ConfigTable::ValueText(const Target& target) {
     std::string operator()(int64_t* v) const { return absl::StrCat(*v); }
     std::string operator()(double* v) const { return absl::StrCat(*v); }
     std::string operator()(bool* v) const { return *v ? "true" : "false"; }
+    std::string operator()(absl::Duration* v) const { return DurationText(*v); }
   };
   return std::visit(Visitor{}, target);
 }
 
 absl::Status ConfigTable::Assign(const Entry& entry, std::string_view value,
-                                 std::string_view source) {
+                                 std::string_view source, std::vector<std::string>* clamped) {
   auto invalid = [&](std::string_view expected) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: '%s' is not %s", Av(source), Av(value), Av(expected)));
   };
+  // A number read: within its range, or the nearest bound where the caller takes warnings (only
+  // a closed bound can be taken; only ParseEnv asks, so the warning names the variable); an
+  // error otherwise.
+  auto in_range = [&](double v, double* used) -> absl::Status {
+    *used = v;
+    const Range& r = entry.range;
+    if (r.Contains(v)) return absl::OkStatus();
+    const bool duration = std::holds_alternative<absl::Duration*>(entry.target);
+    const double bound = v < r.min ? r.min : r.max;
+    if (clamped != nullptr && (v < r.min ? !r.min_open : !r.max_open)) {
+      *used = bound;
+      clamped->push_back(absl::StrFormat(
+          "%s=%s is outside [%s, %s]%s; using %s",
+          entry.env.empty() ? "--" + entry.flag : entry.env, Av(value), BoundText(r.min, duration),
+          BoundText(r.max, duration), r.why, BoundText(bound, duration)));
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s must be %s%s, not %s", Av(source), r.Text(duration), r.why, Av(value)));
+  };
+  double used = 0;
   if (auto* s = std::get_if<std::string*>(&entry.target)) {
     **s = std::string(value);
   } else if (auto* i = std::get_if<int64_t*>(&entry.target)) {
-    if (!absl::SimpleAtoi(Av(value), *i)) return invalid("an integer");
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(Av(value), &v)) return invalid("an integer");
+    if (absl::Status s = in_range(static_cast<double>(v), &used); !s.ok()) return s;
+    **i = used == static_cast<double>(v) ? v : static_cast<int64_t>(used);
   } else if (auto* d = std::get_if<double*>(&entry.target)) {
-    if (!absl::SimpleAtod(Av(value), *d)) return invalid("a number");
+    double v = 0;
+    if (!absl::SimpleAtod(Av(value), &v) || !std::isfinite(v)) return invalid("a number");
+    if (absl::Status s = in_range(v, &used); !s.ok()) return s;
+    **d = used;
+  } else if (auto* t = std::get_if<absl::Duration*>(&entry.target)) {
+    absl::StatusOr<absl::Duration> v = ParseDurationText(value);
+    if (!v.ok())
+      return absl::InvalidArgumentError(absl::StrCat(Av(source), ": ", v.status().message()));
+    if (absl::Status s = in_range(absl::ToDoubleSeconds(*v), &used); !s.ok()) return s;
+    **t = used == absl::ToDoubleSeconds(*v) ? *v : absl::Seconds(used);
   } else if (auto* b = std::get_if<bool*>(&entry.target)) {
     std::string lower = absl::AsciiStrToLower(Av(value));
     if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") {
@@ -90,12 +195,12 @@ const ConfigTable::Entry* ConfigTable::FindFlag(std::string_view name) const {
   return nullptr;
 }
 
-absl::Status ConfigTable::ParseEnv(const EnvLookup& env) {
+absl::Status ConfigTable::ParseEnv(const EnvLookup& env, std::vector<std::string>* clamped) {
   for (const Entry& e : entries_) {
     if (e.env.empty()) continue;
     const char* value = env(e.env.c_str());
     if (value == nullptr) continue;
-    absl::Status status = Assign(e, value, absl::StrCat("environment variable ", e.env));
+    absl::Status status = Assign(e, value, absl::StrCat("environment variable ", e.env), clamped);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();

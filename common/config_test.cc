@@ -3,9 +3,11 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch {
@@ -112,6 +114,93 @@ TEST(ConfigTableTest, HelpListsEveryEntryWithDefault) {
   EXPECT_NE(help.find("(default: unix:///run/x.sock)"), std::string::npos);
   EXPECT_NE(help.find("--help"), std::string::npos);
   EXPECT_EQ(f.table.Describe(), "listen=unix:///run/x.sock http-port=9472 ratio=0.2 verbose=false");
+}
+
+}  // namespace
+}  // namespace ncclwatch
+
+namespace ncclwatch {
+namespace {
+
+using ::ncclwatch::testutil::StatusIs;
+using ::testing::HasSubstr;
+
+struct Ranged {
+  int64_t slots = 1024;
+  double fraction = 0.2;
+  absl::Duration keep = absl::Hours(24);
+  ConfigTable table{"prog", ""};
+  Ranged() {
+    table.AddInt("slots", "T_SLOTS", &slots, "Slots.",
+                 Range::Between(64, 1 << 18, " (2 KiB each)"));
+    table.AddDouble("fraction", "", &fraction, "A fraction.", Range::Open(0, 1));
+    table.AddDuration("keep", "T_KEEP", &keep, "How long.", Range::Between(60, 86400 * 30));
+  }
+  absl::Status Parse(std::vector<const char*> args) {
+    args.insert(args.begin(), "prog");
+    return table.Parse(static_cast<int>(args.size()), args.data(), EnvFrom({})).status();
+  }
+};
+
+TEST(ConfigRangeTest, AValueOutsideItsRangeIsRefusedNamingBoth) {
+  Ranged r;
+  EXPECT_THAT(r.Parse({"--slots=10"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "flag --slots must be in [64, 262144] (2 KiB each), not 10"));
+  EXPECT_THAT(r.Parse({"--fraction=1"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  "flag --fraction must be in (0, 1), not 1"));
+  EXPECT_THAT(r.Parse({"--fraction=nan"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not a number")));
+  EXPECT_EQ(r.slots, 1024);
+  ASSERT_THAT(r.Parse({"--slots=64", "--fraction=0.5"}), IsOk());
+  EXPECT_EQ(r.slots, 64);
+  EXPECT_DOUBLE_EQ(r.fraction, 0.5);
+}
+
+TEST(ConfigRangeTest, RangesSayThemselvesInWords) {
+  EXPECT_EQ(Range::AtLeast(1).Text(), "at least 1");
+  EXPECT_EQ(Range::Positive().Text(), "positive");
+  EXPECT_EQ(Range::Between(0.25, 60).Text(), "in [0.25, 60]");
+  EXPECT_EQ(Range::Open(0, 1).Text(), "in (0, 1)");
+  EXPECT_EQ(Range{}.Text(), "any number");
+  EXPECT_EQ(Range::Between(60, 86400).Text(/*duration=*/true), "in [1m, 1d]");
+  EXPECT_TRUE(Range::Positive().Contains(1e-9));
+  EXPECT_FALSE(Range::Positive().Contains(0));
+}
+
+TEST(ConfigRangeTest, DurationsAreReadInTheirUnitsAndPrintedShortest) {
+  Ranged r;
+  ASSERT_THAT(r.Parse({"--keep=36h"}), IsOk());
+  EXPECT_EQ(r.keep, absl::Hours(36));
+  ASSERT_THAT(r.Parse({"--keep=90m"}), IsOk());
+  EXPECT_EQ(r.keep, absl::Minutes(90));
+  ASSERT_THAT(r.Parse({"--keep=3600"}), IsOk());  // a bare number is seconds
+  EXPECT_EQ(r.keep, absl::Hours(1));
+  EXPECT_THAT(r.Parse({"--keep=2w"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("flag --keep: '2w' is not a duration")));
+  EXPECT_THAT(r.Parse({"--keep=30s"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                "flag --keep must be in [1m, 30d], not 30s"));
+  EXPECT_EQ(DurationText(absl::Hours(24 * 15)), "15d");
+  EXPECT_EQ(DurationText(absl::Hours(36)), "36h");
+  EXPECT_EQ(DurationText(absl::Seconds(1.5)), "1.5s");
+  EXPECT_EQ(DurationText(absl::ZeroDuration()), "0s");
+  // The help shows the default as one would write it.
+  EXPECT_THAT(r.table.HelpText(), HasSubstr("How long. (default: 1d)"));
+}
+
+TEST(ConfigRangeTest, ThePluginsEnvironmentTakesTheNearestBoundWithAWarning) {
+  Ranged r;
+  std::vector<std::string> warnings;
+  ASSERT_THAT(r.table.ParseEnv(EnvFrom({{"T_SLOTS", "10"}, {"T_KEEP", "90d"}}), &warnings), IsOk());
+  EXPECT_EQ(r.slots, 64);
+  EXPECT_EQ(r.keep, absl::Hours(24 * 30));
+  EXPECT_THAT(warnings,
+              ::testing::ElementsAre("T_SLOTS=10 is outside [64, 262144] (2 KiB each); using 64",
+                                     "T_KEEP=90d is outside [1m, 30d]; using 30d"));
+  // Without a place for warnings, out of range is an error as on a command line.
+  EXPECT_THAT(r.table.ParseEnv(EnvFrom({{"T_SLOTS", "10"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("environment variable T_SLOTS must be in [64, 262144]")));
 }
 
 }  // namespace
