@@ -101,42 +101,11 @@ std::string ClockText(uint64_t unix_ns, bool millis) {
   return absl::StrFormat("%s.%03d %s", date, static_cast<int>(unix_ns / 1'000'000 % 1000), zone);
 }
 
-std::string RankText(const ncclwatch::v1::RankRef& r) {
-  std::string text =
-      absl::StrFormat("rank %d (node %s, %s", r.rank(), r.node().empty() ? "unknown" : r.node(),
-                      GpuLabel(r.cuda_device()));
-  if (!r.pod().empty()) {
-    absl::StrAppend(&text, ", pod ", r.pod_namespace().empty() ? "-" : r.pod_namespace(), "/",
-                    r.pod());
-    if (!r.container().empty()) absl::StrAppend(&text, ", container ", r.container());
-  }
-  return text + ")";
-}
-
-namespace {
-
-// The finding line of a node flagged slow.
-std::string SlowNodeSentence(const ncclwatch::v1::NodeStragglerInfo& n) {
-  if (n.gpus_size() > 0) {
-    std::vector<std::string> gpus;
-    for (int g : n.gpus()) gpus.push_back(GpuLabel(g));
-    return absl::StrFormat(
-        "Slow node: %s of job %s: %d of its GPUs (%s) are each slow themselves; suspect the node "
-        "(cooling, power, a noisy neighbour, the host) rather than one GPU.\n",
-        n.node(), n.job_id(), n.gpus_size(), absl::StrJoin(gpus, ", "));
-  }
-  return absl::StrFormat(
-      "Slow node: %s of job %s: all %d ranks communicator %s has on it (%s) are late; suspect the "
-      "node rather than one GPU.\n",
-      n.node(), n.job_id(), n.ranks_size(), aggregator::CommWord(n.comm_name(), n.comm_hash()),
-      absl::StrJoin(n.ranks(), ","));
-}
-
-}  // namespace
-
 std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response) {
   std::string out = RootCausesText(response);
-  for (const auto& n : response.slow_nodes()) out += SlowNodeSentence(n);
+  for (const auto& n : response.slow_nodes()) {
+    absl::StrAppend(&out, "Finding: ", aggregator::SlowNodeSentence(n), ".\n");
+  }
   if (response.stragglers_size() == 0) {
     return out.empty() ? "No GPU is slow itself and no rank is flagged as a straggler.\n" : out;
   }
@@ -164,16 +133,7 @@ std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response
   out += table.Render();
   out += "\n";
   for (const auto& s : response.stragglers()) {
-    absl::StrAppendFormat(
-        &out,
-        "Finding: rank %d on node %s (%s) is slowing communicator %s of job %s: it reaches the "
-        "collectives %.2f ms after the first rank (median of its last %u collectives), %.2f ms "
-        "later than its punctual peers; %s.\n",
-        s.rank(), NodeOrUnknown(s.node()), GpuLabel(s.cuda_device()).c_str(),
-        aggregator::CommWord(s.comm_name(), s.comm_hash()).c_str(), s.job_id().c_str(),
-        s.lateness_seconds() * 1e3, s.window_collectives(), s.excess_seconds() * 1e3,
-        s.history_ratio() >= 2 ? "this is new: far later than its own usual"
-                               : "it has been this late all along");
+    absl::StrAppend(&out, "Finding: ", aggregator::StragglerSentence(s), ".\n");
   }
   return out;
 }
@@ -221,23 +181,7 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
   }
   out += "\n";
   for (const auto& h : response.hangs()) {
-    const std::string comm = aggregator::CommWord(h.comm_name(), h.comm_hash());
-    if (h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS) {
-      absl::StrAppendFormat(
-          &out,
-          "Finding: %s of communicator %s in job %s has been stuck for %.1f s although all "
-          "%u ranks reached it: suspect the network or NVLink fabric.\n",
-          aggregator::HangOpText(h).c_str(), comm.c_str(), h.job_id().c_str(), h.age_seconds(),
-          h.arrived());
-    } else {
-      std::vector<std::string> missing;
-      for (const auto& r : h.missing()) missing.push_back(RankText(r));
-      absl::StrAppendFormat(&out,
-                            "Finding: %s of communicator %s in job %s has been stuck for %.1f s: "
-                            "%s never reached it.\n",
-                            aggregator::HangOpText(h).c_str(), comm.c_str(), h.job_id().c_str(),
-                            h.age_seconds(), absl::StrJoin(missing, ", ").c_str());
-    }
+    absl::StrAppend(&out, "Finding: ", aggregator::HangSentence(h), ".\n");
     for (const auto& c : h.consequences()) {
       absl::StrAppendFormat(&out, "  consequence: %s of communicator %s is stuck behind it (%s)\n",
                             aggregator::HangOpText(c).c_str(),
@@ -254,12 +198,8 @@ std::string HangsText(const ncclwatch::v1::ListHangsResponse& response) {
                     ClockText(n.since_unix_ns()), ".\n");
   }
   for (const auto& s : response.silent()) {
-    absl::StrAppendFormat(&out,
-                          "Finding: %s of communicator %s in job %s stopped reporting at %s while "
-                          "the other ranks carry on (process dead or stuck outside NCCL?).\n",
-                          RankText(s.rank()).c_str(),
-                          aggregator::CommWord(s.comm_name(), s.comm_hash()).c_str(),
-                          s.job_id().c_str(), ClockText(s.last_report_unix_ns()).c_str());
+    absl::StrAppend(&out, "Finding: ", aggregator::SilentSentence(s), "; last report at ",
+                    ClockText(s.last_report_unix_ns()), ".\n");
   }
   return out;
 }
@@ -282,11 +222,7 @@ std::string DegradedText(const ncclwatch::v1::ListDegradedResponse& response) {
   std::string out = table.Render();
   out += "\n";
   for (const auto& s : response.suspects()) {
-    absl::StrAppendFormat(&out,
-                          "Finding: the network of node %s is the common factor of %u degraded "
-                          "hybrid communicators of job %s (its NVLink-only communicators are "
-                          "healthy): check its NICs, cables and switch ports.\n",
-                          s.node().c_str(), s.degraded_comms(), s.job_id().c_str());
+    absl::StrAppend(&out, "Finding: ", aggregator::SuspectSentence(s), ".\n");
   }
   if (response.suspects_size() == 0) {
     absl::StrAppendFormat(&out,

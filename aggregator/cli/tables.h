@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "aggregator/findings/findings.h"
 #include "ncclwatch/v1/query.pb.h"
 
 namespace ncclwatch::cli {
@@ -20,8 +21,9 @@ std::string ClockText(uint64_t unix_ns, bool millis = false);
 
 // "rank 3 (node node-a, GPU1)", plus ", pod ns/name, container c" when the agent found the rank's
 // GPU in the kubelet's pod-resources answer (never outside Kubernetes). An empty node is
-// "unknown", an empty pod namespace "-".
-std::string RankText(const ncclwatch::v1::RankRef& rank);
+// "unknown", an empty pod namespace "-". The findings' wording (aggregator/findings), as every
+// "Finding:" line below is: the CLI says what the server's events say.
+using aggregator::RankText;
 
 // `ncclwatch stragglers`: the root causes with their consequences, the slow nodes, then a table of
 // the ranks

@@ -79,14 +79,12 @@ TEST_F(TablesTest, Stragglers) {
             "job-a - 0x00000000000000cd        2 unknown unknown  2.00 ms  1.50 ms    3.2   1.2x "
             "         50% 1970-01-01 00:00:00 UTC\n"
             "\n"
-            "Finding: rank 5 on node node-1 (GPU1) is slowing communicator world of job job-a: it "
-            "reaches the collectives 12.34 ms after the first rank (median of its last 50 "
-            "collectives), 10.00 ms later than its punctual peers; this is new: far later than its "
-            "own usual.\n"
-            "Finding: rank 2 on node unknown (unknown) is slowing communicator 0x00000000000000cd "
-            "of job job-a: it reaches the collectives 2.00 ms after the first rank (median of its "
-            "last 20 collectives), 1.50 ms later than its punctual peers; it has been this late "
-            "all along.\n");
+            "Finding: rank 5 (node node-1, GPU1) of communicator world 0x00000000000000ab in job "
+            "job-a is slow: median lateness 12.34 ms (10.00 ms beyond its punctual peers, z 4.5, "
+            "3.0x its own usual; kernel durations) over 50 collectives, arrived last in 75%.\n"
+            "Finding: rank 2 (node unknown, unknown) of communicator 0x00000000000000cd in job "
+            "job-a is slow: median lateness 2.00 ms (1.50 ms beyond its punctual peers, z 3.2, "
+            "1.2x its own usual; kernel durations) over 20 collectives, arrived last in 50%.\n");
 }
 
 TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
@@ -138,10 +136,10 @@ TEST_F(TablesTest, SlowNodesAreFindingsOfTheirOwn) {
   by_ranks->add_ranks(9);
   EXPECT_EQ(
       StragglersText(r),
-      "Slow node: node-3 of job job-a: 2 of its GPUs (GPU0, GPU2) are each slow themselves; "
+      "Finding: node node-3 of job job-a: 2 of its GPUs (GPU0, GPU2) are each slow themselves; "
       "suspect the node (cooling, power, a noisy neighbour, the host) rather than one GPU.\n"
-      "Slow node: node-4 of job job-a: all 2 ranks communicator dp0 has on it (8,9) are late; "
-      "suspect the node rather than one GPU.\n");
+      "Finding: node node-4 of job job-a: all 2 ranks communicator dp0 0x0000000000000012 has on "
+      "it (8,9) are late to the collectives; suspect the node rather than one GPU.\n");
 }
 
 TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
@@ -158,16 +156,17 @@ TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
             "JOB   COMMUNICATOR             RANK NODE   GPU  LAST REPORT\n"
             "job-h world 0x0000000000000001    6 node-2 GPU6 1970-01-01 00:59:50 UTC\n"
             "\n"
-            "Finding: AllReduce #12 of communicator world in job job-h has been stuck for 42.2 s: "
-            "rank 2 (node node-0, GPU2, pod ml/trainer-0, container worker), rank 3 (node unknown, "
-            "unknown) never reached it.\n"
-            "Finding: Send/Recv of communicator pairs in job job-h has been stuck for 5.5 s: rank "
-            "1 (node node-1, GPU0, pod -/p) never reached it.\n"
-            "Finding: Broadcast #7 of communicator 0x0000000000000003 in job job-h has been stuck "
-            "for 7.0 s although all 8 ranks reached it: suspect the network or NVLink fabric.\n"
-            "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
-            "reporting at 1970-01-01 00:59:50 UTC while the other ranks carry on (process dead or "
-            "stuck outside NCCL?).\n");
+            "Finding: AllReduce #12 of communicator world 0x0000000000000001 in job job-h has made "
+            "no progress for 42.2 s; 2 of 4 ranks never reached it: rank 2 (node node-0, GPU2, "
+            "pod ml/trainer-0, container worker), rank 3 (node unknown, unknown).\n"
+            "Finding: Send/Recv of communicator pairs 0x0000000000000002 in job job-h has made no "
+            "progress for 5.5 s; 1 rank never reached it: rank 1 (node node-1, GPU0, pod -/p).\n"
+            "Finding: Broadcast #7 of communicator 0x0000000000000003 in job job-h has made no "
+            "progress for 7.0 s; all 8 ranks reached it and none finished: suspect the network "
+            "or NVLink fabric.\n"
+            "Finding: rank 6 (node node-2, GPU6) of communicator world 0x0000000000000001 in job "
+            "job-h stopped reporting while the other ranks carry on (process dead or stuck outside "
+            "NCCL?); last report at 1970-01-01 00:59:50 UTC.\n");
 }
 
 TEST_F(TablesTest, AHangsConsequencesFollowItsFinding) {
@@ -196,8 +195,9 @@ TEST_F(TablesTest, AHangsConsequencesFollowItsFinding) {
   waiting->add_missing()->set_rank(0);
   const std::string text = HangsText(r);
   const std::string findings =
-      "Finding: AllGather #80 of communicator dp1 in job job-h has been stuck for 3.0 s although "
-      "all 2 ranks reached it: suspect the network or NVLink fabric.\n"
+      "Finding: AllGather #80 of communicator dp1 0x0000000000000011 in job job-h has made no "
+      "progress for 3.0 s; all 2 ranks reached it and none finished: suspect the network or "
+      "NVLink fabric.\n"
       "  consequence: AllReduce #1296 of communicator tp0 is stuck behind it (queued on the same "
       "GPUs)\n"
       "  consequence: Send/Recv of communicator pp1 is stuck behind it (waiting for ranks stuck in "
@@ -216,9 +216,9 @@ TEST_F(TablesTest, HangsWithOnlyASilentRankHaveNoHangTable) {
             "JOB   COMMUNICATOR             RANK NODE   GPU  LAST REPORT\n"
             "job-h world 0x0000000000000001    6 node-2 GPU6 1970-01-01 00:59:50 UTC\n"
             "\n"
-            "Finding: rank 6 (node node-2, GPU6) of communicator world in job job-h stopped "
-            "reporting at 1970-01-01 00:59:50 UTC while the other ranks carry on (process dead or "
-            "stuck outside NCCL?).\n");
+            "Finding: rank 6 (node node-2, GPU6) of communicator world 0x0000000000000001 in job "
+            "job-h stopped reporting while the other ranks carry on (process dead or stuck outside "
+            "NCCL?); last report at 1970-01-01 00:59:50 UTC.\n");
 }
 
 TEST_F(TablesTest, ASilentNodeIsOneFindingBeforeItsSilentRanks) {
@@ -247,9 +247,9 @@ TEST_F(TablesTest, DegradedWithAndWithoutASuspectNode) {
   ncclwatch::v1::ListDegradedResponse degraded = DegradedWithSuspect();
   EXPECT_EQ(DegradedText(degraded),
             table +
-                "Finding: the network of node n2 is the common factor of 3 degraded hybrid "
-                "communicators of job job-d (its NVLink-only communicators are healthy): check its "
-                "NICs, cables and switch ports.\n");
+                "Finding: the network of node n2 is the common factor of the 3 degraded "
+                "multi-node communicators of job job-d, while its NVLink-only ones are healthy: "
+                "check its NICs, cables and switch ports.\n");
   degraded.clear_suspects();
   EXPECT_EQ(
       DegradedText(degraded),

@@ -27,14 +27,21 @@ const char* BasisText(LatenessBasis basis) {
   return "kernel durations";
 }
 
-const RankWho& WhoOf(const CommWho& who, int rank) { return who.Rank(rank); }
+// "tp0 0x…", or the hash alone for a communicator without a name.
+std::string CommText(const std::string& name, uint64_t hash) {
+  return name.empty() ? CommHashText(hash) : absl::StrCat(name, " ", CommHashText(hash));
+}
+
+// What a straggler's latenesses were measured with, as its answer says.
+const char* BasisText(const ncclwatch::v1::StragglerInfo& s) {
+  if (s.sync_wait_measured()) return BasisText(LatenessBasis::kSyncWait);
+  if (s.clocks_aligned()) return BasisText(LatenessBasis::kAlignedClocks);
+  return BasisText(LatenessBasis::kKernelDurations);
+}
 
 std::string RankList(const google::protobuf::RepeatedPtrField<ncclwatch::v1::RankRef>& ranks) {
   std::string out;
-  for (const auto& r : ranks) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", "rank ", r.rank(), " (node ",
-                    OrUnknown(r.node()), ", ", GpuLabel(r.cuda_device()), ")");
-  }
+  for (const auto& r : ranks) absl::StrAppend(&out, out.empty() ? "" : ", ", RankText(r));
   return out;
 }
 
@@ -42,28 +49,23 @@ Event SilentEvent(const HangChange& change, const CommWho* who, int64_t now_ns) 
   Event event = NewEvent(Event::RANK_SILENT, change.start, now_ns, change.rank.comm.job_id);
   *event.mutable_silent() = SilentInfoOf(change.rank, who);
   const auto& s = event.silent();
-  event.set_summary(absl::StrFormat(
-      "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s",
-      change.start ? "SILENT" : "REPORTING", s.rank().rank(), OrUnknown(s.rank().node()),
-      GpuLabel(s.rank().cuda_device()), OrUnknown(s.comm_name()), CommHashText(s.comm_hash()),
-      s.job_id(),
-      change.start ? absl::StrFormat("stopped reporting %.1f s ago; the other ranks carry on",
-                                     (now_ns - s.last_report_unix_ns()) * 1e-9)
-                   : std::string("reports again")));
+  event.set_summary(
+      change.start
+          ? absl::StrFormat("SILENT: %s; last report %.1f s ago", SilentSentence(s),
+                            (now_ns - static_cast<int64_t>(s.last_report_unix_ns())) * 1e-9)
+          : absl::StrFormat("REPORTING: %s of communicator %s %s in job %s reports again",
+                            RankText(s.rank()), OrUnknown(s.comm_name()),
+                            CommHashText(s.comm_hash()), s.job_id()));
   return event;
 }
 
 Event SuspectEvent(const DegradedChange& change, int64_t now_ns) {
   Event event = NewEvent(Event::NODE_NETWORK_SUSPECT, change.start, now_ns, change.suspect.job_id);
   *event.mutable_suspect() = SuspectInfoOf(change.suspect);
-  event.set_summary(
-      change.start ? absl::StrFormat(
-                         "NETWORK SUSPECT: node %s in job %s: the %d degraded multi-node "
-                         "communicators all go through it while its NVLink-only ones are "
-                         "healthy",
-                         change.suspect.node, change.suspect.job_id, change.suspect.degraded_comms)
-                   : absl::StrFormat("NETWORK OK: node %s in job %s is no longer suspected",
-                                     change.suspect.node, change.suspect.job_id));
+  event.set_summary(change.start
+                        ? absl::StrCat("NETWORK SUSPECT: ", SuspectSentence(event.suspect()))
+                        : absl::StrFormat("NETWORK OK: node %s in job %s is no longer suspected",
+                                          change.suspect.node, change.suspect.job_id));
   return event;
 }
 
@@ -211,16 +213,8 @@ Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& c
   const RankScore& score = change.score;
   Event event = NewEvent(Event::STRAGGLER, score.flagged, now_ns, key.job_id);
   *event.mutable_straggler() = StragglerInfoOf(key, who, score, since_ns);
-  const RankWho& rank = WhoOf(who, score.rank);
-  event.set_summary(absl::StrFormat(
-      "%s: rank %d (node %s, %s) of communicator %s %s in job %s %s: median lateness %.2f ms "
-      "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
-      "collectives, arrived last in %.0f%%",
-      score.flagged ? "STRAGGLER" : "RECOVERED", score.rank, OrUnknown(rank.node),
-      GpuLabel(rank.cuda_device), OrUnknown(who.comm_name), CommHashText(key.comm_hash), key.job_id,
-      score.flagged ? "is slow" : "is back in step", score.lateness_ns / 1e6, score.excess_ns / 1e6,
-      score.peer_z, score.history_ratio, BasisText(score.basis), score.observations,
-      score.arrived_last_fraction * 100));
+  event.set_summary(absl::StrCat(score.flagged ? "STRAGGLER: " : "RECOVERED: ",
+                                 StragglerSentence(event.straggler(), score.flagged)));
   return event;
 }
 
@@ -233,13 +227,12 @@ Event SlowNodeEvent(const CommKey& key, const CommWho& who, const SlowNodeChange
   info->set_comm_name(who.comm_name);
   info->set_node(change.node);
   for (int r : change.ranks) info->add_ranks(r);
-  event.set_summary(absl::StrFormat(
-      "%s: node %s in communicator %s %s of job %s: %s",
-      change.start ? "SLOW NODE" : "NODE RECOVERED", change.node, OrUnknown(who.comm_name),
-      CommHashText(key.comm_hash), key.job_id,
-      change.start
-          ? absl::StrFormat("all its %d ranks are late to the collectives", info->ranks_size())
-          : std::string("its ranks are back in step")));
+  event.set_summary(change.start
+                        ? absl::StrCat("SLOW NODE: ", SlowNodeSentence(*info))
+                        : absl::StrFormat("NODE RECOVERED: node %s in communicator %s %s of job "
+                                          "%s: its ranks are back in step",
+                                          change.node, OrUnknown(who.comm_name),
+                                          CommHashText(key.comm_hash), key.job_id));
   return event;
 }
 
@@ -248,22 +241,11 @@ Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
   Event event = NewEvent(Event::HANG, change.start, now_ns, change.hang.comm.job_id);
   *event.mutable_hang() = HangInfoOf(change.hang, who, now_ns);
   const auto& h = event.hang();
-  std::string what =
-      h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
-          ? absl::StrFormat("all %d ranks reached it and none finished: network or NVLink fabric",
-                            h.arrived())
-          : absl::StrFormat(
-                "%d of %d ranks never reached it: %s%s", h.missing_count(), h.nranks(),
-                RankList(h.missing()),
-                h.missing_count() > static_cast<uint32_t>(h.missing_size())
-                    ? absl::StrFormat(" and %d more", h.missing_count() - h.missing_size())
-                    : std::string());
-  event.set_summary(absl::StrFormat(
-      "%s: %s of communicator %s %s in job %s %s%s", change.start ? "HANG" : "UNHUNG",
-      HangOpText(h), OrUnknown(h.comm_name()), CommHashText(h.comm_hash()), h.job_id(),
-      change.start ? absl::StrFormat("has made no progress for %.1f s; ", h.age_seconds())
-                   : std::string("is moving again"),
-      change.start ? what : std::string()));
+  event.set_summary(change.start ? absl::StrCat("HANG: ", HangSentence(h))
+                                 : absl::StrFormat("UNHUNG: %s of communicator %s %s in job %s "
+                                                   "is moving again",
+                                                   HangOpText(h), OrUnknown(h.comm_name()),
+                                                   CommHashText(h.comm_hash()), h.job_id()));
   return event;
 }
 
@@ -306,6 +288,80 @@ Event DegradedEvent(const DegradedChange& change, const CommWho* who, int64_t no
       CommHashText(d.comm_hash()), d.job_id(), absl::StrJoin(d.nodes(), ","), d.op(),
       d.message_size(), d.bus_bw_gbs(), d.baseline_bus_bw_gbs()));
   return event;
+}
+
+std::string RankText(const ncclwatch::v1::RankRef& r) {
+  std::string text = absl::StrFormat("rank %d (node %s, %s", r.rank(), OrUnknown(r.node()),
+                                     GpuLabel(r.cuda_device()));
+  if (!r.pod().empty()) {
+    absl::StrAppend(&text, ", pod ", r.pod_namespace().empty() ? "-" : r.pod_namespace(), "/",
+                    r.pod());
+    if (!r.container().empty()) absl::StrAppend(&text, ", container ", r.container());
+  }
+  return text + ")";
+}
+
+std::string StragglerSentence(const ncclwatch::v1::StragglerInfo& s, bool flagged) {
+  return absl::StrFormat(
+      "rank %d (node %s, %s) of communicator %s in job %s %s: median lateness %.2f ms "
+      "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
+      "collectives, arrived last in %.0f%%",
+      s.rank(), OrUnknown(s.node()), GpuLabel(s.cuda_device()),
+      CommText(s.comm_name(), s.comm_hash()), s.job_id(), flagged ? "is slow" : "is back in step",
+      s.lateness_seconds() * 1e3, s.excess_seconds() * 1e3, s.peer_z_score(), s.history_ratio(),
+      BasisText(s), s.window_collectives(), s.arrived_last_fraction() * 100);
+}
+
+std::string SlowNodeSentence(const ncclwatch::v1::NodeStragglerInfo& n) {
+  if (n.gpus_size() > 0) {
+    std::vector<std::string> gpus;
+    for (int g : n.gpus()) gpus.push_back(GpuLabel(g));
+    return absl::StrFormat(
+        "node %s of job %s: %d of its GPUs (%s) are each slow themselves; suspect the node "
+        "(cooling, power, a noisy neighbour, the host) rather than one GPU",
+        n.node(), n.job_id(), n.gpus_size(), absl::StrJoin(gpus, ", "));
+  }
+  return absl::StrFormat(
+      "node %s of job %s: all %d ranks communicator %s has on it (%s) are late to the "
+      "collectives; suspect the node rather than one GPU",
+      n.node(), n.job_id(), n.ranks_size(), CommText(n.comm_name(), n.comm_hash()),
+      absl::StrJoin(n.ranks(), ","));
+}
+
+std::string HangSentence(const ncclwatch::v1::HangInfo& h) {
+  // Every missing rank is counted; the first few are named.
+  const uint32_t missing = std::max<uint32_t>(h.missing_count(), h.missing_size());
+  const std::string what =
+      h.kind() == ncclwatch::v1::HangInfo::NO_PROGRESS
+          ? absl::StrFormat(
+                "all %d ranks reached it and none finished: suspect the network or NVLink fabric",
+                h.arrived())
+          : absl::StrFormat("%d %s never reached it: %s%s", missing,
+                            h.nranks() > 0 ? absl::StrFormat("of %d ranks", h.nranks())
+                            : missing == 1 ? std::string("rank")
+                                           : std::string("ranks"),
+                            RankList(h.missing()),
+                            missing > static_cast<uint32_t>(h.missing_size())
+                                ? absl::StrFormat(" and %d more", missing - h.missing_size())
+                                : std::string());
+  return absl::StrFormat("%s of communicator %s in job %s has made no progress for %.1f s; %s",
+                         HangOpText(h), CommText(h.comm_name(), h.comm_hash()), h.job_id(),
+                         h.age_seconds(), what);
+}
+
+std::string SilentSentence(const ncclwatch::v1::SilentRankInfo& s) {
+  return absl::StrFormat(
+      "%s of communicator %s in job %s stopped reporting while the other ranks carry on "
+      "(process dead or stuck outside NCCL?)",
+      RankText(s.rank()), CommText(s.comm_name(), s.comm_hash()), s.job_id());
+}
+
+std::string SuspectSentence(const ncclwatch::v1::NodeSuspectInfo& s) {
+  return absl::StrFormat(
+      "the network of node %s is the common factor of the %u degraded multi-node communicators "
+      "of job %s, while its NVLink-only ones are healthy: check its NICs, cables and switch "
+      "ports",
+      s.node(), s.degraded_comms(), s.job_id());
 }
 
 std::string CommWord(const std::string& name, uint64_t hash) {

@@ -89,6 +89,27 @@ std::string SilentNodeSentence(const ncclwatch::v1::NodeSilentInfo& info);
 ncclwatch::v1::Event DegradedEvent(const DegradedChange& change, const CommWho* who,
                                    int64_t now_ns);
 
+// The findings' sentences, each shared by the event's summary (after "STRAGGLER: " and the like)
+// and the CLI (after "Finding: "), so that on-call reads one wording wherever it looks.
+// "rank 6 (node n, GPU6, pod ns/p, container c)": node and GPU "unknown" when not known.
+std::string RankText(const ncclwatch::v1::RankRef& rank);
+// "rank 3 (node n, GPU3) of communicator tp0 0x… in job j is slow: median lateness 2.00 ms (...)
+// over 32 collectives, arrived last in 90%"; `flagged` false: "is back in step".
+std::string StragglerSentence(const ncclwatch::v1::StragglerInfo& info, bool flagged = true);
+// "node n of job j: 2 of its GPUs (GPU0, GPU3) are each slow themselves; suspect the node ...",
+// or, in a communicator without own times, "node n of job j: all 4 ranks communicator tp0 0x…
+// has on it (0,1,2,3) are late ...".
+std::string SlowNodeSentence(const ncclwatch::v1::NodeStragglerInfo& info);
+// "AllReduce #12 of communicator tp0 0x… in job j has made no progress for 3.2 s; 1 of 8 ranks
+// never reached it: rank 6 (node n, GPU6)" (or: all reached it, suspect the fabric).
+std::string HangSentence(const ncclwatch::v1::HangInfo& info);
+// "rank 2 (node n, GPU2) of communicator world 0x… in job j stopped reporting while the other
+// ranks carry on (process dead or stuck outside NCCL?)".
+std::string SilentSentence(const ncclwatch::v1::SilentRankInfo& info);
+// "the network of node n is the common factor of the 3 degraded multi-node communicators of job
+// j, while its NVLink-only ones are healthy: check its NICs, cables and switch ports".
+std::string SuspectSentence(const ncclwatch::v1::NodeSuspectInfo& info);
+
 // A communicator as a sentence names it: its name, or its hash when it has none.
 std::string CommWord(const std::string& name, uint64_t hash);
 

@@ -71,16 +71,10 @@ Event SlowGpusNodeEvent(const NodeChange& change, int64_t now_ns) {
   auto* info = event.mutable_node_straggler();
   info->set_job_id(change.job_id);
   info->set_node(change.node);
-  std::vector<std::string> gpus;
-  for (const ProcessKey& p : change.gpus) {
-    info->add_gpus(p.cuda_device);
-    gpus.push_back(GpuLabel(p.cuda_device));
-  }
+  for (const ProcessKey& p : change.gpus) info->add_gpus(p.cuda_device);
   event.set_summary(
       change.start
-          ? absl::StrFormat("SLOW NODE: node %s of job %s: %s are each slow themselves: suspect "
-                            "the node (cooling, power, host), not one GPU",
-                            change.node, change.job_id, absl::StrJoin(gpus, ", "))
+          ? absl::StrCat("SLOW NODE: ", SlowNodeSentence(*info))
           : absl::StrFormat("NODE RECOVERED: node %s of job %s: fewer than two of its GPUs are "
                             "slow themselves",
                             change.node, change.job_id));

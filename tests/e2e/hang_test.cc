@@ -104,8 +104,11 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
   auto [cli_code, cli_out] = RunToCompletion(
       {Binaries::Cli(), "hangs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
   EXPECT_EQ(cli_code, 3) << cli_out;  // findings
-  EXPECT_NE(cli_out.find("rank 2 (node sim-node-0, GPU2) of communicator world in job e2e-kill "
-                         "stopped reporting"),
+  // The finding as the server words it (communicator name and hash).
+  EXPECT_NE(cli_out.find("Finding: rank 2 (node sim-node-0, GPU2) of communicator world 0x"),
+            std::string::npos)
+      << cli_out;
+  EXPECT_NE(cli_out.find(" in job e2e-kill stopped reporting while the other ranks carry on"),
             std::string::npos)
       << cli_out;
   auto [events_code, events_out] = RunToCompletion(
