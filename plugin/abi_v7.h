@@ -1,14 +1,14 @@
 // Profiler ABI v7 (NCCL 2.31): v6 plus a per-call user tag on the API and task descriptors, the
 // symmetric-kernel variant of a collective, and KernelPhase events (docs/nccl-profiler-abi.md §12,
-// re-declared here in our own names like abi.h). The layout is pinned by the static_asserts at the
-// bottom, against the x86-64 offsets that §12 lists.
+// re-declared here in our own names like abi_common.h). The layout is pinned by the static_asserts
+// at the bottom, against the x86-64 offsets that §12 lists.
 #ifndef NCCLWATCH_PLUGIN_ABI_V7_H_
 #define NCCLWATCH_PLUGIN_ABI_V7_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "plugin/abi.h"
+#include "plugin/abi_v6.h"
 
 namespace ncclwatch::abi {
 
