@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
+#include "proto/testing/report_builder.h"
 
 namespace ncclwatch::agent {
 namespace {
@@ -59,16 +60,14 @@ class TypedIngest final : public ncclwatch::v1::Ingest::CallbackService {
 };
 
 ncclwatch::v1::RankReport Report(uint64_t id, int rank) {
-  ncclwatch::v1::RankReport r;
+  ncclwatch::v1::RankReport r = testing::ReportFrom({.job_id = "job-1",
+                                                     .host = "pod-host",
+                                                     .comm_hash = 0xabc,
+                                                     .rank = rank,
+                                                     .nranks = 8,
+                                                     .n_nodes = 2,
+                                                     .node = "what-the-plugin-guessed"});
   r.set_report_id(id);
-  auto* identity = r.mutable_identity();
-  identity->set_job_id("job-1");
-  identity->set_host("pod-host");
-  identity->set_comm_hash(0xabc);
-  identity->set_rank(rank);
-  identity->set_nranks(8);
-  identity->set_n_nodes(2);
-  identity->set_node("what-the-plugin-guessed");
   auto* st = r.add_stats();
   st->set_op("AllReduce");
   st->set_count(3);

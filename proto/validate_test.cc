@@ -3,17 +3,14 @@
 #include <limits>
 
 #include "gtest/gtest.h"
+#include "proto/testing/report_builder.h"
 
 namespace ncclwatch {
 namespace {
 
 ncclwatch::v1::RankReport Good() {
-  ncclwatch::v1::RankReport r;
-  auto* id = r.mutable_identity();
-  id->set_job_id("j");
-  id->set_rank(3);
-  id->set_nranks(8);
-  id->set_n_nodes(2);
+  ncclwatch::v1::RankReport r =
+      testing::ReportFrom({.job_id = "j", .rank = 3, .nranks = 8, .n_nodes = 2});
   r.set_interval_start_unix_ns(1);
   r.set_interval_end_unix_ns(2);
   auto* s = r.add_stats();

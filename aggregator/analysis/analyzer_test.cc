@@ -336,17 +336,15 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
   Analyzer analyzer;
   for (int interval = 0; interval < 3; ++interval) {
     for (int rank = 0; rank < 8; ++rank) {
-      ncclwatch::v1::RankReport r;
-      auto* id = r.mutable_identity();
-      id->set_job_id("job-7");
-      id->set_host(rank < 4 ? "host-a" : "host-b");
-      id->set_pid(100 + rank);
-      id->set_cuda_device(rank % 4);
-      id->set_comm_hash(0xfeed);
-      id->set_rank(rank);
-      id->set_nranks(8);
-      id->set_n_nodes(2);
-      id->set_node(rank < 4 ? "node-a" : "node-b");
+      ncclwatch::v1::RankReport r = testing::ReportFrom({.job_id = "job-7",
+                                                         .host = rank < 4 ? "host-a" : "host-b",
+                                                         .pid = static_cast<uint32_t>(100 + rank),
+                                                         .cuda_device = rank % 4,
+                                                         .comm_hash = 0xfeed,
+                                                         .rank = rank,
+                                                         .nranks = 8,
+                                                         .n_nodes = 2,
+                                                         .node = rank < 4 ? "node-a" : "node-b"});
       SampleColumnWriter writer(&r);
       for (int i = 0; i < 10; ++i) {
         const int64_t own = 5'000'000 + (rank == 5 ? 3'000'000 : rank * 10'000);
@@ -427,19 +425,15 @@ TEST(AnalyzerTest, AProcessThatStopsIsSilentOnceWhateverItsCommunicators) {
   // Two processes, each a rank of communicators "tp" and "dp"; process 1 stops reporting at 1 s
   // and comes back at 8 s.
   auto report = [](uint64_t hash, const char* name, int rank) {
-    ncclwatch::v1::RankReport r;
-    auto* id = r.mutable_identity();
-    id->set_job_id("job-s");
-    id->set_comm_hash(hash);
-    id->set_comm_name(name);
-    id->set_rank(rank);
-    id->set_nranks(2);
-    id->set_n_nodes(2);
-    id->set_host("host-" + std::to_string(rank));
-    id->set_pid(100 + rank);
-    id->set_cuda_device(0);
-    id->set_node("node-" + std::to_string(rank));
-    return r;
+    return testing::ReportFrom({.job_id = "job-s",
+                                .host = "host-" + std::to_string(rank),
+                                .pid = static_cast<uint32_t>(100 + rank),
+                                .comm_hash = hash,
+                                .comm_name = name,
+                                .rank = rank,
+                                .nranks = 2,
+                                .n_nodes = 2,
+                                .node = "node-" + std::to_string(rank)});
   };
   std::map<ncclwatch::v1::Event::Phase, int> silent;
   for (int64_t t = 0; t <= 12'000'000'000; t += 500'000'000) {
@@ -466,19 +460,16 @@ TEST(AnalyzerTest, ANodeWhoseProcessesAllStopIsOneNodeFindingBesideItsSilentRank
   // Two nodes of two GPUs: "dp" over all four processes, "tp-a" and "tp-b" within each node.
   // Node b's processes stop reporting at 1 s (its node went down) and come back at 8 s.
   auto report = [](uint64_t hash, const char* name, int rank, int nranks, int process) {
-    ncclwatch::v1::RankReport r;
-    auto* id = r.mutable_identity();
-    id->set_job_id("job-n");
-    id->set_comm_hash(hash);
-    id->set_comm_name(name);
-    id->set_rank(rank);
-    id->set_nranks(nranks);
-    id->set_n_nodes(nranks == 4 ? 2 : 1);
-    id->set_host(process < 2 ? "host-a" : "host-b");
-    id->set_pid(100 + process);
-    id->set_cuda_device(process % 2);
-    id->set_node(process < 2 ? "node-a" : "node-b");
-    return r;
+    return testing::ReportFrom({.job_id = "job-n",
+                                .host = process < 2 ? "host-a" : "host-b",
+                                .pid = static_cast<uint32_t>(100 + process),
+                                .cuda_device = process % 2,
+                                .comm_hash = hash,
+                                .comm_name = name,
+                                .rank = rank,
+                                .nranks = nranks,
+                                .n_nodes = nranks == 4 ? 2 : 1,
+                                .node = process < 2 ? "node-a" : "node-b"});
   };
   std::map<Event::Phase, int> node_events;
   std::map<Event::Phase, int> rank_events;

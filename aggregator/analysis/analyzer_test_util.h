@@ -9,6 +9,7 @@
 
 #include "ncclwatch/v1/report.pb.h"
 #include "proto/samples.h"
+#include "proto/testing/report_builder.h"
 
 namespace ncclwatch::aggregator {
 
@@ -16,16 +17,14 @@ namespace ncclwatch::aggregator {
 // late.
 inline ncclwatch::v1::RankReport Report(int rank, int nranks, uint64_t first_seq, int n,
                                         const std::set<int>& slow) {
-  ncclwatch::v1::RankReport r;
-  auto* id = r.mutable_identity();
-  id->set_job_id("job-7");
-  id->set_comm_hash(0xfeed);
-  id->set_comm_name("world");
-  id->set_rank(rank);
-  id->set_nranks(nranks);
-  id->set_n_nodes(2);
-  id->set_cuda_device(rank % 4);
-  id->set_node(rank < 4 ? "node-a" : "node-b");
+  ncclwatch::v1::RankReport r = testing::ReportFrom({.job_id = "job-7",
+                                                     .cuda_device = rank % 4,
+                                                     .comm_hash = 0xfeed,
+                                                     .comm_name = "world",
+                                                     .rank = rank,
+                                                     .nranks = nranks,
+                                                     .n_nodes = 2,
+                                                     .node = rank < 4 ? "node-a" : "node-b"});
   auto* st = r.add_stats();
   st->set_op("AllReduce");
   st->set_algo_proto("RING_SIMPLE");
