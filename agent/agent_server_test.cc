@@ -59,7 +59,7 @@ void WriteReports(const std::string& address, const std::string& job, int n) {
   auto writer = stub->StreamReports(&context, &summary);
   for (int i = 0; i < n; ++i) ASSERT_TRUE(writer->Write(PluginReport(job, i)));
   writer->WritesDone();
-  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_THAT(writer->Finish(), IsOk());
   EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
 }
 
@@ -103,7 +103,7 @@ TEST_F(AgentServerTest, AnswersHealthAndStopsPromptlyWithoutAnAggregator) {
   options.socket_dir_mode = 0750;
   options.shutdown_timeout = absl::Seconds(30);  // only spent if something were queued
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   ASSERT_GT(server.http_port(), 0);
   EXPECT_EQ(server.tcp_port(), 0);
   struct stat st;
@@ -142,7 +142,7 @@ TEST_F(AgentServerTest, ReadinessFailsOnceEveryPushHasFailedForLong) {
   options.unready_after = absl::ZeroDuration();
   options.shutdown_timeout = absl::Seconds(1);
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   httplib::Client http("127.0.0.1", server.http_port());
   auto ready = http.Get("/readyz");
   ASSERT_TRUE(ready);
@@ -174,7 +174,7 @@ TEST_F(AgentServerTest, WhatPluginsSentIsForwardedBeforeStopReturns) {
   options.listen_tcp = "127.0.0.1:0";
   options.shutdown_timeout = absl::Seconds(30);
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   ASSERT_GT(server.tcp_port(), 0);
   WriteReports(options.listen, "job-unix", 3);
   WriteReports("127.0.0.1:" + std::to_string(server.tcp_port()), "job-tcp", 2);
@@ -198,7 +198,7 @@ TEST_F(AgentServerTest, WhatCannotBeForwardedWithinTheShutdownTimeoutIsSpooled) 
   options.spool_dir = dir_ + "/spool";
   options.shutdown_timeout = absl::Milliseconds(100);
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   WriteReports(options.listen, "job-a", 4);
   const absl::Time before = absl::Now();
   server.Stop();
@@ -278,7 +278,7 @@ TEST_F(AgentServerTest, AnHttpPortInUseFailsStartWithNothingListening) {
 
 TEST_F(AgentServerTest, ASecondAgentOnALiveSocketIsRefusedAndTheFirstKeepsIt) {
   AgentServer first(Options());
-  ASSERT_TRUE(first.Start().ok());
+  ASSERT_THAT(first.Start(), IsOk());
   AgentServer second(Options());
   absl::Status s = second.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
@@ -300,7 +300,7 @@ TEST_F(AgentServerTest, PluginStreamsAreCappedBySilenceAndSilentOnesClosed) {
   options.streams.max_streams = 2;
   options.streams.idle_timeout = absl::Milliseconds(200);
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   auto stub = ncclwatch::v1::Agent::NewStub(
       grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
   struct Stream {
@@ -369,7 +369,7 @@ TEST_F(AgentServerTest, OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreC
   options.plugin_stream_deadline = absl::Milliseconds(500);
   options.shutdown_timeout = absl::Milliseconds(100);  // no aggregator to flush to
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   // A plugin: one connection, with a stream open (the gauge says the agent has it).
   auto stub = ncclwatch::v1::Agent::NewStub(
       grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
@@ -397,7 +397,7 @@ TEST_F(AgentServerTest, OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreC
   // The plugin, past the deadline too, is served as before.
   ASSERT_TRUE(writer->Write(PluginReport("job-c", 0)));
   writer->WritesDone();
-  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_THAT(writer->Finish(), IsOk());
   EXPECT_EQ(summary.accepted(), 1u);
   close(silent);
   close(over);
@@ -407,7 +407,7 @@ TEST_F(AgentServerTest, ConnectionsBeyondTheOverallCapAreRefusedUntilOneEnds) {
   AgentServerOptions options = Options();
   options.max_plugin_connections = 1;
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   const int first = ConnectSilently(socket());
   ASSERT_GE(first, 0);
   ASSERT_EQ(AwaitMetric(server.http_port(), "ncclwatch_agent_plugin_connections", 1), 1);
@@ -436,7 +436,7 @@ TEST_F(AgentServerTest, AStreamSendingFasterThanItsRateLosesTheExcessNotTheOther
   options.streams.burst_bytes = 3000;
   options.shutdown_timeout = absl::Milliseconds(100);  // no aggregator to flush to
   AgentServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   auto stub = ncclwatch::v1::Agent::NewStub(
       grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
   ncclwatch::v1::RankReport r;
@@ -460,7 +460,7 @@ TEST_F(AgentServerTest, AStreamSendingFasterThanItsRateLosesTheExcessNotTheOther
     auto writer = stub->StreamReports(&context, &summary);
     for (int i = 0; i < n; ++i) EXPECT_TRUE(writer->Write(r));
     writer->WritesDone();
-    EXPECT_TRUE(writer->Finish().ok());
+    EXPECT_THAT(writer->Finish(), IsOk());
     return summary;
   };
   // The burst holds three; the other seven arrive far sooner than the bucket refills.

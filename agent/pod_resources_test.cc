@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/agent_test_util.h"
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -25,6 +26,8 @@ void PrintTo(const PodRef& ref, std::ostream* os) {
 }
 
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 constexpr char kGpuA[] = "GPU-aaaaaaaa-1111-2222-3333-444444444444";
 constexpr char kGpuB[] = "GPU-bbbbbbbb-1111-2222-3333-444444444444";
@@ -76,7 +79,7 @@ TEST_F(PodResolverTest, AttributesGpusOfEveryPodAndIgnoresOtherDevices) {
   kubelet_.SetAnswer(TwoPods());
   Serve();
   PodResolver resolver(Options(), metrics_);
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
 
   EXPECT_EQ(resolver.Lookup(kGpuA), (PodRef{"ml", "trainer-0", "pytorch", "nvidia.com/gpu"}));
   EXPECT_EQ(resolver.Lookup(kGpuB), (PodRef{"ml", "trainer-0", "pytorch", "nvidia.com/gpu"}));
@@ -105,7 +108,7 @@ TEST_F(PodResolverTest, RefreshNowShowsTheKubeletsNewAnswer) {
   kubelet_.SetAnswer(TwoPods());
   Serve();
   PodResolver resolver(Options(), metrics_);
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
   ASSERT_EQ(PodOf(resolver, kGpuA), "trainer-0");
 
   // trainer-0 ended; GPU A went to a new pod, GPU B is free, the MIG slice is unchanged.
@@ -115,7 +118,7 @@ TEST_F(PodResolverTest, RefreshNowShowsTheKubeletsNewAnswer) {
   kubelet_.SetAnswer(next);
   EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");  // nothing changes before the refresh
 
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
   EXPECT_EQ(resolver.Lookup(kGpuA), (PodRef{"ml", "trainer-1", "pytorch", "nvidia.com/gpu"}));
   EXPECT_FALSE(resolver.Lookup(kGpuB).has_value());
   EXPECT_EQ(PodOf(resolver, kMigC), "infer-1");
@@ -138,7 +141,7 @@ TEST_F(PodResolverTest, MissingSocketIsCountedAndRetriedUntilTheKubeletAppears) 
   // The kubelet comes up: the same resolver (and channel) recovers.
   kubelet_.SetAnswer(TwoPods());
   Serve();
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
   EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");
   EXPECT_EQ(Failures("socket_missing"), 2u);
 }
@@ -147,7 +150,7 @@ TEST_F(PodResolverTest, AFailedCallKeepsTheLastAnswer) {
   kubelet_.SetAnswer(TwoPods());
   Serve();
   PodResolver resolver(Options(), metrics_);
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
 
   kubelet_.SetAnswer(::v1::ListPodResourcesResponse());
   kubelet_.FailNext(grpc::StatusCode::UNAVAILABLE);
@@ -161,7 +164,7 @@ TEST_F(PodResolverTest, AFailedCallKeepsTheLastAnswer) {
   EXPECT_EQ(Failures("unimplemented"), 1u);
 
   // The next good answer (now: no pods) replaces it.
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
   EXPECT_FALSE(resolver.Lookup(kGpuA).has_value());
   EXPECT_EQ(resolver.gpus(), 0u);
 }
@@ -180,7 +183,7 @@ TEST_F(PodResolverTest, TimeSlicedReplicasNameTheirGpuAndAGpuSharedByPodsIsLeftO
   kubelet_.SetAnswer(answer);
   Serve();
   PodResolver resolver(Options(), metrics_);
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
   EXPECT_EQ(PodOf(resolver, kGpuA), "solo");
   EXPECT_FALSE(resolver.Lookup(kGpuB).has_value());
   EXPECT_EQ(resolver.gpus(), 1u);
@@ -193,7 +196,7 @@ TEST_F(PodResolverTest, GpuResourceNamesAreConfigurable) {
   PodResolverOptions options = Options();
   options.gpu_resources = {"example.com/rdma-nic"};
   PodResolver resolver(options, metrics_);
-  ASSERT_TRUE(resolver.RefreshNow().ok());
+  ASSERT_THAT(resolver.RefreshNow(), IsOk());
   EXPECT_EQ(resolver.Lookup("GPU-not-a-gpu-0000").value_or(PodRef{}).resource_name,
             "example.com/rdma-nic");
   EXPECT_FALSE(resolver.Lookup(kGpuA).has_value());
@@ -210,11 +213,14 @@ TEST_F(PodResolverTest, BackgroundThreadRefreshesEveryIntervalUntilStopped) {
   EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");
   resolver.Stop();
   const uint64_t done = resolver.refreshes();
-  EXPECT_GE(done, 3u);
-  EXPECT_EQ(kubelet_.calls(), static_cast<int>(done));
+  const int calls = kubelet_.calls();
+  // Every call came from a refresh; a refresh that Stop() cancelled (in flight, or started between
+  // the kubelet client's stop and the loop's) may not have reached the kubelet.
+  EXPECT_GE(calls, 3);
+  EXPECT_LE(calls, static_cast<int>(done));
   // Stopped for good: no call reaches the kubelet any more.
   EXPECT_EQ(resolver.RefreshNow().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(kubelet_.calls(), static_cast<int>(done));
+  EXPECT_EQ(kubelet_.calls(), calls);
   EXPECT_EQ(PodOf(resolver, kGpuA), "trainer-0");  // lookups still answer
 }
 

@@ -73,7 +73,7 @@ TEST_F(SpoolTest, AFullSpoolDropsTheOldestBatchesAndCountsThem) {
   const auto size = static_cast<int64_t>(Batch(1, 10, 1000).ByteSizeLong());
   auto spool = Spool::Open(dir_, 3 * size + size / 2, metrics);  // room for three
   ASSERT_THAT(spool, IsOk());
-  for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE((*spool)->Add(Batch(seq, 10, 1000)).ok());
+  for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_THAT((*spool)->Add(Batch(seq, 10, 1000)), IsOk());
   EXPECT_EQ((*spool)->batches(), 3u);
   EXPECT_LE((*spool)->bytes(), 3 * size + size / 2);
   const std::string text = metrics.Render();
@@ -90,7 +90,7 @@ TEST_F(SpoolTest, ABatchLargerThanTheWholeSpoolIsRefusedAndNothingIsDropped) {
   MetricRegistry metrics;
   auto spool = Spool::Open(dir_, 64 << 10, metrics);
   ASSERT_THAT(spool, IsOk());
-  ASSERT_TRUE((*spool)->Add(Batch(1, 1)).ok());
+  ASSERT_THAT((*spool)->Add(Batch(1, 1)), IsOk());
   auto big = (*spool)->Add(Batch(2, 100, 1000));  // ~100 KB
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ((*spool)->batches(), 1u);
@@ -101,7 +101,7 @@ TEST_F(SpoolTest, UnreadableAndHalfWrittenFilesAreNeverReplayed) {
   {
     MetricRegistry metrics;
     auto spool = Spool::Open(dir_, 1 << 30, metrics);
-    ASSERT_TRUE((*spool)->Add(Batch(1, 1)).ok());
+    ASSERT_THAT((*spool)->Add(Batch(1, 1)), IsOk());
   }
   std::ofstream(dir_ + "/00000000000000000002-00000000000000000000.batch") << "not a batch";
   std::ofstream(dir_ + "/.00000000000000000003-00000000000000000000.batch.tmp") << "partial";

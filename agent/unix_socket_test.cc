@@ -15,10 +15,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::agent {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // Creates a socket file at `path` the way a server does (bind), then closes it: the file stays,
 // as after an agent that was killed.
@@ -85,7 +88,7 @@ TEST(UnixSocketPathTest, StripsTheScheme) {
 
 TEST_F(UnixSocketTest, CreatesAMissingDirectoryWithTheConfiguredMode) {
   const std::string parent = dir_ + "/a/b";
-  ASSERT_TRUE(PrepareUnixSocket(parent + "/agent.sock", 0710).ok());
+  ASSERT_THAT(PrepareUnixSocket(parent + "/agent.sock", 0710), IsOk());
   EXPECT_TRUE(S_ISDIR(Lstat(parent).st_mode));
   EXPECT_EQ(Lstat(parent).st_mode & 07777, 0710u);  // not what the umask left
   EXPECT_TRUE(S_ISDIR(Lstat(dir_ + "/a").st_mode));
@@ -94,7 +97,7 @@ TEST_F(UnixSocketTest, CreatesAMissingDirectoryWithTheConfiguredMode) {
 
 TEST_F(UnixSocketTest, LeavesAnExistingDirectoryAsItIs) {
   ASSERT_EQ(chmod(dir_.c_str(), 0701), 0);
-  ASSERT_TRUE(PrepareUnixSocket(dir_ + "/agent.sock", 0755).ok());
+  ASSERT_THAT(PrepareUnixSocket(dir_ + "/agent.sock", 0755), IsOk());
   EXPECT_EQ(Lstat(dir_).st_mode & 07777, 0701u);
 }
 
@@ -102,7 +105,7 @@ TEST_F(UnixSocketTest, ReplacesAStaleSocket) {
   const std::string path = dir_ + "/agent.sock";
   MakeSocketFile(path);
   ASSERT_TRUE(S_ISSOCK(Lstat(path).st_mode));
-  ASSERT_TRUE(PrepareUnixSocket(path, 0755).ok());
+  ASSERT_THAT(PrepareUnixSocket(path, 0755), IsOk());
   EXPECT_FALSE(std::filesystem::exists(path));
   MakeSocketFile(path);  // the path can be bound again
 }
@@ -149,19 +152,19 @@ TEST_F(UnixSocketTest, ADirectoryThatCannotBeLookedAtIsAnErrorNotACrash) {
 TEST_F(UnixSocketTest, SecureGivesTheSocketItsModeAndGroup) {
   const std::string path = dir_ + "/agent.sock";
   MakeSocketFile(path);
-  ASSERT_TRUE(SecureUnixSocket(path, 0660, "").ok());
+  ASSERT_THAT(SecureUnixSocket(path, 0660, ""), IsOk());
   EXPECT_EQ(Lstat(path).st_mode & 07777, 0660u);
   EXPECT_EQ(Lstat(path).st_gid, getegid());  // no group: unchanged
 
   const std::optional<gid_t> other = OtherGroup();
   if (!other) GTEST_SKIP() << "no second group to give the socket to";
-  ASSERT_TRUE(SecureUnixSocket(path, 0600, std::to_string(*other)).ok());
+  ASSERT_THAT(SecureUnixSocket(path, 0600, std::to_string(*other)), IsOk());
   EXPECT_EQ(Lstat(path).st_gid, *other);
   EXPECT_EQ(Lstat(path).st_mode & 07777, 0600u);
   // By name, back to this process's own group.
   const struct group* own = getgrgid(getegid());
   if (own == nullptr) GTEST_SKIP() << "this process's group has no name";
-  ASSERT_TRUE(SecureUnixSocket(path, 0666, own->gr_name).ok());
+  ASSERT_THAT(SecureUnixSocket(path, 0666, own->gr_name), IsOk());
   EXPECT_EQ(Lstat(path).st_gid, getegid());
   EXPECT_EQ(Lstat(path).st_mode & 07777, 0666u);
 }

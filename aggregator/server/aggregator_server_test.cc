@@ -59,7 +59,7 @@ void PushAs(const std::string& address, const std::string& agent_id, uint64_t se
   ncclwatch::v1::BatchAck ack;
   auto stub = ncclwatch::v1::Ingest::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  ASSERT_TRUE(stub->Push(&context, batch, &ack).ok());
+  ASSERT_THAT(stub->Push(&context, batch, &ack), IsOk());
 }
 
 // How many communicators of `job` the aggregator at `address` analyses.
@@ -70,7 +70,7 @@ int CommsOf(const std::string& address, const std::string& job) {
   ncclwatch::v1::ListCommsResponse comms;
   auto stub = ncclwatch::v1::Query::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  EXPECT_TRUE(stub->ListComms(&context, request, &comms).ok());
+  EXPECT_THAT(stub->ListComms(&context, request, &comms), IsOk());
   return comms.comms_size();
 }
 
@@ -154,9 +154,9 @@ TEST_F(AggregatorServerTest, ReadinessFailsWhileTheStoreTakesNoWrites) {
   auto fs = std::make_shared<ncclwatch::testing::FullDiskFileSystem>();
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   AggregatorServer server(OptionsOn(env.get()));
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   httplib::Client http("127.0.0.1", server.http_port());
-  ASSERT_TRUE(PushBatch(server, 1).ok());
+  ASSERT_THAT(PushBatch(server, 1), IsOk());
   auto ready = http.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
@@ -187,9 +187,9 @@ TEST_F(AggregatorServerTest, LivenessFailsWhenOnlyARestartCanResumeTheStore) {
   AggregatorServerOptions options = OptionsOn(env.get());
   options.resume_period = absl::Milliseconds(50);
   AggregatorServer server(options);
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   httplib::Client http("127.0.0.1", server.http_port());
-  ASSERT_TRUE(PushBatch(server, 1).ok());
+  ASSERT_THAT(PushBatch(server, 1), IsOk());
   fs->room = 0;  // full, and still full when the aggregator resumes (within 50 ms)
   EXPECT_FALSE(PushBatch(server, 2).ok());
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
@@ -209,7 +209,7 @@ TEST_F(AggregatorServerTest, LivenessFailsWhenOnlyARestartCanResumeTheStore) {
 
 TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
   AggregatorServer server(Options());
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   ASSERT_NE(server.grpc_port(), 0);
   ASSERT_NE(server.http_port(), 0);
   EXPECT_TRUE(server.ticker().WaitForIterations(3, absl::Seconds(30)));
@@ -219,7 +219,7 @@ TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
   auto ingest = ncclwatch::v1::Ingest::NewStub(channel);
   grpc::ClientContext push;
   ncclwatch::v1::BatchAck ack;
-  ASSERT_TRUE(ingest->Push(&push, Batch(1), &ack).ok());
+  ASSERT_THAT(ingest->Push(&push, Batch(1), &ack), IsOk());
   EXPECT_EQ(ack.batch_seq(), 1u);
   EXPECT_FALSE(ack.duplicate());
 
@@ -227,7 +227,7 @@ TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
   grpc::ClientContext list;
   ncclwatch::v1::ListCommsRequest request;
   ncclwatch::v1::ListCommsResponse comms;
-  ASSERT_TRUE(query->ListComms(&list, request, &comms).ok());
+  ASSERT_THAT(query->ListComms(&list, request, &comms), IsOk());
   ASSERT_EQ(comms.comms_size(), 1);
   EXPECT_EQ(comms.comms(0).comm_name(), "world");
 
@@ -255,26 +255,26 @@ TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
 TEST_F(AggregatorServerTest, ARestartOnTheSameDataAcknowledgesAReplayedBatchAsADuplicate) {
   {
     AggregatorServer server(Options());
-    ASSERT_TRUE(server.Start().ok());
+    ASSERT_THAT(server.Start(), IsOk());
     auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
     grpc::ClientContext push;
     ncclwatch::v1::BatchAck ack;
-    ASSERT_TRUE(ingest->Push(&push, Batch(1), &ack).ok());
+    ASSERT_THAT(ingest->Push(&push, Batch(1), &ack), IsOk());
     EXPECT_FALSE(ack.duplicate());
   }  // the destructor stops it
   AggregatorServer again(Options());
-  ASSERT_TRUE(again.Start().ok());
+  ASSERT_THAT(again.Start(), IsOk());
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(again.grpc_port()),
                                      grpc::InsecureChannelCredentials());
   grpc::ClientContext push;
   ncclwatch::v1::BatchAck ack;
-  ASSERT_TRUE(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, Batch(1), &ack).ok());
+  ASSERT_THAT(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, Batch(1), &ack), IsOk());
   EXPECT_TRUE(ack.duplicate()) << "the batch log survived the restart";
   // The replay at start-up fed the stored batch to the detectors again.
   grpc::ClientContext list;
   ncclwatch::v1::ListCommsResponse comms;
-  ASSERT_TRUE(ncclwatch::v1::Query::NewStub(channel)->ListComms(&list, {}, &comms).ok());
+  ASSERT_THAT(ncclwatch::v1::Query::NewStub(channel)->ListComms(&list, {}, &comms), IsOk());
   EXPECT_EQ(comms.comms_size(), 1);
 }
 
@@ -315,8 +315,8 @@ TEST_F(AggregatorServerTest, AStoreWithADamagedTableFileIsRepairedAtStartAndJudg
     for (uint64_t seq = 1; seq <= 3; ++seq) {
       ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch(seq), absl::GetCurrentTimeNanos()));
     }
-    ASSERT_TRUE((*store)->AppendPoints({{"ncclwatch_x", {{"job", "job"}}, 1, 1'000}}).ok());
-    ASSERT_TRUE((*store)->Compact().ok());  // the series index and the dedup index in a table
+    ASSERT_THAT((*store)->AppendPoints({{"ncclwatch_x", {{"job", "job"}}, 1, 1'000}}), IsOk());
+    ASSERT_THAT((*store)->Compact(), IsOk());  // the series index and the dedup index in a table
   }
   const std::vector<std::string> tables = HistoryTableFiles(dir_);
   ASSERT_EQ(tables.size(), 1u);
@@ -371,13 +371,13 @@ TEST_F(AggregatorServerTest, HourlyHousekeepingRewritesNoTableFile) {
             {"ncclwatch_x", {{"rank", std::to_string(s)}}, 1.0 * t, now_ms - t * 1000});
       }
     }
-    ASSERT_TRUE((*store)->AppendPoints(points).ok());
-    ASSERT_TRUE((*store)->Compact().ok());
+    ASSERT_THAT((*store)->AppendPoints(points), IsOk());
+    ASSERT_THAT((*store)->Compact(), IsOk());
   }
   const std::set<std::string> before = TableFiles(dir_);
   ASSERT_FALSE(before.empty());
   AggregatorServer server(Options());
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   server.Housekeep(/*hourly=*/true);
   const std::set<std::string> after = TableFiles(dir_);
   for (const std::string& f : before) EXPECT_TRUE(after.contains(f)) << f << " was rewritten";
@@ -446,7 +446,7 @@ TEST_F(AggregatorServerTest, ASecondAggregatorOnTheSamePortsIsRefusedNotSharingT
   // gRPC and httplib both set SO_REUSEPORT by default, with which a second server binds the
   // same port and the kernel splits the connections between the two.
   AggregatorServer first(Options());
-  ASSERT_TRUE(first.Start().ok());
+  ASSERT_THAT(first.Start(), IsOk());
   AggregatorServerOptions same_grpc = Options();
   same_grpc.grpc_port = first.grpc_port();
   same_grpc.data_dir = dir_ + "/second";
@@ -467,7 +467,7 @@ TEST_F(AggregatorServerTest, ASecondAggregatorOnTheSamePortsIsRefusedNotSharingT
 TEST_F(AggregatorServerTest, LoopbackAgentsAreToldApartByNameAndAReplayCapsTheSameReports) {
   {
     AggregatorServer server(CappedOptions("127.0.0.1"));
-    ASSERT_TRUE(server.Start().ok());
+    ASSERT_THAT(server.Start(), IsOk());
     const std::string address = "127.0.0.1:" + std::to_string(server.grpc_port());
     PushAs(address, "agent-1", 1, "job-a");
     PushAs(address, "agent-1", 2, "job-b");  // agent-1's second job: beyond its cap of one
@@ -479,7 +479,7 @@ TEST_F(AggregatorServerTest, LoopbackAgentsAreToldApartByNameAndAReplayCapsTheSa
   }
   // The replay at start-up meets the stored sources, not the claimed one they all share.
   AggregatorServer again(CappedOptions("127.0.0.1"));
-  ASSERT_TRUE(again.Start().ok());
+  ASSERT_THAT(again.Start(), IsOk());
   const std::string address = "127.0.0.1:" + std::to_string(again.grpc_port());
   EXPECT_EQ(CommsOf(address, "job-a"), 1);
   EXPECT_EQ(CommsOf(address, "job-b"), 0);
@@ -491,7 +491,7 @@ TEST_F(AggregatorServerTest, BeyondLoopbackTheAddressIsTheSourceWhateverTheAgent
   const std::string ip = ReachableIpv4Address();
   if (ip == "127.0.0.1") GTEST_SKIP() << "this machine has no address beyond loopback";
   AggregatorServer server(CappedOptions("0.0.0.0"));
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_THAT(server.Start(), IsOk());
   const std::string address = ip + ":" + std::to_string(server.grpc_port());
   PushAs(address, "agent-1", 1, "job-a");
   // A new agent_id from the same address is the same source: still capped.

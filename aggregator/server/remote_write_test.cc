@@ -93,12 +93,12 @@ TEST(RemoteWriterTest, ASeriesNotDeliveredGoesOutAgainAfterAFailure) {
   EXPECT_FALSE(failed.ok());
   EXPECT_NE(failed.message().find("HTTP 503"), std::string::npos) << failed;
   receiver.fail_ = false;
-  ASSERT_TRUE(writer.Send(samples).ok());
+  ASSERT_THAT(writer.Send(samples), IsOk());
   EXPECT_EQ(receiver.received_, 2);
-  ASSERT_TRUE(writer.Send(samples).ok());  // nothing new: nothing sent
+  ASSERT_THAT(writer.Send(samples), IsOk());  // nothing new: nothing sent
   EXPECT_EQ(receiver.received_, 2);
   samples[0].time_ms = 2'000;
-  ASSERT_TRUE(writer.Send(samples).ok());
+  ASSERT_THAT(writer.Send(samples), IsOk());
   EXPECT_EQ(receiver.received_, 3);
 }
 

@@ -103,7 +103,7 @@ TEST(MergeEventsTest, RefusesATokenOfAnotherShape) {
   EXPECT_FALSE(ParseEventCursors("12.3", 3).ok());            // an unsharded aggregator's
   EXPECT_FALSE(ParseEventCursors("shards:1.1;2.2", 3).ok());  // made for two aggregators
   EXPECT_FALSE(ParseEventCursors("shards:x;;", 3).ok());
-  ASSERT_TRUE(ParseEventCursors("shards:1.1;;4.0", 3).ok());
+  ASSERT_THAT(ParseEventCursors("shards:1.1;;4.0", 3), IsOk());
   EXPECT_EQ(ParseEventCursors("", 2)->size(), 2u);
 }
 
@@ -162,7 +162,7 @@ TEST(ShardRouterTest, APeerDownFailsItsJobsCallsAndLeavesTheOthersAnswered) {
                          .timeout = absl::Seconds(2)};
   {
     AggregatorServer server(o);
-    ASSERT_TRUE(server.Start().ok());
+    ASSERT_THAT(server.Start(), IsOk());
     auto stub = ncclwatch::v1::Query::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
     // A job the down aggregator owns.
@@ -184,7 +184,7 @@ TEST(ShardRouterTest, APeerDownFailsItsJobsCallsAndLeavesTheOthersAnswered) {
     {
       grpc::ClientContext context;
       ncclwatch::v1::ListJobsResponse response;
-      ASSERT_TRUE(stub->ListJobs(&context, {}, &response).ok());
+      ASSERT_THAT(stub->ListJobs(&context, {}, &response), IsOk());
       const auto& trailers = context.GetServerTrailingMetadata();
       auto it = trailers.find(kUnreachableTrailer);
       ASSERT_NE(it, trailers.end());
@@ -197,7 +197,7 @@ TEST(ShardRouterTest, APeerDownFailsItsJobsCallsAndLeavesTheOthersAnswered) {
       ncclwatch::v1::ListStragglersRequest request;
       request.set_job_id(job);
       ncclwatch::v1::ListStragglersResponse response;
-      EXPECT_TRUE(stub->ListStragglers(&context, request, &response).ok());
+      EXPECT_THAT(stub->ListStragglers(&context, request, &response), IsOk());
     }
     server.Stop();
   }

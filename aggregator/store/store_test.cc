@@ -103,7 +103,7 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
   {
     auto store = Store::Open(dir_, env.get());
     ASSERT_THAT(store, IsOk());
-    ASSERT_TRUE((*store)->AppendPoints({{"a", {}, 1, 1'000}}).ok());
+    ASSERT_THAT((*store)->AppendPoints({{"a", {}, 1, 1'000}}), IsOk());
     fs->full = true;
     absl::Status failed = (*store)->AppendPoints({{"b", {{"rank", "3"}}, 2, 2'000}});
     ASSERT_FALSE(failed.ok());
@@ -118,11 +118,12 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
     EXPECT_TRUE((*store)->WritesStopped());
     fs->full = false;
     absl::Status resumed = (*store)->ResumeIfStopped();
-    ASSERT_TRUE(resumed.ok()) << resumed;
+    ASSERT_THAT(resumed, IsOk()) << resumed;
     EXPECT_FALSE((*store)->WritesStopped());
-    ASSERT_TRUE((*store)->AppendPoints({{"c", {}, 4, 4'000}}).ok());
-    ASSERT_TRUE((*store)->AppendPoints({{"b", {{"rank", "3"}}, 3, 3'000}}).ok());
-    ASSERT_TRUE((*store)->AppendPoints({{"e", {}, 6, 6'000}}).ok());  // first seen after the fault
+    ASSERT_THAT((*store)->AppendPoints({{"c", {}, 4, 4'000}}), IsOk());
+    ASSERT_THAT((*store)->AppendPoints({{"b", {{"rank", "3"}}, 3, 3'000}}), IsOk());
+    ASSERT_THAT((*store)->AppendPoints({{"e", {}, 6, 6'000}}),
+                IsOk());  // first seen after the fault
   }
   auto store = Store::Open(dir_, env.get());
   ASSERT_THAT(store, IsOk());
@@ -138,7 +139,7 @@ TEST_F(StoreTest, ASeriesWhoseWriteFailedOnAFullDiskIsKeptAndTheStoreStillOpens)
   ASSERT_EQ(b->size(), 1u);
   EXPECT_EQ((*b)[0].value, 3);
   // A new series after the restart takes an id above every stored one.
-  ASSERT_TRUE((*store)->AppendPoints({{"d", {}, 5, 5'000}}).ok());
+  ASSERT_THAT((*store)->AppendPoints({{"d", {}, 5, 5'000}}), IsOk());
   for (const StoredSeries& s : (*store)->Series()) ids[s.name] = s.id;
   EXPECT_GT(ids["d"], ids["e"]);
 }
@@ -164,7 +165,7 @@ TEST_F(StoreTest, ASyncThatFindsNoRoomIsMadeOnceTheStoreResumesNotARestart) {
   // The retry of batch 1 is no duplicate to acknowledge while the sync is owed.
   EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 1), 2).ok());
   fs->full = false;
-  ASSERT_TRUE((*store)->ResumeIfStopped().ok());
+  ASSERT_THAT((*store)->ResumeIfStopped(), IsOk());
   absl::StatusOr<bool> retry = (*store)->PutBatchIfNew(Batch("a", 1), 3);
   ASSERT_THAT(retry, IsOk());
   EXPECT_FALSE(*retry) << "stored before: a duplicate, now durable";
@@ -182,12 +183,11 @@ TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
   {
     auto store = Store::Open(dir_);
     ASSERT_THAT(store, IsOk());
-    ASSERT_TRUE((*store)
-                    ->AppendPoints({{"ended", {{"job", "j1"}}, 1, now_ms - 20 * kDay},
-                                    {"ended", {{"job", "j1"}}, 2, now_ms - 19 * kDay},
-                                    {"live", {{"job", "j2"}}, 3, now_ms - 20 * kDay},
-                                    {"live", {{"job", "j2"}}, 4, now_ms}})
-                    .ok());
+    ASSERT_THAT((*store)->AppendPoints({{"ended", {{"job", "j1"}}, 1, now_ms - 20 * kDay},
+                                        {"ended", {{"job", "j1"}}, 2, now_ms - 19 * kDay},
+                                        {"live", {{"job", "j2"}}, 3, now_ms - 20 * kDay},
+                                        {"live", {{"job", "j2"}}, 4, now_ms}}),
+                IsOk());
     EXPECT_EQ((*store)->SeriesIndexed(), 2u);
     // A retention of 15 days: "ended" had its last point 19 days ago.
     auto forgotten = (*store)->ForgetSeriesBefore(now_ms - 15 * kDay);
@@ -203,7 +203,7 @@ TEST_F(StoreTest, TheIndexForgetsSeriesWhosePointsHaveAllExpired) {
   const uint64_t live_id = series[0].id;
   // Nothing more to forget; the series that comes back is a new one, with a new id.
   EXPECT_EQ(*(*store)->ForgetSeriesBefore(now_ms - 15 * kDay), 0u);
-  ASSERT_TRUE((*store)->AppendPoints({{"ended", {{"job", "j1"}}, 5, now_ms}}).ok());
+  ASSERT_THAT((*store)->AppendPoints({{"ended", {{"job", "j1"}}, 5, now_ms}}), IsOk());
   for (const StoredSeries& s : (*store)->Series()) {
     if (s.name == "ended") {
       EXPECT_GT(s.id, live_id);
@@ -221,8 +221,8 @@ TEST_F(StoreTest, ADiskThatFillsAtAnyWriteFromTheOpeningOnNeverCrashesTheStore) 
     auto store = Store::Open(dir_);
     ASSERT_THAT(store, IsOk());
     for (uint64_t seq = 1; seq <= 3; ++seq)
-      ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", seq), 1).ok());
-    ASSERT_TRUE((*store)->AppendPoints({{"x", {}, 1, 1'000}}).ok());
+      ASSERT_THAT((*store)->PutBatchIfNew(Batch("a", seq), 1), IsOk());
+    ASSERT_THAT((*store)->AppendPoints({{"x", {}, 1, 1'000}}), IsOk());
   }
   int opened = 0, resumed = 0, need_restart = 0;
   for (int room = 0; room < 48; ++room) {
@@ -245,9 +245,9 @@ TEST_F(StoreTest, ADiskThatFillsAtAnyWriteFromTheOpeningOnNeverCrashesTheStore) 
           EXPECT_FALSE(s.ok());
           EXPECT_NE(s.message().find("restart"), std::string::npos) << s;
         } else {
-          ASSERT_TRUE(s.ok()) << "room " << room << ": " << s;
+          ASSERT_THAT(s, IsOk()) << "room " << room << ": " << s;
           absl::StatusOr<bool> next = (*store)->PutBatchIfNew(Batch("a", 20), 3);
-          ASSERT_TRUE(next.ok()) << "room " << room << ": " << next.status();
+          ASSERT_THAT(next, IsOk()) << "room " << room << ": " << next.status();
           ++resumed;
         }
       }
@@ -267,7 +267,7 @@ TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsN
   {
     auto store = Store::Open(dir_);
     ASSERT_THAT(store, IsOk());
-    ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", 1), 1).ok());
+    ASSERT_THAT((*store)->PutBatchIfNew(Batch("a", 1), 1), IsOk());
   }
   int resumed = 0, need_restart = 0;
   for (int room = 0; room < 24; ++room) {
@@ -278,7 +278,7 @@ TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsN
     {
       auto store = Store::Open(copy, env.get());
       ASSERT_THAT(store, IsOk());
-      ASSERT_TRUE((*store)->PutBatchIfNew(Batch("a", 2), 2).ok());
+      ASSERT_THAT((*store)->PutBatchIfNew(Batch("a", 2), 2), IsOk());
       fs->room = 0;  // full
       EXPECT_FALSE((*store)->PutBatchIfNew(Batch("a", 3), 3).ok());
       fs->room = room;  // a little room, and full again during the resume
@@ -290,7 +290,7 @@ TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsN
         EXPECT_NE(s.message().find("restart"), std::string::npos) << s;
       } else if (s.ok()) {
         absl::StatusOr<bool> next = (*store)->PutBatchIfNew(Batch("a", 4), 4);
-        EXPECT_TRUE(next.ok()) << "room " << room << ": " << next.status();
+        EXPECT_THAT(next, IsOk()) << "room " << room << ": " << next.status();
         ++resumed;
       } else {
         ADD_FAILURE() << "room " << room << ": neither resumed nor a restart asked for: " << s;
@@ -305,16 +305,16 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   {
     auto store = Store::Open(dir_);
     ASSERT_THAT(store, IsOk());
-    ASSERT_TRUE((*store)->AppendPoints({{"a", {}, 1, 1'000}, {"b", {}, 2, 1'000}}).ok());
+    ASSERT_THAT((*store)->AppendPoints({{"a", {}, 1, 1'000}, {"b", {}, 2, 1'000}}), IsOk());
   }
   {
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
         {rocksdb::kDefaultColumnFamilyName, {}}, {"batches", {}}};
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    ASSERT_THAT(rocksdb::DB::Open({}, dir_, families, &handles, &db), IsOk());
     // Series 2's entry (id -> identity), the newest, now holds a name and half a label.
-    ASSERT_TRUE(db->Put({}, std::string("S") + EncodeBe64(2), std::string("x\0y", 3)).ok());
+    ASSERT_THAT(db->Put({}, std::string("S") + EncodeBe64(2), std::string("x\0y", 3)), IsOk());
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
     delete db;
   }
@@ -324,7 +324,7 @@ TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   ASSERT_EQ((*store)->Series().size(), 1u);
   EXPECT_EQ((*store)->Series()[0].name, "a");
   // The skipped id is not given out again: a new series would inherit the lost one's points.
-  ASSERT_TRUE((*store)->AppendPoints({{"c", {}, 3, 3'000}}).ok());
+  ASSERT_THAT((*store)->AppendPoints({{"c", {}, 3, 3'000}}), IsOk());
   const std::vector<StoredSeries> series = (*store)->Series();
   ASSERT_EQ(series.size(), 2u);
   EXPECT_EQ(series[1].name, "c");
@@ -362,10 +362,9 @@ void Damage(const std::string& path, uintmax_t offset, size_t n) {
 // Batch sequence numbers of `agent` in the store, in arrival order.
 std::vector<uint64_t> StoredSeqs(const Store& store) {
   std::vector<uint64_t> seqs;
-  EXPECT_TRUE(store
-                  .ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
-                                        int64_t) { seqs.push_back(b.batch_seq()); })
-                  .ok());
+  EXPECT_THAT(store.ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                         int64_t) { seqs.push_back(b.batch_seq()); }),
+              IsOk());
   return seqs;
 }
 
@@ -473,7 +472,7 @@ TEST_F(StoreTest, ReplayStartBoundsTheReplayedBytesToTheNewestBatches) {
   EXPECT_GT(from, 100 * kSecond);
   EXPECT_LT(from, 175 * kSecond);
   int replayed = 0;
-  ASSERT_TRUE((*store)->ReplayBatches(from, [&](const auto&, int64_t) { ++replayed; }).ok());
+  ASSERT_THAT((*store)->ReplayBatches(from, [&](const auto&, int64_t) { ++replayed; }), IsOk());
   EXPECT_GT(replayed, 25);
   EXPECT_LT(replayed, 100);
 }
@@ -576,9 +575,9 @@ TEST_F(StoreTest, TheSameBatchPushedConcurrentlyIsStoredOnceAndNewToExactlyOnePu
   for (int b = 0; b < kBatches; ++b) EXPECT_EQ(new_answers[b].load(), 1) << "batch " << b + 1;
   EXPECT_EQ(*(*store)->CountBatches(), static_cast<uint64_t>(kBatches));
   int replayed = 0;
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch&, int64_t) { ++replayed; })
-                  .ok());
+  ASSERT_THAT(
+      (*store)->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch&, int64_t) { ++replayed; }),
+      IsOk());
   EXPECT_EQ(replayed, kBatches) << "every batch once in the log that replays feed the detectors";
 }
 
@@ -589,7 +588,7 @@ TEST_F(StoreTest, EventsComeBackInTimeOrder) {
     ncclwatch::v1::Event e;
     e.set_time_unix_ns(t);
     e.set_summary(std::to_string(t));
-    ASSERT_TRUE((*store)->PutEvent(e).ok());
+    ASSERT_THAT((*store)->PutEvent(e), IsOk());
   }
   auto events = (*store)->ListEvents(150, 10);
   ASSERT_THAT(events, IsOk());
@@ -615,10 +614,10 @@ TEST_F(StoreTest, ReplaysBatchesInArrivalOrderFromAGivenTime) {
   auto store = Store::Open(dir_);
   ASSERT_THAT(store, IsOk());
   std::vector<std::pair<uint64_t, int64_t>> seen;
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b,
-                                             int64_t at) { seen.emplace_back(b.batch_seq(), at); })
-                  .ok());
+  ASSERT_THAT(
+      (*store)->ReplayBatches(2'000, [&](const ncclwatch::v1::NodeBatch& b,
+                                         int64_t at) { seen.emplace_back(b.batch_seq(), at); }),
+      IsOk());
   EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, int64_t>>{{2, 2'000}, {7, 3'000}}));
 }
 
@@ -646,7 +645,7 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
   {
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    ASSERT_THAT(rocksdb::DB::Open({}, dir_, families, &handles, &db), IsOk());
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator({}, handles[1]));
     it->SeekToFirst();
     ASSERT_TRUE(it->Valid());
@@ -655,7 +654,7 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
     EXPECT_LT(logged.size(), big.ByteSizeLong() / 3) << "the batch is not kept compressed";
     // What a store wrote before: the batch's plain bytes, earlier in time.
     it.reset();
-    ASSERT_TRUE(db->Put({}, handles[1], key, Batch("old", 1).SerializeAsString()).ok());
+    ASSERT_THAT(db->Put({}, handles[1], key, Batch("old", 1).SerializeAsString()), IsOk());
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
     delete db;
   }
@@ -663,11 +662,11 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
     auto store = Store::Open(dir_);
     ASSERT_THAT(store, IsOk());
     std::vector<std::pair<std::string, int>> seen;
-    ASSERT_TRUE(
-        (*store)
-            ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
-                                   int64_t) { seen.emplace_back(b.agent_id(), b.reports_size()); })
-            .ok());
+    ASSERT_THAT((*store)->ReplayBatches(0,
+                                        [&](const ncclwatch::v1::NodeBatch& b, int64_t) {
+                                          seen.emplace_back(b.agent_id(), b.reports_size());
+                                        }),
+                IsOk());
     EXPECT_EQ(seen, (std::vector<std::pair<std::string, int>>{{"old", 1}, {"new", 201}}));
   }
   // A compressed value whose bytes were damaged: skipped and counted, not a crash, a wrong batch
@@ -675,26 +674,25 @@ TEST_F(StoreTest, TheBatchLogKeepsBatchesCompressedAndReadsBackOldPlainOnes) {
   {
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+    ASSERT_THAT(rocksdb::DB::Open({}, dir_, families, &handles, &db), IsOk());
     for (const std::string& damaged :
          {std::string("\0\x28\xb5\x2f\xfd\xff\xff", 7), std::string(1, '\0'),
           std::string("\0not a zstd frame", 17)}) {
-      ASSERT_TRUE(db->Put({}, handles[1], key, damaged).ok());
+      ASSERT_THAT(db->Put({}, handles[1], key, damaged), IsOk());
       for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
       delete db;
       {
         auto store = Store::Open(dir_);
         ASSERT_THAT(store, IsOk());
         std::vector<std::string> seen;
-        ASSERT_TRUE((*store)
-                        ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
-                                               int64_t) { seen.push_back(b.agent_id()); })
-                        .ok());
+        ASSERT_THAT((*store)->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                                   int64_t) { seen.push_back(b.agent_id()); }),
+                    IsOk());
         EXPECT_EQ(seen, std::vector<std::string>{"new"}) << "the damaged batch was not skipped";
         EXPECT_EQ((*store)->BatchLogDamaged(), 1u);
       }
       handles.clear();
-      ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
+      ASSERT_THAT(rocksdb::DB::Open({}, dir_, families, &handles, &db), IsOk());
     }
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
     delete db;
@@ -712,8 +710,8 @@ TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
       points.push_back({"bw", rank0, t / 1000.0, t});
       points.push_back({"bw", rank1, -1.0 * t, t});
     }
-    ASSERT_TRUE((*store)->AppendPoints(points).ok());
-    ASSERT_TRUE((*store)->AppendPoints({{"bw", rank0, 55.5, 5'000}}).ok());  // overwrite
+    ASSERT_THAT((*store)->AppendPoints(points), IsOk());
+    ASSERT_THAT((*store)->AppendPoints({{"bw", rank0, 55.5, 5'000}}), IsOk());  // overwrite
   }
   auto store = Store::Open(dir_);
   ASSERT_THAT(store, IsOk());
@@ -729,7 +727,7 @@ TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
   EXPECT_DOUBLE_EQ((*points)[2].value, 55.5);
   EXPECT_EQ((*points)[3].time_ms, 6'000);
   // A new series after the restart gets the next id; the other series' points stay apart.
-  ASSERT_TRUE((*store)->AppendPoints({{"bw", {{"job_id", "k"}}, 1, 1'000}}).ok());
+  ASSERT_THAT((*store)->AppendPoints({{"bw", {{"job_id", "k"}}, 1, 1'000}}), IsOk());
   EXPECT_EQ((*store)->Series().back().id, 3u);
   EXPECT_EQ((*store)->ReadPoints(series[1].id, 0, 100'000)->size(), 10u);
 }
@@ -737,17 +735,17 @@ TEST_F(StoreTest, PointsAndTheSeriesIndexSurviveARestart) {
 TEST_F(StoreTest, RetentionDropsOldDataButKeepsTheIndex) {
   auto store = Store::Open(dir_);
   ASSERT_THAT(store, IsOk());
-  ASSERT_TRUE((*store)->AppendPoints({{"bw", {}, 1, 1'000}, {"bw", {}, 9, 9'000}}).ok());
+  ASSERT_THAT((*store)->AppendPoints({{"bw", {}, 1, 1'000}, {"bw", {}, 9, 9'000}}), IsOk());
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 1), 1'000'000'000));
   ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", 2), 9'000'000'000));
   ncclwatch::v1::Event old_event;
   old_event.set_time_unix_ns(1'000'000'000);
-  ASSERT_TRUE((*store)->PutEvent(old_event).ok());
+  ASSERT_THAT((*store)->PutEvent(old_event), IsOk());
   (*store)->SetRetentionCutoff(5'000'000'000);  // 5 s after the epoch
-  ASSERT_TRUE((*store)->Compact().ok());
+  ASSERT_THAT((*store)->Compact(), IsOk());
   // The batch log has a window of its own (--batch-log-retention), dropped apart.
   EXPECT_EQ(*(*store)->CountBatches(), 2u);
-  ASSERT_TRUE((*store)->DropBatchesBefore(5'000'000'000).ok());
+  ASSERT_THAT((*store)->DropBatchesBefore(5'000'000'000), IsOk());
   auto points = (*store)->ReadPoints(1, 0, 100'000);
   ASSERT_EQ(points->size(), 1u);
   EXPECT_EQ((*points)[0].time_ms, 9'000);
@@ -765,7 +763,7 @@ std::vector<int> BatchLogFilesPerLevel(const std::string& dir) {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::OpenForReadOnly({}, dir, families, &handles, &db);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_THAT(s, IsOk()) << s.ToString();
   if (!s.ok()) return {};
   rocksdb::ColumnFamilyMetaData meta;
   db->GetColumnFamilyMetaData(handles[1], &meta);
@@ -787,16 +785,16 @@ TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
     for (uint64_t seq = first; seq < first + 100; ++seq) {
       ASSERT_TRUE(*(*store)->PutBatchIfNew(Batch("a", seq), static_cast<int64_t>(seq) * 1'000));
     }
-    ASSERT_TRUE((*store)->AppendPoints({{"ncclwatch_hang", {}, 1, 1'000}}).ok());
+    ASSERT_THAT((*store)->AppendPoints({{"ncclwatch_hang", {}, 1, 1'000}}), IsOk());
     store->reset();
     if (first != 1) continue;
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
         {rocksdb::kDefaultColumnFamilyName, {}}, {"batches", {}}};
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open({}, dir_, families, &handles, &db).ok());
-    ASSERT_TRUE(db->Flush({}, handles[1]).ok());
-    ASSERT_TRUE(db->CompactRange({}, handles[1], nullptr, nullptr).ok());
+    ASSERT_THAT(rocksdb::DB::Open({}, dir_, families, &handles, &db), IsOk());
+    ASSERT_THAT(db->Flush({}, handles[1]), IsOk());
+    ASSERT_THAT(db->CompactRange({}, handles[1], nullptr, nullptr), IsOk());
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
     delete db;
   }
@@ -813,22 +811,21 @@ TEST_F(StoreTest, TheBatchLogIsDroppedByAgeAndMeasuredApart) {
 
   // Inside the second session: the first session's file goes (by key range, below level 0), the
   // second's stays on disk but is read only from the cutoff on.
-  ASSERT_TRUE((*store)->DropBatchesBefore(150'500).ok());
+  ASSERT_THAT((*store)->DropBatchesBefore(150'500), IsOk());
   EXPECT_EQ(BatchLogFilesPerLevel(dir_), std::vector<int>{2});
   const Store::Sizes after_first = (*store)->DiskSizes();
   EXPECT_LT(after_first.batch_log_bytes, before.batch_log_bytes);
   std::vector<uint64_t> seqs;
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
-                                         int64_t) { seqs.push_back(b.batch_seq()); })
-                  .ok());
+  ASSERT_THAT((*store)->ReplayBatches(0, [&](const ncclwatch::v1::NodeBatch& b,
+                                             int64_t) { seqs.push_back(b.batch_seq()); }),
+              IsOk());
   ASSERT_EQ(seqs.size(), 150u);
   EXPECT_EQ(seqs.front(), 151u);
   EXPECT_EQ(*(*store)->CountBatches(), 150u);
   EXPECT_EQ((*store)->DiskSizes().history_bytes, before.history_bytes);
 
   // Past the second session: its level-0 file goes, the newest stays whole.
-  ASSERT_TRUE((*store)->DropBatchesBefore(200'500).ok());
+  ASSERT_THAT((*store)->DropBatchesBefore(200'500), IsOk());
   EXPECT_EQ(BatchLogFilesPerLevel(dir_), std::vector<int>{1});
   EXPECT_LT((*store)->DiskSizes().batch_log_bytes, after_first.batch_log_bytes);
   EXPECT_GT((*store)->DiskSizes().batch_log_bytes, 0u);
@@ -844,9 +841,10 @@ TEST_F(StoreTest, LastEventTimeIsTheNewestEvent) {
   for (int64_t t : {300, 100, 200}) {
     ncclwatch::v1::Event e;
     e.set_time_unix_ns(t);
-    ASSERT_TRUE((*store)->PutEvent(e).ok());
+    ASSERT_THAT((*store)->PutEvent(e), IsOk());
   }
-  ASSERT_TRUE((*store)->AppendPoints({{"x", {}, 1, 1}}).ok());  // keys after 'E' do not confuse it
+  ASSERT_THAT((*store)->AppendPoints({{"x", {}, 1, 1}}),
+              IsOk());  // keys after 'E' do not confuse it
   EXPECT_EQ(*(*store)->LastEventTime(), 300);
 }
 
@@ -915,7 +913,7 @@ TEST_F(StoreTest, OldPointsBecomeOneMeanPerBucketAndNewOnesStay) {
     points.push_back({"bw", {{"rank", "0"}}, static_cast<double>(t / 60'000), t});
     points.push_back({"bw", {{"rank", "1"}}, 1.0, t});
   }
-  ASSERT_TRUE((*store)->AppendPoints(points).ok());
+  ASSERT_THAT((*store)->AppendPoints(points), IsOk());
   auto removed = (*store)->Downsample(10 * 60'000, 5 * 60'000);
   ASSERT_THAT(removed, IsOk());
   EXPECT_EQ(*removed, 2u * (600 - 2));  // per series: 600 points in 10 min become 2
@@ -947,9 +945,9 @@ TEST_F(StoreTest, DownsamplingLooksOnlyAtSeriesWithPointsInItsWindow) {
     points.push_back({"ended", {}, 1.0, t});             // day 0 only
     points.push_back({"live", {}, 2.0, 10 * kDay + t});  // day 10
   }
-  ASSERT_TRUE((*store)->AppendPoints(points).ok());
+  ASSERT_THAT((*store)->AppendPoints(points), IsOk());
   // The first pass has no start: both series.
-  ASSERT_TRUE((*store)->Downsample(10 * kDay, 5 * 60'000).ok());
+  ASSERT_THAT((*store)->Downsample(10 * kDay, 5 * 60'000), IsOk());
   EXPECT_EQ((*store)->DownsampleVisited(), 2u);
   // The next window starts on day 10: "ended" has no point there.
   auto removed = (*store)->Downsample(10 * kDay + 10 * 60'000, 5 * 60'000);

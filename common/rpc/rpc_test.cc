@@ -6,10 +6,13 @@
 #include "common/rpc/backoff.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/token.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 TEST(BackoffTest, DoublesWithJitterUpToTheCapAndStartsOverAfterReset) {
   Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000), /*seed=*/7);
@@ -54,7 +57,7 @@ using TokenFileTest = FileTest;
 
 TEST_F(TokenFileTest, NoPathMeansNoToken) {
   auto token = TokenFile::Open("");
-  ASSERT_TRUE(token.ok());
+  ASSERT_THAT(token, IsOk());
   EXPECT_EQ(*token, nullptr);
 }
 
@@ -69,13 +72,13 @@ TEST_F(TokenFileTest, MissingAndBlankFilesAreRefusedWithTheirReason) {
 
 TEST_F(TokenFileTest, SurroundingWhitespaceIsNotPartOfTheToken) {
   auto token = TokenFile::Open(Write("token", "  s3cret\n"));
-  ASSERT_TRUE(token.ok());
+  ASSERT_THAT(token, IsOk());
   EXPECT_EQ((*token)->Get(), "s3cret");
 }
 
 TEST_F(TokenFileTest, TheGateAdmitsOnlyTheExactBearerTokenAndCountsRefusals) {
   auto token = TokenFile::Open(Write("token", "s3cret"));
-  ASSERT_TRUE(token.ok());
+  ASSERT_THAT(token, IsOk());
   Counter refused;
   BearerGate gate(token->get(), &refused);
   EXPECT_TRUE(gate.Admits("Bearer s3cret"));
@@ -101,8 +104,8 @@ TEST_F(TlsTest, PlaintextUnlessAskedFor) {
   EXPECT_FALSE(ClientTls::FromFlags(false, "", "", "").enabled);
   EXPECT_TRUE(ClientTls::FromFlags(true, "", "", "").enabled);
   EXPECT_TRUE(ClientTls::FromFlags(false, "ca.pem", "", "").enabled);
-  EXPECT_TRUE(MakeChannelCredentials(ClientTls{}).ok());
-  EXPECT_TRUE(MakeServerCredentials(ServerTls{}).ok());
+  EXPECT_THAT(MakeChannelCredentials(ClientTls{}), IsOk());
+  EXPECT_THAT(MakeServerCredentials(ServerTls{}), IsOk());
 }
 
 TEST_F(TlsTest, HalfAKeyPairOrAnUnreadableFileIsAClearError) {

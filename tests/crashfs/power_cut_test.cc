@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "aggregator/store/store.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/crashfs/journaling_fs.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 ncclwatch::v1::NodeBatch Batch(uint64_t seq) {
   ncclwatch::v1::NodeBatch b;
@@ -66,10 +69,10 @@ int AcknowledgeThenDie(const std::string& db, const std::string& journal, bool s
 
 uint64_t StoredAfterPowerCut(const std::string& db, const std::string& journal, PowerCut* cut) {
   auto applied = ApplyPowerCut(journal);
-  EXPECT_TRUE(applied.ok()) << applied.status();
+  EXPECT_THAT(applied, IsOk()) << applied.status();
   if (applied.ok()) *cut = *applied;
   auto store = aggregator::Store::Open(db);
-  EXPECT_TRUE(store.ok()) << store.status();
+  EXPECT_THAT(store, IsOk()) << store.status();
   if (!store.ok()) return 0;
   auto n = (*store)->CountBatches();
   return n.ok() ? *n : 0;

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/time/clock.h"
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -15,6 +16,8 @@
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // A stand-in agent on a unix socket that records when reports arrive.
 class RecordingAgent final : public ncclwatch::v1::Agent::CallbackService {

@@ -46,11 +46,14 @@
 #include "absl/time/clock.h"
 #include "agent/spool.h"
 #include "aggregator/store/store.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 using ncclwatch::v1::Event;
 
@@ -172,7 +175,7 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       // Each aggregator life counts the new batches it stored (and so acknowledged); read just
       // before the crash, it is a lower bound of what that life acknowledged.
       const absl::StatusOr<uint64_t> acked = BatchesStored(p);
-      ASSERT_TRUE(acked.ok()) << acked.status();
+      ASSERT_THAT(acked, IsOk()) << acked.status();
       acked_before_crash_checked += *acked;
       if (aggregator_power_cuts == 0 || (signal == SIGKILL && rng() % 2 == 0)) {
         uint64_t dropped = 0;
@@ -288,7 +291,7 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
   do {
     grpc::ClientContext ctx;
     ncclwatch::v1::ListEventsResponse page;
-    ASSERT_TRUE(p.query().ListEvents(&ctx, all_events, &page).ok());
+    ASSERT_THAT(p.query().ListEvents(&ctx, all_events, &page), IsOk());
     for (const Event& e : page.events()) {
       if (e.kind() == Event::STRAGGLER) {
         ++straggler_events;
@@ -312,26 +315,25 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
 
   ASSERT_TRUE(p.StopAgents()) << p.Logs();  // each forwards what it holds, then exits 0
   const absl::StatusOr<uint64_t> acked_last_life = BatchesStored(p);
-  ASSERT_TRUE(acked_last_life.ok()) << acked_last_life.status();
+  ASSERT_THAT(acked_last_life, IsOk()) << acked_last_life.status();
   const uint64_t acked_total = acked_before_crash_checked + *acked_last_life;
   ASSERT_TRUE(p.StopAggregator()) << p.error();
 
   auto store = aggregator::Store::Open(p.dir() + "/db");
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk()) << store.status();
   std::map<std::string, std::set<uint64_t>> seqs;       // agent run -> batch sequence numbers
   std::map<uint64_t, std::map<uint32_t, int>> reports;  // process -> counter -> times stored
   uint64_t stored_reports = 0;
-  ASSERT_TRUE(
-      (*store)
-          ->ReplayBatches(0,
-                          [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
-                            seqs[batch.agent_id()].insert(batch.batch_seq());
-                            for (const auto& r : batch.reports()) {
-                              ++reports[r.report_id() >> 32][static_cast<uint32_t>(r.report_id())];
-                              ++stored_reports;
-                            }
-                          })
-          .ok());
+  ASSERT_THAT((*store)->ReplayBatches(
+                  0,
+                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                    seqs[batch.agent_id()].insert(batch.batch_seq());
+                    for (const auto& r : batch.reports()) {
+                      ++reports[r.report_id() >> 32][static_cast<uint32_t>(r.report_id())];
+                      ++stored_reports;
+                    }
+                  }),
+              IsOk());
   uint64_t batches = 0, gaps = 0, damaged_missing = 0;
   for (const auto& [agent, s] : seqs) {
     batches += s.size();

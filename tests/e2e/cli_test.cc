@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 std::vector<std::string> Cli(const Pipeline& p, std::vector<std::string> args) {
   args.insert(args.begin(), {Binaries::Cli(), "--aggregator=" + p.AggregatorAddr()});

@@ -6,11 +6,14 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 using ncclwatch::v1::Event;
 
@@ -33,7 +36,7 @@ TEST(DegradedEndToEndTest, AHalvedNicFlagsTheHybridCommunicatorOnlyWithinThreeSe
       << p.Logs();
   grpc::ClientContext ctx;
   ncclwatch::v1::ListDegradedResponse list;
-  ASSERT_TRUE(p.query().ListDegraded(&ctx, {}, &list).ok());
+  ASSERT_THAT(p.query().ListDegraded(&ctx, {}, &list), IsOk());
   ASSERT_EQ(job.Wait(), 0) << job.Log();
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
   auto all = events.Stop();

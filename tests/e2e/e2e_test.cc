@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -17,6 +18,8 @@
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 constexpr int kNodes = 2;
 constexpr int kRanksPerNode = 4;
@@ -97,7 +100,7 @@ TEST(EndToEndTest, SlowRankIsFlaggedWithinFiveSecondsAndNobodyElseEver) {
   // The Query API: exactly rank 5's GPU, on the second node, slow itself by the 2 ms it adds.
   grpc::ClientContext ctx;
   ncclwatch::v1::ListStragglersResponse list;
-  ASSERT_TRUE(p.query().ListStragglers(&ctx, {}, &list).ok());
+  ASSERT_THAT(p.query().ListStragglers(&ctx, {}, &list), IsOk());
   ASSERT_EQ(list.root_causes_size(), 1) << list.DebugString() << p.Logs();
   EXPECT_EQ(list.root_causes(0).rank(), 5);
   EXPECT_EQ(list.root_causes(0).cuda_device(), 1);
@@ -172,13 +175,13 @@ TEST(EndToEndTest, CleanRunFlagsNobody) {
       << p.Logs();
   grpc::ClientContext ctx;
   ncclwatch::v1::ListStragglersResponse list;
-  ASSERT_TRUE(p.query().ListStragglers(&ctx, {}, &list).ok());
+  ASSERT_THAT(p.query().ListStragglers(&ctx, {}, &list), IsOk());
   EXPECT_EQ(list.stragglers_size(), 0) << list.DebugString();
 
   // Not vacuous: the detector saw every rank of many collectives.
   grpc::ClientContext stats_ctx;
   ncclwatch::v1::Stats stats;
-  ASSERT_TRUE(p.query().GetStats(&stats_ctx, {}, &stats).ok());
+  ASSERT_THAT(p.query().GetStats(&stats_ctx, {}, &stats), IsOk());
   EXPECT_GT(stats.groups_completed(), 100u) << stats.DebugString();
   // No rank flagged: no straggler series at all (exported only while set), while the
   // communicator's own series say it is healthy.
@@ -320,9 +323,9 @@ TEST(EndToEndTest, AggregatorAnswersTheStandardGrpcHealthCheck) {
                  });
   ncclwatch::MutexLock lock(&mu);
   mu.Await(absl::Condition(&done));
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_THAT(status, IsOk()) << status.error_message();
   std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
+  ASSERT_THAT(response.Dump(&slices), IsOk());
   std::string bytes;
   for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));

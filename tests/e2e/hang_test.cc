@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 using ncclwatch::v1::Event;
 
@@ -100,7 +103,7 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
   // Before the agents stop: the Query API and /federate show the situation as it is.
   grpc::ClientContext ctx;
   ncclwatch::v1::ListHangsResponse list;
-  ASSERT_TRUE(p.query().ListHangs(&ctx, {}, &list).ok());
+  ASSERT_THAT(p.query().ListHangs(&ctx, {}, &list), IsOk());
   auto [cli_code, cli_out] = RunToCompletion(
       {Binaries::Cli(), "hangs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
   EXPECT_EQ(cli_code, 3) << cli_out;  // findings

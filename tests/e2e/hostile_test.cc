@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/status_matchers.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -26,6 +27,8 @@
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 constexpr int kHugeNranks = 1 << 20;  // the most validation accepts
 
@@ -66,7 +69,7 @@ void PushTaken(ncclwatch::v1::Ingest::Stub& ingest, const ncclwatch::v1::NodeBat
   grpc::ClientContext context;
   ncclwatch::v1::BatchAck ack;
   grpc::Status s = ingest.Push(&context, batch, &ack);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_THAT(s, IsOk()) << s.error_message();
   EXPECT_EQ(ack.rejected_reports(), 0u);
 }
 
@@ -143,7 +146,7 @@ TEST(HostileInputTest, AReportClaimingAMillionRanksCostsWhatReportsBeforeAndAfte
   ncclwatch::v1::ListHangsRequest request;
   request.set_job_id("poison-0");
   ncclwatch::v1::ListHangsResponse hangs;
-  ASSERT_TRUE(p.query().ListHangs(&context, request, &hangs).ok());
+  ASSERT_THAT(p.query().ListHangs(&context, request, &hangs), IsOk());
   ASSERT_EQ(hangs.hangs_size(), 1);
   EXPECT_EQ(hangs.hangs(0).missing_count(), static_cast<uint32_t>(kHugeNranks - 1));
   EXPECT_EQ(hangs.hangs(0).missing_size(), 256);
@@ -308,7 +311,7 @@ TEST(HostileInputTest, APodAndNodeClaimedByAPluginAreNotTrusted) {
   r.set_interval_end_unix_ns(1'700'000'000'000'000'000);
   ASSERT_TRUE(writer->Write(r));
   writer->WritesDone();
-  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_THAT(writer->Finish(), IsOk());
   ASSERT_EQ(summary.accepted(), 1u);
 
   ncclwatch::v1::ListCommsResponse comms;
@@ -341,7 +344,7 @@ void WriteGenuineReports(const std::string& socket, int n) {
     if (!writer->Write(r)) break;
   }
   writer->WritesDone();
-  EXPECT_TRUE(writer->Finish().ok());
+  EXPECT_THAT(writer->Finish(), IsOk());
   EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
 }
 
@@ -421,7 +424,7 @@ TEST(HostileInputTest, ReportsThatRenderLargeKeepTheAgentsScrapeWithinItsBudget)
         if (!writer->Write(r)) break;
       }
       writer->WritesDone();
-      EXPECT_TRUE(writer->Finish().ok());  // answered once the agent has handled every report
+      EXPECT_THAT(writer->Finish(), IsOk());  // answered once the agent has handled every report
     });
   }
   for (auto& t : streams) t.join();

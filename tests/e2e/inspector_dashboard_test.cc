@@ -18,12 +18,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 #include "tests/e2e/prometheus_server.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 constexpr char kCluster[] = "sim-cluster";
 constexpr char kJob[] = "dash-3d";

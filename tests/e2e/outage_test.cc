@@ -10,11 +10,14 @@
 
 #include "absl/time/clock.h"
 #include "aggregator/store/store.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 TEST(AggregatorOutageTest, SixtySecondsAwayAndEveryReportArrivesExactlyOnce) {
   ScopedTempDir spool("ncclwatch-outage-spool");
@@ -46,17 +49,16 @@ TEST(AggregatorOutageTest, SixtySecondsAwayAndEveryReportArrivesExactlyOnce) {
   ASSERT_TRUE(p.StopAggregator()) << p.error();
 
   auto store = aggregator::Store::Open(p.dir() + "/db");
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk()) << store.status();
   std::map<uint64_t, std::map<uint32_t, int>> by_process;  // prefix -> counter -> times stored
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(
-                      0,
-                      [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
-                        for (const auto& r : batch.reports()) {
-                          ++by_process[r.report_id() >> 32][static_cast<uint32_t>(r.report_id())];
-                        }
-                      })
-                  .ok());
+  ASSERT_THAT((*store)->ReplayBatches(
+                  0,
+                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                    for (const auto& r : batch.reports()) {
+                      ++by_process[r.report_id() >> 32][static_cast<uint32_t>(r.report_id())];
+                    }
+                  }),
+              IsOk());
   ASSERT_EQ(by_process.size(), static_cast<size_t>(kRanks));
   size_t total = 0;
   for (const auto& [prefix, counters] : by_process) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "common/status_matchers.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "k8s/podresources_v1.grpc.pb.h"
@@ -14,6 +15,8 @@
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // simjob --gpu-uuids gives rank r of node n this UUID (FakeGpuUuid in tests/simjob/options.h).
 std::string SimjobGpuUuid(int node, int rank) {

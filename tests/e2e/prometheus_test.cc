@@ -10,12 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 #include "tests/e2e/prometheus_server.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
   return {Binaries::Simjob(),
@@ -155,7 +158,7 @@ TEST(PrometheusEndToEndTest, AJobThatEndsResolvesItsAlertsAtOnce) {
   // The job is listed as ended, with why.
   grpc::ClientContext context;
   ncclwatch::v1::ListJobsResponse jobs;
-  ASSERT_TRUE(p.query().ListJobs(&context, {}, &jobs).ok());
+  ASSERT_THAT(p.query().ListJobs(&context, {}, &jobs), IsOk());
   ASSERT_EQ(jobs.jobs_size(), 1);
   EXPECT_EQ(jobs.jobs(0).state(), "ended");
   EXPECT_EQ(jobs.jobs(0).end_reason(), "every rank sent its final report");

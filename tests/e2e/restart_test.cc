@@ -10,11 +10,14 @@
 #include "absl/time/clock.h"
 #include "aggregator/analysis/analyzer.h"
 #include "aggregator/store/store.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 using ncclwatch::v1::Event;
 
@@ -33,7 +36,7 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
       << p.Logs();
   grpc::ClientContext before_ctx;
   ncclwatch::v1::ListStragglersResponse before;
-  ASSERT_TRUE(p.query().ListStragglers(&before_ctx, {}, &before).ok());
+  ASSERT_THAT(p.query().ListStragglers(&before_ctx, {}, &before), IsOk());
   ASSERT_EQ(before.root_causes_size(), 1);
   events.Stop();
   ASSERT_TRUE(p.RestartAggregator(SIGKILL)) << p.error();
@@ -43,7 +46,7 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   grpc::ClientContext after_ctx;
   ncclwatch::v1::ListStragglersResponse after;
   const grpc::Status after_status = p.query().ListStragglers(&after_ctx, {}, &after);
-  ASSERT_TRUE(after_status.ok()) << after_status.error_message() << "\n" << p.Logs();
+  ASSERT_THAT(after_status, IsOk()) << after_status.error_message() << "\n" << p.Logs();
   ASSERT_EQ(after.root_causes_size(), 1) << p.Logs();
   EXPECT_EQ(after.root_causes(0).rank(), 5);
   EXPECT_EQ(after.root_causes(0).since_unix_ns(), before.root_causes(0).since_unix_ns());
@@ -77,7 +80,7 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   ASSERT_TRUE(p.StopAggregator()) << p.error();
 
   auto store = aggregator::Store::Open(p.dir() + "/db");
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk()) << store.status();
   // Agents number their batches 1, 2, 3, ... and retry each until it is acknowledged, so after
   // they stopped cleanly the store must hold every sequence number up to the last.
   std::map<std::string, std::set<uint64_t>> seqs;
@@ -85,17 +88,16 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   aggregator::AnalyzerOptions options;
   options.report_points = true;
   aggregator::Analyzer analyzer(options);
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(0,
-                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t received) {
-                                    seqs[batch.agent_id()].insert(batch.batch_seq());
-                                    for (const auto& r : batch.reports()) {
-                                      aggregator::Ingested in = analyzer.Ingest(r, received);
-                                      derived.insert(derived.end(), in.points.begin(),
-                                                     in.points.end());
-                                    }
-                                  })
-                  .ok());
+  ASSERT_THAT((*store)->ReplayBatches(0,
+                                      [&](const ncclwatch::v1::NodeBatch& batch, int64_t received) {
+                                        seqs[batch.agent_id()].insert(batch.batch_seq());
+                                        for (const auto& r : batch.reports()) {
+                                          aggregator::Ingested in = analyzer.Ingest(r, received);
+                                          derived.insert(derived.end(), in.points.begin(),
+                                                         in.points.end());
+                                        }
+                                      }),
+              IsOk());
   ASSERT_EQ(seqs.size(), 2u);
   for (const auto& [agent, s] : seqs) {
     EXPECT_EQ(s.size(), *s.rbegin()) << agent << ": a batch is missing below " << *s.rbegin();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/daemon.h"
+#include "common/status_matchers.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -23,6 +24,8 @@
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 // The value of the sample `name` (exact name and labels as rendered), -1 if absent.
 double Sample(const std::string& text, const std::string& name) {
@@ -57,7 +60,7 @@ void WriteReports(const std::string& socket, const std::string& job, int n) {
     ASSERT_TRUE(writer->Write(r));
   }
   writer->WritesDone();
-  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_THAT(writer->Finish(), IsOk());
   EXPECT_EQ(summary.accepted(), static_cast<uint64_t>(n));
 }
 
@@ -294,7 +297,7 @@ TEST_F(SecurityTest, BeyondLoopbackTheAggregatorFailsClosed) {
   EXPECT_EQ(ingest->Push(&anonymous, batch, &ack).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   grpc::ClientContext with_token;
   with_token.AddMetadata("authorization", "Bearer s3cret-ingest-token");
-  EXPECT_TRUE(ingest->Push(&with_token, batch, &ack).ok());
+  EXPECT_THAT(ingest->Push(&with_token, batch, &ack), IsOk());
 
   // An operator who really wants it open says so, and the log says it too.
   Process open(with({"--insecure-ingest", "--insecure-query", db + "-open"}), {},

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "aggregator/server/shard_router.h"
 #include "common/rendezvous.h"
+#include "common/status_matchers.h"
 #include "common/sync.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -28,6 +29,8 @@
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 constexpr int kJobs = 12;
 constexpr int kAgents = 2;  // node n of every job reports through agent n
@@ -85,7 +88,7 @@ std::vector<ncclwatch::v1::Event> AllEvents(ncclwatch::v1::Query::Stub& q, uint3
   for (int pages = 0; pages < 10000; ++pages) {
     ncclwatch::v1::ListEventsResponse r;
     const grpc::Status s = q.ListEvents(Context(local).get(), req, &r);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(s, IsOk()) << s.error_message();
     if (!s.ok()) break;
     out.insert(out.end(), r.events().begin(), r.events().end());
     if (r.next_page_token().empty()) break;
@@ -173,7 +176,7 @@ class ShardedService {
         }
       }
       writer->WritesDone();
-      EXPECT_TRUE(writer->Finish().ok());
+      EXPECT_THAT(writer->Finish(), IsOk());
       accepted += summary.accepted();
     }
     return accepted;
@@ -288,7 +291,7 @@ TEST(ShardEndToEndTest, TwelveJobsOnThreeAggregatorsAnsweredByAnyThenAFourthTake
   }
   {
     ncclwatch::v1::ListStragglersResponse r;
-    ASSERT_TRUE(service.aggregator(2).query().ListStragglers(Context().get(), {}, &r).ok());
+    ASSERT_THAT(service.aggregator(2).query().ListStragglers(Context().get(), {}, &r), IsOk());
     std::set<std::pair<std::string, uint32_t>> causes, want;
     for (const auto& rc : r.root_causes()) causes.insert({rc.job_id(), rc.pid()});
     for (int j = 0; j < kJobs; ++j) want.insert({JobId(j), SlowPid(j)});
@@ -317,7 +320,7 @@ TEST(ShardEndToEndTest, TwelveJobsOnThreeAggregatorsAnsweredByAnyThenAFourthTake
       for (int pages = 0; pages < 1000; ++pages) {
         ncclwatch::v1::QueryRangeResponse r;
         const grpc::Status s = q.QueryRange(Context(local).get(), req, &r);
-        EXPECT_TRUE(s.ok()) << s.error_message();
+        EXPECT_THAT(s, IsOk()) << s.error_message();
         if (!s.ok()) break;
         EXPECT_LE(r.series_size(), static_cast<int>(page));
         for (const auto& ts : r.series()) out.insert(ts.DebugString().substr(0, 200));
@@ -390,7 +393,7 @@ TEST(ShardEndToEndTest, TwelveJobsOnThreeAggregatorsAnsweredByAnyThenAFourthTake
   // The old aggregators saw the moved jobs stop at once: an ended job, not a hang or silent ranks.
   {
     ncclwatch::v1::ListHangsResponse hangs;
-    ASSERT_TRUE(service.aggregator(1).query().ListHangs(Context().get(), {}, &hangs).ok());
+    ASSERT_THAT(service.aggregator(1).query().ListHangs(Context().get(), {}, &hangs), IsOk());
     EXPECT_EQ(hangs.hangs_size(), 0) << hangs.DebugString();
     EXPECT_EQ(hangs.silent_size(), 0) << hangs.DebugString();
     for (const auto& e : AllEvents(service.aggregator(2).query(), 50)) {

@@ -16,11 +16,14 @@
 
 #include "absl/time/clock.h"
 #include "aggregator/store/store.h"
+#include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/pipeline.h"
 
 namespace ncclwatch::testing {
 namespace {
+
+using ::ncclwatch::testutil::IsOk;
 
 using ReportKey = std::tuple<std::string, uint64_t, int, uint64_t>;  // job, comm, rank, report id
 
@@ -61,7 +64,7 @@ TEST(SpoolEndToEndTest, AKilledAgentReplaysItsSpoolExactlyOnceAndPluginsReconnec
     std::stringstream data;
     data << in.rdbuf();
     absl::StatusOr<ncclwatch::v1::NodeBatchBytes> file = agent::ParseSpoolFile(data.str());
-    ASSERT_TRUE(file.ok()) << name << ": " << file.status();
+    ASSERT_THAT(file, IsOk()) << name << ": " << file.status();
     ncclwatch::v1::NodeBatch batch;
     ASSERT_TRUE(batch.ParseFromString(file->SerializeAsString())) << name;
     for (const auto& r : batch.reports()) spooled.insert(KeyOf(r));
@@ -75,21 +78,20 @@ TEST(SpoolEndToEndTest, AKilledAgentReplaysItsSpoolExactlyOnceAndPluginsReconnec
   ASSERT_TRUE(p.StopAggregator()) << p.error();
 
   auto store = aggregator::Store::Open(p.dir() + "/db");
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk()) << store.status();
   std::map<ReportKey, int> stored;
   std::set<std::string> agents;
   int64_t newest_interval_end = 0;
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(0,
-                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
-                                    agents.insert(batch.agent_id());
-                                    for (const auto& r : batch.reports()) {
-                                      ++stored[KeyOf(r)];
-                                      newest_interval_end = std::max<int64_t>(
-                                          newest_interval_end, r.interval_end_unix_ns());
-                                    }
-                                  })
-                  .ok());
+  ASSERT_THAT((*store)->ReplayBatches(0,
+                                      [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                                        agents.insert(batch.agent_id());
+                                        for (const auto& r : batch.reports()) {
+                                          ++stored[KeyOf(r)];
+                                          newest_interval_end = std::max<int64_t>(
+                                              newest_interval_end, r.interval_end_unix_ns());
+                                        }
+                                      }),
+              IsOk());
   for (const ReportKey& k : spooled) {
     ASSERT_EQ(stored[k], 1) << "report " << std::get<3>(k) << " of rank " << std::get<2>(k);
   }
@@ -153,17 +155,16 @@ TEST(SpoolEndToEndTest, AFullSpoolDropsTheOldestCountsThemAndTheAgentKeepsRunnin
   // Reports stored + reports the spool dropped = reports the plugins sent (the highest counter of
   // each process); what was dropped is the oldest, so each process's stored counters are a tail.
   auto store = aggregator::Store::Open(p.dir() + "/db");
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_THAT(store, IsOk()) << store.status();
   std::map<uint64_t, std::set<uint32_t>> by_process;
-  ASSERT_TRUE((*store)
-                  ->ReplayBatches(0,
-                                  [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
-                                    for (const auto& r : batch.reports()) {
-                                      by_process[r.report_id() >> 32].insert(
-                                          static_cast<uint32_t>(r.report_id()));
-                                    }
-                                  })
-                  .ok());
+  ASSERT_THAT((*store)->ReplayBatches(0,
+                                      [&](const ncclwatch::v1::NodeBatch& batch, int64_t) {
+                                        for (const auto& r : batch.reports()) {
+                                          by_process[r.report_id() >> 32].insert(
+                                              static_cast<uint32_t>(r.report_id()));
+                                        }
+                                      }),
+              IsOk());
   ASSERT_EQ(by_process.size(), 8u);
   double sent = 0;
   double stored = 0;
