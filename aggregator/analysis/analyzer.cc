@@ -189,35 +189,6 @@ void Analyzer::ForgetLocked(const CommKey& key) {
   verdicts_.Observe(own_time_.Forget(key), clock_ns_, GpusOnNodeLocked());
 }
 
-std::vector<SlowProcess> Analyzer::SlowProcesses(const std::string& job_id) const {
-  ncclwatch::MutexLock lock(&mu_);
-  return own_time_.Slow(job_id);
-}
-
-std::vector<ncclwatch::v1::RootCauseInfo> Analyzer::RootCauses(const std::string& job_id) const {
-  ncclwatch::MutexLock lock(&mu_);
-  std::vector<const ReportedGpu*> gpus;
-  for (const auto& [p, gpu] : verdicts_.gpus()) {
-    if (job_id.empty() || p.job_id == job_id) gpus.push_back(&gpu);
-  }
-  std::sort(gpus.begin(), gpus.end(), [](const ReportedGpu* a, const ReportedGpu* b) {
-    return std::tie(a->evidence.process.job_id, a->since_ns, a->evidence.process) <
-           std::tie(b->evidence.process.job_id, b->since_ns, b->evidence.process);
-  });
-  auto consequences = ConsequencesLocked(job_id);
-  std::vector<ncclwatch::v1::RootCauseInfo> out;
-  for (const ReportedGpu* gpu : gpus) {
-    // The evidence now, where the analysis still has some; else what it was reported with.
-    SlowProcess now = own_time_.View(gpu->evidence.process);
-    if (now.rank < 0) now = gpu->evidence;
-    ncclwatch::v1::RootCauseInfo info = RootCauseInfoOf(now, registry_.FindWho(now.comm));
-    info.set_since_unix_ns(gpu->since_ns);
-    for (auto& c : consequences[gpu->evidence.process]) *info.add_consequences() = std::move(c);
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
 std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {
   std::vector<SeriesPoint> out;
   if (!detection_only) {
@@ -240,95 +211,6 @@ std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {
   }
   ncclwatch::MutexLock lock(&mu_);
   AppendDetectionSeries(registry_, detectors_, verdicts_, hang_origins_, clock_ns_, &out);
-  return out;
-}
-
-std::vector<ncclwatch::v1::StragglerInfo> Analyzer::Stragglers(const std::string& job_id) const {
-  ncclwatch::MutexLock lock(&mu_);
-  std::vector<ncclwatch::v1::StragglerInfo> out;
-  for (const auto& [key, entry] : registry_.comms()) {
-    // With own times, lateness is a consequence: answered under its root cause.
-    if ((!job_id.empty() && key.job_id != job_id) || entry.own_times) continue;
-    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
-      if (score.flagged) {
-        out.push_back(StragglerInfoOf(key, entry.who, score, entry.FlaggedSince(score.rank)));
-      }
-    }
-  }
-  return out;
-}
-
-ncclwatch::v1::ListDegradedResponse Analyzer::Degraded(const std::string& job_id) const {
-  ncclwatch::MutexLock lock(&mu_);
-  ncclwatch::v1::ListDegradedResponse out;
-  for (const DegradedView& v : detectors_.degraded.Degraded()) {
-    if (job_id.empty() || v.comm.job_id == job_id) {
-      *out.add_comms() = DegradedInfoOf(v, registry_.FindWho(v.comm));
-    }
-  }
-  for (const SuspectView& s : detectors_.degraded.Suspects()) {
-    if (job_id.empty() || s.job_id == job_id) *out.add_suspects() = SuspectInfoOf(s);
-  }
-  return out;
-}
-
-ncclwatch::v1::ListHangsResponse Analyzer::Hangs(const std::string& job_id, int64_t now_ns) const {
-  ncclwatch::MutexLock lock(&mu_);
-  ncclwatch::v1::ListHangsResponse out;
-  for (const auto& [comm, group] : hang_origins_.origins()) {
-    if (job_id.empty() || comm.job_id == job_id) {
-      ncclwatch::v1::HangInfo info = HangInfoOf(group.origin, registry_.FindWho(comm), now_ns);
-      for (auto& c : HangInfosLocked(group.consequences, now_ns)) {
-        *info.add_consequences() = std::move(c);
-      }
-      *out.add_hangs() = std::move(info);
-    }
-  }
-  for (const SilentView& s : detectors_.hangs.Silent()) {
-    if (job_id.empty() || s.comm.job_id == job_id) {
-      *out.add_silent() = SilentInfoOf(s, registry_.FindWho(s.comm));
-    }
-  }
-  for (const SilentNodeView& n : detectors_.silent_nodes.Silent()) {
-    if (job_id.empty() || n.job_id == job_id) *out.add_silent_nodes() = NodeSilentInfoOf(n);
-  }
-  return out;
-}
-
-CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) const {
-  CommHealth health;
-  health.silent_ranks = detectors_.hangs.SilentRanks(key);
-  if (entry.own_times) {
-    for (const auto& [p, gpu] : verdicts_.gpus()) health.stragglers += gpu.evidence.comm == key;
-  } else {
-    for (const RankScore& s : detectors_.stragglers.Scores(key)) {
-      health.stragglers += s.flagged ? 1 : 0;
-    }
-  }
-  health.hung = detectors_.hangs.Hung(key);
-  if (detectors_.coverage.Incomplete(key)) health.unreported = entry.unreported;
-  health.degraded = detectors_.degraded.IsDegraded(key);
-  return health;
-}
-
-ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommEntry& entry,
-                                                 CommHealth* health) const {
-  *health = HealthLocked(key, entry);
-  return CommInfoOf(key, entry.who, entry.newest_seen_ns, *health);
-}
-
-std::vector<ncclwatch::v1::CommInfo> Analyzer::Comms(const std::string& job_id) const {
-  ncclwatch::MutexLock lock(&mu_);
-  std::vector<ncclwatch::v1::CommInfo> out;
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (!job_id.empty() && key.job_id != job_id) continue;
-    CommHealth health;
-    out.push_back(CommInfoLocked(key, entry, &health));
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return std::make_tuple(a.job_id(), a.comm_name(), a.comm_hash()) <
-           std::make_tuple(b.job_id(), b.comm_name(), b.comm_hash());
-  });
   return out;
 }
 

@@ -1,6 +1,7 @@
-// The aggregator's live view of every job: feeds each validated report to the detectors (through
-// the communicator registry), turns what they find into findings, and answers what is flagged
-// now and every exported series' current value.
+// The aggregator's live view of every job, its write side: feeds each validated report to the
+// detectors (through the communicator registry), turns what they find into findings, and gives
+// every exported series' current value. What the Query API answers (flagged now, communicators,
+// jobs) is its read side, Answers (answers.h), on the same state.
 //
 // Rooms (docs/architecture.md): who is who and the caps in CommRegistry, the per-report series in
 // SeriesTable, the detection logic in aggregator/detect (plain structs), event text and query
@@ -34,6 +35,8 @@
 #include "ncclwatch/v1/report.pb.h"
 
 namespace ncclwatch::aggregator {
+
+class Answers;
 
 // The detectors' options (detectors.h: `straggler`, `hang`, ...), and the analyzer's own.
 struct AnalyzerOptions : DetectorOptions {
@@ -90,33 +93,8 @@ class Analyzer {
   void SetBetweenSeriesCopiesForTest(std::function<void()> fn) {
     between_series_copies_ = std::move(fn);
   }
-  // Ranks flagged late right now in communicators without own times (those page themselves);
-  // `job_id` empty means every job. With own times, late ranks are RootCauses' consequences.
-  std::vector<ncclwatch::v1::StragglerInfo> Stragglers(const std::string& job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Hung collectives (the origins, each with the hangs stuck behind it), silent ranks and silent
-  // nodes right now; `job_id` empty means every job.
-  ncclwatch::v1::ListHangsResponse Hangs(const std::string& job_id, int64_t now_ns) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Nodes flagged slow right now (the open NODE_STRAGGLER findings); `job_id` empty: every job.
-  std::vector<ncclwatch::v1::NodeStragglerInfo> SlowNodes(const std::string& job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Degraded communicators and network suspects right now; `job_id` empty means every job.
-  ncclwatch::v1::ListDegradedResponse Degraded(const std::string& job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Communicators (for `job_id`, or all) with their ranks and health now, by job then name.
-  std::vector<ncclwatch::v1::CommInfo> Comms(const std::string& job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Jobs, summarised from their communicators.
-  std::vector<ncclwatch::v1::JobInfo> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
-  // GPUs the own-time analysis finds slow themselves now (aggregator/rootcause), before the
-  // findings' hold; `job_id` empty: every job.
-  std::vector<SlowProcess> SlowProcesses(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The root-cause findings (GPUs reported slow themselves), each with the late ranks it explains
-  // (ranks flagged late by the straggler detector whose process is not slow itself), ordered by
-  // job and when found.
-  std::vector<ncclwatch::v1::RootCauseInfo> RootCauses(const std::string& job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // The read side: what the Query API answers from this analyzer's state (answers.h).
+  Answers answers() const;
 
   struct Counters {
     uint64_t reports = 0;
@@ -133,6 +111,8 @@ class Analyzer {
   Counters counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  friend class Answers;  // the read side, on the same state under mu_
+
   // Keeps the entry's flagged-since times for the lateness detector's `changes`; where they page
   // (a communicator without own times), their STRAGGLER events and node verdicts.
   void LatenessChangesLocked(const CommKey& key, CommEntry& entry,
@@ -143,16 +123,8 @@ class Analyzer {
   void VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,
                            std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The late ranks of `job_id` (every job if empty) that are not slow themselves, by the
-  // reported GPU they are attached to: one with a rank in the same communicator, else one
-  // sharing any communicator with the late rank's process, else the job's first.
-  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> ConsequencesLocked(
-      const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The hang findings' changes now: one per origin.
   void HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ncclwatch::v1::HangInfo> HangInfosLocked(const std::vector<HangView>& hangs,
-                                                       int64_t now_ns) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RANK_SILENT, once per process: its first silent communicator rank starts the finding, its
   // last one back ends it.
@@ -162,29 +134,38 @@ class Analyzer {
   // The coverage finding's changes now (communicators some of whose ranks never reported).
   void CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A reported GPU with a rank in `comm`, or nullptr.
-  const ProcessKey* ReportedInLocked(const CommKey& comm) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RootCauseVerdicts::GpusOnNode GpusOnNodeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
   void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The running jobs (`job_id` empty: all), as Jobs() lists them.
-  std::map<std::string, ncclwatch::v1::JobInfo> JobInfosLocked(const std::string& job_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `job_id` ended at `now_ns` because of `why`: its open findings end, it is forgotten.
   void EndJobLocked(const std::string& job_id, const std::string& why, int64_t now_ns,
                     std::vector<ncclwatch::v1::Event>* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the jobs every rank of which has been silent for job_end_silence_ns.
   void EndSilentJobsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Node-level verdicts after the rank flags of `key` changed.
-  void JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
-                        std::vector<ncclwatch::v1::Event>* events)
+  // What both sides need, with the lock held.
+  // The late ranks of `job_id` (every job if empty) that are not slow themselves, by the
+  // reported GPU they are attached to: one with a rank in the same communicator, else one
+  // sharing any communicator with the late rank's process, else the job's first.
+  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> ConsequencesLocked(
+      const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ncclwatch::v1::HangInfo> HangInfosLocked(const std::vector<HangView>& hangs,
+                                                       int64_t now_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reported GPU with a rank in `comm`, or nullptr.
+  const ProcessKey* ReportedInLocked(const CommKey& comm) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running jobs (`job_id` empty: all), as Answers::Jobs lists them.
+  std::map<std::string, ncclwatch::v1::JobInfo> JobInfosLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The communicator's findings now, counted.
   CommHealth HealthLocked(const CommKey& key, const CommEntry& entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ncclwatch::v1::CommInfo CommInfoLocked(const CommKey& key, const CommEntry& entry,
                                          CommHealth* health) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Node-level verdicts after the rank flags of `key` changed.
+  void JudgeNodesLocked(const CommKey& key, const CommEntry& entry, int64_t now_ns,
+                        std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable ncclwatch::Mutex mu_;

@@ -18,59 +18,6 @@ RootCauseVerdicts::GpusOnNode Analyzer::GpusOnNodeLocked() const {
              };
 }
 
-const ProcessKey* Analyzer::ReportedInLocked(const CommKey& comm) const {
-  for (const auto& [r, p] : processes_.Members(comm)) {
-    if (verdicts_.IsReported(p)) return &p;
-  }
-  return nullptr;
-}
-
-std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> Analyzer::ConsequencesLocked(
-    const std::string& job_id) const {
-  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> out;
-  std::map<std::string, const ProcessKey*> first;  // by job: the earliest reported GPU
-  for (const auto& [p, gpu] : verdicts_.gpus()) {
-    const ProcessKey*& f = first[p.job_id];
-    if (f == nullptr || gpu.since_ns < verdicts_.gpus().at(*f).since_ns) f = &p;
-  }
-  // A reported GPU of each communicator, looked up once per call: a slow GPU of a large job has
-  // hundreds of late ranks in communicators of thousands of members.
-  std::map<CommKey, const ProcessKey*> reported_in;
-  auto reported = [&](const CommKey& comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto [it, added] = reported_in.try_emplace(comm, nullptr);
-    if (added) it->second = ReportedInLocked(comm);
-    return it->second;
-  };
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (!job_id.empty() && key.job_id != job_id) continue;
-    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
-      if (!score.flagged) continue;
-      const ProcessKey* late = processes_.Of(key, score.rank);
-      if (late != nullptr && verdicts_.IsReported(*late)) continue;  // a root cause itself
-      const ProcessKey* root = reported(key);
-      if (root == nullptr && late != nullptr) {
-        for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
-          if ((root = reported(comm)) != nullptr) break;
-        }
-      }
-      if (root == nullptr) {
-        auto f = first.find(key.job_id);
-        if (f == first.end()) continue;  // no root cause in this job (yet)
-        root = f->second;
-      }
-      out[*root].push_back(StragglerInfoOf(key, entry.who, score, entry.FlaggedSince(score.rank)));
-    }
-  }
-  return out;
-}
-
-std::vector<ncclwatch::v1::HangInfo> Analyzer::HangInfosLocked(const std::vector<HangView>& hangs,
-                                                               int64_t now_ns) const {
-  std::vector<ncclwatch::v1::HangInfo> out;
-  for (const HangView& h : hangs) out.push_back(HangInfoOf(h, registry_.FindWho(h.comm), now_ns));
-  return out;
-}
-
 void Analyzer::HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
   std::vector<HangGroup> groups = GroupHangsByOrigin(
       detectors_.hangs.Hangs(), processes_,
@@ -149,6 +96,110 @@ void Analyzer::VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns
   for (const NodeChange& change : changes.nodes) {
     events->push_back(SlowGpusNodeEvent(change, now_ns));
   }
+}
+
+CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) const {
+  CommHealth health;
+  health.silent_ranks = detectors_.hangs.SilentRanks(key);
+  if (entry.own_times) {
+    for (const auto& [p, gpu] : verdicts_.gpus()) health.stragglers += gpu.evidence.comm == key;
+  } else {
+    for (const RankScore& s : detectors_.stragglers.Scores(key)) {
+      health.stragglers += s.flagged ? 1 : 0;
+    }
+  }
+  health.hung = detectors_.hangs.Hung(key);
+  if (detectors_.coverage.Incomplete(key)) health.unreported = entry.unreported;
+  health.degraded = detectors_.degraded.IsDegraded(key);
+  return health;
+}
+
+ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommEntry& entry,
+                                                 CommHealth* health) const {
+  *health = HealthLocked(key, entry);
+  return CommInfoOf(key, entry.who, entry.newest_seen_ns, *health);
+}
+
+const ProcessKey* Analyzer::ReportedInLocked(const CommKey& comm) const {
+  for (const auto& [r, p] : processes_.Members(comm)) {
+    if (verdicts_.IsReported(p)) return &p;
+  }
+  return nullptr;
+}
+
+std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> Analyzer::ConsequencesLocked(
+    const std::string& job_id) const {
+  std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>> out;
+  std::map<std::string, const ProcessKey*> first;  // by job: the earliest reported GPU
+  for (const auto& [p, gpu] : verdicts_.gpus()) {
+    const ProcessKey*& f = first[p.job_id];
+    if (f == nullptr || gpu.since_ns < verdicts_.gpus().at(*f).since_ns) f = &p;
+  }
+  // A reported GPU of each communicator, looked up once per call: a slow GPU of a large job has
+  // hundreds of late ranks in communicators of thousands of members.
+  std::map<CommKey, const ProcessKey*> reported_in;
+  auto reported = [&](const CommKey& comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [it, added] = reported_in.try_emplace(comm, nullptr);
+    if (added) it->second = ReportedInLocked(comm);
+    return it->second;
+  };
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    for (const RankScore& score : detectors_.stragglers.Scores(key)) {
+      if (!score.flagged) continue;
+      const ProcessKey* late = processes_.Of(key, score.rank);
+      if (late != nullptr && verdicts_.IsReported(*late)) continue;  // a root cause itself
+      const ProcessKey* root = reported(key);
+      if (root == nullptr && late != nullptr) {
+        for (const auto& [comm, rank] : processes_.RanksOf(*late)) {
+          if ((root = reported(comm)) != nullptr) break;
+        }
+      }
+      if (root == nullptr) {
+        auto f = first.find(key.job_id);
+        if (f == first.end()) continue;  // no root cause in this job (yet)
+        root = f->second;
+      }
+      out[*root].push_back(StragglerInfoOf(key, entry.who, score, entry.FlaggedSince(score.rank)));
+    }
+  }
+  return out;
+}
+
+std::vector<ncclwatch::v1::HangInfo> Analyzer::HangInfosLocked(const std::vector<HangView>& hangs,
+                                                               int64_t now_ns) const {
+  std::vector<ncclwatch::v1::HangInfo> out;
+  for (const HangView& h : hangs) out.push_back(HangInfoOf(h, registry_.FindWho(h.comm), now_ns));
+  return out;
+}
+
+std::map<std::string, ncclwatch::v1::JobInfo> Analyzer::JobInfosLocked(
+    const std::string& job_id) const {
+  std::map<std::string, ncclwatch::v1::JobInfo> jobs;  // by id: the answer is sorted
+  std::map<std::string, std::set<std::string>> nodes;
+  for (const auto& [key, entry] : registry_.comms()) {
+    if (!job_id.empty() && key.job_id != job_id) continue;
+    CommHealth health;
+    const ncclwatch::v1::CommInfo c = CommInfoLocked(key, entry, &health);
+    ncclwatch::v1::JobInfo& j = jobs[key.job_id];
+    j.set_job_id(key.job_id);
+    j.set_state("running");
+    j.set_communicators(j.communicators() + 1);
+    j.set_ranks(std::max<uint32_t>(j.ranks(), static_cast<uint32_t>(c.nranks())));
+    j.set_last_report_unix_ns(std::max(j.last_report_unix_ns(), c.last_report_unix_ns()));
+    j.set_stragglers(j.stragglers() + health.stragglers);
+    j.set_silent_ranks(j.silent_ranks() + health.silent_ranks);
+    j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
+    j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
+    j.set_unreported_ranks(std::max<uint32_t>(j.unreported_ranks(), health.unreported));
+    for (const auto& r : c.ranks()) {
+      if (!r.node().empty()) nodes[key.job_id].insert(r.node());
+    }
+  }
+  for (auto& [id, j] : jobs) {
+    for (const auto& n : nodes[id]) j.add_nodes(n);
+  }
+  return jobs;
 }
 
 }  // namespace ncclwatch::aggregator

@@ -14,44 +14,6 @@
 
 namespace ncclwatch::aggregator {
 
-std::map<std::string, ncclwatch::v1::JobInfo> Analyzer::JobInfosLocked(
-    const std::string& job_id) const {
-  std::map<std::string, ncclwatch::v1::JobInfo> jobs;  // by id: the answer is sorted
-  std::map<std::string, std::set<std::string>> nodes;
-  for (const auto& [key, entry] : registry_.comms()) {
-    if (!job_id.empty() && key.job_id != job_id) continue;
-    CommHealth health;
-    const ncclwatch::v1::CommInfo c = CommInfoLocked(key, entry, &health);
-    ncclwatch::v1::JobInfo& j = jobs[key.job_id];
-    j.set_job_id(key.job_id);
-    j.set_state("running");
-    j.set_communicators(j.communicators() + 1);
-    j.set_ranks(std::max<uint32_t>(j.ranks(), static_cast<uint32_t>(c.nranks())));
-    j.set_last_report_unix_ns(std::max(j.last_report_unix_ns(), c.last_report_unix_ns()));
-    j.set_stragglers(j.stragglers() + health.stragglers);
-    j.set_silent_ranks(j.silent_ranks() + health.silent_ranks);
-    j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
-    j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
-    j.set_unreported_ranks(std::max<uint32_t>(j.unreported_ranks(), health.unreported));
-    for (const auto& r : c.ranks()) {
-      if (!r.node().empty()) nodes[key.job_id].insert(r.node());
-    }
-  }
-  for (auto& [id, j] : jobs) {
-    for (const auto& n : nodes[id]) j.add_nodes(n);
-  }
-  return jobs;
-}
-
-std::vector<ncclwatch::v1::JobInfo> Analyzer::Jobs() const {
-  ncclwatch::MutexLock lock(&mu_);
-  std::map<std::string, ncclwatch::v1::JobInfo> jobs = JobInfosLocked("");
-  for (const auto& [id, info] : lifecycle_.ended()) jobs.try_emplace(id, info);
-  std::vector<ncclwatch::v1::JobInfo> out;
-  for (auto& [id, j] : jobs) out.push_back(std::move(j));
-  return out;
-}
-
 void Analyzer::EndJobLocked(const std::string& job_id, const std::string& why, int64_t now_ns,
                             std::vector<ncclwatch::v1::Event>* events) {
   // The job as it last ran: ended, its counts describe it while it ran.
@@ -61,15 +23,6 @@ void Analyzer::EndJobLocked(const std::string& job_id, const std::string& why, i
   registry_.EraseJob(
       job_id, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   verdicts_.ForgetJob(job_id);
-}
-
-std::vector<ncclwatch::v1::NodeStragglerInfo> Analyzer::SlowNodes(const std::string& job_id) const {
-  ncclwatch::MutexLock lock(&mu_);
-  std::vector<ncclwatch::v1::NodeStragglerInfo> out;
-  for (const auto& start : lifecycle_.Open(ncclwatch::v1::Event::NODE_STRAGGLER, job_id)) {
-    out.push_back(start.node_straggler());
-  }
-  return out;
 }
 
 void Analyzer::StartListening(int64_t now_ns) {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "aggregator/analysis/analyzer_test_util.h"
+#include "aggregator/analysis/answers.h"
 #include "gtest/gtest.h"
 #include "proto/samples.h"
 
@@ -38,10 +39,10 @@ TEST(AnalyzerTest, FlagsTheSlowRankWithNodeAndGpuAndExportsSeries) {
   EXPECT_NE(events[0].summary().find("rank 5 (node node-b, GPU1)"), std::string::npos)
       << events[0].summary();
 
-  auto stragglers = analyzer.Stragglers("");
+  auto stragglers = analyzer.answers().Stragglers("");
   ASSERT_EQ(stragglers.size(), 1u);
   EXPECT_EQ(stragglers[0].since_unix_ns(), 1'000'000'000u);
-  EXPECT_TRUE(analyzer.Stragglers("other-job").empty());
+  EXPECT_TRUE(analyzer.answers().Stragglers("other-job").empty());
 
   int flagged = 0, bus = 0, p2p_bus = 0;
   for (const SeriesPoint& s : analyzer.Series()) {
@@ -85,7 +86,7 @@ TEST(AnalyzerTest, CommRanksCarryTheGpuUuidAndPodAsLastReported) {
   analyzer.Ingest(r0, 1'000'000'000);
   analyzer.Ingest(Report(1, 2, 0, 0, -1), 1'000'000'000);  // outside Kubernetes: none of them
 
-  auto comms = analyzer.Comms("job-7");
+  auto comms = analyzer.answers().Comms("job-7");
   ASSERT_EQ(comms.size(), 1u);
   ASSERT_EQ(comms[0].ranks_size(), 2);
   const auto& a = comms[0].ranks(0);
@@ -103,7 +104,7 @@ TEST(AnalyzerTest, CommRanksCarryTheGpuUuidAndPodAsLastReported) {
   // The pod moves with the rank's latest report (a restarted job lands in a new pod).
   id->set_pod("trainer-0-retry");
   analyzer.Ingest(r0, 2'000'000'000);
-  EXPECT_EQ(analyzer.Comms("job-7")[0].ranks(0).pod(), "trainer-0-retry");
+  EXPECT_EQ(analyzer.answers().Comms("job-7")[0].ranks(0).pod(), "trainer-0-retry");
 }
 
 // A copy of every series (/federate, remote-write) lets go of the analyzer between its parts, so
@@ -195,15 +196,15 @@ TEST(AnalyzerTest, JobsCommunicatorsAndSeriesBeyondTheirCapsAreCountedNotKept) {
   analyzer.Ingest(report("b", 1), 1'000'000'000);
   analyzer.Ingest(report("c", 1), 1'000'000'000);  // a third job
   analyzer.Ingest(report("a", 1), 2'000'000'000);  // known ones keep being analysed
-  EXPECT_EQ(analyzer.Comms("a").size(), 2u);
-  EXPECT_EQ(analyzer.Comms("b").size(), 1u);
-  EXPECT_TRUE(analyzer.Comms("c").empty());
+  EXPECT_EQ(analyzer.answers().Comms("a").size(), 2u);
+  EXPECT_EQ(analyzer.answers().Comms("b").size(), 1u);
+  EXPECT_TRUE(analyzer.answers().Comms("c").empty());
   EXPECT_EQ(analyzer.counters().capped_comms, 1u);
   EXPECT_EQ(analyzer.counters().capped_jobs, 1u);
   // Once job b is forgotten (silent past the TTL), job c has room.
   analyzer.Tick(2'000'000'000 + opts.series_ttl_ns);
   analyzer.Ingest(report("c", 1), 2'000'000'000 + opts.series_ttl_ns);
-  EXPECT_EQ(analyzer.Comms("c").size(), 1u);
+  EXPECT_EQ(analyzer.answers().Comms("c").size(), 1u);
 
   AnalyzerOptions few;
   few.max_series = 3;
@@ -237,17 +238,17 @@ TEST(AnalyzerTest, OneSourceFillsItsOwnShareOfJobsNotTheWholeAggregator) {
   analyzer.Ingest(CommReport("a1", 1), t, "ip:10.0.0.1");
   analyzer.Ingest(CommReport("a2", 1), t, "ip:10.0.0.1");
   analyzer.Ingest(CommReport("a3", 1), t, "ip:10.0.0.1");  // a third job of this source
-  EXPECT_TRUE(analyzer.Comms("a3").empty());
+  EXPECT_TRUE(analyzer.answers().Comms("a3").empty());
   EXPECT_EQ(analyzer.counters().capped_agent_jobs, 1u);
   // Another node's jobs, and its ranks in the first source's jobs, are analysed.
   analyzer.Ingest(CommReport("b1", 1), t, "ip:10.0.0.2");
   analyzer.Ingest(CommReport("a1", 2), t, "ip:10.0.0.2");
-  EXPECT_EQ(analyzer.Comms("b1").size(), 1u);
-  EXPECT_EQ(analyzer.Comms("a1").size(), 2u);
+  EXPECT_EQ(analyzer.answers().Comms("b1").size(), 1u);
+  EXPECT_EQ(analyzer.answers().Comms("a1").size(), 2u);
   // Communicators: the first source has 2 of its 3, one more fits, the next does not.
   analyzer.Ingest(CommReport("a2", 2), t, "ip:10.0.0.1");
   analyzer.Ingest(CommReport("a2", 3), t, "ip:10.0.0.1");
-  EXPECT_EQ(analyzer.Comms("a2").size(), 2u);
+  EXPECT_EQ(analyzer.answers().Comms("a2").size(), 2u);
   EXPECT_EQ(analyzer.counters().capped_agent_comms, 1u);
   // Known communicators keep being analysed, whoever sends their reports, capped or not.
   analyzer.Ingest(CommReport("a2", 1), t + 1, "ip:10.0.0.1");
@@ -258,7 +259,7 @@ TEST(AnalyzerTest, OneSourceFillsItsOwnShareOfJobsNotTheWholeAggregator) {
   const int64_t later = t + opts.series_ttl_ns + 1;
   analyzer.Tick(later);
   analyzer.Ingest(CommReport("a3", 1), later, "ip:10.0.0.1");
-  EXPECT_EQ(analyzer.Comms("a3").size(), 1u);
+  EXPECT_EQ(analyzer.answers().Comms("a3").size(), 1u);
 }
 
 TEST(AnalyzerTest, SilentSeriesExpire) {
@@ -357,18 +358,18 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
       analyzer.Ingest(r, 1'000'000'000);
     }
   }
-  const std::vector<SlowProcess> slow = analyzer.SlowProcesses("job-7");
+  const std::vector<SlowProcess> slow = analyzer.answers().SlowProcesses("job-7");
   ASSERT_EQ(slow.size(), 1u);
   EXPECT_EQ(slow[0].process, (ProcessKey{"job-7", "host-b", 105, 1}));
   EXPECT_EQ(slow[0].node, "node-b");
   EXPECT_EQ(slow[0].rank, 5);
   EXPECT_EQ(slow[0].comm, (CommKey{"job-7", 0xfeed}));
   EXPECT_NEAR(slow[0].excess_ns, 3'000'000 - 30'000, 1);  // over the fastest on the other node
-  EXPECT_TRUE(analyzer.SlowProcesses("other-job").empty());
+  EXPECT_TRUE(analyzer.answers().SlowProcesses("other-job").empty());
 
   // Found at 1 s, but a finding (event, answer, series) only once it held for the confirmation
   // time (0.5 s).
-  EXPECT_TRUE(analyzer.RootCauses("").empty());
+  EXPECT_TRUE(analyzer.answers().RootCauses("").empty());
   const std::vector<ncclwatch::v1::Event> events = analyzer.Tick(2'000'000'000);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind(), ncclwatch::v1::Event::STRAGGLER);
@@ -384,7 +385,7 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
       << events[0].summary();
 
   // As the Query API answers it: rank 5's GPU, with rank 4's lateness attached to it.
-  const std::vector<ncclwatch::v1::RootCauseInfo> roots = analyzer.RootCauses("");
+  const std::vector<ncclwatch::v1::RootCauseInfo> roots = analyzer.answers().RootCauses("");
   ASSERT_EQ(roots.size(), 1u);
   EXPECT_EQ(roots[0].host(), "host-b");
   EXPECT_EQ(roots[0].pid(), 105u);
@@ -397,7 +398,7 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
   EXPECT_EQ(roots[0].consequences(0).rank(), 4);
   EXPECT_NEAR(roots[0].consequences(0).lateness_seconds(), 0.003, 1e-6);
   // With own times, late ranks are consequences, not stragglers of their own.
-  EXPECT_TRUE(analyzer.Stragglers("job-7").empty());
+  EXPECT_TRUE(analyzer.answers().Stragglers("job-7").empty());
   // The paging series: rank 5 alone; its lateness and rank 4's stay visible.
   std::set<int> flagged;
   std::set<int> late;
@@ -500,7 +501,7 @@ TEST(AnalyzerTest, ANodeWhoseProcessesAllStopIsOneNodeFindingBesideItsSilentRank
       ++node_events[e.phase()];
     }
     // While it is silent: the Query API lists it and its series is exported.
-    const auto hangs = analyzer.Hangs("job-n", t);
+    const auto hangs = analyzer.answers().Hangs("job-n", t);
     const bool silent_now = node_events[Event::START] > node_events[Event::END];
     ASSERT_EQ(hangs.silent_nodes_size(), silent_now ? 1 : 0) << "at " << t;
     if (silent_now) {

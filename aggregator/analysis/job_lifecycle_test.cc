@@ -7,6 +7,7 @@
 
 #include "aggregator/analysis/analyzer.h"
 #include "aggregator/analysis/analyzer_test_util.h"
+#include "aggregator/analysis/answers.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
@@ -60,7 +61,7 @@ TEST(JobLifecycleTest, FinalReportsEndTheJobAndItsOpenFindingsAtOnce) {
     for (auto& e : analyzer.Ingest(last, at).events) ended.push_back(e);
     if (rank < 7) {
       EXPECT_TRUE(ended.empty()) << "the job runs until its last rank finalizes";
-      ASSERT_EQ(analyzer.Jobs().at(0).state(), "running");
+      ASSERT_EQ(analyzer.answers().Jobs().at(0).state(), "running");
     }
   }
   ASSERT_EQ(ended.size(), 1u);
@@ -74,9 +75,9 @@ TEST(JobLifecycleTest, FinalReportsEndTheJobAndItsOpenFindingsAtOnce) {
       << ended[0].summary();
 
   EXPECT_EQ(FlaggedSeries(analyzer), 0) << "the alert's series is gone at once";
-  EXPECT_TRUE(analyzer.Stragglers("job-7").empty());
-  EXPECT_TRUE(analyzer.Comms("job-7").empty());
-  const auto jobs = analyzer.Jobs();
+  EXPECT_TRUE(analyzer.answers().Stragglers("job-7").empty());
+  EXPECT_TRUE(analyzer.answers().Comms("job-7").empty());
+  const auto jobs = analyzer.answers().Jobs();
   const ncclwatch::v1::JobInfo* job = FindJob(jobs, "job-7");
   ASSERT_NE(job, nullptr);
   EXPECT_EQ(job->state(), "ended");
@@ -100,14 +101,14 @@ TEST(JobLifecycleTest, AJobWhoseRanksAllFallSilentEndsAfterTheSilenceTime) {
   ASSERT_EQ(ended.size(), 1u);
   EXPECT_EQ(ended[0].phase(), Event::END);
   EXPECT_EQ(ended[0].end_reason(), kEndJobEnded);
-  const auto jobs = analyzer.Jobs();
+  const auto jobs = analyzer.answers().Jobs();
   ASSERT_NE(FindJob(jobs, "job-7"), nullptr);
   EXPECT_EQ(FindJob(jobs, "job-7")->end_reason(), "every rank silent for 120 s");
   EXPECT_EQ(FlaggedSeries(analyzer), 0);
 
   // The same job id reporting again (a restart) is running again, its findings fresh.
   analyzer.Ingest(Report(0, 8, 0, 10, -1), kT0 + 130'000'000'000);
-  EXPECT_EQ(FindJob(analyzer.Jobs(), "job-7")->state(), "running");
+  EXPECT_EQ(FindJob(analyzer.answers().Jobs(), "job-7")->state(), "running");
 }
 
 // What `ncclwatch stragglers` lists as slow nodes: the open NODE_STRAGGLER findings, per job.

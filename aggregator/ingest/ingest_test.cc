@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/analysis/answers.h"
 #include "common/status_matchers.h"
 #include "common/sync.h"
 #include "gtest/gtest.h"
@@ -109,7 +110,7 @@ TEST_F(IngestTest, WhatWasAcknowledgedIsAnalysedBeforeTheNextQueryAndThenLetGo) 
   ingest.AwaitAnalysed();  // what the Query API does before it answers
   EXPECT_EQ(ingest.Stats().reports_ingested(), 200u);
   EXPECT_EQ(released_, 200) << "every batch is let go of once analysed";
-  EXPECT_EQ(analyzer_.Jobs().size(), 1u);
+  EXPECT_EQ(analyzer_.answers().Jobs().size(), 1u);
   EXPECT_EQ(metrics_.GetGauge("ncclwatch_aggregator_analysis_queue_reports", "")->value(), 0);
   // Nothing acknowledged was left out of the analysis, and each batch is analysed once.
   EXPECT_EQ(metrics_.GetCounter("ncclwatch_aggregator_batches_stored_total", "")->value(), 200u);
@@ -155,7 +156,7 @@ TEST(IngestReplayTest, AFindingOpenBeforeAShortenedReplayIsNotAnnouncedAgain) {
   auto replayed = ingest.Replay(first_received + 2, first_received + 1'000'000'000, window_start);
   ASSERT_THAT(replayed, IsOk());
   EXPECT_EQ(*replayed, 1u);
-  const auto jobs = analyzer.Jobs();
+  const auto jobs = analyzer.answers().Jobs();
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].unreported_ranks(), 1u);  // re-derived...
   EXPECT_EQ(UnreportedStarts(**store), 1);    // ...but not announced again

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "aggregator/analysis/answers.h"
 #include "aggregator/findings/findings.h"
 #include "aggregator/query/selector.h"
 #include "aggregator/query/trace.h"
@@ -22,32 +23,35 @@ constexpr int64_t kQueryLookbackMs = 5 * 60'000;  // PromQL's default lookback
 ncclwatch::v1::ListStragglersResponse QueryEngine::ListStragglers(
     const ncclwatch::v1::ListStragglersRequest& request) const {
   ncclwatch::v1::ListStragglersResponse out;
-  for (auto& s : analyzer_.Stragglers(request.job_id())) *out.add_stragglers() = std::move(s);
-  for (auto& r : analyzer_.RootCauses(request.job_id())) *out.add_root_causes() = std::move(r);
-  for (auto& n : analyzer_.SlowNodes(request.job_id())) *out.add_slow_nodes() = std::move(n);
+  for (auto& s : analyzer_.answers().Stragglers(request.job_id()))
+    *out.add_stragglers() = std::move(s);
+  for (auto& r : analyzer_.answers().RootCauses(request.job_id()))
+    *out.add_root_causes() = std::move(r);
+  for (auto& n : analyzer_.answers().SlowNodes(request.job_id()))
+    *out.add_slow_nodes() = std::move(n);
   return out;
 }
 
 ncclwatch::v1::ListHangsResponse QueryEngine::ListHangs(
     const ncclwatch::v1::ListHangsRequest& request, int64_t now_ns) const {
-  return analyzer_.Hangs(request.job_id(), now_ns);
+  return analyzer_.answers().Hangs(request.job_id(), now_ns);
 }
 
 ncclwatch::v1::ListDegradedResponse QueryEngine::ListDegraded(
     const ncclwatch::v1::ListDegradedRequest& request) const {
-  return analyzer_.Degraded(request.job_id());
+  return analyzer_.answers().Degraded(request.job_id());
 }
 
 ncclwatch::v1::ListJobsResponse QueryEngine::ListJobs() const {
   ncclwatch::v1::ListJobsResponse out;
-  for (auto& j : analyzer_.Jobs()) *out.add_jobs() = std::move(j);
+  for (auto& j : analyzer_.answers().Jobs()) *out.add_jobs() = std::move(j);
   return out;
 }
 
 ncclwatch::v1::ListCommsResponse QueryEngine::ListComms(
     const ncclwatch::v1::ListCommsRequest& request) const {
   ncclwatch::v1::ListCommsResponse out;
-  for (auto& c : analyzer_.Comms(request.job_id())) *out.add_comms() = std::move(c);
+  for (auto& c : analyzer_.answers().Comms(request.job_id())) *out.add_comms() = std::move(c);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "aggregator/analysis/analyzer.h"
+#include "aggregator/analysis/answers.h"
 #include "benchmark/benchmark.h"
 #include "common/op_math.h"
 #include "proto/samples.h"
@@ -203,7 +204,7 @@ void Print3DMemory(int nranks) {
       "intervals): %.1f MiB resident growth, %llu groups completed, %zu root cause(s)\n",
       nranks, kTp, kPp, dp, nranks / kTp + nranks / kPp + kTp * kPp + 1, (after - before) / 1024.0,
       static_cast<unsigned long long>(c.groups_completed),
-      analyzer->SlowProcesses("bench-3d").size());
+      analyzer->answers().SlowProcesses("bench-3d").size());
   std::fflush(stdout);
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "aggregator/analysis/analyzer.h"
+#include "aggregator/analysis/answers.h"
 #include "proto/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -47,9 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   analyzer.Tick(now_ns + 1'000'000'000);
   for (const auto& p : points) FUZZ_CHECK(!p.name.empty());
   const std::string& job = report.identity().job_id();
-  analyzer.Stragglers(job);
-  analyzer.Hangs(job, now_ns);
-  analyzer.Degraded(job);
-  analyzer.Comms(job);
+  analyzer.answers().Stragglers(job);
+  analyzer.answers().Hangs(job, now_ns);
+  analyzer.answers().Degraded(job);
+  analyzer.answers().Comms(job);
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "aggregator/analysis/analyzer.h"
+#include "aggregator/analysis/answers.h"
 #include "gtest/gtest.h"
 #include "proto/samples.h"
 #include "proto/validate.h"
@@ -50,7 +51,7 @@ std::map<uint32_t, int64_t> Judge(JobReports& job, int seconds, aggregator::Anal
       }
     }
     for (int q = 1; q <= 4; ++q) analyzer.Tick(end + q * kSecond / 4 - kSecond / 4);
-    for (const auto& rc : analyzer.RootCauses("job")) found.try_emplace(rc.pid(), end);
+    for (const auto& rc : analyzer.answers().RootCauses("job")) found.try_emplace(rc.pid(), end);
   }
   return found;
 }
@@ -99,7 +100,7 @@ TEST(JobReportsTest, AHealthyJobHasNoRootCause) {
   JobReports job(SmallJob(), o);
   aggregator::Analyzer analyzer;
   EXPECT_TRUE(Judge(job, 40, analyzer).empty());
-  EXPECT_TRUE(analyzer.Stragglers("job").empty());
+  EXPECT_TRUE(analyzer.answers().Stragglers("job").empty());
 }
 
 TEST(JobReportsTest, TheAnalyzerNamesTheSlowGpuAndNoOther) {
@@ -124,7 +125,8 @@ TEST(JobReportsTest, AHungRankLeavesItsCollectivesInFlight) {
   JobReports job(m, o);
   aggregator::Analyzer analyzer;
   Judge(job, 25, analyzer);
-  const ncclwatch::v1::ListHangsResponse hangs = analyzer.Hangs("job", kT0 + 25 * kSecond);
+  const ncclwatch::v1::ListHangsResponse hangs =
+      analyzer.answers().Hangs("job", kT0 + 25 * kSecond);
   ASSERT_GT(hangs.hangs_size(), 0);
   bool rank3_missing = false;
   for (const auto& h : hangs.hangs()) {
