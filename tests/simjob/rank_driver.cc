@@ -3,34 +3,25 @@
 // nccl_events.h's (docs/nccl-profiler-abi.md §7, tests/simjob/README.md "Event sequences").
 #include "tests/simjob/rank_driver.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "plugin/abi.h"
+#include "tests/simjob/driver_base.h"
 #include "tests/simjob/job_common.h"
-#include "tests/simjob/nccl_events.h"
-#include "tests/simjob/proxy_thread.h"
-#include "tests/simjob/rank_process.h"
 
 namespace ncclwatch::simjob {
 namespace {
 
-class RankDriver {
+class RankDriver : public DriverBase {
  public:
   RankDriver(const Options& options, const TimelineConfig& config, int rank, ProfilerHost* host)
-      : options_(options),
-        timeline_(config),
-        rank_(rank),
-        host_(host),
-        events_(host, rank, options.channels) {
-    const RankFault& f = config.fault;
-    if (f.kind == FaultKind::kKill && f.rank == rank) kill_at_ns_ = f.at_ns;
-  }
+      : DriverBase(options, rank, host,
+                   config.fault.kind == FaultKind::kKill && config.fault.rank == rank
+                       ? config.fault.at_ns
+                       : kNever),
+        timeline_(config) {}
 
   // Creates the communicators of every family the workload uses; the split halves come later,
   // when the first step after the split needs them (as ncclCommSplit would).
@@ -61,26 +52,11 @@ class RankDriver {
         break;
       }
     }
-    if (stuck) {
-      // A hung job idles until the duration ends, then everybody tears down. A rank that is stuck
-      // because it is being killed dies at its kill time, even if that is after the end.
-      const int64_t end_ns = timeline_.config().end_ns;
-      SleepUntilOrDie(kill_at_ns_ == kNever ? end_ns : std::max(end_ns, kill_at_ns_));
-    }
-    proxy.Finish();
-    report_.kernel_ch_started = proxy.channels_started();
-    report_.kernel_ch_stopped = proxy.channels_stopped();
-    report_.kernel_phases = proxy.phases_started();
+    // A hung job idles until the duration ends, then everybody tears down.
+    if (stuck) IdleUntilTheEnd(timeline_.config().end_ns);
+    Finish(proxy);
     proxy_ = nullptr;
   }
-
-  void FinalizeCommunicators() {
-    for (NcclComm& comm : comms_) events_.Finalize(&comm);
-    report_.events = host_->events_started();
-    report_.null_handles = host_->null_handles();
-  }
-
-  const RankReport& report() const { return report_; }
 
  private:
   NcclComm& AddComm(CommScope scope) {
@@ -93,26 +69,13 @@ class RankDriver {
         static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
     comm.nranks = static_cast<int>(members.size());
     comm.n_nodes = timeline_.NodesSpanned(scope, instance);
-    const int index = static_cast<int>(comms_.size());
-    comm_index_[static_cast<int>(scope)] = index;
-    comms_.push_back(std::move(comm));
-    events_.Init(&comms_.back(), index);
+    comm_index_[static_cast<int>(scope)] = DriverBase::AddComm(std::move(comm));
     return comms_.back();
   }
 
   NcclComm& CommFor(CommScope scope) {
     const int i = comm_index_[static_cast<int>(scope)];
     return i >= 0 ? comms_[i] : AddComm(scope);
-  }
-
-  // Sleeps until `deadline_ns`, unless this rank is to be killed before then.
-  void SleepUntilOrDie(int64_t deadline_ns) {
-    if (kill_at_ns_ <= deadline_ns) {
-      SleepUntil(kill_at_ns_);
-      RankLog(abi::kLogInfo, 0, __FILE__, __LINE__, "killed (--kill-rank): _exit(0)");
-      _exit(0);  // abrupt: no finalize, no dlclose, no atexit handlers
-    }
-    SleepUntil(deadline_ns);
   }
 
   std::vector<NcclTask> BuildTasks(const StepSpec& spec, const NcclComm& comm) const {
@@ -135,29 +98,14 @@ class RankDriver {
     std::vector<NcclTask> tasks = BuildTasks(*st.spec, comm);
     const auto iteration = static_cast<int64_t>(st.index / timeline_.config().workload.size());
     for (NcclTask& t : tasks) t.user_tag = UserTag(options_, iteration);
-    const NcclLaunch launch = events_.Launch(&comm, tasks);
-    if (!launch.kernel_ch) return;
-    KernelWork work;
-    work.context = launch.context;
-    work.parents = launch.parents;
-    work.start_ns = st.arrival[rank_];
-    work.stop_ns = st.end[rank_];
-    SetChannelTimers(
-        options_.channels, launch.kernel_phase, st.all_arrived[rank_],
-        [this](int64_t t, int c) { return timeline_.GpuTimerNs(rank_, t, c); }, &work);
-    proxy_->Push(std::move(work));
+    Launch(
+        comm, tasks, st.arrival[rank_], st.end[rank_], st.all_arrived[rank_],
+        [this](int64_t t, int c) { return timeline_.GpuTimerNs(rank_, t, c); }, proxy_);
   }
 
-  const Options& options_;
   Timeline timeline_;
-  const int rank_;
-  ProfilerHost* const host_;
-  NcclEvents events_;
-  int64_t kill_at_ns_ = kNever;
-  std::deque<NcclComm> comms_;  // in creation order; a deque keeps references stable
   int comm_index_[kScopes] = {-1, -1, -1, -1, -1};  // this rank's communicator of each family
   ProxyThread* proxy_ = nullptr;
-  RankReport report_;
 };
 
 }  // namespace
