@@ -88,6 +88,18 @@ absl::StatusOr<ncclwatch::v1::NodeBatchBytes> ParseSpoolFile(std::string_view da
 
 namespace {
 
+// The spool file at `path`, read and parsed; DataLoss when it cannot be read or is damaged.
+absl::StatusOr<ncclwatch::v1::NodeBatchBytes> ReadSpoolFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream data;
+  data << in.rdbuf();
+  return in ? ParseSpoolFile(data.str()) : absl::DataLossError("it cannot be read");
+}
+
+}  // namespace
+
+namespace {
+
 absl::Status WriteAtomically(const std::string& dir, const std::string& name,
                              const std::string& data, bool sync) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
@@ -173,11 +185,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     const std::string path = absl::StrCat(dir, "/", name);
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream data;
-    data << in.rdbuf();
-    absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch =
-        in ? ParseSpoolFile(data.str()) : absl::DataLossError("it cannot be read");
+    absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch = ReadSpoolFile(path);
     if (!batch.ok()) {
       spool->corrupt_->Increment();
       LogWarning("spool: %s is unreadable (%s); moved aside as %s.corrupt, not replayed", path,
@@ -185,7 +193,8 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, int64
       std::filesystem::rename(path, path + ".corrupt", ec);
       continue;
     }
-    const auto size = static_cast<int64_t>(data.str().size());
+    const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+    const int64_t size = ec ? 0 : static_cast<int64_t>(bytes);
     spool->files_[name] = {size, batch->reports_size()};
     spool->bytes_ += size;
     spool->recovered_.push_back({name, batch->reports_size()});
@@ -242,11 +251,7 @@ absl::StatusOr<ncclwatch::v1::NodeBatchBytes> Spool::Read(const std::string& nam
       return absl::NotFoundError(absl::StrCat("spool: ", name, " was dropped"));
   }
   const std::string path = absl::StrCat(dir_, "/", name);
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream data;
-  data << in.rdbuf();
-  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch =
-      in ? ParseSpoolFile(data.str()) : absl::DataLossError("it cannot be read");
+  absl::StatusOr<ncclwatch::v1::NodeBatchBytes> batch = ReadSpoolFile(path);
   if (!batch.ok()) {
     // Set aside and counted as at start-up: its reports are lost, and said to be.
     corrupt_->Increment();
