@@ -38,7 +38,7 @@ TEST(AgentFlagsTest, TheDefaultsMakeTheDocumentedOptions) {
   EXPECT_THAT(o.aggregators, ElementsAre("localhost:9470"));
   EXPECT_EQ(o.node_name, "node-1");
   EXPECT_EQ(o.agent_id, "node-1-abcd");
-  EXPECT_EQ(o.socket_mode, 0660u);
+  EXPECT_EQ(o.plugins.mode, 0660u);
   EXPECT_EQ(o.socket_dir_mode, 0755u);
   EXPECT_EQ(o.http_port, 9472);
   EXPECT_EQ(o.streams.max_streams, 1024);
@@ -50,7 +50,7 @@ TEST(AgentFlagsTest, TheDefaultsMakeTheDocumentedOptions) {
   EXPECT_EQ(o.shutdown_timeout, absl::Seconds(5));
   EXPECT_EQ(o.pod_resources_refresh, absl::Seconds(10));
   EXPECT_TRUE(o.spool_fsync);
-  EXPECT_EQ(o.token, nullptr);
+  EXPECT_EQ(o.forwarding.token, nullptr);
   EXPECT_FALSE(setup->tls);
   EXPECT_TRUE(setup->warnings.empty());
 }
@@ -101,7 +101,7 @@ TEST(AgentFlagsTest, ATokenWithoutTlsIsSentButWarnedAbout) {
   std::ofstream(path) << "s3cret\n";
   auto setup = Checked({"--aggregator-token-file=" + path});
   ASSERT_THAT(setup.status(), IsOk());
-  EXPECT_EQ(setup->options.token, setup->token.get());
+  EXPECT_EQ(setup->options.forwarding.token, setup->token.get());
   ASSERT_NE(setup->token, nullptr);
   EXPECT_THAT(setup->warnings, ElementsAre(HasSubstr("the token crosses the network in clear")));
   EXPECT_FALSE(Checked({"--aggregator-token-file=/nonexistent/token"}).ok());

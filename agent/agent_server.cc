@@ -50,20 +50,11 @@ absl::Status AgentServer::OpenForwarders() {
   if (!members.ok()) return members.status();
   for (const ShardMember& member : *members) {
     const std::string& endpoint = member.address;
-    ForwarderOptions fopts;
+    ForwarderOptions fopts = options_.forwarding;
     fopts.aggregator = endpoint;
     fopts.shard_name = member.name;
     fopts.agent_id = options_.agent_id;
     fopts.node = options_.node_name;
-    fopts.batch_interval_ms = options_.batch_interval_ms;
-    fopts.max_batch_reports = options_.max_batch_reports;
-    fopts.max_queued_reports = options_.max_queued_reports;
-    fopts.max_queued_bytes = options_.max_queued_bytes;
-    fopts.push_timeout_ms = options_.push_timeout_ms;
-    fopts.set_aside_after = options_.set_aside_after;
-    fopts.credentials = options_.credentials;
-    fopts.tls_server_name = options_.tls_server_name;
-    fopts.token = options_.token;
     fopts.metric_labels = {{"aggregator", endpoint}};
     if (!options_.spool_dir.empty()) {
       // One aggregator: the directory itself. Several: a subdirectory each, named after the
@@ -93,14 +84,8 @@ absl::Status AgentServer::StartGrpc() {
     // The agent accepts on the unix socket itself, to ask the kernel who each peer is.
     const std::string path = UnixSocketPath(options_.listen);
     if (absl::Status s = PrepareUnixSocket(path, options_.socket_dir_mode); !s.ok()) return s;
-    PluginListenerOptions lopts;
+    PluginListenerOptions lopts = options_.plugins;
     lopts.path = path;
-    lopts.mode = options_.socket_mode;
-    lopts.group = options_.socket_group;
-    lopts.proc_dir = options_.proc_dir;
-    lopts.max_connections = options_.max_plugin_connections;
-    lopts.max_per_peer = options_.max_plugin_connections_per_peer;
-    lopts.stream_deadline = options_.plugin_stream_deadline;
     listener_ = std::make_unique<PluginListener>(lopts, peers_, metrics_);
     if (absl::Status s = listener_->Listen(); !s.ok()) return s;
   } else {
@@ -180,7 +165,7 @@ absl::Status AgentServer::Start() {
              static_cast<double>(inspector->capped()));
     inspector->Collect(w);
   });
-  if (!options_.pod_logs_dir.empty() && !options_.proc_dir.empty()) {
+  if (!options_.pod_logs_dir.empty() && !options_.plugins.proc_dir.empty()) {
     std::error_code ec;
     if (std::filesystem::is_directory(options_.pod_logs_dir, ec)) {
       pod_names_ = std::make_unique<PodDirectory>(options_.pod_logs_dir);

@@ -18,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "agent/agent_service.h"
+#include "agent/forwarder.h"
+#include "agent/plugin_listener.h"
 #include "common/daemon.h"
 #include "common/metrics.h"
 #include "common/periodic_task.h"
@@ -46,31 +48,24 @@ struct AgentServerOptions {
   // Where plugins connect: "unix:///path" (or "unix:path") or host:port.
   std::string listen = "unix:///run/ncclwatch/agent.sock";
   std::string listen_tcp;  // a second listener, host:port (port 0: any free port); empty: none
-  // The unix socket's permissions and group (a name or gid; empty: the agent's own), and the
-  // permissions of its directory when the agent creates it.
-  mode_t socket_mode = 0666;
+  // The permissions of the unix socket's directory when the agent creates it.
   mode_t socket_dir_mode = 0755;
-  std::string socket_group;
+  // Plugin connections on the unix socket (PluginListener): the socket's permissions and group,
+  // where peers' cgroups are read, how many connections may be open (in all, from one peer) and
+  // how soon each must open a stream. Its `path` is `listen`'s.
+  PluginListenerOptions plugins;
 
   // Aggregator endpoints, host:port or name=host:port, at least one. Jobs are sharded between
   // them by name (ShardOf).
   std::vector<std::string> aggregators;
-  // TLS towards the aggregators (plaintext when null) and the name to verify in their
-  // certificates (empty: the endpoint's host).
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  std::string tls_server_name;
-  TokenFile* token = nullptr;  // optional bearer token on every push; outlives the server
+  // How every endpoint is forwarded to (ForwarderOptions: batching, the in-memory queue, the push
+  // deadline, setting poison batches aside, TLS and the bearer token). Set per endpoint by the
+  // server: its address and name, the agent's id and node, the metric labels and the spool.
+  ForwarderOptions forwarding;
 
   std::string node_name;  // stamped on every report; not empty
   std::string agent_id;   // this run's identity towards the aggregators; not empty
 
-  // Forwarding, per aggregator endpoint (see ForwarderOptions).
-  int64_t batch_interval_ms = 200;
-  int64_t max_batch_reports = 512;
-  int64_t max_queued_reports = 100000;
-  int64_t max_queued_bytes = 16 << 20;
-  int64_t push_timeout_ms = 5000;
-  int64_t set_aside_after = 5;
   // /readyz fails once every push to an aggregator has failed for this long.
   absl::Duration unready_after = absl::Minutes(1);
   // At Stop, how long to keep forwarding what is queued, all endpoints together.
@@ -83,11 +78,9 @@ struct AgentServerOptions {
   int64_t spool_max_bytes = 1ll << 30;
   bool spool_fsync = false;
 
-  // Where the kernel's word on a plugin's pod comes from (peer_identity.h): the processes' cgroups
-  // (empty: not read; peers are then attributed by their GPU alone) and the kubelet's per-pod log
-  // directories, which name the pods (empty, or not a directory as outside Kubernetes: not read;
-  // peers are then attributed by their GPU alone).
-  std::string proc_dir = "/proc";
+  // Where the kubelet's per-pod log directories are (peer_identity.h), which name the pods the
+  // kernel finds plugins in (with plugins.proc_dir, the processes' cgroups; either empty, or not
+  // a directory as outside Kubernetes: not read, and peers are attributed by their GPU alone).
   std::string pod_logs_dir = "/var/log/pods";
 
   // The kubelet's pod-resources socket (empty: no pod attribution) and how often to ask it.
@@ -97,13 +90,8 @@ struct AgentServerOptions {
   int http_port = 9472;  // on 0.0.0.0; 0: any free port
   // Plugin streams: how many may be open, and how long one may stay silent (AgentService).
   StreamLimits streams;
-  // Plugin connections on the unix socket (PluginListener): how many may be open, from one peer,
-  // and how soon each must open a stream.
   // The node-local Inspector series on /metrics: rendered bytes kept (NodeInspectorSeries).
   size_t inspector_series_bytes = 16 << 20;
-  int max_plugin_connections = 1024;
-  int max_plugin_connections_per_peer = 64;
-  absl::Duration plugin_stream_deadline = absl::Seconds(10);
 };
 
 class AgentServer {

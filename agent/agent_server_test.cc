@@ -85,7 +85,7 @@ class AgentServerTest : public ::testing::Test {
     o.aggregators = {"127.0.0.1:1"};
     o.node_name = "node-t";
     o.agent_id = "node-t-test";
-    o.push_timeout_ms = 1000;
+    o.forwarding.push_timeout_ms = 1000;
     o.pod_resources_socket = "";
     o.http_port = 0;
     return o;
@@ -99,7 +99,7 @@ class AgentServerTest : public ::testing::Test {
 TEST_F(AgentServerTest, AnswersHealthAndStopsPromptlyWithoutAnAggregator) {
   AgentServerOptions options = Options();
   options.listen = "unix://" + dir_ + "/sockets/agent.sock";  // a directory the agent creates
-  options.socket_mode = 0660;
+  options.plugins.mode = 0660;
   options.socket_dir_mode = 0750;
   options.shutdown_timeout = absl::Seconds(30);  // only spent if something were queued
   AgentServer server(options);
@@ -242,7 +242,7 @@ TEST_F(AgentServerTest, AnAggregatorListNamingAShardTwiceFailsStart) {
 
 TEST_F(AgentServerTest, AnUnknownSocketGroupFailsStartWithNothingListening) {
   AgentServerOptions options = Options();
-  options.socket_group = "ncclwatch-no-such-group";
+  options.plugins.group = "ncclwatch-no-such-group";
   AgentServer server(options);
   absl::Status s = server.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -365,8 +365,8 @@ double AwaitMetric(int http_port, const std::string& name, double want) {
 
 TEST_F(AgentServerTest, OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreClosed) {
   AgentServerOptions options = Options();
-  options.max_plugin_connections_per_peer = 2;  // this process is one peer (its uid)
-  options.plugin_stream_deadline = absl::Milliseconds(500);
+  options.plugins.max_per_peer = 2;  // this process is one peer (its uid)
+  options.plugins.stream_deadline = absl::Milliseconds(500);
   options.shutdown_timeout = absl::Milliseconds(100);  // no aggregator to flush to
   AgentServer server(options);
   ASSERT_THAT(server.Start(), IsOk());
@@ -405,7 +405,7 @@ TEST_F(AgentServerTest, OnePeerHoldsAtMostItsShareOfConnectionsAndSilentOnesAreC
 
 TEST_F(AgentServerTest, ConnectionsBeyondTheOverallCapAreRefusedUntilOneEnds) {
   AgentServerOptions options = Options();
-  options.max_plugin_connections = 1;
+  options.plugins.max_connections = 1;
   AgentServer server(options);
   ASSERT_THAT(server.Start(), IsOk());
   const int first = ConnectSilently(socket());

@@ -98,7 +98,7 @@ class PeerIdentityTest : public ::testing::Test {
     options.node_name = "node-t";
     options.agent_id = "node-t-test";
     options.http_port = 0;
-    options.proc_dir = dir_ + "/proc";
+    options.plugins.proc_dir = dir_ + "/proc";
     options.pod_logs_dir = dir_ + "/pods";
     options.pod_resources_socket = dir_ + "/kubelet.sock";
     return options;
