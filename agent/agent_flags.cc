@@ -136,9 +136,6 @@ void RegisterAgentFlags(ConfigTable& t, AgentFlags& c) {
 
 absl::StatusOr<AgentSetup> AgentSetupFromFlags(const AgentFlags& config,
                                                const std::string& agent_id) {
-  const auto refused = [](auto&&... args) {
-    return absl::InvalidArgumentError(absl::StrFormat(args...));
-  };
   absl::StatusOr<mode_t> socket_mode = ParseFileMode("socket-mode", config.socket_mode);
   if (!socket_mode.ok()) return socket_mode.status();
   absl::StatusOr<mode_t> dir_mode = ParseFileMode("socket-dir-mode", config.socket_dir_mode);
@@ -148,22 +145,25 @@ absl::StatusOr<AgentSetup> AgentSetupFromFlags(const AgentFlags& config,
     const std::string host =
         colon == std::string::npos ? config.listen_tcp : config.listen_tcp.substr(0, colon);
     if (!IsLoopbackHost(host) && !config.insecure_tcp) {
-      return refused(
+      return absl::InvalidArgumentError(absl::StrFormat(
           "refusing --listen-tcp=%s, which other machines can reach: plugins cannot "
           "authenticate, so anyone could write reports in this node's name; use 127.0.0.1 or "
           "pass --insecure-tcp",
-          config.listen_tcp);
+          config.listen_tcp));
     }
   }
   std::vector<std::string> endpoints;
   for (absl::string_view e : absl::StrSplit(config.aggregator, ',', absl::SkipWhitespace())) {
     endpoints.emplace_back(absl::StripAsciiWhitespace(e));
   }
-  if (endpoints.empty()) return refused("--aggregator needs at least one host:port");
+  if (endpoints.empty()) {
+    return absl::InvalidArgumentError("--aggregator needs at least one host:port");
+  }
   const int64_t spool_share = config.spool_max_bytes / static_cast<int64_t>(endpoints.size());
   if (!config.spool_dir.empty() && spool_share < (64 << 10)) {
-    return refused("--spool-max-bytes must be at least 64 KiB per aggregator (%d aggregators)",
-                   endpoints.size());
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--spool-max-bytes must be at least 64 KiB per aggregator (%d aggregators)",
+                        endpoints.size()));
   }
   const ClientTls tls =
       ClientTls::FromFlags(config.aggregator_tls, config.aggregator_ca_file,
