@@ -5,12 +5,11 @@
 #include <string>
 
 #include "common/op_math.h"
+#include "common/strings.h"
 #include "proto/samples.h"
 
 namespace ncclwatch::plugin {
 namespace {
-
-const char* OrUnknown(const char* s) { return s != nullptr ? s : "Unknown"; }
 
 // "RING_SIMPLE". A symmetric kernel (NCCL 2.31) has an empty protocol and its variant in the
 // algorithm: its name alone.

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
+#include "common/strings.h"
+
 namespace ncclwatch::plugin {
 namespace {
 
 constexpr int64_t kDrainPeriodMs = 50;
-
-const char* OrUnknown(const char* s) { return s != nullptr ? s : "Unknown"; }
 
 }  // namespace
 

@@ -13,7 +13,7 @@ namespace {
 // Rank `rank` of 4, each on a node of its own whose GPU clock is seconds away from the others'.
 // Rank 2 arrives 3 ms late, so the others' kernels wait ~3 ms for it; rank 0's kernels move their
 // data 5 ms slower (a slow link, not lateness). With `waits`, each sample carries its wait.
-ncclwatch::v1::RankReport Report(int rank, uint64_t first_seq, int n, bool waits) {
+ncclwatch::v1::RankReport SyncWaitReport(int rank, uint64_t first_seq, int n, bool waits) {
   ncclwatch::v1::RankReport r;
   auto* id = r.mutable_identity();
   id->set_job_id("job-v7");
@@ -42,7 +42,7 @@ std::vector<ncclwatch::v1::Event> StragglerEvents(bool waits) {
   for (int interval = 0; interval < 4; ++interval) {
     for (int rank = 0; rank < 4; ++rank) {
       for (auto& e :
-           analyzer.Ingest(Report(rank, interval * 10, 10, waits), 1'000'000'000).events) {
+           analyzer.Ingest(SyncWaitReport(rank, interval * 10, 10, waits), 1'000'000'000).events) {
         if (e.kind() == ncclwatch::v1::Event::STRAGGLER) events.push_back(e);
       }
     }

@@ -5,15 +5,15 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-const CommKey kComm{"job", 0x42};
+const CommKey kCorrelatorComm{"job", 0x42};
 
 TEST(CorrelatorTest, CompletesWhenEveryRankReported) {
   Correlator c;
-  EXPECT_FALSE(c.Add(kComm, 3, "AllReduce", 7, 0, 100, 1000, 0));
-  EXPECT_FALSE(c.Add(kComm, 3, "AllReduce", 7, 2, 300, 3000, 0));
-  EXPECT_FALSE(c.Add(kComm, 3, "AllReduce", 7, 2, 999, 9999, 0));  // replay: ignored
-  EXPECT_FALSE(c.Add(kComm, 3, "AllGather", 7, 1, 1, 1, 0));       // other op, same seq
-  auto g = c.Add(kComm, 3, "AllReduce", 7, 1, 200, 2000, 0);
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 3, "AllReduce", 7, 0, 100, 1000, 0));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 3, "AllReduce", 7, 2, 300, 3000, 0));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 3, "AllReduce", 7, 2, 999, 9999, 0));  // replay: ignored
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 3, "AllGather", 7, 1, 1, 1, 0));       // other op, same seq
+  auto g = c.Add(kCorrelatorComm, 3, "AllReduce", 7, 1, 200, 2000, 0);
   ASSERT_TRUE(g.has_value());
   EXPECT_EQ(g->op, "AllReduce");
   EXPECT_EQ(g->seq, 7u);
@@ -25,31 +25,31 @@ TEST(CorrelatorTest, CompletesWhenEveryRankReported) {
 
 TEST(CorrelatorTest, RejectsOutOfRangeRanks) {
   Correlator c;
-  EXPECT_FALSE(c.Add(kComm, 2, "AllReduce", 0, 2, 1, 1, 0));
-  EXPECT_FALSE(c.Add(kComm, 2, "AllReduce", 0, -1, 1, 1, 0));
-  EXPECT_FALSE(c.Add(kComm, 0, "AllReduce", 0, 0, 1, 1, 0));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 2, 1, 1, 0));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, -1, 1, 1, 0));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 0, "AllReduce", 0, 0, 1, 1, 0));
   EXPECT_EQ(c.open_groups(), 0u);
 }
 
 TEST(CorrelatorTest, ExpiresIncompleteGroupsAfterGrace) {
   Correlator c(CorrelatorOptions{/*grace_ns=*/1000, /*max_open_groups=*/100});
-  c.Add(kComm, 2, "AllReduce", 0, 0, 1, 1, /*now=*/0);
-  c.Add(kComm, 2, "AllReduce", 1, 0, 1, 1, /*now=*/900);
+  c.Add(kCorrelatorComm, 2, "AllReduce", 0, 0, 1, 1, /*now=*/0);
+  c.Add(kCorrelatorComm, 2, "AllReduce", 1, 0, 1, 1, /*now=*/900);
   EXPECT_EQ(c.Expire(1500), 1u);  // seq 0 is older than the grace, seq 1 is not
   EXPECT_EQ(c.open_groups(), 1u);
-  EXPECT_TRUE(c.Add(kComm, 2, "AllReduce", 1, 1, 1, 1, 1600).has_value());
+  EXPECT_TRUE(c.Add(kCorrelatorComm, 2, "AllReduce", 1, 1, 1, 1, 1600).has_value());
   EXPECT_EQ(c.expired(), 1u);
 }
 
 TEST(CorrelatorTest, MemoryIsBoundedPerCommunicator) {
   Correlator c(CorrelatorOptions{/*grace_ns=*/1'000'000'000, /*max_open_groups=*/10});
-  for (uint64_t seq = 0; seq < 1000; ++seq) c.Add(kComm, 4, "AllReduce", seq, 0, 1, 1, 0);
+  for (uint64_t seq = 0; seq < 1000; ++seq) c.Add(kCorrelatorComm, 4, "AllReduce", seq, 0, 1, 1, 0);
   EXPECT_EQ(c.open_groups(), 10u);
   EXPECT_EQ(c.expired(), 990u);
   // The newest groups are the ones kept.
-  c.Add(kComm, 4, "AllReduce", 999, 1, 1, 1, 0);
-  c.Add(kComm, 4, "AllReduce", 999, 2, 1, 1, 0);
-  EXPECT_TRUE(c.Add(kComm, 4, "AllReduce", 999, 3, 1, 1, 0).has_value());
+  c.Add(kCorrelatorComm, 4, "AllReduce", 999, 1, 1, 1, 0);
+  c.Add(kCorrelatorComm, 4, "AllReduce", 999, 2, 1, 1, 0);
+  EXPECT_TRUE(c.Add(kCorrelatorComm, 4, "AllReduce", 999, 3, 1, 1, 0).has_value());
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 
 #include <vector>
 
+#include "common/test_time.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
 
-constexpr int64_t kS = 1'000'000'000;
+using ::ncclwatch::testutil::kS;
 
 CommCoverage Comm(uint64_t hash, int nranks, std::vector<int> unreported, int64_t first_ns) {
   CommCoverage c;

@@ -11,7 +11,7 @@ namespace ncclwatch::aggregator {
 namespace {
 
 // A communicator of the simulated cluster: its ranks' nodes (rank i runs on nodes[i]).
-struct Comm {
+struct CommOnNodes {
   CommKey key;
   std::vector<std::string> nodes;
   int n_nodes() const {
@@ -19,7 +19,7 @@ struct Comm {
   }
 };
 
-RankInterval Report(const Comm& c, int rank, double gbs) {
+RankInterval BandwidthInterval(const CommOnNodes& c, int rank, double gbs) {
   RankInterval r;
   r.rank = rank;
   r.nranks = static_cast<int>(c.nodes.size());
@@ -38,13 +38,13 @@ constexpr int64_t kSecond = 1'000'000'000;
 // A 16 MiB AllReduce of `c` joined across its ranks, rank r's kernel running at gbs[r] bus
 // bandwidth (its wait for the last arriver included): every rank's report registers it, then the
 // collective is judged by its shortest kernel. Returns what changed.
-std::vector<DegradedChange> Collective(DegradedDetector& d, const Comm& c,
+std::vector<DegradedChange> Collective(DegradedDetector& d, const CommOnNodes& c,
                                        const std::vector<double>& gbs, int64_t now_ns) {
   const int n = static_cast<int>(c.nodes.size());
   const double bus_bytes = 2.0 * (n - 1) / n * (16 << 20);
   uint64_t fastest = UINT64_MAX;
   for (int r = 0; r < n; ++r) {
-    d.Observe(c.key, Report(c, r, gbs[r]));
+    d.Observe(c.key, BandwidthInterval(c, r, gbs[r]));
     fastest = std::min(fastest, static_cast<uint64_t>(bus_bytes / gbs[r]));
   }
   return d.ObserveCollective(c.key, n, "AllReduce", 16 << 20, fastest, now_ns);
@@ -72,7 +72,7 @@ class DegradedTest : public ::testing::Test {
     // Two collectives a window: the first of a window closes the last one.
     for (int k = 0; k < 2; ++k) {
       now_ns_ += kSecond / 2;
-      for (const Comm& c : pairs_) {
+      for (const CommOnNodes& c : pairs_) {
         bool through = degraded_node >= 0 && (c.nodes[0] == bad || c.nodes[1] == bad);
         std::vector<double> gbs;
         for (int r = 0; r < 2; ++r) {
@@ -80,7 +80,7 @@ class DegradedTest : public ::testing::Test {
         }
         for (auto& ch : Collective(detector_, c, gbs, now_ns_)) all.push_back(ch);
       }
-      for (const Comm& c : tp_) {
+      for (const CommOnNodes& c : tp_) {
         bool on_bad = degraded_node >= 0 && c.nodes[0] == bad;
         std::vector<double> gbs;
         for (int r = 0; r < 4; ++r) {
@@ -95,7 +95,7 @@ class DegradedTest : public ::testing::Test {
   DegradedDetector detector_{DegradedOptions{0.2, 3, 64, 8}};
   std::mt19937 rng_{7};
   int64_t now_ns_ = 0;
-  std::vector<Comm> pairs_, tp_;
+  std::vector<CommOnNodes> pairs_, tp_;
 };
 
 TEST_F(DegradedTest, HealthyJitterFlagsNothing) {
@@ -163,7 +163,7 @@ TEST_F(DegradedTest, WhenNvlinkDegradesTooTheNetworkIsNotBlamed) {
 
 TEST(DegradedSingleCommTest, OneWorldCommunicatorDegradesWithoutNamingANode) {
   DegradedDetector detector(DegradedOptions{0.2, 3, 64, 8});
-  Comm world{{"job", 0x1}, {"a", "a", "b", "b"}};
+  CommOnNodes world{{"job", 0x1}, {"a", "a", "b", "b"}};
   std::vector<DegradedChange> changes;
   for (int i = 0; i < 30; ++i) {
     double gbs = i < 15 ? 20 : 12;
@@ -189,7 +189,7 @@ TEST(DegradedWaitingTest, PeersWaitingForASlowRankAreNotADegradedWire) {
   // ranks 0-3 wait on every operation, so even their fastest one shows a third of the wire speed.
   // The collective's shortest kernel is the wire's.
   DegradedDetector detector(DegradedOptions{0.2, 2, 64, 8});
-  Comm world{{"job", 0x300}, {"a", "a", "a", "a", "b", "b", "b", "b"}};
+  CommOnNodes world{{"job", 0x300}, {"a", "a", "a", "a", "b", "b", "b", "b"}};
   int64_t now = 0;
   for (int i = 0; i < 10; ++i, now += kSecond) {
     EXPECT_TRUE(Collective(detector, world, {7, 7, 7, 7, 21, 21, 21, 21}, now).empty()) << i;
@@ -209,7 +209,7 @@ TEST(DegradedWaitingTest, ALargeCommunicatorWhoseLastArriverChangesIsNeverDegrad
   // A 256-rank data-parallel group across nodes: in every collective one rank (a different one
   // each time) arrives last and sees the wire, the other 255 wait. Never degraded.
   DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
-  Comm dp{{"job", 0x600}, {}};
+  CommOnNodes dp{{"job", 0x600}, {}};
   for (int r = 0; r < 256; ++r) dp.nodes.push_back("node-" + std::to_string(r));
   for (int i = 0; i < 60; ++i) {
     std::vector<double> gbs(256, 6.0);
@@ -223,7 +223,7 @@ TEST(DegradedWindowTest, OneSlowCollectiveInAWindowIsNotADegradedWire) {
   // Ten collectives a window: one of them slowed by a passing burst of traffic leaves the window
   // at full speed; a window all of whose collectives are slow is low.
   DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
-  Comm pair{{"job", 0x700}, {"a", "b"}};
+  CommOnNodes pair{{"job", 0x700}, {"a", "b"}};
   int64_t now = 0;
   auto window = [&](double slow_gbs, int slow_count) {
     std::vector<DegradedChange> all;
@@ -250,7 +250,7 @@ TEST(DegradedWindowTest,
   // collectives must not enter the baseline, or the baseline's median becomes the slow speed and
   // the wire is never flagged.
   DegradedDetector detector(DegradedOptions{0.2, 1, 64, 8});
-  Comm pair{{"job", 0x800}, {"a", "b"}};
+  CommOnNodes pair{{"job", 0x800}, {"a", "b"}};
   int64_t now = 0;
   std::vector<DegradedChange> changes;
   auto collective = [&](double gbs) {

@@ -6,12 +6,13 @@
 #include <vector>
 
 #include "aggregator/detect/rank_set.h"
+#include "common/test_time.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
 
-constexpr int64_t kS = 1'000'000'000;
+using ::ncclwatch::testutil::kS;
 
 struct TestOp {
   std::string_view op;
@@ -20,7 +21,7 @@ struct TestOp {
   int peer = -1;  // >= 0: a p2p operation with this peer
 };
 
-RankInterval Report(int rank, int nranks, const std::vector<TestOp>& ops, bool final = false) {
+RankInterval OpsInterval(int rank, int nranks, const std::vector<TestOp>& ops, bool final = false) {
   RankInterval r;
   r.rank = rank;
   r.nranks = nranks;
@@ -46,7 +47,7 @@ class HangTest : public ::testing::Test {
       if (std::find(waiting.begin(), waiting.end(), r) != waiting.end()) {
         ops.push_back({"AllReduce", seq, now - since});
       }
-      detector_.Update(comm_, Report(r, nranks, ops), now);
+      detector_.Update(comm_, OpsInterval(r, nranks, ops), now);
     }
   }
 };
@@ -186,10 +187,10 @@ TEST_F(HangTest, AJobThatEndsOrIsCancelledSinglesNobodyOut) {
   const int64_t t0 = 10 * kS;
   ReportAll(4, {}, 0, 0, t0);
   // Ranks 0 and 1 finalize; 2 and 3 exit without (common: no destroy at exit), all at once.
-  detector_.Update(comm_, Report(0, 4, {}, /*final=*/true), t0 + kS);
-  detector_.Update(comm_, Report(1, 4, {}, /*final=*/true), t0 + kS);
+  detector_.Update(comm_, OpsInterval(0, 4, {}, /*final=*/true), t0 + kS);
+  detector_.Update(comm_, OpsInterval(1, 4, {}, /*final=*/true), t0 + kS);
   // Rank 3 is killed two seconds after rank 2.
-  detector_.Update(comm_, Report(3, 4, {}), t0 + 2 * kS);
+  detector_.Update(comm_, OpsInterval(3, 4, {}), t0 + 2 * kS);
   for (int s = 2; s < 30; ++s) EXPECT_TRUE(detector_.Evaluate(t0 + s * kS).empty()) << s;
 }
 
@@ -197,7 +198,7 @@ TEST_F(HangTest, ACommunicatorRecreatedWithAnotherSizeStartsOver) {
   const int64_t t0 = 10 * kS;
   ReportAll(4, {0, 1, 2}, 7, t0, t0 + 11 * kS);
   ASSERT_EQ(detector_.Evaluate(t0 + 11 * kS).size(), 1u);
-  detector_.Update(comm_, Report(0, 2, {}), t0 + 12 * kS);
+  detector_.Update(comm_, OpsInterval(0, 2, {}), t0 + 12 * kS);
   auto changes = detector_.Evaluate(t0 + 12 * kS);
   EXPECT_TRUE(detector_.Hangs().empty());
   ASSERT_EQ(changes.size(), 1u) << "the old communicator's hang is closed";
@@ -217,11 +218,11 @@ TEST(HangVerdictTest, ADeadRankHoldingTheCollectiveIsNamedNotBlamedOnTheFabric) 
   HangDetector detector(HangOptions{2 * kS, 5 * kS});
   const CommKey comm{"job", 0xabc};
   const int64_t t0 = 10 * kS;
-  for (int r = 0; r < 4; ++r) detector.Update(comm, Report(r, 4, {{"AllGather", 4, 0}}), t0);
+  for (int r = 0; r < 4; ++r) detector.Update(comm, OpsInterval(r, 4, {{"AllGather", 4, 0}}), t0);
   std::vector<HangChange> all;
   for (int s = 1; s <= 6; ++s) {
     for (int r : {0, 1, 3}) {
-      detector.Update(comm, Report(r, 4, {{"AllGather", 4, s * kS}}), t0 + s * kS);
+      detector.Update(comm, OpsInterval(r, 4, {{"AllGather", 4, s * kS}}), t0 + s * kS);
     }
     for (auto& c : detector.Evaluate(t0 + s * kS)) all.push_back(c);
   }
@@ -252,7 +253,7 @@ TEST(HangVerdictTest, PointToPointRingNamesThePeerThatNeverPosted) {
         ops.push_back({"Send", 0, 3 * kS, (r + 1) % 4});
         ops.push_back({"Recv", 0, 3 * kS, (r + 3) % 4});
       }
-      detector.Update(comm, Report(r, 4, ops), now);
+      detector.Update(comm, OpsInterval(r, 4, ops), now);
     }
     auto changes = detector.Evaluate(now);
     ASSERT_EQ(changes.size(), 1u) << all_posted;
@@ -279,7 +280,7 @@ TEST_F(HangTest, ARankOfAMillionRankCommunicatorCostsOneRankAndNamesABoundedFew)
   // They are all counted, the lowest kMaxNamedRanks named, and the rank that reported is
   // the only one that the detector keeps anything about.
   constexpr int kRanks = 1 << 20;
-  detector_.Update(comm_, Report(kRanks - 1, kRanks, {{"AllReduce", 7, 11 * kS}}), 100 * kS);
+  detector_.Update(comm_, OpsInterval(kRanks - 1, kRanks, {{"AllReduce", 7, 11 * kS}}), 100 * kS);
   auto changes = detector_.Evaluate(100 * kS);
   ASSERT_EQ(changes.size(), 1u);
   const HangView& h = changes[0].hang;
@@ -298,7 +299,7 @@ TEST_F(HangTest, ReportingRanksThatNeverArrivedAreNamedBeforeTheBound) {
   for (int r = 300; r < 1000; ++r) {
     std::vector<TestOp> ops;
     if (r != 500 && r != 900) ops.push_back({"AllReduce", 3, 12 * kS});
-    detector_.Update(comm_, Report(r, 1000, ops), 50 * kS);
+    detector_.Update(comm_, OpsInterval(r, 1000, ops), 50 * kS);
   }
   auto changes = detector_.Evaluate(50 * kS);
   ASSERT_EQ(changes.size(), 1u);

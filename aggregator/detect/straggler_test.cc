@@ -8,12 +8,12 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-const CommKey kComm{"job", 1};
+const CommKey kStragglerComm{"job", 1};
 
 // A collective where every rank arrives at `arrival[r]` (ns) and all finish at max + transfer.
 CompletedGroup Group(uint64_t seq, const std::vector<int64_t>& arrival, int64_t transfer = 50'000) {
   int64_t end = *std::max_element(arrival.begin(), arrival.end()) + transfer;
-  CompletedGroup g{kComm, "AllReduce", seq, {}, {}, {}, {}};
+  CompletedGroup g{kStragglerComm, "AllReduce", seq, {}, {}, {}, {}};
   for (int64_t a : arrival) {
     g.duration_ns.push_back(end - a);
     g.gpu_start_ns.push_back(a);
@@ -38,7 +38,7 @@ TEST(StragglerDetectorTest, FlagsTheSlowRankOnlyAndOnlyOnce) {
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].score.rank, 5);
   EXPECT_TRUE(changes[0].score.flagged);
-  auto scores = d.Scores(kComm);
+  auto scores = d.Scores(kStragglerComm);
   ASSERT_EQ(scores.size(), 8u);
   EXPECT_NEAR(scores[5].lateness_ns, 2'200'000, 250'000);  // 2 ms + distance to the earliest
   EXPECT_GT(scores[5].arrived_last_fraction, 0.99);
@@ -54,7 +54,7 @@ TEST(StragglerDetectorTest, FlagsTheSlowRankOnlyAndOnlyOnce) {
 // long). Each kernel's duration is its wait for the peers plus its data movement.
 CompletedGroup SkewedGroup(uint64_t seq, bool measure_waits, std::mt19937& rng) {
   std::uniform_int_distribution<int64_t> jitter(0, 100'000);
-  CompletedGroup g{kComm, "AllReduce", seq, {}, {}, {}, {}};
+  CompletedGroup g{kStragglerComm, "AllReduce", seq, {}, {}, {}, {}};
   const int64_t late = 2'000'000;
   for (int r = 0; r < 4; ++r) {
     const int64_t wait = r == 3 ? 10'000 + jitter(rng) : late + jitter(rng);
@@ -77,7 +77,7 @@ TEST(StragglerDetectorTest, GpuMeasuredWaitsForPeersNameTheLateRankWhereDuration
     }
   }
   EXPECT_EQ(flagged, std::set<int>{3});
-  const std::vector<RankScore> scores = by_waits.Scores(kComm);
+  const std::vector<RankScore> scores = by_waits.Scores(kStragglerComm);
   ASSERT_EQ(scores.size(), 4u);
   EXPECT_NEAR(scores[3].lateness_ns, 2'000'000, 150'000);
   EXPECT_FALSE(scores[3].clocks_aligned);
@@ -162,7 +162,7 @@ TEST(StragglerDetectorTest, PeersOfAnEarlyRankAreNotStragglers) {
     a[0] -= 1'500'000;
     EXPECT_TRUE(d.Observe(Group(seq, a)).empty()) << seq;
   }
-  auto scores = d.Scores(kComm);
+  auto scores = d.Scores(kStragglerComm);
   EXPECT_GT(scores[3].lateness_ns, 1'000'000);  // an absolute rule would have flagged it
   EXPECT_LT(scores[3].excess_ns, 500'000);
 }

@@ -5,17 +5,18 @@
 #include <utility>
 #include <vector>
 
+#include "common/test_time.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
 
-constexpr int64_t kS = 1'000'000'000;
+using ::ncclwatch::testutil::kS;
 
 // Communicators of world ranks, each world rank one process, and what each rank has in flight.
-class Job {
+class HangingJob {
  public:
-  explicit Job(std::string id) : id_(std::move(id)) {}
+  explicit HangingJob(std::string id) : id_(std::move(id)) {}
 
   CommKey Comm(const std::string& name, const std::vector<int>& members) {
     const CommKey key{id_, std::hash<std::string>()(id_ + name)};
@@ -71,7 +72,7 @@ class Job {
 
 TEST(HangOriginTest, AFabricHangInOneDpGroupIsTheOriginOfTheHangsQueuedBehindIt) {
   // 2 nodes x 2 GPUs: TP {0,1} and {2,3} inside the nodes, DP {0,2} and {1,3} across them.
-  Job job("j");
+  HangingJob job("j");
   const CommKey tp0 = job.Comm("tp0", {0, 1}), tp1 = job.Comm("tp1", {2, 3});
   const CommKey dp0 = job.Comm("dp0", {0, 2}), dp1 = job.Comm("dp1", {1, 3});
   // dp0's ReduceScatter never completes although both ranks run it.
@@ -87,10 +88,10 @@ TEST(HangOriginTest, AFabricHangInOneDpGroupIsTheOriginOfTheHangsQueuedBehindIt)
   job.InFlight(dp1, 0, "ReduceScatter", 7, 12 * kS, false);
   job.InFlight(dp1, 1, "ReduceScatter", 7, 12 * kS, false);
   const std::vector<HangView> hangs = {
-      Job::Hang(tp0, "AllReduce", 40, {}, 2, 11 * kS),
-      Job::Hang(dp1, "ReduceScatter", 7, {}, 2, 12 * kS),
-      Job::Hang(dp0, "ReduceScatter", 7, {}, 2, 10 * kS),
-      Job::Hang(tp1, "AllReduce", 40, {}, 2, 11 * kS),
+      HangingJob::Hang(tp0, "AllReduce", 40, {}, 2, 11 * kS),
+      HangingJob::Hang(dp1, "ReduceScatter", 7, {}, 2, 12 * kS),
+      HangingJob::Hang(dp0, "ReduceScatter", 7, {}, 2, 10 * kS),
+      HangingJob::Hang(tp1, "AllReduce", 40, {}, 2, 11 * kS),
   };
   EXPECT_EQ(job.Groups(hangs), std::vector<std::string>{"dp0 <- tp0, tp1, dp1"});
 }
@@ -98,50 +99,50 @@ TEST(HangOriginTest, AFabricHangInOneDpGroupIsTheOriginOfTheHangsQueuedBehindIt)
 TEST(HangOriginTest, ARankThatStoppedIsOneHangWhereverItIsMissing) {
   // Rank 3 stops. Its TP partner 2 waits for it in tp1 (enqueued at 9 s); the world's next
   // AllReduce (10 s) then misses both 3 (stopped) and 2 (stuck in tp1).
-  Job job("j");
+  HangingJob job("j");
   const CommKey tp1 = job.Comm("tp1", {2, 3});
   const CommKey world = job.Comm("world", {0, 1, 2, 3});
   job.InFlight(tp1, 0, "AllReduce", 90, 9 * kS, true);
   job.InFlight(world, 0, "AllReduce", 12, 10 * kS, true);
   job.InFlight(world, 1, "AllReduce", 12, 10 * kS, true);
   const std::vector<HangView> hangs = {
-      Job::Hang(world, "AllReduce", 12, {2, 3}, 2, 10 * kS),
-      Job::Hang(tp1, "AllReduce", 90, {1}, 1, 9 * kS),
+      HangingJob::Hang(world, "AllReduce", 12, {2, 3}, 2, 10 * kS),
+      HangingJob::Hang(tp1, "AllReduce", 90, {1}, 1, 9 * kS),
   };
   EXPECT_EQ(job.Groups(hangs), std::vector<std::string>{"tp1 <- world"});
 }
 
 TEST(HangOriginTest, IndependentHangsAndJobsStayApart) {
-  Job a("a"), b("b");
+  HangingJob a("a"), b("b");
   const CommKey wa = a.Comm("world", {0, 1});
   const CommKey wb = b.Comm("world", {0, 1});
   a.InFlight(wa, 0, "AllReduce", 1, 5 * kS, true);
   b.InFlight(wb, 1, "AllGather", 3, 6 * kS, true);
-  const std::vector<HangView> hangs_a = {Job::Hang(wa, "AllReduce", 1, {1}, 1, 5 * kS)};
+  const std::vector<HangView> hangs_a = {HangingJob::Hang(wa, "AllReduce", 1, {1}, 1, 5 * kS)};
   EXPECT_EQ(a.Groups(hangs_a), std::vector<std::string>{"world"});
   // A rank that is merely waiting inside a running kernel in another communicator does not make
   // a hang a consequence: only older operations or queued ones do.
-  Job c("c");
+  HangingJob c("c");
   const CommKey x = c.Comm("x", {0, 1}), y = c.Comm("y", {0, 1});
   c.InFlight(x, 0, "AllReduce", 1, 5 * kS, true);
   c.InFlight(x, 1, "AllReduce", 1, 5 * kS, true);
   c.InFlight(y, 0, "AllReduce", 1, 4 * kS, true);
   c.InFlight(y, 1, "AllReduce", 1, 4 * kS, true);
-  EXPECT_EQ(c.Groups({Job::Hang(x, "AllReduce", 1, {}, 2, 5 * kS),
-                      Job::Hang(y, "AllReduce", 1, {}, 2, 4 * kS)}),
+  EXPECT_EQ(c.Groups({HangingJob::Hang(x, "AllReduce", 1, {}, 2, 5 * kS),
+                      HangingJob::Hang(y, "AllReduce", 1, {}, 2, 4 * kS)}),
             (std::vector<std::string>{"y", "x"}));
 }
 
 TEST(HangOriginTest, HangsThatPointAtEachOtherEndAtTheOldest) {
   // Stale reports can make two hangs look stuck behind each other: one origin, the oldest.
-  Job job("j");
+  HangingJob job("j");
   const CommKey x = job.Comm("x", {0, 1}), y = job.Comm("y", {0, 1});
   job.InFlight(x, 0, "AllReduce", 1, 5 * kS, false);
   job.InFlight(y, 0, "AllReduce", 1, 4 * kS, false);
   job.InFlight(x, 1, "AllReduce", 1, 3 * kS, true);
   job.InFlight(y, 1, "AllReduce", 1, 2 * kS, true);
-  EXPECT_EQ(job.Groups({Job::Hang(x, "AllReduce", 1, {}, 2, 3 * kS),
-                        Job::Hang(y, "AllReduce", 1, {}, 2, 2 * kS)}),
+  EXPECT_EQ(job.Groups({HangingJob::Hang(x, "AllReduce", 1, {}, 2, 3 * kS),
+                        HangingJob::Hang(y, "AllReduce", 1, {}, 2, 2 * kS)}),
             std::vector<std::string>{"y <- x"});
 }
 
@@ -149,33 +150,33 @@ TEST(HangOriginTest, ARankMissingInAPipelineIsStuckInWhatItEnqueuedLater) {
   // 1F1B: the last stage (rank 1) reaches the step's DP ReduceScatter at 10 s, long before the
   // first stage (rank 0), which enqueued its pipeline Send at 12 s and is stuck in it because its
   // peer (rank 2) stopped. In rank 0's program order the Send comes first: dp is a consequence.
-  Job job("j");
+  HangingJob job("j");
   const CommKey dp = job.Comm("dp", {0, 1});
   const CommKey pp = job.Comm("pp", {0, 2});
   job.InFlight(dp, 1, "ReduceScatter", 8, 10 * kS, true);
   job.InFlight(pp, 0, "Send", 0, 12 * kS, true);
-  EXPECT_EQ(job.Groups({Job::Hang(dp, "ReduceScatter", 8, {0}, 1, 10 * kS),
-                        Job::Hang(pp, "Send", 0, {1}, 1, 12 * kS)}),
+  EXPECT_EQ(job.Groups({HangingJob::Hang(dp, "ReduceScatter", 8, {0}, 1, 10 * kS),
+                        HangingJob::Hang(pp, "Send", 0, {1}, 1, 12 * kS)}),
             std::vector<std::string>{"pp <- dp"});
 }
 
 TEST(HangOriginTest, AHangHeldByAnOperationNotDeclaredHungIsNotSettled) {
   // Rank 0 is missing from x and has an operation of y in flight that is not (yet) a hang: x may
   // be stuck behind y's hang once that is declared, so x is no origin yet.
-  Job job("j");
+  HangingJob job("j");
   const CommKey x = job.Comm("x", {0, 1}), y = job.Comm("y", {0, 1});
   job.InFlight(x, 1, "AllReduce", 3, 5 * kS, true);
   job.InFlight(y, 0, "AllGather", 2, 6 * kS, true);
-  EXPECT_EQ(job.Groups({Job::Hang(x, "AllReduce", 3, {0}, 1, 5 * kS)}),
+  EXPECT_EQ(job.Groups({HangingJob::Hang(x, "AllReduce", 3, {0}, 1, 5 * kS)}),
             std::vector<std::string>{"x (unsettled)"});
 }
 
 TEST(HangOriginsTest, OneFindingPerOriginThatStaysPut) {
-  Job job("j");
+  HangingJob job("j");
   const CommKey a = job.Comm("a", {0, 1}), b = job.Comm("b", {0, 2});
   HangOrigins origins;
-  const HangView ha = Job::Hang(a, "AllReduce", 4, {1}, 1, 5 * kS);
-  const HangView hb = Job::Hang(b, "AllReduce", 9, {1}, 1, 6 * kS);
+  const HangView ha = HangingJob::Hang(a, "AllReduce", 4, {1}, 1, 5 * kS);
+  const HangView hb = HangingJob::Hang(b, "AllReduce", 9, {1}, 1, 6 * kS);
   // a alone: reported.
   std::vector<HangGroupChange> changes = origins.Update({HangGroup{ha, true, {}}});
   ASSERT_EQ(changes.size(), 1u);

@@ -3,12 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "common/test_time.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
 namespace {
 
-constexpr int64_t kS = 1'000'000'000;
+using ::ncclwatch::testutil::kS;
 
 SlowProcess Verdict(int gpu, bool slow, const std::string& node = "n0") {
   SlowProcess s;

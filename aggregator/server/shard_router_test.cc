@@ -18,7 +18,7 @@ namespace {
 
 using ::ncclwatch::testutil::IsOk;
 
-ncclwatch::v1::JobInfo Job(const std::string& id, const std::string& state, uint64_t last) {
+ncclwatch::v1::JobInfo JobAnswer(const std::string& id, const std::string& state, uint64_t last) {
   ncclwatch::v1::JobInfo j;
   j.set_job_id(id);
   j.set_state(state);
@@ -28,12 +28,12 @@ ncclwatch::v1::JobInfo Job(const std::string& id, const std::string& state, uint
 
 TEST(MergeJobsTest, ListsEachJobOnceTheRunningOneFirst) {
   std::vector<ncclwatch::v1::ListJobsResponse> answers(2);
-  *answers[0].add_jobs() = Job("moved", "ended", 50);  // where it ran before
-  *answers[0].add_jobs() = Job("b", "running", 10);
-  *answers[1].add_jobs() = Job("moved", "running", 40);
-  *answers[1].add_jobs() = Job("a", "ended", 5);
-  *answers[1].add_jobs() = Job("old", "ended", 5);
-  *answers[0].add_jobs() = Job("old", "ended", 9);
+  *answers[0].add_jobs() = JobAnswer("moved", "ended", 50);  // where it ran before
+  *answers[0].add_jobs() = JobAnswer("b", "running", 10);
+  *answers[1].add_jobs() = JobAnswer("moved", "running", 40);
+  *answers[1].add_jobs() = JobAnswer("a", "ended", 5);
+  *answers[1].add_jobs() = JobAnswer("old", "ended", 5);
+  *answers[0].add_jobs() = JobAnswer("old", "ended", 9);
   const auto merged = MergeJobs(answers);
   ASSERT_EQ(merged.jobs_size(), 4);
   EXPECT_EQ(merged.jobs(0).job_id(), "a");

@@ -29,7 +29,7 @@ std::vector<std::string> HangPipelineFlags() {
           "--silent-after-s=" + std::to_string(kSilentAfterS)};
 }
 
-std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
+std::vector<std::string> HangJobArgs(const Pipeline& p, const std::string& job) {
   return {Binaries::Simjob(),
           "--plugin=" + Binaries::Plugin(),
           "--nodes=2",
@@ -54,7 +54,7 @@ TEST(HangEndToEndTest, ARankThatNeverArrivesIsNamedMissingWithinThreeSeconds) {
   Pipeline p(2, HangPipelineFlags());
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
-  auto args = Job(p, "e2e-hang");
+  auto args = HangJobArgs(p, "e2e-hang");
   args.push_back("--hang-rank=6");
   args.push_back("--hang-after-s=" + std::to_string(kFaultAtS));
   const int64_t launch = absl::GetCurrentTimeNanos();
@@ -93,7 +93,7 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
   Pipeline p(2, HangPipelineFlags());
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
-  auto args = Job(p, "e2e-kill");
+  auto args = HangJobArgs(p, "e2e-kill");
   args.push_back("--kill-rank=2");
   args.push_back("--kill-after-s=" + std::to_string(kFaultAtS));
   const int64_t launch = absl::GetCurrentTimeNanos();
@@ -153,7 +153,7 @@ TEST(HangEndToEndTest, ANodeWhoseAgentDiesIsOneSilentNodeUntilItIsBack) {
   Pipeline p(2, HangPipelineFlags());
   ASSERT_TRUE(p.ok()) << p.error();
   EventRecorder events(p.query());
-  auto args = Job(p, "e2e-node");
+  auto args = HangJobArgs(p, "e2e-node");
   std::replace(args.begin(), args.end(), std::string("--duration-s=8"),
                std::string("--duration-s=14"));
   Process job(args, {}, p.dir() + "/simjob.log");

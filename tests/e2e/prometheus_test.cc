@@ -20,7 +20,7 @@ namespace {
 
 using ::ncclwatch::testutil::IsOk;
 
-std::vector<std::string> Job(const Pipeline& p, const std::string& job) {
+std::vector<std::string> PrometheusJobArgs(const Pipeline& p, const std::string& job) {
   return {Binaries::Simjob(),
           "--plugin=" + Binaries::Plugin(),
           "--nodes=2",
@@ -50,7 +50,7 @@ TEST(PrometheusEndToEndTest, ARealPrometheusFederatesTheFindingsWithTheirLabels)
                   "      - targets: ['" +
                       http + "']\n");
   ASSERT_TRUE(prom.WaitReady()) << prom.Log();
-  Process job(Job(p, "prom"), {}, p.dir() + "/simjob.log");
+  Process job(PrometheusJobArgs(p, "prom"), {}, p.dir() + "/simjob.log");
 
   auto stragglers = prom.WaitFor(R"(ncclwatch_straggler{job_id="prom"} == 1)", 1);
   ASSERT_EQ(stragglers.size(), 1u) << prom.Log() << p.Logs();
@@ -173,7 +173,7 @@ TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {
           "--remote-write-url=http://127.0.0.1:" + std::to_string(prom.port()) + "/api/v1/write",
           "--remote-write-interval-s=1", "--remote-write-all-series"});
   ASSERT_TRUE(p.ok()) << p.error();
-  Process job(Job(p, "rw"), {}, p.dir() + "/simjob.log");
+  Process job(PrometheusJobArgs(p, "rw"), {}, p.dir() + "/simjob.log");
 
   auto stragglers = prom.WaitFor(R"(ncclwatch_straggler{job_id="rw"} == 1)", 1);
   ASSERT_EQ(stragglers.size(), 1u) << prom.Log() << p.Logs();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
@@ -23,6 +24,8 @@ void SleepUntil(int64_t deadline_ns) {
   while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
 }
+
+int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
 
 std::string StrFormat(const char* fmt, ...) {
   char buf[256];

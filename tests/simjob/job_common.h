@@ -19,6 +19,9 @@ int64_t NowNs();
 // Sleeps until an absolute CLOCK_REALTIME deadline (returns at once if it has passed).
 void SleepUntil(int64_t deadline_ns);
 
+// Seconds (a flag's value) to nanoseconds, rounded to the nearest.
+int64_t SecondsToNs(double s);
+
 // printf into a std::string (at most 255 characters).
 std::string StrFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

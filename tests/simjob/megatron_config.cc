@@ -25,8 +25,6 @@ Shape ShapeOf(const Options& o) {
   return s;
 }
 
-int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
-
 uint64_t Scaled(uint64_t bytes, double scale) {
   return std::max<uint64_t>(4096, std::llround(static_cast<double>(bytes) * scale));
 }

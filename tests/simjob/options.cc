@@ -258,8 +258,6 @@ const Flag kFlags[] = {
      [](Options* o, const char*) { return Enable(&o->help); }},
 };
 
-int64_t SecondsToNs(double s) { return std::llround(s * 1e9); }
-
 const Flag* FindFlag(const std::string& name) {
   for (const Flag& f : kFlags) {
     if (name == f.name) return &f;
