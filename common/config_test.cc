@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/status_matchers.h"
+#include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -29,12 +30,7 @@ struct Fixture {
   }
 };
 
-ConfigTable::EnvLookup EnvFrom(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
-}
+using ::ncclwatch::testutil::EnvFrom;
 
 TEST(ConfigTableTest, DefaultsEnvironmentThenFlags) {
   Fixture f;

@@ -4,26 +4,22 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::plugin {
 namespace {
 
-ConfigTable::EnvLookup Env(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
-}
+using ::ncclwatch::testutil::EnvFrom;
 
 TEST(PluginConfigTest, ANumberOutOfRangeTakesTheNearestBoundAndSaysWhy) {
   PluginConfig config;
   std::vector<std::string> warnings;
   ASSERT_TRUE(LoadPluginConfig(config,
-                               Env({{"NCCLWATCH_OP_POOL_SIZE", "10"},
-                                    {"NCCLWATCH_RING_SIZE", "100000000"},
-                                    {"NCCLWATCH_FLUSH_INTERVAL_MS", "5"},
-                                    {"NCCLWATCH_SAMPLE_STRIDE", "6"}}),
+                               EnvFrom({{"NCCLWATCH_OP_POOL_SIZE", "10"},
+                                        {"NCCLWATCH_RING_SIZE", "100000000"},
+                                        {"NCCLWATCH_FLUSH_INTERVAL_MS", "5"},
+                                        {"NCCLWATCH_SAMPLE_STRIDE", "6"}}),
                                &warnings)
                   .ok());
   EXPECT_EQ(config.op_pool_size, 64);
@@ -39,20 +35,20 @@ TEST(PluginConfigTest, ANumberOutOfRangeTakesTheNearestBoundAndSaysWhy) {
                           "NCCLWATCH_SAMPLE_STRIDE=6 is not a power of two; using 4"}));
   // Without a place for warnings, the same values are brought in range all the same.
   PluginConfig quiet;
-  ASSERT_TRUE(LoadPluginConfig(quiet, Env({{"NCCLWATCH_OP_POOL_SIZE", "10"}})).ok());
+  ASSERT_TRUE(LoadPluginConfig(quiet, EnvFrom({{"NCCLWATCH_OP_POOL_SIZE", "10"}})).ok());
   EXPECT_EQ(quiet.op_pool_size, 64);
 }
 
 TEST(PluginConfigTest, AValueThatDoesNotParseTurnsThePluginOffWithTheVariableNamed) {
   PluginConfig config;
-  const absl::Status status = LoadPluginConfig(config, Env({{"NCCLWATCH_RING_SIZE", "lots"}}));
+  const absl::Status status = LoadPluginConfig(config, EnvFrom({{"NCCLWATCH_RING_SIZE", "lots"}}));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("NCCLWATCH_RING_SIZE"), std::string::npos) << status;
 }
 
 TEST(PluginConfigTest, ABareSocketPathIsAUnixAddress) {
   PluginConfig config;
-  ASSERT_TRUE(LoadPluginConfig(config, Env({{"NCCLWATCH_AGENT_ADDR", "/run/a.sock"}})).ok());
+  ASSERT_TRUE(LoadPluginConfig(config, EnvFrom({{"NCCLWATCH_AGENT_ADDR", "/run/a.sock"}})).ok());
   EXPECT_EQ(config.agent_addr, "unix:///run/a.sock");
 }
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "common/test_time.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {

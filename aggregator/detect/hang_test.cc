@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "aggregator/detect/rank_set.h"
-#include "common/test_time.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {

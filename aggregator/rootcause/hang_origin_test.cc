@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/test_time.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {

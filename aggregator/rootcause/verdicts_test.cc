@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "common/test_time.h"
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {

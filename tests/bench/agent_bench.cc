@@ -31,6 +31,7 @@
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/report.grpc.pb.h"
 #include "proto/samples.h"
+#include "proto/testing/report_builder.h"
 #include "tests/e2e/process.h"
 
 namespace ncclwatch::bench {
@@ -63,15 +64,13 @@ class CountingAggregator final
 };
 
 ncclwatch::v1::RankReport MakeReport(int rank, int nranks) {
-  ncclwatch::v1::RankReport r;
-  auto* id = r.mutable_identity();
-  id->set_job_id("bench-job");
-  id->set_comm_hash(0xbe7c4);
-  id->set_comm_name("world");
-  id->set_rank(rank);
-  id->set_nranks(nranks);
-  id->set_n_nodes(1);
-  id->set_cuda_device(rank % 8);
+  ncclwatch::v1::RankReport r = testing::ReportFrom({.job_id = "bench-job",
+                                                     .cuda_device = rank % 8,
+                                                     .comm_hash = 0xbe7c4,
+                                                     .comm_name = "world",
+                                                     .rank = rank,
+                                                     .nranks = nranks,
+                                                     .n_nodes = 1});
   r.set_interval_start_unix_ns(1'700'000'000'000'000'000);
   r.set_interval_end_unix_ns(1'700'000'001'000'000'000);
   for (const char* op : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast"}) {

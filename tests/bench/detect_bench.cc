@@ -30,6 +30,7 @@
 #include "benchmark/benchmark.h"
 #include "common/op_math.h"
 #include "proto/samples.h"
+#include "proto/testing/report_builder.h"
 
 namespace ncclwatch::bench {
 namespace {
@@ -41,18 +42,16 @@ constexpr int kSamplesPerReport = 256;
 // Rank `rank`'s report of interval `interval`: 256 AllReduces (seq numbers of the interval), rank
 // 3 arriving 2 ms late, plus statistics and one operation in flight.
 ncclwatch::v1::RankReport MakeReport(int rank, int nranks, int interval) {
-  ncclwatch::v1::RankReport r;
-  auto* id = r.mutable_identity();
-  id->set_job_id("bench-job");
-  id->set_comm_hash(0xbe7c4);
-  id->set_comm_name("world");
-  id->set_rank(rank);
-  id->set_nranks(nranks);
-  id->set_n_nodes(std::max(1, nranks / 8));
-  id->set_node("node-" + std::to_string(rank / 8));
-  id->set_host("host-" + std::to_string(rank / 8));
-  id->set_pid(1000 + rank);
-  id->set_cuda_device(rank % 8);
+  ncclwatch::v1::RankReport r = testing::ReportFrom({.job_id = "bench-job",
+                                                     .host = "host-" + std::to_string(rank / 8),
+                                                     .pid = static_cast<uint32_t>(1000 + rank),
+                                                     .cuda_device = rank % 8,
+                                                     .comm_hash = 0xbe7c4,
+                                                     .comm_name = "world",
+                                                     .rank = rank,
+                                                     .nranks = nranks,
+                                                     .n_nodes = std::max(1, nranks / 8),
+                                                     .node = "node-" + std::to_string(rank / 8)});
   auto* st = r.add_stats();
   st->set_op("AllReduce");
   st->set_algo_proto("RING_SIMPLE");
@@ -137,18 +136,16 @@ void PrintMemory(int nranks) {
 ncclwatch::v1::RankReport Make3DReport(const std::string& name, uint64_t hash, int rank, int nranks,
                                        int n_nodes, int world, const char* op, uint64_t bytes,
                                        int count, int interval) {
-  ncclwatch::v1::RankReport r;
-  auto* id = r.mutable_identity();
-  id->set_job_id("bench-3d");
-  id->set_comm_hash(hash);
-  id->set_comm_name(name);
-  id->set_rank(rank);
-  id->set_nranks(nranks);
-  id->set_n_nodes(n_nodes);
-  id->set_node("node-" + std::to_string(world / 8));
-  id->set_host("host-" + std::to_string(world / 8));
-  id->set_pid(1000 + world);
-  id->set_cuda_device(world % 8);
+  ncclwatch::v1::RankReport r = testing::ReportFrom({.job_id = "bench-3d",
+                                                     .host = "host-" + std::to_string(world / 8),
+                                                     .pid = static_cast<uint32_t>(1000 + world),
+                                                     .cuda_device = world % 8,
+                                                     .comm_hash = hash,
+                                                     .comm_name = name,
+                                                     .rank = rank,
+                                                     .nranks = nranks,
+                                                     .n_nodes = n_nodes,
+                                                     .node = "node-" + std::to_string(world / 8)});
   auto* st = r.add_stats();
   st->set_op(count > 0 ? op : "Send");
   st->set_algo_proto("RING_SIMPLE");
