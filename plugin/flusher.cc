@@ -76,12 +76,17 @@ void Flusher::DrainLocked(const std::vector<CommState*>& comms) {
                    });
   for (size_t i : by_start_) {
     Drained& d = drained_[i];
-    d.own_time_ns = own_time_[d.comm->identity().cuda_device].Observe(d.completion.gpu_start_ns,
-                                                                      d.completion.gpu_stop_ns);
+    OwnTimeTracker& tracker = own_time_[d.comm->identity().cuda_device];
+    if (d.completion.bogus) {
+      tracker.ObserveUnknownEnd(d.completion.gpu_start_ns);
+    } else {
+      d.own_time_ns = tracker.Observe(d.completion.gpu_start_ns, d.completion.gpu_stop_ns);
+    }
   }
   // One clock read per drain, and only for a sink that looks at operations.
   const int64_t drained_unix_ns = deliver_operations_ ? RealtimeNs() : 0;
   for (const Drained& d : drained_) {
+    if (d.completion.bogus) continue;  // counted (CommState::bogus), never measured
     accumulators_[d.comm]->Add(d.completion, d.comm->identity().nranks, d.own_time_ns);
     if (deliver_operations_) sink_.OnOperation(*d.comm, d.completion, drained_unix_ns);
   }
@@ -139,6 +144,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   drops->set_records_dropped(comm->ring().dropped());
   drops->set_reports_dropped(sink_.dropped());
   drops->set_untimed_ops(comm->untimed());
+  drops->set_bogus_timings(comm->bogus());
   drops->set_agent_outages(sink_.outages());
   drops->set_samples_capped(acc.samples_capped());
   report.set_final(final);

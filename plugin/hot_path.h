@@ -99,6 +99,10 @@ struct Completion {
   uint64_t user_tag = 0;          // v7 userTag, 0 when untagged
   uint64_t sync_wait_ns = 0;      // longest initial-sync phase over the channels; 0: not seen
   bool timed = true;              // false: no GPU times (copy-engine collectives)
+  // Its GPU timestamps cannot be true (Recorder::Complete): counted, left out of every figure;
+  // only its start is passed on (gpu_stop_ns = gpu_start_ns), so that the own time of the
+  // operation after it is known to be unknown.
+  bool bogus = false;
 };
 
 // Fixed array of slots with a lock-free free list. Claim and Release are O(1) whatever the number

@@ -254,6 +254,35 @@ TEST_F(RecorderTest, OperationsWithoutGpuTimesAreCountedUntimed) {
   EXPECT_EQ(recorder_.ops_in_use(), 0u);
 }
 
+// A KernelCh stop seconds after its start, for an operation the host enqueued a moment ago: the
+// timestamps cannot be true. Counted, never measured; a plausible long kernel still is.
+TEST_F(RecorderTest, AKernelLongerThanItsOperationLivedIsCountedNotMeasured) {
+  void* op = recorder_.StartOp(comm_, AllReduce(0, 1));
+  recorder_.StopEvent(op);
+  void* ch = recorder_.StartKernelChannel(op, 0, 1'000'000);
+  recorder_.RecordKernelChannelStop(ch, 1'000'000 + 5'000'000'000ull);  // "5 s"
+  recorder_.StopEvent(ch);
+  Completion c;
+  ASSERT_TRUE(comm_->ring().Pop(&c));  // passed on marked, with its start only
+  EXPECT_TRUE(c.bogus);
+  EXPECT_EQ(c.gpu_start_ns, 1'000'000u);
+  EXPECT_EQ(c.gpu_stop_ns, 1'000'000u);
+  EXPECT_EQ(comm_->bogus(), 1u);
+  EXPECT_EQ(comm_->untimed(), 0u);
+  EXPECT_EQ(recorder_.ops_in_use(), 0u);
+
+  // 9 ms is below what is checked; the next operation is measured as usual.
+  void* ok = recorder_.StartOp(comm_, AllReduce(1, 1));
+  recorder_.StopEvent(ok);
+  void* ok_ch = recorder_.StartKernelChannel(ok, 0, 1'000'000);
+  recorder_.RecordKernelChannelStop(ok_ch, 10'000'000);
+  recorder_.StopEvent(ok_ch);
+  ASSERT_TRUE(comm_->ring().Pop(&c));
+  EXPECT_FALSE(c.bogus);
+  EXPECT_EQ(c.exec_ns, 9'000'000u);
+  EXPECT_EQ(comm_->bogus(), 1u);
+}
+
 TEST_F(RecorderTest, NullContextAndFullPoolDropWithoutCrashing) {
   EXPECT_EQ(recorder_.StartOp(nullptr, AllReduce(0, 1)), nullptr);
   recorder_.StopEvent(nullptr);

@@ -4,18 +4,27 @@ namespace ncclwatch::plugin {
 
 int64_t OwnTimeTracker::Observe(uint64_t start_ns, uint64_t stop_ns) {
   bool found = false;
+  bool unknown = false;
   uint64_t latest = 0;
   for (size_t i = 0; i < size_; ++i) {
     if (ends_[i] <= start_ns + kOverlapNs && (!found || ends_[i] > latest)) {
       latest = ends_[i];
+      unknown = unknown_[i];
       found = true;
     }
   }
-  ends_[next_] = stop_ns;
+  Record(stop_ns, false);
+  if (!found || unknown) return -1;
+  return latest >= start_ns ? 0 : static_cast<int64_t>(start_ns - latest);
+}
+
+void OwnTimeTracker::ObserveUnknownEnd(uint64_t start_ns) { Record(start_ns, true); }
+
+void OwnTimeTracker::Record(uint64_t end_ns, bool unknown) {
+  ends_[next_] = end_ns;
+  unknown_[next_] = unknown;
   next_ = (next_ + 1) % kHistory;
   if (size_ < kHistory) ++size_;
-  if (!found) return -1;
-  return latest >= start_ns ? 0 : static_cast<int64_t>(start_ns - latest);
 }
 
 }  // namespace ncclwatch::plugin

@@ -35,9 +35,14 @@ class OwnTimeTracker {
   // start_ns minus the latest end <= start_ns + kOverlapNs seen so far (0 if that end is after
   // the start), or -1 if no such end is known.
   int64_t Observe(uint64_t start_ns, uint64_t stop_ns);
+  // Records an operation that started at `start_ns` and ended who knows when (its timestamps were
+  // bogus): an operation whose latest earlier end is this one gets -1, not a made-up own time.
+  void ObserveUnknownEnd(uint64_t start_ns);
 
  private:
+  void Record(uint64_t end_ns, bool unknown);
   std::array<uint64_t, kHistory> ends_{};  // ring of the most recent ends, in arrival order
+  std::array<bool, kHistory> unknown_{};   // that end is only a lower bound (ObserveUnknownEnd)
   size_t next_ = 0;
   size_t size_ = 0;
 };

@@ -23,6 +23,17 @@ TEST(OwnTimeTrackerTest, MeasuresFromTheLatestEarlierEndWhateverTheOrderSeen) {
   EXPECT_EQ(t.Observe(95 * kMs, 96 * kMs), 5 * kMs);
 }
 
+// An operation whose timestamps were bogus: its end is unknown, so the own time of the one after
+// it is too (-1), not its start minus an older end; the one after that is measured again.
+TEST(OwnTimeTrackerTest, AfterAnOperationOfUnknownEndTheOwnTimeIsUnknown) {
+  constexpr int64_t kMs = 1'000'000;
+  OwnTimeTracker t;
+  EXPECT_EQ(t.Observe(10 * kMs, 20 * kMs), -1);
+  t.ObserveUnknownEnd(22 * kMs);
+  EXPECT_EQ(t.Observe(30 * kMs, 31 * kMs), -1);
+  EXPECT_EQ(t.Observe(33 * kMs, 34 * kMs), 2 * kMs);
+}
+
 TEST(OwnTimeTrackerTest, TheNextKernelMayStartAFewMicrosecondsBeforeThePreviousOneStopped) {
   // The previous kernel's last channel stops 3 us after the next kernel's first channel started:
   // no own time in between, not the gap to the kernel before.

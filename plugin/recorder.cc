@@ -6,6 +6,9 @@
 namespace ncclwatch::plugin {
 namespace {
 
+// GPU spans above this are checked against the operation's life on the host (Complete).
+constexpr uint64_t kCheckedSpanNs = 10'000'000;
+
 // std::popcount without the POPCNT instruction (the baseline x86-64 target) is a call into
 // libgcc through the PLT; this is a handful of inline arithmetic instructions.
 inline int Popcount(uint64_t x) {
@@ -197,7 +200,23 @@ void Recorder::Complete(OpSlot* slot) noexcept {
     comm->CountUntimed();
     return;
   }
+  // Telemetry that lies: a kernel cannot run longer than its operation lived on the host, from its
+  // enqueue to now (its completion being noticed). NCCL and drivers occasionally deliver such
+  // timestamps (a KernelCh stop seconds after a microsecond kernel); one of them would skew every
+  // figure it enters, so it is counted and left out. Only spans over 10 ms are checked (one clock
+  // read): the coarse enqueue clock ticks in milliseconds, and a tolerance of an eighth covers the
+  // GPU and host clocks' rates.
   Completion c = Describe(slot);
+  if (const uint64_t span = stop_max - start_min; span > kCheckedSpanNs) {
+    const int64_t lived = CoarseMonotonicNs() - slot->enqueue_mono_ns.load(kRelaxed);
+    if (static_cast<int64_t>(span) > lived + lived / 8 + static_cast<int64_t>(kCheckedSpanNs)) {
+      comm->CountBogus();
+      c.bogus = true;
+      c.gpu_start_ns = c.gpu_stop_ns = start_min;
+      comm->ring().Push(c);
+      return;
+    }
+  }
   c.gpu_start_ns = start_min;
   c.gpu_stop_ns = stop_max;
   c.exec_ns = longest;

@@ -36,6 +36,7 @@ class CommState {
   const CommIdentity& identity() const { return identity_; }
   CompletionRing& ring() { return ring_; }
   void CountUntimed() { untimed_.fetch_add(1, std::memory_order_relaxed); }
+  void CountBogus() { bogus_.fetch_add(1, std::memory_order_relaxed); }
   // True for about one completion in 16: those read the host clock for GPU-clock calibration.
   // A load and a store, not a read-modify-write: under concurrent completions it may skip or
   // repeat a tick, which only changes which completions are used.
@@ -45,11 +46,14 @@ class CommState {
     return (tick & 15) == 0;
   }
   uint64_t untimed() const { return untimed_.load(std::memory_order_relaxed); }
+  // Completions whose GPU timestamps cannot be true (Recorder::Complete): counted, not measured.
+  uint64_t bogus() const { return bogus_.load(std::memory_order_relaxed); }
 
  private:
   const CommIdentity identity_;
   CompletionRing ring_;
   std::atomic<uint64_t> untimed_{0};
+  std::atomic<uint64_t> bogus_{0};
   std::atomic<uint32_t> clock_tick_{0};
 };
 

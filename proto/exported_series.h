@@ -29,6 +29,10 @@ inline constexpr SeriesFamily kExportedSeries[] = {
     {"nccl_p2p_exec_time_microseconds", "Mean point-to-point execution time.", "gauge"},
     {"ncclwatch_straggler", "1 while the rank is flagged as consistently late (absent otherwise).",
      "gauge", true},
+    {"ncclwatch_origin_not_found",
+     "1 while the rank pages as a straggler with no origin found: late beyond its replicas while "
+     "no GPU of its job is slow itself (absent otherwise).",
+     "gauge", true},
     {"ncclwatch_rank_lateness_seconds",
      "Median time the rank reaches collectives after the first rank of its communicator.", "gauge",
      true},
@@ -51,7 +55,8 @@ inline constexpr SeriesFamily kExportedSeries[] = {
      "communicators (its NVLink-only communicators being healthy).",
      "gauge", true},
     {"ncclwatch_node_straggler",
-     "1 while every rank the communicator has on the node is flagged slow (absent otherwise).",
+     "1 while the node is reported slow: several of its GPUs slow themselves, or every rank the "
+     "communicator has on it late (absent otherwise).",
      "gauge", true},
     {"ncclwatch_rank_silent",
      "1 while the rank's reports have stopped and the rest of its communicator carries on.",
@@ -62,8 +67,8 @@ inline constexpr SeriesFamily kExportedSeries[] = {
      "gauge", true},
     {"ncclwatch_plugin_drops_total",
      "What the rank's plugin could not record since its process started, by kind (events, "
-     "records, reports, samples_capped, channel_events_orphaned): a pool, ring or queue was "
-     "full.",
+     "records, reports, samples_capped, channel_events_orphaned: a pool, ring or queue was "
+     "full; bogus_timings: GPU timestamps that cannot be true, not measured).",
      "counter"},
     {"ncclwatch_tagged_exec_time_microseconds",
      "Mean execution time of the rank's operations that the application tagged (NCCL 2.31 "

@@ -23,6 +23,7 @@ Analyzer::Analyzer(AnalyzerOptions options)
       detectors_(options),
       own_time_(options.own_time),
       verdicts_(options.root_cause),
+      unexplained_options_(options.unexplained),
       job_end_silence_ns_(options.job_end_silence_ns),
       report_points_(options.report_points) {}
 
@@ -37,6 +38,13 @@ void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
       events->push_back(StragglerEvent(key, entry.who, change, entry.FlaggedSince(rank), now_ns));
     }
     if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
+  }
+  if (!changes.empty()) {
+    if (entry.flagged_since_ns.empty()) {
+      late_comms_.erase(key);
+    } else {
+      late_comms_.insert(key);
+    }
   }
   if (!changes.empty() && !entry.own_times) JudgeNodesLocked(key, entry, now_ns, events);
 }
@@ -88,6 +96,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
       known->host != id.host() || known->job_id != id.job_id()) {
     const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
+    families_.Set(key, entry->who.nranks, entry->who.n_nodes);
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
     for (const SilentNodeChange& change : detectors_.silent_nodes.Member(
              key, id.rank(), entry->who.Rank(id.rank()).node,
@@ -104,6 +113,10 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
         report_points_ ? &out.points : nullptr, source);
   }
 
+  // Telemetry that lied (the plugin left those operations out): counted for `comms`.
+  if (report.drops().bogus_timings() > 0) {
+    entry->bogus_timings[id.rank()] = report.drops().bogus_timings();
+  }
   const RankInterval interval = ToRankInterval(report);
   detectors_.hangs.Update(key, interval, now_ns);
   detectors_.degraded.Observe(key, interval);
@@ -172,6 +185,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   registry_.Expire(
       now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   VerdictEventsLocked(verdicts_.Tick(now_ns, GpusOnNodeLocked()), now_ns, &events);
+  UnexplainedLatenessLocked(now_ns, &events);
   lifecycle_.Filter(&events);
   EndSilentJobsLocked(now_ns, &events);
   lifecycle_.Expire(now_ns);
@@ -181,6 +195,8 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
 void Analyzer::ForgetLocked(const CommKey& key) {
   detectors_.Forget(key);
   processes_.Forget(key);
+  families_.Forget(key);
+  late_comms_.erase(key);  // its origin-not-found pages end at the next Tick
   for (auto it = silent_processes_.begin(); it != silent_processes_.end();) {
     it->second.erase(key);
     it = it->second.empty() ? silent_processes_.erase(it) : std::next(it);
@@ -210,7 +226,8 @@ std::vector<SeriesPoint> Analyzer::Series(bool detection_only) const {
     }
   }
   ncclwatch::MutexLock lock(&mu_);
-  AppendDetectionSeries(registry_, detectors_, verdicts_, hang_origins_, clock_ns_, &out);
+  AppendDetectionSeries(registry_, detectors_, verdicts_, hang_origins_, UnexplainedViewLocked(),
+                        clock_ns_, &out);
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "aggregator/analysis/detection_series.h"
 #include "aggregator/analysis/job_lifecycle.h"
 #include "aggregator/analysis/registry.h"
 #include "aggregator/analysis/series_table.h"
@@ -28,6 +29,7 @@
 #include "aggregator/rootcause/hang_origin.h"
 #include "aggregator/rootcause/own_time.h"
 #include "aggregator/rootcause/process_index.h"
+#include "aggregator/rootcause/unexplained.h"
 #include "aggregator/rootcause/verdicts.h"
 #include "common/series.h"
 #include "common/sync.h"
@@ -42,6 +44,7 @@ class Answers;
 struct AnalyzerOptions : DetectorOptions {
   OwnTimeOptions own_time;
   RootCauseOptions root_cause;
+  UnexplainedOptions unexplained;
   int64_t series_ttl_ns = 600'000'000'000;  // forget a rank's series after 10 min of silence
   // Cardinality caps: a report of a job (or communicator) beyond them is not analysed, and a
   // series beyond them is not exported; each is counted. They bound memory whatever the input.
@@ -135,6 +138,16 @@ class Analyzer {
   void CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RootCauseVerdicts::GpusOnNode GpusOnNodeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lateness no root cause explains (rootcause/unexplained.h): ends the pages whose lateness
+  // cleared, then pages the late ranks and nodes of jobs whose root-cause analysis names nobody.
+  void UnexplainedLatenessLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the open origin-not-found pages of `job_id`, with `reason` when not empty.
+  void EndUnexplainedLocked(const std::string& job_id, const std::string& reason, int64_t now_ns,
+                            std::vector<ncclwatch::v1::Event>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the root-cause analysis names a GPU or node of `job_id`, or a hang of it has an origin.
+  bool JobHasRootCauseLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
   void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `job_id` ended at `now_ns` because of `why`: its open findings end, it is forgotten.
@@ -178,6 +191,20 @@ class Analyzer {
   RootCauseVerdicts verdicts_ ABSL_GUARDED_BY(mu_);  // what of own_time_'s verdicts pages
   HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);      // open findings, ended jobs
+  const UnexplainedOptions unexplained_options_;
+  CommFamilies families_ ABSL_GUARDED_BY(mu_);         // like communicators of each job
+  std::set<CommKey> late_comms_ ABSL_GUARDED_BY(mu_);  // communicators with ranks flagged late
+  // Late ranks beyond their family, as of the last Tick: since when.
+  std::map<std::pair<CommKey, int>, int64_t> beyond_since_ ABSL_GUARDED_BY(mu_);
+  // An open origin-not-found page (rootcause/unexplained.h): its START and the late communicator
+  // ranks it stands for (it ends when one of them clears).
+  struct UnexplainedPage {
+    ncclwatch::v1::Event start;
+    std::vector<std::pair<CommKey, int>> members;
+  };
+  std::map<std::string, std::vector<UnexplainedPage>> unexplained_ ABSL_GUARDED_BY(mu_);  // by job
+  // What of them the detection series export.
+  UnexplainedView UnexplainedViewLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const int64_t job_end_silence_ns_;
   const bool report_points_;
   int64_t listening_ns_ ABSL_GUARDED_BY(mu_) = 0;  // StartListening()

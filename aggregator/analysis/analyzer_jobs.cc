@@ -84,6 +84,16 @@ void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::E
 void Analyzer::VerdictEventsLocked(const VerdictChanges& changes, int64_t now_ns,
                                    std::vector<ncclwatch::v1::Event>* events) {
   if (changes.empty()) return;
+  // A root cause found replaces the job's origin-not-found pages: they end before it starts.
+  std::set<std::string> found;
+  for (const GpuChange& change : changes.gpus) {
+    if (change.start) found.insert(change.gpu.evidence.process.job_id);
+  }
+  for (const NodeChange& change : changes.nodes) {
+    if (change.start) found.insert(change.job_id);
+  }
+  for (const std::string& job : found)
+    EndUnexplainedLocked(job, kEndRootCauseFound, now_ns, events);
   // The late ranks of each job concerned, by root cause: computed once per job.
   std::map<std::string, std::map<ProcessKey, std::vector<ncclwatch::v1::StragglerInfo>>> by_job;
   for (const GpuChange& change : changes.gpus) {
@@ -103,6 +113,11 @@ CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) co
   health.silent_ranks = detectors_.hangs.SilentRanks(key);
   if (entry.own_times) {
     for (const auto& [p, gpu] : verdicts_.gpus()) health.stragglers += gpu.evidence.comm == key;
+    if (auto pages = unexplained_.find(key.job_id); pages != unexplained_.end()) {
+      for (const UnexplainedPage& page : pages->second) {
+        for (const auto& member : page.members) health.stragglers += member.first == key;
+      }
+    }
   } else {
     for (const RankScore& s : detectors_.stragglers.Scores(key)) {
       health.stragglers += s.flagged ? 1 : 0;
@@ -117,7 +132,11 @@ CommHealth Analyzer::HealthLocked(const CommKey& key, const CommEntry& entry) co
 ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommEntry& entry,
                                                  CommHealth* health) const {
   *health = HealthLocked(key, entry);
-  return CommInfoOf(key, entry.who, entry.newest_seen_ns, *health);
+  ncclwatch::v1::CommInfo info = CommInfoOf(key, entry.who, entry.newest_seen_ns, *health);
+  uint64_t bogus = 0;
+  for (const auto& [rank, n] : entry.bogus_timings) bogus += n;
+  info.set_bogus_timings(bogus);
+  return info;
 }
 
 const ProcessKey* Analyzer::ReportedInLocked(const CommKey& comm) const {

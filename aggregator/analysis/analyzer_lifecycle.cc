@@ -23,6 +23,10 @@ void Analyzer::EndJobLocked(const std::string& job_id, const std::string& why, i
   registry_.EraseJob(
       job_id, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   verdicts_.ForgetJob(job_id);
+  unexplained_.erase(job_id);  // ended with the job above
+  for (auto it = beyond_since_.begin(); it != beyond_since_.end();) {
+    it = it->first.first.job_id == job_id ? beyond_since_.erase(it) : std::next(it);
+  }
 }
 
 void Analyzer::StartListening(int64_t now_ns) {

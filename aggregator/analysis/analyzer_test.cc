@@ -132,6 +132,7 @@ TEST(AnalyzerTest, PluginDropsAreExportedPerRankAndKind) {
   ncclwatch::v1::RankReport r = Report(3, 8, 0, 0, -1);
   r.mutable_drops()->set_events_dropped(17);
   r.mutable_drops()->set_reports_dropped(2);
+  r.mutable_drops()->set_bogus_timings(3);  // telemetry that lied: counted, shown
   analyzer.Ingest(r, 1'000'000'000);
   std::map<std::string, double> by_kind;
   for (const SeriesPoint& s : analyzer.Series()) {
@@ -140,11 +141,16 @@ TEST(AnalyzerTest, PluginDropsAreExportedPerRankAndKind) {
     EXPECT_EQ(*Label(s, "job_id"), "job-7");
     by_kind[*Label(s, "kind")] = s.value;
   }
-  EXPECT_EQ(by_kind, (std::map<std::string, double>{{"channel_events_orphaned", 0},
+  EXPECT_EQ(by_kind, (std::map<std::string, double>{{"bogus_timings", 3},
+                                                    {"channel_events_orphaned", 0},
                                                     {"events", 17},
                                                     {"records", 0},
                                                     {"reports", 2},
                                                     {"samples_capped", 0}}));
+  // ... and summed per communicator for `ncclwatch comms`.
+  const auto comms = analyzer.answers().Comms("job-7");
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].bogus_timings(), 3u);
 }
 
 // Prometheus keeps the first value it sees under a timestamp: a detection series whose value

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -47,12 +48,31 @@ std::vector<ncclwatch::v1::StragglerInfo> Answers::Stragglers(const std::string&
   ncclwatch::MutexLock lock(&a_.mu_);
   std::vector<ncclwatch::v1::StragglerInfo> out;
   for (const auto& [key, entry] : a_.registry_.comms()) {
-    // With own times, lateness is a consequence: answered under its root cause.
+    // With own times, lateness is a consequence: answered under its root cause, or below.
     if ((!job_id.empty() && key.job_id != job_id) || entry.own_times) continue;
-    for (const RankScore& score : a_.detectors_.stragglers.Scores(key)) {
+    for (const RankScore& score : a_.detectors_.stragglers.Notable(key)) {
       if (score.flagged) {
         out.push_back(StragglerInfoOf(key, entry.who, score, entry.FlaggedSince(score.rank)));
       }
+    }
+  }
+  // Late ranks paging with no origin found (a node's ranks are under slow_nodes).
+  for (const auto& [job, pages] : a_.unexplained_) {
+    if (!job_id.empty() && job != job_id) continue;
+    for (const Analyzer::UnexplainedPage& page : pages) {
+      if (page.start.kind() != ncclwatch::v1::Event::STRAGGLER) continue;
+      const auto& [comm, rank] = page.members.front();
+      const CommEntry* entry = a_.registry_.Find(comm);
+      std::optional<RankScore> now;
+      for (const RankScore& s : a_.detectors_.stragglers.Notable(comm)) {
+        if (s.rank == rank) now = s;
+      }
+      ncclwatch::v1::StragglerInfo info =
+          now && entry != nullptr
+              ? StragglerInfoOf(comm, entry->who, *now, entry->FlaggedSince(rank))
+              : page.start.straggler();
+      info.set_origin_not_found(true);
+      out.push_back(std::move(info));
     }
   }
   return out;

@@ -9,12 +9,19 @@ namespace ncclwatch::aggregator {
 
 void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
                            const RootCauseVerdicts& verdicts, const HangOrigins& hang_origins,
-                           int64_t now_ns, std::vector<SeriesPoint>* out) {
+                           const UnexplainedView& unexplained, int64_t now_ns,
+                           std::vector<SeriesPoint>* out) {
   const int64_t now_ms = now_ns / 1'000'000;
-  std::set<std::pair<CommKey, int>> root_ranks;  // each reported GPU's rank in its evidence
+  // Each reported GPU's rank in its evidence, and each rank paged with no origin found.
+  std::set<std::pair<CommKey, int>> root_ranks;
   for (const auto& [p, gpu] : verdicts.gpus()) {
     root_ranks.emplace(gpu.evidence.comm, gpu.evidence.rank);
   }
+  // The ranks of a node paged with no origin found page too (the alert is per rank, and says the
+  // node), as a communicator without own times does.
+  const auto& unexplained_ranks = unexplained.ranks;
+  const auto& unexplained_nodes = unexplained.nodes;
+  root_ranks.insert(unexplained_ranks.begin(), unexplained_ranks.end());
   std::map<CommKey, const HangView*> hung;  // the origins of hangs
   for (const auto& [comm, group] : hang_origins.origins()) hung[comm] = &group.origin;
   for (const auto& [key, entry] : registry.comms()) {
@@ -25,14 +32,19 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
     // Nodes and ranks are walked only where something is flagged: most communicators, most
     // seconds, have nothing to export beyond the three series above.
     std::set<std::string> nodes;
-    if (entry.own_times ? verdicts.AnyNodeSlow(key.job_id) : d.slow_nodes.AnySlow(key)) {
+    auto unexplained_node = unexplained_nodes.lower_bound({key, std::string()});
+    const bool any_unexplained_node =
+        unexplained_node != unexplained_nodes.end() && unexplained_node->first == key;
+    if (entry.own_times ? verdicts.AnyNodeSlow(key.job_id) || any_unexplained_node
+                        : d.slow_nodes.AnySlow(key)) {
       for (const auto& [rank, r] : who.ranks) {
         if (!r.node.empty()) nodes.insert(r.node);
       }
     }
     for (const auto& node : nodes) {
-      if (!(entry.own_times ? verdicts.IsNodeSlow(key.job_id, node)
-                            : d.slow_nodes.IsSlow(key, node))) {
+      if (!(entry.own_times
+                ? verdicts.IsNodeSlow(key.job_id, node) || unexplained_nodes.count({key, node}) > 0
+                : d.slow_nodes.IsSlow(key, node))) {
         continue;
       }
       LabelPairs node_labels = comm_labels;
@@ -77,6 +89,9 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
       if (!flagged && !late) continue;
       LabelPairs labels = CommRegistry::RankLabels(comm_labels, who, score.rank);
       if (flagged) out->push_back({"ncclwatch_straggler", labels, 1.0, now_ms});
+      if (unexplained_ranks.count({key, score.rank}) > 0) {
+        out->push_back({"ncclwatch_origin_not_found", labels, 1.0, now_ms});
+      }
       out->push_back(
           {"ncclwatch_rank_lateness_seconds", std::move(labels), score.lateness_ns * 1e-9, now_ms});
     }

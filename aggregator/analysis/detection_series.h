@@ -4,6 +4,9 @@
 #define NCCLWATCH_AGGREGATOR_ANALYSIS_DETECTION_SERIES_H_
 
 #include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "aggregator/analysis/registry.h"
@@ -21,7 +24,9 @@ namespace ncclwatch::aggregator {
 //
 // ncclwatch_straggler and ncclwatch_node_straggler page: for a communicator with own times they
 // come from the root-cause findings (`verdicts`: 1 for a reported GPU's rank in the communicator
-// it was reported in, and for a node reported slow), else from the lateness flags. Likewise
+// it was reported in, and for a node reported slow) and from the pages of lateness with no origin
+// found (`unexplained`; ncclwatch_origin_not_found is 1 for their ranks, so that the alert can say
+// so), else from the lateness flags. Likewise
 // ncclwatch_hang, ncclwatch_hang_age_seconds and ncclwatch_rank_missing are set for the origins
 // of hangs (`hangs`) only, not for the operations stuck behind them.
 //
@@ -32,9 +37,16 @@ namespace ncclwatch::aggregator {
 // 400,000 zeros (docs/scale.md). Alerts select `== 1` and resolve when the series goes stale;
 // a rank's lateness is there while it is flagged or at least the straggler threshold late (the
 // consequences of a slow GPU stay visible).
+// The communicator ranks and nodes paged with no origin found (rootcause/unexplained.h).
+struct UnexplainedView {
+  std::set<std::pair<CommKey, int>> ranks;
+  std::set<std::pair<CommKey, std::string>> nodes;
+};
+
 void AppendDetectionSeries(const CommRegistry& registry, const Detectors& detectors,
                            const RootCauseVerdicts& verdicts, const HangOrigins& hangs,
-                           int64_t now_ns, std::vector<SeriesPoint>* out);
+                           const UnexplainedView& unexplained, int64_t now_ns,
+                           std::vector<SeriesPoint>* out);
 
 }  // namespace ncclwatch::aggregator
 

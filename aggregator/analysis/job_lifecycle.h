@@ -27,6 +27,8 @@ namespace ncclwatch::aggregator {
 
 inline constexpr char kEndFaultCleared[] = "fault cleared";
 inline constexpr char kEndJobEnded[] = "job ended";
+// An origin-not-found page replaced by the root cause found since (rootcause/unexplained.h).
+inline constexpr char kEndRootCauseFound[] = "root cause found";
 
 struct JobLifecycleOptions {
   int64_t ended_ttl_ns = 3'600'000'000'000;  // how long an ended job stays listed

@@ -59,6 +59,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     entry.unreported = id.nranks();
     entry.flagged_since_ns.clear();
     entry.finalized.clear();
+    entry.bogus_timings.clear();
     *restarted = true;
   }
   who.comm_name = id.comm_name();

@@ -41,6 +41,9 @@ struct CommEntry {
   int unreported = 0;                              // ranks that never reported
   absl::btree_map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
   std::set<int> finalized;                         // ranks that sent their final report
+  // Ranks whose plugin left operations out for impossible GPU timestamps -> how many (cumulative,
+  // as last reported; DropCounters.bogus_timings).
+  absl::btree_map<int, uint64_t> bogus_timings;
   // Every rank that reported has sent its final report: NCCL finalized it everywhere.
   bool Finished() const { return !last_seen_ns.empty() && finalized.size() == last_seen_ns.size(); }
   // When `rank` was flagged late (0: it is not).

@@ -99,7 +99,8 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
         [&] { return sample.labels; }, sample.value);
   }
   // What the plugin could not record (cumulative since the training process started): a pool,
-  // ring or queue was full. Anything above zero means findings may miss operations.
+  // ring or queue was full (findings may miss operations), or GPU timestamps that cannot be true
+  // were left out (bogus_timings: telemetry that lies, never judged).
   if (report.has_drops()) {
     const auto& d = report.drops();
     const std::pair<const char*, uint64_t> kinds[] = {
@@ -107,10 +108,14 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
         {"records", d.records_dropped()},
         {"reports", d.reports_dropped()},
         {"samples_capped", d.samples_capped()},
-        {"channel_events_orphaned", d.channel_events_orphaned()}};
+        {"channel_events_orphaned", d.channel_events_orphaned()},
+        {"bogus_timings", d.bogus_timings()}};
     for (const auto& pair : kinds) {
       const char* const kind = pair.first;  // named, not bound: lambdas below capture it
       const uint64_t value = pair.second;
+      // Telemetry that lies is rare: its series appears with the rank's first (a 16,384-rank job
+      // would otherwise export 16,384 more zeros).
+      if (value == 0 && std::string_view(kind) == "bogus_timings") continue;
       set(
           kDropsFamily, /*inspector=*/false, absl::HashOf(std::string_view(kind)),
           [&] {

@@ -285,7 +285,18 @@ std::string CommsText(const ncclwatch::v1::ListCommsResponse& response) {
                absl::StrCat(c.nranks()), absl::StrCat(c.n_nodes()), c.health().c_str(),
                ClockText(c.last_report_unix_ns())});
   }
-  return table.Render();
+  std::string out = table.Render();
+  // Telemetry that lied is no finding, but whoever reads the figures should know.
+  for (const auto& c : response.comms()) {
+    if (c.bogus_timings() == 0) continue;
+    absl::StrAppendFormat(&out,
+                          "Bad telemetry: communicator %s in job %s: %d operations had GPU "
+                          "timestamps that cannot be true (left out of every figure; "
+                          "ncclwatch_plugin_drops_total{kind=\"bogus_timings\"} per rank).\n",
+                          aggregator::CommWord(c.comm_name(), c.comm_hash()), c.job_id(),
+                          c.bogus_timings());
+  }
+  return out;
 }
 
 std::string QueryText(const ncclwatch::v1::QueryRangeResponse& response,

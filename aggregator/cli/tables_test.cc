@@ -140,6 +140,13 @@ TEST_F(TablesTest, SlowNodesAreFindingsOfTheirOwn) {
       "suspect the node (cooling, power, a noisy neighbour, the host) rather than one GPU.\n"
       "Finding: node node-4 of job job-a: all 2 ranks communicator dp0 0x0000000000000012 has on "
       "it (8,9) are late to the collectives; suspect the node rather than one GPU.\n");
+  // Paged with no origin found (own times reported, no GPU slow itself): the finding says so.
+  by_ranks->set_origin_not_found(true);
+  EXPECT_NE(StragglersText(r).find(
+                "suspect the node rather than one GPU; origin not found: no GPU of the job is "
+                "slow by its own compute time"),
+            std::string::npos)
+      << StragglersText(r);
 }
 
 TEST_F(TablesTest, HangsWithP2pPodsUnknownNodeAndSilentRank) {
@@ -287,6 +294,15 @@ TEST_F(TablesTest, JobsAndComms) {
             "01:02:03 UTC\n"
             "job-a - 0x00000000000000cd     nvlink     8     1 ok                 1970-01-01 "
             "01:02:04 UTC\n");
+  // Telemetry that lied: said under the table, for the communicators concerned only.
+  ncclwatch::v1::ListCommsResponse lied = TwoComms();
+  lied.mutable_comms(1)->set_bogus_timings(3);
+  EXPECT_EQ(CommsText(lied), CommsText(TwoComms()) +
+                                 "Bad telemetry: communicator 0x00000000000000cd in job job-a: 3 "
+                                 "operations had GPU timestamps that cannot be true (left out of "
+                                 "every figure; "
+                                 "ncclwatch_plugin_drops_total{kind=\"bogus_timings\"} per "
+                                 "rank).\n");
 }
 
 TEST_F(TablesTest, QueryPoints) {

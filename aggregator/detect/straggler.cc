@@ -49,7 +49,7 @@ std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group,
   return out;
 }
 
-StragglerDetector::PeerStats StragglerDetector::Peers(const CommWindows& c) const {
+StragglerDetector::PeerStats StragglerDetector::Peers(const ClassWindows& c) const {
   std::vector<double> medians;
   for (const RankWindow& w : c.ranks) {
     if (static_cast<int>(w.lateness.size()) >= options_.min_groups) medians.push_back(w.median);
@@ -66,10 +66,12 @@ StragglerDetector::PeerStats StragglerDetector::Peers(const CommWindows& c) cons
   return p;
 }
 
-RankScore StragglerDetector::Score(int rank, const RankWindow& w, const PeerStats& peers,
-                                   LatenessBasis basis) const {
+RankScore StragglerDetector::Score(int rank, const ClassWindows& c, const PeerStats& peers,
+                                   bool flagged) const {
+  const RankWindow& w = c.ranks[rank];
   RankScore s;
   s.rank = rank;
+  s.op = c.op;
   s.observations = static_cast<int>(w.lateness.size());
   s.lateness_ns = w.median;
   s.peer_baseline_ns = peers.baseline;
@@ -82,9 +84,9 @@ RankScore StragglerDetector::Score(int rank, const RankWindow& w, const PeerStat
     s.arrived_last_fraction =
         static_cast<double>(std::count(w.last.begin(), w.last.end(), true)) / w.last.size();
   }
-  s.basis = basis;
-  s.clocks_aligned = basis == LatenessBasis::kAlignedClocks;
-  s.flagged = w.flagged;
+  s.basis = c.basis;
+  s.clocks_aligned = c.basis == LatenessBasis::kAlignedClocks;
+  s.flagged = flagged;
   return s;
 }
 
@@ -92,8 +94,15 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   std::vector<FlagChange> changes;
   const size_t n = group.duration_ns.size();
   if (n < 2) return changes;
-  CommWindows& c = comms_[group.comm];
-  if (c.ranks.size() != n) c.ranks.assign(n, RankWindow{});
+  CommWindows& comm = comms_[group.comm];
+  if (comm.flagged_in.size() != n) comm = CommWindows{{}, std::vector<uint8_t>(n, 0)};
+  auto cls = std::find_if(comm.classes.begin(), comm.classes.end(),
+                          [&](const ClassWindows& k) { return k.op == group.op; });
+  if (cls == comm.classes.end()) {
+    comm.classes.push_back(ClassWindows{group.op, std::vector<RankWindow>(n), {}});
+    cls = comm.classes.end() - 1;
+  }
+  ClassWindows& c = *cls;
 
   const std::vector<double> lateness = Lateness(group, &c.basis);
   const double max_lateness = *std::max_element(lateness.begin(), lateness.end());
@@ -129,37 +138,80 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
     const double excess = w.median - peers.baseline;
     const bool flag = w.flagged ? excess >= options_.threshold_ns * options_.clear_ratio
                                 : excess >= options_.threshold_ns;
-    if (flag != w.flagged) {
-      w.flagged = flag;
-      changes.push_back(FlagChange{group.comm, Score(static_cast<int>(r), w, peers, c.basis)});
+    if (flag == w.flagged) continue;
+    w.flagged = flag;
+    // The rank's flag in the communicator changes with its first flagged class and its last.
+    const bool was = comm.flagged_in[r] > 0;
+    comm.flagged_in[r] += flag ? 1 : -1;
+    const bool is = comm.flagged_in[r] > 0;
+    if (was != is) {
+      changes.push_back(FlagChange{group.comm, Score(static_cast<int>(r), c, peers, is)});
     }
   }
   return changes;
 }
 
-std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
+std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, bool notable_only) const {
   std::vector<RankScore> out;
-  auto it = comms_.find(comm);
-  if (it == comms_.end()) return out;
-  const PeerStats peers = Peers(it->second);
-  for (size_t r = 0; r < it->second.ranks.size(); ++r) {
-    out.push_back(Score(static_cast<int>(r), it->second.ranks[r], peers, it->second.basis));
+  std::vector<std::optional<PeerStats>> peers(comm.classes.size());  // where a rank needs them
+  for (size_t r = 0; r < comm.flagged_in.size(); ++r) {
+    const bool flagged = comm.flagged_in[r] > 0;
+    std::optional<RankScore> worst;
+    for (size_t k = 0; k < comm.classes.size(); ++k) {
+      const ClassWindows& c = comm.classes[k];
+      const RankWindow& w = c.ranks[r];
+      if (flagged ? !w.flagged : notable_only && w.median < options_.threshold_ns) continue;
+      if (!peers[k]) peers[k] = Peers(c);
+      RankScore s = Score(static_cast<int>(r), c, *peers[k], flagged);
+      if (!worst || s.excess_ns > worst->excess_ns) worst = std::move(s);
+    }
+    if (worst) {
+      out.push_back(std::move(*worst));
+    } else if (!notable_only) {
+      RankScore none;  // no collective of the communicator completed with it yet
+      none.rank = static_cast<int>(r);
+      out.push_back(std::move(none));
+    }
   }
   return out;
 }
 
-std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm) const {
-  std::vector<RankScore> out;
+std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
   auto it = comms_.find(comm);
-  if (it == comms_.end()) return out;
-  std::optional<PeerStats> peers;  // only where a rank is notable: most communicators have none
-  for (size_t r = 0; r < it->second.ranks.size(); ++r) {
-    const RankWindow& w = it->second.ranks[r];
-    if (!w.flagged && w.median < options_.threshold_ns) continue;
-    if (!peers) peers = Peers(it->second);
-    out.push_back(Score(static_cast<int>(r), w, *peers, it->second.basis));
+  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, false);
+}
+
+std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm) const {
+  auto it = comms_.find(comm);
+  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, true);
+}
+
+const StragglerDetector::RankWindow* StragglerDetector::WindowIn(const CommKey& comm,
+                                                                 const std::string& op, int rank,
+                                                                 const ClassWindows** cls) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end() || rank < 0) return nullptr;
+  for (const ClassWindows& c : it->second.classes) {
+    if (c.op != op || static_cast<size_t>(rank) >= c.ranks.size()) continue;
+    if (static_cast<int>(c.ranks[rank].lateness.size()) < options_.min_groups) return nullptr;
+    *cls = &c;
+    return &c.ranks[rank];
   }
-  return out;
+  return nullptr;
+}
+
+std::optional<RankScore> StragglerDetector::ScoreIn(const CommKey& comm, const std::string& op,
+                                                    int rank) const {
+  const ClassWindows* c = nullptr;
+  if (WindowIn(comm, op, rank, &c) == nullptr) return std::nullopt;
+  return Score(rank, *c, Peers(*c), comms_.at(comm).flagged_in[rank] > 0);
+}
+
+std::optional<double> StragglerDetector::LatenessIn(const CommKey& comm, const std::string& op,
+                                                    int rank) const {
+  const ClassWindows* c = nullptr;
+  const RankWindow* w = WindowIn(comm, op, rank, &c);
+  return w == nullptr ? std::nullopt : std::optional<double>(w->median);
 }
 
 }  // namespace ncclwatch::aggregator

@@ -12,15 +12,21 @@
 //     moment everywhere;
 //   - otherwise, without any clock alignment: lateness_r = max_j duration_j - duration_r (the last
 //     to arrive spends the least time inside the kernel).
-// Each rank keeps a window of its last `window` latenesses. Its scores:
+// Latenesses are kept per collective class, the operation (AllReduce, AllGather, ...) within the
+// communicator: one communicator runs several kinds of collective per step, and a delay often
+// precedes only one of them (a node slow before its node-local collective is late at the world
+// collective that follows it, not at the others). Mixed in one window, a rank late at one
+// collective in four would have a median of nothing.
+// Each rank keeps, per class, a window of its last `window` latenesses. Its scores in a class:
 //   - lateness: the window median;
 //   - excess over its peers: lateness - the communicator's peer baseline, the lower quartile of
 //     its ranks' latenesses (the punctual ranks; robust to up to 3/4 of them being slow);
 //   - peer z-score: (lateness - median of the ranks' latenesses) / (1.4826 x their MAD);
 //   - history ratio: lateness / the rank's own long-run lateness (a slow moving average, frozen
 //     while flagged): about 1 for a rank that was always this late, well above 1 for a new fault.
-// A rank is flagged when its excess reaches `threshold_ns` (with at least `min_groups`
-// observations) and cleared when it falls below `threshold_ns * clear_ratio`. The medians ignore
+// A rank is flagged in a class when its excess there reaches `threshold_ns` (with at least
+// `min_groups` observations) and cleared when it falls below `threshold_ns * clear_ratio`; it is
+// flagged in the communicator while any class flags it. The medians ignore
 // one-off hiccups, the peer baseline ignores lateness every rank shares (host jitter), the
 // hysteresis stops flapping.
 //
@@ -30,6 +36,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
@@ -51,6 +59,7 @@ enum class LatenessBasis { kKernelDurations, kAlignedClocks, kSyncWait };
 
 struct RankScore {
   int rank = 0;
+  std::string op;               // the collective class scored (the worst one, see Scores)
   double lateness_ns = 0;       // window median
   double peer_baseline_ns = 0;  // lower quartile of the communicator's ranks' latenesses
   double excess_ns = 0;         // lateness - peer baseline: what the flag is judged on
@@ -60,7 +69,7 @@ struct RankScore {
   int observations = 0;
   bool clocks_aligned = false;  // the latest collective was judged on aligned GPU timestamps
   LatenessBasis basis = LatenessBasis::kKernelDurations;  // of the latest collective
-  bool flagged = false;
+  bool flagged = false;  // in the communicator: some class flags the rank
 };
 
 struct FlagChange {
@@ -73,13 +82,21 @@ class StragglerDetector {
   explicit StragglerDetector(StragglerOptions options = {}) : options_(options) {}
   const StragglerOptions& options() const { return options_; }
 
-  // Feeds one completed collective; returns the ranks whose flag changed because of it.
+  // Feeds one completed collective; returns the ranks whose flag (in the communicator) changed
+  // because of it, each scored in the group's class.
   std::vector<FlagChange> Observe(const CompletedGroup& group);
-  // Current scores of every rank of `comm` (empty if unknown).
+  // Current scores of every rank of `comm` (empty if unknown), each in its worst class: the
+  // flagged class with the largest excess, else the class with the largest excess.
   std::vector<RankScore> Scores(const CommKey& comm) const;
   // The scores of the ranks flagged or at least `threshold_ns` late (lateness_ns, the window
-  // median), by rank: what the detection series export, without scoring every other rank.
+  // median) in some class, by rank, each in its worst class: what the detection series export,
+  // without scoring every other rank.
   std::vector<RankScore> Notable(const CommKey& comm) const;
+  // Rank `rank`'s score in class `op` of `comm`, or nullopt when that class has too few
+  // observations of it (fewer than `min_groups`) or is unknown.
+  std::optional<RankScore> ScoreIn(const CommKey& comm, const std::string& op, int rank) const;
+  // Its lateness there (the window median), without the peers' statistics; the same nullopt.
+  std::optional<double> LatenessIn(const CommKey& comm, const std::string& op, int rank) const;
   void Forget(const CommKey& comm) { comms_.erase(comm); }
 
  private:
@@ -92,9 +109,14 @@ class StragglerDetector {
     double history = -1;  // own long-run lateness; < 0 until the first observation
     bool flagged = false;
   };
-  struct CommWindows {
+  struct ClassWindows {
+    std::string op;
     std::vector<RankWindow> ranks;
     LatenessBasis basis = LatenessBasis::kKernelDurations;  // of the latest group
+  };
+  struct CommWindows {
+    std::vector<ClassWindows> classes;  // a handful: the operations the communicator runs
+    std::vector<uint8_t> flagged_in;    // by rank: how many classes flag it
   };
   // Peer statistics of a communicator: lower quartile, median and MAD of the ranks' medians.
   struct PeerStats {
@@ -102,8 +124,13 @@ class StragglerDetector {
     double median = 0;
     double mad = 0;
   };
-  PeerStats Peers(const CommWindows& c) const;
-  RankScore Score(int rank, const RankWindow& w, const PeerStats& peers, LatenessBasis basis) const;
+  PeerStats Peers(const ClassWindows& c) const;
+  RankScore Score(int rank, const ClassWindows& c, const PeerStats& peers, bool flagged) const;
+  // Rank `rank`'s window in class `op` of `comm` once it holds `min_groups` observations.
+  const RankWindow* WindowIn(const CommKey& comm, const std::string& op, int rank,
+                             const ClassWindows** cls) const;
+  // Every rank of `c` scored in its worst class (Scores), or only the notable ones.
+  std::vector<RankScore> Worst(const CommWindows& c, bool notable_only) const;
   // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
   std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 

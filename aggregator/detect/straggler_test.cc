@@ -2,6 +2,8 @@
 
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -199,6 +201,54 @@ TEST(StragglerDetectorTest, OwnHistoryTellsANewFaultFromAChronicOne) {
   EXPECT_EQ(changes[1].score.rank, 6);
   EXPECT_GT(changes[1].score.history_ratio, 3);  // new
   EXPECT_GT(changes[1].score.peer_z, 3.5);       // and far outside its peers
+}
+
+// A communicator that runs four kinds of collective per step, rank 6 late only at the AllReduce
+// (its delay falls just before it): a quarter of its collectives, a window median of nothing if
+// the kinds were mixed. Per class it is flagged, and only in that class; it clears with it.
+TEST(StragglerDetectorTest, ARankLateAtOneKindOfCollectiveIsFlaggedInThatClass) {
+  StragglerDetector d;
+  std::mt19937 rng(13);
+  const std::vector<std::string> ops = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast"};
+  std::vector<FlagChange> changes;
+  uint64_t seq = 0;
+  auto step = [&](bool late) {
+    for (const std::string& op : ops) {
+      CompletedGroup g =
+          Group(seq++, Arrivals(rng, 8, late && op == "AllReduce" ? 6 : -1, 2'000'000));
+      g.op = op;
+      for (auto& c : d.Observe(g)) changes.push_back(c);
+    }
+  };
+  for (int i = 0; i < 40; ++i) step(true);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].score.rank, 6);
+  EXPECT_TRUE(changes[0].score.flagged);
+  EXPECT_EQ(changes[0].score.op, "AllReduce");
+
+  const std::vector<RankScore> scores = d.Scores(kStragglerComm);
+  ASSERT_EQ(scores.size(), 8u);
+  EXPECT_TRUE(scores[6].flagged);
+  EXPECT_EQ(scores[6].op, "AllReduce");  // its worst class
+  EXPECT_NEAR(scores[6].lateness_ns, 2'200'000, 250'000);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(scores[r].flagged, r == 6) << r;
+  const std::vector<RankScore> notable = d.Notable(kStragglerComm);
+  ASSERT_EQ(notable.size(), 1u);
+  EXPECT_EQ(notable[0].rank, 6);
+  const std::optional<RankScore> in_gather = d.ScoreIn(kStragglerComm, "AllGather", 6);
+  ASSERT_TRUE(in_gather.has_value());
+  EXPECT_LT(in_gather->excess_ns, 500'000);
+  EXPECT_TRUE(in_gather->flagged);  // in the communicator
+  ASSERT_TRUE(d.LatenessIn(kStragglerComm, "AllReduce", 6).has_value());
+  EXPECT_NEAR(*d.LatenessIn(kStragglerComm, "AllReduce", 6), 2'200'000, 250'000);
+  EXPECT_FALSE(d.LatenessIn(kStragglerComm, "AllToAll", 6).has_value());
+  EXPECT_FALSE(d.LatenessIn(CommKey{"job", 2}, "AllReduce", 6).has_value());
+
+  for (int i = 0; i < 40; ++i) step(false);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_FALSE(changes[1].score.flagged);
+  EXPECT_EQ(changes[1].score.rank, 6);
+  EXPECT_TRUE(d.Notable(kStragglerComm).empty());
 }
 
 }  // namespace

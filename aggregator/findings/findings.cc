@@ -128,6 +128,7 @@ ncclwatch::v1::RootCauseInfo RootCauseInfoOf(const SlowProcess& slow, const Comm
   info.set_collective(slow.op);
   info.set_bytes(slow.bytes);
   info.set_own_excess_seconds(slow.excess_ns * 1e-9);
+  info.set_grew_over_time(slow.changed);
   info.set_own_time_seconds(slow.own_time_ns * 1e-9);
   if (slow.since_ns != 0) info.set_since_unix_ns(slow.since_ns);
   return info;
@@ -209,19 +210,21 @@ ncclwatch::v1::CommInfo CommInfoOf(const CommKey& key, const CommWho& who, int64
 }
 
 Event StragglerEvent(const CommKey& key, const CommWho& who, const FlagChange& change,
-                     int64_t since_ns, int64_t now_ns) {
+                     int64_t since_ns, int64_t now_ns, bool origin_not_found) {
   const RankScore& score = change.score;
   Event event = NewEvent(Event::STRAGGLER, score.flagged, now_ns, key.job_id);
   *event.mutable_straggler() = StragglerInfoOf(key, who, score, since_ns);
+  event.mutable_straggler()->set_origin_not_found(origin_not_found);
   event.set_summary(absl::StrCat(score.flagged ? "STRAGGLER: " : "RECOVERED: ",
                                  StragglerSentence(event.straggler(), score.flagged)));
   return event;
 }
 
 Event SlowNodeEvent(const CommKey& key, const CommWho& who, const SlowNodeChange& change,
-                    int64_t now_ns) {
+                    int64_t now_ns, bool origin_not_found) {
   Event event = NewEvent(Event::NODE_STRAGGLER, change.start, now_ns, key.job_id);
   auto* info = event.mutable_node_straggler();
+  info->set_origin_not_found(origin_not_found);
   info->set_job_id(key.job_id);
   info->set_comm_hash(key.comm_hash);
   info->set_comm_name(who.comm_name);
@@ -234,6 +237,46 @@ Event SlowNodeEvent(const CommKey& key, const CommWho& who, const SlowNodeChange
                                           change.node, OrUnknown(who.comm_name),
                                           CommHashText(key.comm_hash), key.job_id));
   return event;
+}
+
+Event UnexplainedNodeEvent(const std::string& job_id, const std::string& node,
+                           const std::vector<int>& cuda_devices, int64_t now_ns) {
+  Event event = NewEvent(Event::NODE_STRAGGLER, true, now_ns, job_id);
+  auto* info = event.mutable_node_straggler();
+  info->set_job_id(job_id);
+  info->set_node(node);
+  for (int g : cuda_devices) info->add_gpus(g);
+  info->set_origin_not_found(true);
+  event.set_summary(absl::StrCat("SLOW NODE: ", SlowNodeSentence(*info)));
+  return event;
+}
+
+Event OriginNotFoundEnd(const Event& start, int64_t now_ns, const std::string& reason) {
+  Event end = start;
+  end.set_phase(Event::END);
+  end.set_time_unix_ns(now_ns);
+  end.set_end_reason(reason);
+  const bool replaced = !reason.empty();
+  if (start.kind() == Event::STRAGGLER) {
+    const auto& s = start.straggler();
+    end.set_summary(
+        replaced ? absl::StrFormat("ORIGIN FOUND: rank %d (node %s, %s) of communicator %s in job "
+                                   "%s: its lateness is explained by the root cause found since",
+                                   s.rank(), OrUnknown(s.node()), GpuLabel(s.cuda_device()),
+                                   CommText(s.comm_name(), s.comm_hash()), s.job_id())
+                 : absl::StrCat("RECOVERED: ", StragglerSentence(s, false)));
+  } else {
+    const auto& n = start.node_straggler();
+    end.set_summary(absl::StrFormat(
+        "%s: node %s%s of job %s: %s", replaced ? "ORIGIN FOUND" : "NODE RECOVERED", n.node(),
+        n.gpus_size() > 0
+            ? ""
+            : absl::StrCat(" in communicator ", CommText(n.comm_name(), n.comm_hash())),
+        n.job_id(),
+        replaced ? "its lateness is explained by the root cause found since"
+                 : "its ranks are back in step"));
+  }
+  return end;
 }
 
 Event HangEvent(const HangChange& change, const CommWho* who, int64_t now_ns) {
@@ -302,30 +345,42 @@ std::string RankText(const ncclwatch::v1::RankRef& r) {
 }
 
 std::string StragglerSentence(const ncclwatch::v1::StragglerInfo& s, bool flagged) {
-  return absl::StrFormat(
-      "rank %d (node %s, %s) of communicator %s in job %s %s: median lateness %.2f ms "
-      "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
-      "collectives, arrived last in %.0f%%",
-      s.rank(), OrUnknown(s.node()), GpuLabel(s.cuda_device()),
-      CommText(s.comm_name(), s.comm_hash()), s.job_id(), flagged ? "is slow" : "is back in step",
-      s.lateness_seconds() * 1e3, s.excess_seconds() * 1e3, s.peer_z_score(), s.history_ratio(),
-      BasisText(s), s.window_collectives(), s.arrived_last_fraction() * 100);
+  return absl::StrCat(
+      absl::StrFormat(
+          "rank %d (node %s, %s) of communicator %s in job %s %s: median lateness %.2f ms "
+          "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
+          "collectives, arrived last in %.0f%%",
+          s.rank(), OrUnknown(s.node()), GpuLabel(s.cuda_device()),
+          CommText(s.comm_name(), s.comm_hash()), s.job_id(),
+          flagged ? "is slow" : "is back in step", s.lateness_seconds() * 1e3,
+          s.excess_seconds() * 1e3, s.peer_z_score(), s.history_ratio(), BasisText(s),
+          s.window_collectives(), s.arrived_last_fraction() * 100),
+      s.origin_not_found() && flagged ? kOriginNotFound : "");
 }
 
 std::string SlowNodeSentence(const ncclwatch::v1::NodeStragglerInfo& n) {
   if (n.gpus_size() > 0) {
     std::vector<std::string> gpus;
     for (int g : n.gpus()) gpus.push_back(GpuLabel(g));
+    if (n.origin_not_found()) {
+      return absl::StrCat(
+          absl::StrFormat("node %s of job %s: %d of its GPUs (%s) are late to their collectives "
+                          "beyond their replicas; suspect the node rather than one GPU",
+                          n.node(), n.job_id(), n.gpus_size(), absl::StrJoin(gpus, ", ")),
+          kOriginNotFound);
+    }
     return absl::StrFormat(
         "node %s of job %s: %d of its GPUs (%s) are each slow themselves; suspect the node "
         "(cooling, power, a noisy neighbour, the host) rather than one GPU",
         n.node(), n.job_id(), n.gpus_size(), absl::StrJoin(gpus, ", "));
   }
-  return absl::StrFormat(
-      "node %s of job %s: all %d ranks communicator %s has on it (%s) are late to the "
-      "collectives; suspect the node rather than one GPU",
-      n.node(), n.job_id(), n.ranks_size(), CommText(n.comm_name(), n.comm_hash()),
-      absl::StrJoin(n.ranks(), ","));
+  return absl::StrCat(
+      absl::StrFormat(
+          "node %s of job %s: all %d ranks communicator %s has on it (%s) are late to the "
+          "collectives; suspect the node rather than one GPU",
+          n.node(), n.job_id(), n.ranks_size(), CommText(n.comm_name(), n.comm_hash()),
+          absl::StrJoin(n.ranks(), ",")),
+      n.origin_not_found() ? kOriginNotFound : "");
 }
 
 std::string HangSentence(const ncclwatch::v1::HangInfo& h) {

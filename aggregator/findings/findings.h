@@ -56,14 +56,26 @@ void FillRank(const CommWho* who, int rank, ncclwatch::v1::RankRef* out);
 // The events, at `now_ns`. STRAGGLER: `change.score.flagged` is the new state, `since_ns` when it
 // was (or, ending, had been) flagged.
 ncclwatch::v1::Event StragglerEvent(const CommKey& key, const CommWho& who,
-                                    const FlagChange& change, int64_t since_ns, int64_t now_ns);
+                                    const FlagChange& change, int64_t since_ns, int64_t now_ns,
+                                    bool origin_not_found = false);
+// `origin_not_found`: the lateness pages by itself in a communicator with own times
+// (rootcause/unexplained.h).
 ncclwatch::v1::Event SlowNodeEvent(const CommKey& key, const CommWho& who,
-                                   const SlowNodeChange& change, int64_t now_ns);
+                                   const SlowNodeChange& change, int64_t now_ns,
+                                   bool origin_not_found = false);
 // STRAGGLER for a GPU slow itself (root-cause analysis): `straggler` names its rank in the
 // evidence's communicator, `root_cause` the GPU, its evidence and `consequences`.
 ncclwatch::v1::Event RootCauseEvent(const GpuChange& change, const CommWho* who,
                                     const std::vector<ncclwatch::v1::StragglerInfo>& consequences,
                                     int64_t now_ns);
+// The END of an origin-not-found page (STRAGGLER or NODE_STRAGGLER with origin_not_found) from its
+// START: `reason` "root cause found" when the root cause replaced it, else empty (cleared).
+ncclwatch::v1::Event OriginNotFoundEnd(const ncclwatch::v1::Event& start, int64_t now_ns,
+                                       const std::string& reason);
+// NODE_STRAGGLER with origin_not_found for GPUs `cuda_devices` of `node`, late in several
+// communicators while no GPU of the job is slow itself (rootcause/unexplained.h).
+ncclwatch::v1::Event UnexplainedNodeEvent(const std::string& job_id, const std::string& node,
+                                          const std::vector<int>& cuda_devices, int64_t now_ns);
 // NODE_STRAGGLER from several GPUs of a node each slow themselves.
 ncclwatch::v1::Event SlowGpusNodeEvent(const NodeChange& change, int64_t now_ns);
 // "GPU1 on node n (host h, pid p) of job j is slow itself: before AllReduce 1-2MB in communicator
@@ -109,6 +121,12 @@ std::string SilentSentence(const ncclwatch::v1::SilentRankInfo& info);
 // "the network of node n is the common factor of the 3 degraded multi-node communicators of job
 // j, while its NVLink-only ones are healthy: check its NICs, cables and switch ports".
 std::string SuspectSentence(const ncclwatch::v1::NodeSuspectInfo& info);
+
+// What a straggler or slow-node sentence adds when the lateness pages with no origin found.
+inline constexpr char kOriginNotFound[] =
+    "; origin not found: no GPU of the job is slow by its own compute time, so the lateness is "
+    "reported where it shows (a node slow before its node-local collectives, or a fault every "
+    "replica shares)";
 
 // A communicator as a sentence names it: its name, or its hash when it has none.
 std::string CommWord(const std::string& name, uint64_t hash);

@@ -20,12 +20,14 @@ using ncclwatch::v1::Event;
 std::string RootCauseSentence(const ncclwatch::v1::RootCauseInfo& r) {
   return absl::StrFormat(
       "%s on node %s (host %s, pid %u%s) of job %s is slow itself: before %s %s in communicator "
-      "%s (its rank %d) it spends %.2f ms more on its own work than peers doing the same work "
-      "(%.2f ms)",
+      "%s (its rank %d) it spends %.2f ms more on its own work than %s (%.2f ms)",
       GpuLabel(r.cuda_device()), OrUnknown(r.node()), OrUnknown(r.host()), r.pid(),
       r.pod().empty() ? "" : absl::StrCat(", pod ", r.pod_namespace(), "/", r.pod()), r.job_id(),
       r.collective(), MessageSizeBucket(r.bytes()), CommWord(r.comm_name(), r.comm_hash()),
-      r.rank(), r.own_excess_seconds() * 1e3, r.own_time_seconds() * 1e3);
+      r.rank(), r.own_excess_seconds() * 1e3,
+      r.grew_over_time() ? "it did before, while its peers' own time did not grow"
+                         : "peers doing the same work",
+      r.own_time_seconds() * 1e3);
 }
 
 Event RootCauseEvent(const GpuChange& change, const CommWho* who,

@@ -7,6 +7,21 @@
 #include "aggregator/detect/median.h"
 
 namespace ncclwatch::aggregator {
+namespace {
+
+// The smallest typical own time the change in time is scaled by (a class whose fastest rank has
+// next to no own work is compared in absolute terms).
+constexpr double kMinScaleNs = 10'000;
+
+// The lower quartile of `values` (reordered); 0 when empty.
+double LowerQuartile(std::vector<double>& values) {
+  if (values.empty()) return 0;
+  auto q = values.begin() + (values.size() - 1) / 4;
+  std::nth_element(values.begin(), q, values.end());
+  return *q;
+}
+
+}  // namespace
 
 void OwnTimeAnalyzer::Ring::Push(double v, int window) {
   if (static_cast<int>(values.size()) < window) {
@@ -148,6 +163,13 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
     return false;
   }
   out->fault_ns = st.excess[r].median - reference;
+  const double change =
+      st.excess[r].median - st.past[r] * std::max(st.base.median, kMinScaleNs) - st.peer_growth;
+  if (change > out->fault_ns) {
+    out->fault_ns = change;
+    out->replicas = true;  // its own past is the reference: as strong as counterparts
+    out->changed = true;
+  }
   out->nranks = static_cast<int>(cs.processes.size());
   out->multi_node = st.n_nodes > 1;
   return true;
@@ -192,6 +214,7 @@ SlowProcess OwnTimeAnalyzer::ViewOf(const ProcessKey& p, const ProcessState& ps)
     v.bytes = std::get<1>(best->first).bytes;
     v.rank = std::get<2>(best->first);
     v.excess_ns = best->second.fault_ns;
+    v.changed = best->second.changed;
     v.own_time_ns = best->second.own_time_ns;
     auto c = comms_.find(v.comm);
     if (c != comms_.end() && v.rank < static_cast<int>(c->second.nodes.size())) {
@@ -223,6 +246,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     cls = cs.classes.emplace(k, ClassState{}).first;
     ClassState& fresh = cls->second;
     fresh.excess.resize(n);
+    fresh.past.assign(n, std::numeric_limits<double>::infinity());
     fresh.n_nodes = group.n_nodes;
     fresh.unjudged = n;
     fresh.slots.resize(n);
@@ -241,9 +265,26 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
       Push(it->first, cs, k, st, r, static_cast<double>(group.own_time_ns[r] - base));
     }
   }
+  // Change in time: each judged rank's growth above its own past, and what the ranks' growth is
+  // without the few that grew alone (the lower quartile: robust to up to 3/4 of them growing).
+  // The past is kept relative to the class's typical smallest own time, so that a job slowing
+  // down as a whole (a longer sequence, an evaluation phase) scales its design differences
+  // without any of them counting as growth, and so that windows holding other phases of the step
+  // (forward, backward) compare alike. Peers are this communicator's ranks: they run the same
+  // collectives at the same moments.
+  const double scale = std::max(st.base.median, kMinScaleNs);
+  std::vector<double> growth;
+  growth.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    const Ring& ring = st.excess[r];
+    if (static_cast<int>(ring.values.size()) < options_.min_groups) continue;
+    st.past[r] = std::min(st.past[r], ring.median / scale);
+    growth.push_back(ring.median - st.past[r] * scale);
+  }
+  st.peer_growth = LowerQuartile(growth);
   for (int r = 0; r < n; ++r) {
     Evidence ev;
-    if (!Judge(group.comm, cs, k, st, r, &ev)) continue;
+    if (!Judge(it->first, cs, k, st, r, &ev)) continue;
     ProcessState& ps = *cs.states[r];
     ps.evidence[{group.comm, k, r}] = ev;
     const bool slow = Verdict(ps, nullptr);

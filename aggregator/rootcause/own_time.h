@@ -20,12 +20,20 @@
 //     are the same in every replica, so D = the smallest counterpart E. A communicator without
 //     counterparts (the world) compares r with its own members on other nodes: D = the largest E
 //     not clearly above r's (within half the threshold), which is what a replica of r shows;
-//   - fault F = E - D. A rank is slow itself when F >= max(min_excess_ns, relative * its typical
-//     own time); it stays so until F < clear_ratio of that. A GPU (process) is slow when any of
-//     its communicator ranks is, with the largest F as its evidence. Evidence without counterparts
-//     is weaker (in the world of a 3D job, a replica that is slow itself hides the design of the
-//     others): it does not count when a smaller multi-node communicator of the same process (its
-//     DP group) finds the process not slow.
+//   - change in time C(c,k,r): E against the lowest E the rank has had since warm-up (its own
+//     past; kept relative to the class's typical smallest own time, so that a job slowing down as
+//     a whole scales its design differences without growth, and windows of other phases of the
+//     step compare alike), minus the lower quartile of what the communicator's ranks' E grew by
+//     the same way. A GPU whose own time grew and stayed grown while its peers' did not is slow
+//     even where its replicas slowed alike (a fault every replica shares: D cancels it), or where
+//     it drifts slower bit by bit. It cannot see a rank that was its communicator's fastest grow
+//     (its E stays 0): that one shows in its other communicators;
+//   - fault F = max(E - D, C). A rank is slow itself when F >= max(min_excess_ns, relative * its
+//     typical own time); it stays so until F < clear_ratio of that. A GPU (process) is slow when
+//     any of its communicator ranks is, with the largest F as its evidence. Evidence without
+//     counterparts is weaker (in the world of a 3D job, a replica that is slow itself hides the
+//     design of the others): it does not count when a smaller multi-node communicator of the same
+//     process (its DP group) finds the process not slow.
 // Counterparts and members on the rank's own node are never used as the design reference: a slow
 // node slows all of them alike.
 //
@@ -83,7 +91,8 @@ struct SlowProcess {
   int rank = -1;   // the process's rank there
   std::string op;  // and the collective class
   uint64_t bytes = 0;
-  double excess_ns = 0;    // F: own time beyond the design reference
+  double excess_ns = 0;    // F: own time beyond the design reference, or its growth (C)
+  bool changed = false;    // F is the growth of its own time while its peers' did not grow
   double own_time_ns = 0;  // the typical own time of the rank's peers there
   int64_t since_ns = 0;    // when the verdict last changed
 };
@@ -171,6 +180,11 @@ class OwnTimeAnalyzer {
     // The judged ranks by E (for the reference without counterparts) and how many are not yet.
     absl::btree_multiset<std::pair<double, int>> judged;
     int unjudged = 0;
+    // Change in time: per rank the lowest E / base.median since it was first judged (+inf
+    // before), and the lower quartile of the judged ranks' growth above theirs, as of the latest
+    // collective.
+    std::vector<double> past;
+    double peer_growth = 0;
     int64_t seen = 0;  // collectives observed, warm-up included
   };
   struct ProcessState;
@@ -193,7 +207,8 @@ class OwnTimeAnalyzer {
     double fault_ns = 0;
     double threshold_ns = 0;
     double own_time_ns = 0;
-    bool replicas = false;  // the design reference came from counterparts
+    bool replicas = false;  // the design reference came from counterparts, or F is C
+    bool changed = false;   // F is C: the rank's own time grew since its past
     int nranks = 0;         // of the communicator
     bool multi_node = false;
   };

@@ -166,6 +166,39 @@ TEST(OwnTimeAnalyzerTest, AFaultThatEndsClearsAndOneThatStartsLaterIsFound) {
   EXPECT_EQ(job.Run(a, 32, HealthyOwn), std::set<int>{});
 }
 
+// Stage 0 of both replicas (nodes 0 and 1) slows to 1.4x mid-run: each GPU's counterpart in the
+// other replica slows alike, and so do its TP and DP peers, so comparing cancels it everywhere.
+// Its own past does not: the stage 0 GPUs' excess over stage 1 in the cross-stage groups grew
+// while stage 1's did not.
+TEST(OwnTimeAnalyzerTest, AFaultEveryReplicaSharesIsFoundByItsChangeInTime) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  auto stage0_slower = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = HealthyOwn(rank, c, i);
+    return Stage(rank) == 0 ? t * 14 / 10 : t;
+  };
+  EXPECT_EQ(job.Run(a, 48, HealthyOwn), std::set<int>{});
+  EXPECT_EQ(job.Run(a, 32, stage0_slower), (std::set<int>{0, 1, 2, 3}));
+  const std::vector<SlowProcess> slow = a.Slow("job");
+  ASSERT_EQ(slow.size(), 4u);
+  for (const SlowProcess& p : slow) {
+    EXPECT_TRUE(p.changed) << p.node;  // its replicas cannot tell: the evidence is its past
+    EXPECT_GT(p.excess_ns, 400'000);
+  }
+  // Back to normal: cleared.
+  EXPECT_EQ(job.Run(a, 32, HealthyOwn), std::set<int>{});
+}
+
+TEST(OwnTimeAnalyzerTest, AJobThatSlowsDownAsAWholeHasNoSlowGpu) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();  // with stage 0's design imbalance, which grows with the job
+  auto all_slower = [](int rank, const FakeJob::Comm& c, int i) {
+    return HealthyOwn(rank, c, i) * 14 / 10;  // a longer sequence length, an evaluation phase
+  };
+  EXPECT_EQ(job.Run(a, 48, HealthyOwn), std::set<int>{});
+  EXPECT_EQ(job.Run(a, 48, all_slower), std::set<int>{});
+}
+
 TEST(OwnTimeAnalyzerTest, WarmUpIsNobodysFault) {
   OwnTimeAnalyzer a;
   FakeJob job = ThreeD();

@@ -19,6 +19,7 @@
 #ifndef NCCLWATCH_AGGREGATOR_ROOTCAUSE_VERDICTS_H_
 #define NCCLWATCH_AGGREGATOR_ROOTCAUSE_VERDICTS_H_
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -69,6 +70,7 @@ class RootCauseVerdicts {
   using GpusOnNode = std::function<int(const std::string& job_id, const std::string& node)>;
 
   explicit RootCauseVerdicts(RootCauseOptions options = {}) : options_(options) {}
+  const RootCauseOptions& options() const { return options_; }
 
   // The analysis changed its verdict on these processes at `now_ns`.
   VerdictChanges Observe(const std::vector<SlowProcess>& changed, int64_t now_ns,
@@ -85,6 +87,11 @@ class RootCauseVerdicts {
   bool IsReported(const ProcessKey& p) const { return gpus_.count(p) > 0; }
   bool IsNodeSlow(const std::string& job_id, const std::string& node) const {
     return nodes_.count({job_id, node}) > 0;
+  }
+  // Whether any GPU of `job_id` is reported slow itself.
+  bool AnyGpu(const std::string& job_id) const {
+    auto it = gpus_.lower_bound(ProcessKey{job_id, std::string(), 0, INT_MIN});
+    return it != gpus_.end() && it->first.job_id == job_id;
   }
   // Whether any node of `job_id` is reported slow.
   bool AnyNodeSlow(const std::string& job_id) const {

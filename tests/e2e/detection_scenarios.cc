@@ -96,6 +96,18 @@ void AddMegatronScenarios(std::vector<Scenario>* out) {
                  {{"m-fw", Megatron(seed, {"--fabric-hang-comm=world", "--world-every=5",
                                            "--fabric-hang-after-s=2"})}},
                  {{Event::HANG, "m-fw", "world no progress", 2}}});
+    // Python's garbage collector: every second one rank's host pauses 200 ms before an
+    // iteration, a different rank each time. Everyone waits once; nobody is slow: nothing.
+    s.push_back({"3D one-rank-at-a-time host pauses" + of,
+                 4,
+                 {{"m-gc", Megatron(seed, {"--gc-every-s=1", "--gc-ms=200"})}},
+                 {}});
+    // Telemetry that lies: one op in 50 of rank 3 reports a kernel of 5 s. Counted by the plugin
+    // (bogus_timings), never judged: nothing.
+    s.push_back({"3D bogus GPU timestamps on one rank" + of,
+                 4,
+                 {{"m-bogus", Megatron(seed, {"--bogus-rank=3", "--bogus-every=50"})}},
+                 {}});
     // Node 3 has no agent (its socket is missing): ranks 6 and 7 never report. Said once, for
     // the job, from the first reports on (t0 + 1 s at a 1 s flush interval); nothing is judged
     // on the incomplete communicators.
@@ -103,6 +115,21 @@ void AddMegatronScenarios(std::vector<Scenario>* out) {
                  3,
                  {{"m-nr", Megatron(seed, {})}},
                  {{Event::RANKS_UNREPORTED, "m-nr", "world ranks 6 7", 1}}});
+  }
+}
+
+// A GPU that drifts 1% slower every second from t0 + 1 s: 15% slower at 16 s, 20% at 21 s. The
+// threshold is 15% of a typical own time measured with jitter, so it may be found from about 13%
+// (14 s) on, and should be within 5 s of 20% (goal: 12 s after 14 s).
+void AddDriftScenarios(std::vector<Scenario>* out) {
+  for (const std::string seed : {"1", "2"}) {
+    const std::string rank = seed == "1" ? "5" : "2";
+    const std::string gpu = seed == "1" ? "sim-node-2 GPU1" : "sim-node-1 GPU0";
+    out->push_back({"3D GPU drifting 1%/s slower, seed " + seed,
+                    4,
+                    {{"m-drift", Megatron(seed, {"--drift-rank=" + rank, "--drift-per-s=0.01",
+                                                 "--drift-after-s=1", "--duration-s=27"})}},
+                    {{Event::STRAGGLER, "m-drift", gpu, 14, 12}}});
   }
 }
 
@@ -134,6 +161,31 @@ std::vector<Scenario> Scenarios() {
                 {Event::STRAGGLER, "slownode", "sim-node-1 GPU2", 0},
                 {Event::STRAGGLER, "slownode", "sim-node-1 GPU3", 0},
                 {Event::NODE_STRAGGLER, "slownode", "node sim-node-1", 0}}});
+  // Node 1 (of 3) takes 1.5 ms longer before its node-local (NVLink) AllReduce at every step: its
+  // four GPUs are equally late there, so the own-time analysis finds none of them slow itself,
+  // but the world communicator waits for the node at the AllReduce that follows. Nothing to
+  // attribute to one GPU; the symptom still pages, as a slow node with no origin found.
+  for (const char* seed : {"1", "2"}) {
+    s.push_back(
+        {std::string("slow node, delay before its node-local collective (flat), seed ") + seed,
+         3,
+         {{"slownodelocal",
+           {"--nodes=3", "--ranks-per-node=4", "--duration-s=7", "--node-comm", "--slow-node=1",
+            "--slow-us=1500", "--slow-before=node", "--seed=" + std::string(seed)}}},
+         {{Event::NODE_STRAGGLER, "slownodelocal", "world node sim-node-1 origin not found", 0}}});
+  }
+  // The same in the 3D layout: node 1 holds stage 1 of replica 0 (both TP ranks); the extra time
+  // before its TP AllReduce makes it late at the two embedding AllReduces (one per TP rank) that
+  // follow, where replica 1's stage 1 is not. Its replica then reaches the DP collectives late,
+  // which is the same in every DP group (not beyond the family): one node page, no origin.
+  for (const char* seed : {"1", "2"}) {
+    s.push_back(
+        {std::string("slow node, delay before its node-local collective (3D), seed ") + seed,
+         4,
+         {{"slownodelocal3d", ThreeD({"--slow-node=1", "--slow-us=1500", "--slow-before=node",
+                                      "--seed=" + std::string(seed)})}},
+         {{Event::NODE_STRAGGLER, "slownodelocal3d", "node sim-node-1 origin not found", 0}}});
+  }
   // Node 0's NIC halves at t0 + 3 s. Its data-parallel (dp0, dp1: nodes 0 and 2) and pipeline
   // (pp0, pp1: nodes 0 and 1) communicators degrade; its NVLink TP communicator does not; the
   // only node common to them all, and absent from the healthy dp2/dp3/pp2/pp3, is node 0.
@@ -181,6 +233,7 @@ std::vector<Scenario> Scenarios() {
                  15'000}},
                {{Event::HANG, "rate", "world missing 3", 3}}});
   AddMegatronScenarios(&s);
+  AddDriftScenarios(&s);
   return s;
 }
 

@@ -193,6 +193,14 @@ bool JobModel::Decide(int64_t k, bool fallback, Decision* d) {
           while (next_stall_ns_ <= ended) next_stall_ns_ += config_.stall_every_ns;
         }
       }
+      if (config_.gc_every_ns > 0) {
+        if (next_gc_ns_ == kNever) next_gc_ns_ = config_.t0_ns + config_.gc_every_ns;
+        if (ended >= next_gc_ns_) {
+          d->gc_rank = static_cast<int>(SplitMix64(config_.seed ^ SplitMix64(k)) %
+                                        static_cast<uint64_t>(world_size()));
+          while (next_gc_ns_ <= ended) next_gc_ns_ += config_.gc_every_ns;
+        }
+      }
     }
   }
   decisions_.push_back(*d);
@@ -220,7 +228,7 @@ bool JobModel::StartIteration(Rank& rs) {
   rs.prog.clear();
   BuildIteration(layout_, config_.program, rs.rank, k, &rs.prog, &rs.carry_ns);
   rs.pc = 0;
-  rs.stall_ns = d.stall ? StallNs(rs.rank, k) : 0;
+  rs.stall_ns = (d.stall ? StallNs(rs.rank, k) : 0) + (d.gc_rank == rs.rank ? config_.gc_ns : 0);
   rs.warmup = WarmupFactor(rs.rank, k);
   rs.phase = Rank::Phase::kNeedArrival;
   return true;
@@ -410,7 +418,8 @@ void JobModel::ListQueuedOps(Rank& rs) {
       rs.prog.clear();
       BuildIteration(layout_, config_.program, rs.rank, rs.iteration, &rs.prog, &rs.carry_ns);
       rs.pc = 0;
-      rs.stall_ns = d.stall ? StallNs(rs.rank, rs.iteration) : 0;
+      rs.stall_ns = (d.stall ? StallNs(rs.rank, rs.iteration) : 0) +
+                    (d.gc_rank == rs.rank ? config_.gc_ns : 0);
       if (rs.prog.empty()) break;
     }
     JobOp& op = rs.prog[rs.pc];

@@ -21,13 +21,14 @@
 //
 // c_i = nominal compute (megatron_layout.h; stage factor included) x warm-up factor (first
 // warmup_iterations: 1 + warmup_extra x (W - k) / W x [0.5, 1.5) per (rank, iteration)) x fault
-// factor at the compute's start (slow GPUs, throttling) x (1 + compute_jitter x [-1, 1]) per
+// factor at the compute's start (slow GPUs, throttling, drift) x (1 + compute_jitter x [-1, 1]) per
 // (rank, op index), jitter by SplitMix64(seed, rank, index).
 //
 // Job-wide decisions for iteration k, the same for all ranks: it runs if k < max_iterations and
 // (k < 2 or iteration k-2 ended job-wide before end_ns); every stall_every_ns (from t0) the next
 // iteration decided after the job-wide end of iteration k-2 crossed a multiple of it starts with a
-// stall: each rank's host pauses stall_ns x (1 +/- stall_spread) before enqueuing it. (Iteration
+// stall: each rank's host pauses stall_ns x (1 +/- stall_spread) before enqueuing it; likewise
+// every gc_every_ns one rank's host alone pauses gc_ns (garbage collection). (Iteration
 // k-2 has always ended everywhere when a rank reaches iteration k: the DP and mp groups connect
 // every rank every iteration.)
 //
@@ -74,6 +75,14 @@ struct ThrottledGpu {
   int64_t at_ns = 0;  // the first on period starts here
 };
 
+// A GPU that loses speed steadily (a failing fan, a degrading HBM stack): compute takes
+// 1 + per_s x (seconds since at_ns) as long.
+struct DriftingGpu {
+  int rank = -1;
+  double per_s = 0.01;
+  int64_t at_ns = 0;
+};
+
 struct JobModelConfig {
   int tp = 2, pp = 2, dp = 2;
   int gpus_per_node = 2;
@@ -94,7 +103,13 @@ struct JobModelConfig {
   int64_t stall_every_ns = 0;  // 0: no stalls
   int64_t stall_ns = 0;
   double stall_spread = 0.1;
+  // Host pauses of one rank at a time (Python's garbage collector): the first iteration decided
+  // after each gc_every_ns (from t0) starts with one rank's host pausing gc_ns, a different rank
+  // each time (SplitMix64(seed, iteration)); 0: none.
+  int64_t gc_every_ns = 0;
+  int64_t gc_ns = 0;
   std::vector<SlowGpu> slow;
+  std::vector<DriftingGpu> drifting;
   std::vector<ThrottledGpu> throttled;
   int degrade_node = -1;  // multi-node transfers touching it get net_gbs x degrade_factor
   double degrade_factor = 1.0;
@@ -171,6 +186,7 @@ class JobModel {
   struct Decision {
     bool in_run = false;
     bool stall = false;
+    int gc_rank = -1;  // the rank whose host pauses gc_ns before the iteration
   };
   struct Summary {
     int finished = 0;
@@ -218,6 +234,7 @@ class JobModel {
   std::map<int64_t, Summary> summaries_;                  // recent iterations only
   int64_t horizon_ = 0;                                   // ranks may start iterations <= horizon_
   int64_t next_stall_ns_ = kNever;
+  int64_t next_gc_ns_ = kNever;
   int64_t ops_finalized_ = 0;
   int64_t last_end_ns_ = 0;
   bool finished_ = false;

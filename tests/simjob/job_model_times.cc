@@ -47,6 +47,9 @@ double JobModel::FaultFactor(int rank, int64_t at_ns) const {
   for (const SlowGpu& s : config_.slow) {
     if (s.rank == rank && at_ns >= s.at_ns) f *= s.factor;
   }
+  for (const DriftingGpu& d : config_.drifting) {
+    if (d.rank == rank && at_ns >= d.at_ns) f *= 1 + d.per_s * (at_ns - d.at_ns) * 1e-9;
+  }
   for (const ThrottledGpu& t : config_.throttled) {
     const int64_t period = t.on_ns + t.off_ns;
     if (t.rank != rank || at_ns < t.at_ns || period <= 0) continue;

@@ -47,6 +47,17 @@ void ValidateMegatron(const Options& o) {
   for (int r : o.throttle_ranks) {
     if (r >= world) UsageError("--throttle-rank must be < " + std::to_string(world));
   }
+  for (int r : o.drift_ranks) {
+    if (r >= world) UsageError("--drift-rank must be < " + std::to_string(world));
+  }
+  if (o.moe_expert_us > 0 && s.dp < 2) {
+    UsageError(
+        "--moe-expert-us needs --dp of at least 2 (the experts are spread over the DP "
+        "group)");
+  }
+  for (int r : o.bogus_ranks) {
+    if (r >= world) UsageError("--bogus-rank must be < " + std::to_string(world));
+  }
   if (Given(o, "fabric-hang-after-s") && o.fabric_hang_comm.empty()) {
     UsageError("--fabric-hang-after-s needs --fabric-hang-comm");
   }
@@ -93,6 +104,26 @@ std::string DescribeMegatronFaults(const Options& o) {
     s += StrFormat(" job-wide stalls of %.0f ms every %.3f s (not a fault);", o.stall_ms,
                    o.stall_every_s);
   }
+  for (int r : o.drift_ranks) {
+    s += StrFormat(" rank %d drifts slower by %.1f%%/s from t0+%.3f s;", r, o.drift_per_s * 100,
+                   o.drift_after_s);
+  }
+  if (o.moe_expert_us > 0) {
+    s += StrFormat(
+        " mixture of experts: %.0f us of expert compute per layer, x%.2f on the "
+        "layer's hot rank, which moves with the routing (not a fault);",
+        o.moe_expert_us, o.moe_hot_factor);
+  }
+  for (int r : o.bogus_ranks) {
+    s += StrFormat(" rank %d: one op in %d reports a 5 s kernel (telemetry that lies);", r,
+                   o.bogus_every);
+  }
+  if (o.gc_every_s > 0) {
+    s += StrFormat(
+        " one rank's host pauses %.0f ms every %.3f s, a different one each time (not "
+        "a fault);",
+        o.gc_ms, o.gc_every_s);
+  }
   return s.empty() ? " none" : s;
 }
 
@@ -110,6 +141,9 @@ JobModelConfig MakeJobModelConfig(const Options& o, int64_t t0_ns) {
   p.optimizer_ns = p.layers * p.layer_fwd_ns;
   p.stage_factors = o.stage_factors;
   p.world_every = o.world_every;
+  p.moe_expert_ns = std::llround(o.moe_expert_us * 1000);
+  p.moe_hot_factor = o.moe_hot_factor;
+  p.moe_seed = o.seed;
   p.tp_bytes = Scaled(p.tp_bytes, o.msg_scale);
   p.pp_bytes = Scaled(p.pp_bytes, o.msg_scale);
   p.dp_bytes = Scaled(p.dp_bytes, o.msg_scale);
@@ -131,6 +165,13 @@ JobModelConfig MakeJobModelConfig(const Options& o, int64_t t0_ns) {
   for (int r : o.slow_ranks) c.slow.push_back({r, o.slow_factor, slow_at});
   for (int l = 0; o.slow_node >= 0 && l < o.ranks_per_node; ++l) {
     c.slow.push_back({o.slow_node * o.ranks_per_node + l, o.slow_factor, slow_at});
+  }
+  for (int r : o.drift_ranks) {
+    c.drifting.push_back({r, o.drift_per_s, t0_ns + SecondsToNs(o.drift_after_s)});
+  }
+  if (o.gc_every_s > 0) {
+    c.gc_every_ns = SecondsToNs(o.gc_every_s);
+    c.gc_ns = std::llround(o.gc_ms * 1e6);
   }
   for (int r : o.throttle_ranks) {
     c.throttled.push_back(

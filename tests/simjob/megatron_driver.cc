@@ -78,9 +78,21 @@ class MegatronDriver : public DriverBase {
                 static_cast<unsigned long long>(comm.seq[slot]));
       }
     }
+    // --bogus-rank: this op's KernelCh stops lie, 5 s after the truth: one op in bogus_every,
+    // drawn at random (a lie at a fixed place in the program would be a pattern, not noise).
+    const bool lies =
+        std::find(options_.bogus_ranks.begin(), options_.bogus_ranks.end(), rank_) !=
+            options_.bogus_ranks.end() &&
+        SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(op.index) << 16 | rank_)) %
+                static_cast<uint64_t>(options_.bogus_every) ==
+            0;
+    const int64_t stop_ns = op.gpu_end_ns;
     Launch(
         comm, tasks, op.gpu_start_ns, op.gpu_end_ns, op.all_arrived_ns,
-        [this](int64_t t, int c) { return model_.GpuTimerNs(rank_, t, c); }, proxy);
+        [this, lies, stop_ns](int64_t t, int c) {
+          return model_.GpuTimerNs(rank_, t, c) + (lies && t == stop_ns ? 5'000'000'000ull : 0);
+        },
+        proxy);
   }
 
   JobModel model_;

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "tests/simjob/timeline.h"
+
 namespace ncclwatch::simjob {
 
 const char* FamilyName(CommFamily family) {
@@ -219,14 +221,31 @@ class ProgramWriter {
     }
   }
 
-  // L layers of forward or backward compute, each followed by the TP AllReduce.
+  // L layers of forward or backward compute, each followed by the TP AllReduce (and, with MoE,
+  // the expert-parallel dispatch, expert compute and combine).
   void Layers(bool backward) {
-    const int64_t layer_ns =
-        backward ? std::llround(spec_.layer_fwd_ns * spec_.backward_factor) : spec_.layer_fwd_ns;
+    const double f = backward ? spec_.backward_factor : 1.0;
+    const int64_t layer_ns = std::llround(spec_.layer_fwd_ns * f);
     for (int l = 0; l < spec_.layers; ++l) {
       Compute(layer_ns);
       Collective(CommFamily::kTp, JobOpKind::kAllReduce, spec_.tp_bytes);
+      if (spec_.moe_expert_ns > 0 && layout_.Exists(CommFamily::kDp)) {
+        Collective(CommFamily::kDp, JobOpKind::kAllGather, spec_.moe_bytes);
+        Compute(std::llround(spec_.moe_expert_ns * f * (IsHot() ? spec_.moe_hot_factor : 1.0)));
+        Collective(CommFamily::kDp, JobOpKind::kReduceScatter, spec_.moe_bytes);
+      }
+      ++moe_layer_;
     }
+  }
+
+  // Whether the routing makes this rank its group's hot expert for the current layer: one rank
+  // of the group, drawn from (routing seed, iteration, layer pass, group); every member of the
+  // group draws the same.
+  bool IsHot() const {
+    const uint64_t group = static_cast<uint64_t>(layout_.InstanceOf(CommFamily::kDp, rank_));
+    uint64_t h = SplitMix64(spec_.moe_seed ^ SplitMix64(static_cast<uint64_t>(iteration_)));
+    h = SplitMix64(h ^ static_cast<uint64_t>(moe_layer_) ^ (group << 40));
+    return static_cast<int>(h % static_cast<uint64_t>(layout_.dp())) == layout_.DpIndex(rank_);
   }
 
   void Write() {
@@ -291,6 +310,7 @@ class ProgramWriter {
   const double factor_;
   std::vector<JobOp>* const ops_;
   int64_t* const carry_ns_;
+  int64_t moe_layer_ = 0;  // layer passes so far this iteration (the routing's key)
 };
 
 }  // namespace

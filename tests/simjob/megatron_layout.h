@@ -29,7 +29,9 @@
 //             optimizer compute, DP AllGather (params), every world_every iterations a world
 //             AllReduce (4 bytes)
 // F and B are L layers of compute, each followed by a TP AllReduce (if tp > 1); B computes
-// backward_factor x as long as F. Each op carries the nominal compute that precedes it on the GPU.
+// backward_factor x as long as F. With MoE (ProgramSpec::moe_expert_ns), each layer then
+// dispatches its tokens (DP AllGather), computes its experts and combines (DP ReduceScatter). Each
+// op carries the nominal compute that precedes it on the GPU.
 //
 // Pure computation; an object is immutable after construction and safe to share between threads.
 #ifndef NCCLWATCH_TESTS_SIMJOB_MEGATRON_LAYOUT_H_
@@ -105,6 +107,16 @@ struct ProgramSpec {
   uint64_t mp_bytes = 8;              // grad norm
   uint64_t world_bytes = 4;           // the rare world AllReduce
   int world_every = 50;               // 0: never
+  // Mixture of experts (0: dense). Each layer's MLP is experts spread over the data-parallel
+  // group of its stage and TP position (expert parallelism carved from data parallelism), with
+  // Megatron's AllGather/ReduceScatter token dispatcher: AllGather the tokens, compute the local
+  // experts, ReduceScatter the outputs -- forward and backward. Token routing makes one rank of
+  // the group the hot one, a different one for every (iteration, microbatch, layer): its expert
+  // compute takes moe_hot_factor x moe_expert_ns, the others' moe_expert_ns.
+  int64_t moe_expert_ns = 0;
+  double moe_hot_factor = 2.0;
+  uint64_t moe_bytes = 4ull << 20;
+  uint64_t moe_seed = 1;  // the routing
 };
 
 class MegatronLayout {

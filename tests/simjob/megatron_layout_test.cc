@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -111,6 +113,48 @@ TEST(MegatronLayoutTest, OneFOneBOrderPerStage) {
   for (const JobOp& op : ops) total += op.compute_ns;
   EXPECT_EQ(total, 4 * 2 * 3 * spec.layer_fwd_ns + spec.optimizer_ns);
   EXPECT_EQ(carry, 0);
+}
+
+// MoE with the AllGather/ReduceScatter dispatcher: every layer pass adds the DP dispatch, the
+// expert compute and the combine; in each pass exactly one rank of each DP group is the hot
+// expert (all members agree), and which one moves from pass to pass.
+TEST(MegatronLayoutTest, MixtureOfExpertsDispatchesOverTheDpGroupWithAMovingHotRank) {
+  ProgramSpec spec;
+  spec.layers = 1;
+  spec.world_every = 0;
+  spec.moe_expert_ns = 1'000'000;
+  spec.moe_hot_factor = 2.0;
+  const MegatronLayout layout(2, 2, 4, 2);  // TP 2, PP 2, DP 4: rank = tp + 2 * (dp + 4 * pp)
+  EXPECT_EQ(Program(layout, spec, 0).substr(0, 24), "tp dpAG dpRS S+1 tp dpAG");
+  // The compute before each combine (dpRS): 1 ms, or 2 ms on the pass's hot rank.
+  auto expert_ns = [&](int rank) {
+    std::vector<JobOp> ops;
+    int64_t carry = 0;
+    BuildIteration(layout, spec, rank, 3, &ops, &carry);
+    std::vector<int64_t> out;
+    for (const JobOp& op : ops) {
+      if (op.comm.family == CommFamily::kDp && op.tasks[0].bytes == spec.moe_bytes &&
+          op.tasks[0].kind == JobOpKind::kReduceScatter) {
+        out.push_back(op.compute_ns);
+      }
+    }
+    return out;
+  };
+  const std::vector<int> group = {0, 2, 4, 6};  // DP group of stage 0, TP position 0
+  std::vector<std::vector<int64_t>> by_rank;
+  for (int r : group) by_rank.push_back(expert_ns(r));
+  ASSERT_EQ(by_rank[0].size(), 8u);  // 4 microbatches x (forward + backward) x 1 layer
+  std::set<int> hot_ranks;
+  for (size_t pass = 0; pass < by_rank[0].size(); ++pass) {
+    std::vector<int64_t> ns;
+    for (const auto& r : by_rank) ns.push_back(r[pass]);
+    const auto hot = std::max_element(ns.begin(), ns.end());
+    const int64_t normal = *std::min_element(ns.begin(), ns.end());
+    EXPECT_EQ(*hot, 2 * normal) << "pass " << pass;
+    EXPECT_EQ(std::count(ns.begin(), ns.end(), normal), 3) << "pass " << pass;
+    hot_ranks.insert(group[hot - ns.begin()]);
+  }
+  EXPECT_GE(hot_ranks.size(), 2u);  // the hot expert moves with the routing
 }
 
 }  // namespace

@@ -129,6 +129,13 @@ const Flag kFlags[] = {
     {"slow-us", "US", "2000", "world/3d: extra gap of the slow rank/node",
      [](Options* o, const char* v) { return ParseInt(v, 0, int64_t{1} << 40, &o->slow_us); },
      kWorldOr3d},
+    {"slow-before", "world|node", "world",
+     "world/3d: the slow extra before every step, or only before node-local (NVLink) steps",
+     [](Options* o, const char* v) {
+       o->slow_before_node = std::strcmp(v, "node") == 0;
+       return o->slow_before_node || std::strcmp(v, "world") == 0;
+     },
+     kWorldOr3d},
     {"slow-factor", "F", "2.0", "megatron: slow ranks/node compute F x as long",
      [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e3, &o->slow_factor); },
      kMegatron},
@@ -234,6 +241,36 @@ const Flag kFlags[] = {
      kMegatron},
     {"stall-ms", "MS", "200", "megatron: ... of MS +/- 10% per rank, at an iteration boundary",
      [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->stall_ms); }, kMegatron},
+    {"gc-every-s", "S", "(none)",
+     "megatron: every S seconds one rank's host pauses (garbage collection), a different rank "
+     "each time ...",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e6, &o->gc_every_s); },
+     kMegatron},
+    {"gc-ms", "MS", "150", "megatron: ... for MS, at an iteration boundary",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->gc_ms); }, kMegatron},
+    {"moe-expert-us", "US", "0",
+     "megatron: mixture of experts, AllGather/ReduceScatter dispatcher over the DP group: each "
+     "layer's expert compute (0: dense) ...",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e7, &o->moe_expert_us); },
+     kMegatron},
+    {"moe-hot-factor", "F", "2.0",
+     "megatron: ... times F on the layer's hot expert rank, drawn per (iteration, layer, group)",
+     [](Options* o, const char* v) { return ParseDouble(v, 1, 100, &o->moe_hot_factor); },
+     kMegatron},
+    {"bogus-rank", "R[,R...]", "(none)",
+     "megatron: ranks whose profiler telemetry lies (repeatable): one op in --bogus-every, at "
+     "random, reports KernelCh stops 5 s after the truth",
+     [](Options* o, const char* v) { return ParseRankList(v, &o->bogus_ranks); }, kMegatron},
+    {"bogus-every", "N", "100", "megatron: ... one op in N of those ranks",
+     [](Options* o, const char* v) { return ParseInt(v, 1, 1 << 30, &o->bogus_every); }, kMegatron},
+    {"drift-rank", "R[,R...]", "(none)",
+     "megatron: ranks whose GPU drifts slower (repeatable): compute x (1 + --drift-per-s x t)",
+     [](Options* o, const char* v) { return ParseRankList(v, &o->drift_ranks); }, kMegatron},
+    {"drift-per-s", "F", "0.01", "megatron: compute time added per second of drift (0.01: 1%/s)",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 10, &o->drift_per_s); }, kMegatron},
+    {"drift-after-s", "S", "0", "megatron: the drift starts at t0 + S",
+     [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->drift_after_s); },
+     kMegatron},
     {"fabric-hang-comm", "NAME", "(none)",
      "megatron: communicator (tp0, dp3, pp1, mp0, emb1, world) whose ops never end ...",
      [](Options* o, const char* v) {
@@ -337,6 +374,9 @@ void Validate(const Options& o) {
   check_rank(o.kill_rank, "--kill-rank");
   check_node(o.slow_node, "--slow-node");
   check_node(o.degrade_node, "--degrade-node");
+  if (o.slow_before_node && !o.node_comm && !o.layout_3d) {
+    UsageError("--slow-before node needs node-local steps: --node-comm or --layout 3d");
+  }
   if (o.hang_rank >= 0 && o.kill_rank >= 0) {
     UsageError("--hang-rank and --kill-rank cannot be combined");
   }
@@ -378,8 +418,11 @@ std::string DescribeFaults(const Options& o) {
   std::string s;
   if (o.layout_megatron) return DescribeMegatronFaults(o);
   const auto slow_us = static_cast<long long>(o.slow_us);
-  for (int r : o.slow_ranks) s += StrFormat(" slow rank %d +%lld us/step;", r, slow_us);
-  if (o.slow_node >= 0) s += StrFormat(" slow node %d +%lld us/step;", o.slow_node, slow_us);
+  const char* before = o.slow_before_node ? "node-local step" : "step";
+  for (int r : o.slow_ranks) s += StrFormat(" slow rank %d +%lld us/%s;", r, slow_us, before);
+  if (o.slow_node >= 0) {
+    s += StrFormat(" slow node %d +%lld us/%s;", o.slow_node, slow_us, before);
+  }
   if (o.degrade_node >= 0 && o.degrade_factor != 1.0) {
     s += StrFormat(" node %d network x%.3f from t0+%.3f s;", o.degrade_node, o.degrade_factor,
                    o.degrade_after_s);
@@ -410,6 +453,7 @@ TimelineConfig MakeTimelineConfig(const Options& o, int64_t t0_ns) {
     c.slow_ranks.push_back(o.slow_node * o.ranks_per_node + l);
   }
   c.slow_ns = o.slow_us * 1000;
+  c.slow_before_node = o.slow_before_node;
   c.net_gbs = o.net_gbs;
   c.nvlink_gbs = o.nvlink_gbs;
   c.degrade_node = o.degrade_node;

@@ -28,6 +28,7 @@ struct Options {
   std::vector<int> slow_ranks;  // --slow-rank, repeatable or a list
   int slow_node = -1;
   int64_t slow_us = 2000;
+  bool slow_before_node = false;  // --slow-before node
   double net_gbs = 25;
   double nvlink_gbs = 300;
   int degrade_node = -1;
@@ -61,6 +62,15 @@ struct Options {
   double compute_jitter = 0.02;
   double stall_every_s = 0;  // 0: no stalls
   double stall_ms = 200;
+  double gc_every_s = 0;  // 0: no one-rank host pauses
+  double gc_ms = 150;
+  double moe_expert_us = 0;  // 0: dense
+  double moe_hot_factor = 2.0;
+  std::vector<int> bogus_ranks;  // --bogus-rank: their GPU timestamps sometimes lie
+  int bogus_every = 100;
+  std::vector<int> drift_ranks;
+  double drift_per_s = 0.01;
+  double drift_after_s = 0;
   double slow_factor = 2.0;
   double slow_after_s = 0;
   std::vector<int> throttle_ranks;

@@ -127,7 +127,10 @@ int64_t Timeline::GapNs(int rank, int64_t step) const {
     const uint64_t span = 2 * static_cast<uint64_t>(config_.jitter_ns) + 1;
     gap += static_cast<int64_t>(h % span) - config_.jitter_ns;
   }
-  if (slow_[rank]) gap += config_.slow_ns;
+  if (slow_[rank] && (!config_.slow_before_node ||
+                      config_.workload[step % config_.workload.size()].scope == CommScope::kNode)) {
+    gap += config_.slow_ns;
+  }
   return std::max<int64_t>(gap, 0);
 }
 

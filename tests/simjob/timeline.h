@@ -111,6 +111,8 @@ struct TimelineConfig {
   int64_t jitter_ns = 200'000;  // jitter is uniform in [-jitter_ns, +jitter_ns]
   std::vector<int> slow_ranks;  // each gets slow_ns extra before every step
   int64_t slow_ns = 0;
+  // slow_ns only before kNode steps: a node slow before its own (NVLink) collectives.
+  bool slow_before_node = false;
   double net_gbs = 25.0;      // communicators spanning several nodes
   double nvlink_gbs = 300.0;  // single-node communicators
   int degrade_node = -1;      // multi-node communicators containing it get net_gbs * factor

@@ -110,6 +110,36 @@ TEST(TimelineTest, SlowRankArrivesLastAndHasShortestGpuDuration) {
   }
 }
 
+// A node slow before its node-local collective: its ranks take the extra time only there, so they
+// are all equally late at the node's own collective (nobody there waits for anyone) and the whole
+// node is late at the world collective that follows it.
+TEST(TimelineTest, SlowBeforeNodeDelaysOnlyTheNodeLocalStepAndTheOneAfterIt) {
+  TimelineConfig config = BaseConfig();
+  config.workload = DefaultWorkload(/*with_node_comm=*/true);
+  config.slow_ranks = {2, 3};  // node 1
+  config.slow_ns = 2 * kMs;
+  config.slow_before_node = true;
+  Timeline timeline(config);
+  const size_t n = config.workload.size();
+  for (int k = 0; k < 5 * static_cast<int>(n); ++k) {
+    const StepTimes& st = timeline.Advance();
+    const bool node_step = st.spec->scope == CommScope::kNode;
+    for (int r = 0; r < timeline.world_size(); ++r) {
+      const int64_t base = config.gap_ns + config.jitter_ns;
+      if (k > 0 && node_step && r >= 2) {
+        EXPECT_GE(timeline.GapNs(r, k), base + config.slow_ns - 2 * config.jitter_ns) << k;
+      } else {
+        EXPECT_LE(timeline.GapNs(r, k), base) << k << " rank " << r;
+      }
+    }
+    // The world step after the node-local one: node 1 arrives last, by about the extra time.
+    if (k > static_cast<int>(n) && config.workload[(k - 1) % n].scope == CommScope::kNode) {
+      EXPECT_GT(std::min(st.arrival[2], st.arrival[3]),
+                std::max(st.arrival[0], st.arrival[1]) + config.slow_ns - 4 * config.jitter_ns);
+    }
+  }
+}
+
 TEST(TimelineTest, ClockSkewShiftsGpuTimersButNotDurations) {
   TimelineConfig skewed_config = BaseConfig();
   skewed_config.clock_skew_ns = 5 * kMs;
