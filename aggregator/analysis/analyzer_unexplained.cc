@@ -109,10 +109,11 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     std::vector<UnexplainedPage>& pages = it->second;
     for (auto page = pages.begin(); page != pages.end();) {
       const bool cleared =
-          std::any_of(page->members.begin(), page->members.end(), [&](const auto& m) {
-            const CommEntry* entry = registry_.Find(m.first);
-            return entry == nullptr || !entry->flagged_since_ns.contains(m.second);
-          });
+          std::any_of(page->members.begin(), page->members.end(),
+                      [&](const auto& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                        const CommEntry* entry = registry_.Find(m.first);
+                        return entry == nullptr || !entry->flagged_since_ns.contains(m.second);
+                      });
       if (root || cleared) {
         events->push_back(OriginNotFoundEnd(page->start, now_ns, root ? kEndRootCauseFound : ""));
         page = pages.erase(page);
@@ -221,7 +222,8 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
   }
 
   const RootCauseVerdicts::GpusOnNode gpus_on_node = GpusOnNodeLocked();
-  for (const auto& [job, gpus] : late_by_job) {
+  for (const auto& [job_id, gpus] : late_by_job) {
+    const std::string& job = job_id;  // a lambda below captures it (not a structured binding)
     std::vector<const ProcessKey*> ids;
     std::vector<const std::vector<LateRank>*> lates;
     std::vector<LateGpu> late;
