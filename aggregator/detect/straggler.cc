@@ -186,32 +186,17 @@ std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm) const {
   return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, true);
 }
 
-const StragglerDetector::RankWindow* StragglerDetector::WindowIn(const CommKey& comm,
-                                                                 const std::string& op, int rank,
-                                                                 const ClassWindows** cls) const {
-  auto it = comms_.find(comm);
-  if (it == comms_.end() || rank < 0) return nullptr;
-  for (const ClassWindows& c : it->second.classes) {
-    if (c.op != op || static_cast<size_t>(rank) >= c.ranks.size()) continue;
-    if (static_cast<int>(c.ranks[rank].lateness.size()) < options_.min_groups) return nullptr;
-    *cls = &c;
-    return &c.ranks[rank];
-  }
-  return nullptr;
-}
-
-std::optional<RankScore> StragglerDetector::ScoreIn(const CommKey& comm, const std::string& op,
-                                                    int rank) const {
-  const ClassWindows* c = nullptr;
-  if (WindowIn(comm, op, rank, &c) == nullptr) return std::nullopt;
-  return Score(rank, *c, Peers(*c), comms_.at(comm).flagged_in[rank] > 0);
-}
-
 std::optional<double> StragglerDetector::LatenessIn(const CommKey& comm, const std::string& op,
                                                     int rank) const {
-  const ClassWindows* c = nullptr;
-  const RankWindow* w = WindowIn(comm, op, rank, &c);
-  return w == nullptr ? std::nullopt : std::optional<double>(w->median);
+  auto it = comms_.find(comm);
+  if (it == comms_.end() || rank < 0) return std::nullopt;
+  for (const ClassWindows& c : it->second.classes) {
+    if (c.op != op || static_cast<size_t>(rank) >= c.ranks.size()) continue;
+    const RankWindow& w = c.ranks[rank];
+    if (static_cast<int>(w.lateness.size()) < options_.min_groups) return std::nullopt;
+    return w.median;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ncclwatch::aggregator

@@ -92,10 +92,8 @@ class StragglerDetector {
   // median) in some class, by rank, each in its worst class: what the detection series export,
   // without scoring every other rank.
   std::vector<RankScore> Notable(const CommKey& comm) const;
-  // Rank `rank`'s score in class `op` of `comm`, or nullopt when that class has too few
-  // observations of it (fewer than `min_groups`) or is unknown.
-  std::optional<RankScore> ScoreIn(const CommKey& comm, const std::string& op, int rank) const;
-  // Its lateness there (the window median), without the peers' statistics; the same nullopt.
+  // Rank `rank`'s lateness (window median) in class `op` of `comm`, or nullopt when that class
+  // has too few observations of it (fewer than `min_groups`) or is unknown.
   std::optional<double> LatenessIn(const CommKey& comm, const std::string& op, int rank) const;
   void Forget(const CommKey& comm) { comms_.erase(comm); }
 
@@ -126,9 +124,6 @@ class StragglerDetector {
   };
   PeerStats Peers(const ClassWindows& c) const;
   RankScore Score(int rank, const ClassWindows& c, const PeerStats& peers, bool flagged) const;
-  // Rank `rank`'s window in class `op` of `comm` once it holds `min_groups` observations.
-  const RankWindow* WindowIn(const CommKey& comm, const std::string& op, int rank,
-                             const ClassWindows** cls) const;
   // Every rank of `c` scored in its worst class (Scores), or only the notable ones.
   std::vector<RankScore> Worst(const CommWindows& c, bool notable_only) const;
   // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
