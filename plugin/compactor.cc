@@ -1,6 +1,7 @@
 #include "plugin/compactor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -60,12 +61,20 @@ void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) 
     clock_.set_gpu_ns(c.gpu_stop_ns);
   }
 
-  if (c.p2p || c.seq % base_stride_ != 0) return;
-  if (c.seq % stride_ != 0) {
+  uint64_t pick = c.seq;
+  uint64_t every = 1;
+  if (c.p2p) {
+    if (rank_ < 0 || c.peer < 0 || c.peer >= nranks || c.peer == rank_) return;
+    pick = c.seq + static_cast<uint64_t>(rank_) + static_cast<uint64_t>(c.peer);
+    every = std::bit_ceil(static_cast<uint64_t>(std::max(1, nranks / 8)));
+  }
+  if (pick % (base_stride_ * every) != 0) return;
+  if (pick % (stride_ * every) != 0) {
     ++samples_capped_;  // would have been sampled had the cap not raised the stride
   } else {
-    samples_.push_back(Sample{op, c.algo, c.proto, c.seq, c.gpu_start_ns,
-                              c.gpu_stop_ns - c.gpu_start_ns, own_time_ns, c.sync_wait_ns, bytes,
+    samples_.push_back(Sample{op, c.algo, c.proto, c.p2p ? c.peer : -1, c.seq, pick, every,
+                              c.gpu_start_ns, c.gpu_stop_ns - c.gpu_start_ns, own_time_ns,
+                              c.sync_wait_ns, c.p2p ? MessageSizeBucketFloor(bytes) : bytes,
                               c.channels});
     if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
   }
@@ -80,7 +89,7 @@ void CommAccumulator::RaiseStride() {
     }
     stride_ *= 2;
     size_t before = samples_.size();
-    std::erase_if(samples_, [&](const Sample& s) { return s.seq % stride_ != 0; });
+    std::erase_if(samples_, [&](const Sample& s) { return s.pick % (stride_ * s.every) != 0; });
     samples_capped_ += before - samples_.size();
   }
 }
@@ -110,14 +119,15 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
   }
   // Grouped by column and in seq order, the delta encoding stays at a few bytes per sample.
   std::sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
-    return std::tie(a.op, a.algo, a.proto, a.bytes, a.channels, a.seq) <
-           std::tie(b.op, b.algo, b.proto, b.bytes, b.channels, b.seq);
+    return std::tie(a.op, a.algo, a.proto, a.peer, a.bytes, a.channels, a.seq) <
+           std::tie(b.op, b.algo, b.proto, b.peer, b.bytes, b.channels, b.seq);
   });
   SampleColumnWriter writer(report);
   for (const Sample& s : samples_) {
     writer.Add(
-        s.op, AlgoProto(s.algo, s.proto), s.bytes, s.channels,
-        ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns, s.sync_wait_ns});
+        s.op, s.peer >= 0 ? "" : AlgoProto(s.algo, s.proto), s.bytes, s.channels,
+        ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns, s.sync_wait_ns},
+        s.peer);
   }
   report->set_sample_stride(static_cast<uint32_t>(stride_));
   if (have_clock_) *report->mutable_clock() = clock_;

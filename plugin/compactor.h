@@ -9,9 +9,16 @@
 // different strides still share every seq that is a multiple of the larger one, so the aggregator
 // can always join them.
 //
-// Untimed completions (copy-engine collectives) only count (untimed_count, untimed_bytes); p2p
-// operations are never sampled. The clock pair kept is the (host, GPU) reading with the smallest
-// host-minus-GPU gap, i.e. the least callback delay.
+// Point-to-point operations are sampled too, each end by the same rule so that the aggregator can
+// join the two: the n-th exchange from sender s to receiver r (the Recorder numbers them per peer
+// and direction) when (n + s + r) % (stride * f) == 0, where f = the power of two at or above
+// nranks / 8. The sum spreads the sampled exchanges of one step over different pairs; f keeps an
+// all-to-all over a large expert-parallel group (2 (nranks - 1) operations a rank per step) at
+// about as many samples as 16 collectives. Their columns carry the peer and the size bucket.
+//
+// Untimed completions (copy-engine collectives) only count (untimed_count, untimed_bytes). The
+// clock pair kept is the (host, GPU) reading with the smallest host-minus-GPU gap, i.e. the least
+// callback delay.
 //
 // Thread safety: none; one CommAccumulator belongs to the flusher, which uses it under its lock.
 #ifndef NCCLWATCH_PLUGIN_COMPACTOR_H_
@@ -32,8 +39,13 @@ class CommAccumulator {
  public:
   // `sample_stride` (a power of two, >= 1) and `max_samples` (>= 0) as NCCLWATCH_SAMPLE_STRIDE
   // and NCCLWATCH_MAX_SAMPLES.
-  CommAccumulator(int64_t sample_stride, int64_t max_samples)
-      : base_stride_(sample_stride), max_samples_(max_samples), stride_(sample_stride) {}
+  // `rank`: the process's rank in the communicator, which point-to-point sampling needs (-1: p2p
+  // operations are not sampled).
+  CommAccumulator(int64_t sample_stride, int64_t max_samples, int rank = -1)
+      : base_stride_(sample_stride),
+        max_samples_(max_samples),
+        rank_(rank),
+        stride_(sample_stride) {}
 
   // Adds one completed operation of a communicator of `nranks` ranks (for bus bandwidth), with its
   // own time (own_time.h; -1 when unknown), which a sampled collective carries.
@@ -77,7 +89,12 @@ class CommAccumulator {
     const char* op;
     const char* algo;
     const char* proto;
+    int32_t peer;  // p2p: the peer's rank; -1 for collectives
     uint64_t seq;
+    // The sampling rule's number and its stride multiplier: seq and 1 for a collective; for a
+    // p2p operation seq + sender + receiver and P2pStrideFactor (see Add).
+    uint64_t pick;
+    uint64_t every;
     uint64_t gpu_start_ns;
     uint64_t duration_ns;
     int64_t own_time_ns;
@@ -89,6 +106,7 @@ class CommAccumulator {
 
   const int64_t base_stride_;
   const int64_t max_samples_;
+  const int rank_;
   int64_t stride_;
   std::map<Key, Stats> stats_;
   std::vector<Sample> samples_;

@@ -47,7 +47,8 @@ void Flusher::Tick() {
 CommAccumulator& Flusher::AccumulatorLocked(CommState* comm) {
   auto& acc = accumulators_[comm];
   if (!acc) {
-    acc = std::make_unique<CommAccumulator>(config_.sample_stride, config_.max_samples);
+    acc = std::make_unique<CommAccumulator>(config_.sample_stride, config_.max_samples,
+                                            comm->identity().rank);
     interval_start_[comm] = RealtimeNs();
   }
   return *acc;
@@ -129,7 +130,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   for (const InFlightView* v : mine) {
     auto* op = report.add_in_flight();
     op->set_op(OrUnknown(v->func));
-    op->set_seq(v->seq);
+    op->set_seq(v->p2p ? 0 : v->seq);  // a p2p operation's own numbering stays in the plugin
     op->set_p2p(v->p2p);
     op->set_peer(v->peer);
     op->set_age_ns(static_cast<uint64_t>(std::max<int64_t>(0, now_mono - v->enqueue_mono_ns)));

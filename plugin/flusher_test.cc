@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -94,15 +95,30 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(send.peer(), 0);
   EXPECT_EQ(send.algo_proto(), "");
   EXPECT_EQ(send.message_size(), "1-2KB");
-  // Collectives are sampled (stride 1); p2p is not.
+  // Collectives are sampled (stride 1), and so is the Send (exchange 0 from rank 3 to rank 0:
+  // 0 + 3 + 0 is a multiple of stride 1 x 1 for 4 ranks), in a column of its own with its peer
+  // and its size bucket's floor.
   std::vector<Sample> samples;
+  int sends = 0;
   ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+    if (col.op() == "Send") {
+      ++sends;
+      EXPECT_TRUE(col.has_peer());
+      EXPECT_EQ(col.peer(), 0);
+      EXPECT_EQ(col.algo_proto(), "");
+      EXPECT_EQ(col.bytes(), 1024u);
+      EXPECT_EQ(s.seq, 0u);
+      EXPECT_EQ(s.duration_ns, 5'000u);
+      return;
+    }
+    EXPECT_FALSE(col.has_peer());
     EXPECT_EQ(col.op(), "AllReduce");
     EXPECT_EQ(col.algo_proto(), "RING_LL");
     EXPECT_EQ(col.bytes(), 8192u);
     EXPECT_EQ(col.channels(), 2u);
     samples.push_back(s);
   });
+  EXPECT_EQ(sends, 1);
   ASSERT_EQ(samples.size(), 2u);
   EXPECT_EQ(samples[1].seq, 1u);
   EXPECT_EQ(samples[1].gpu_start_ns, 2'000'000u);
@@ -135,22 +151,54 @@ TEST_F(FlusherTest, OwnTimeSpansTheCommunicatorsOfOneGpu) {
   CommState* other = recorder_.InitComm(CommIdentity{0x9abc, "gpu2", 0, 2, 2, 2, ""});
   RunOp("AllReduce", 0, 1024, 1'000'000, 100'000);                   // ends 1.1 ms
   RunOp("AllReduce", 0, 1024, 1'300'000, 50'000, false, -1, dp);     // 200 µs after it
-  RunOp("Send", 0, 1024, 1'400'000, 10'000, true, 1, dp);            // p2p: an end, no sample
+  RunOp("Send", 0, 1024, 1'400'000, 10'000, true, 1, dp);            // p2p: 50 µs after the last
   RunOp("AllReduce", 1, 1024, 1'450'000, 100'000);                   // 40 µs after the Send
   RunOp("AllReduce", 0, 1024, 1'450'000, 10'000, false, -1, other);  // first on GPU 2
   RunOp("AllReduce", 1, 1024, 1'470'000, 10'000, false, -1, other);  // 10 µs after it
   flusher_.RunOnce(true);
-  std::map<std::pair<uint64_t, uint64_t>, int64_t> own;  // (comm_hash, seq) -> own time
+  using Key = std::tuple<uint64_t, std::string, uint64_t>;  // (comm_hash, op, seq)
+  std::map<Key, int64_t> own;
   for (const auto& r : sink_.reports) {
-    ForEachSample(r, [&](const ncclwatch::v1::SampleColumn&, const Sample& s) {
-      own[{r.identity().comm_hash(), s.seq}] = s.own_time_ns;
+    ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+      own[{r.identity().comm_hash(), col.op(), s.seq}] = s.own_time_ns;
     });
   }
-  EXPECT_EQ(own, (std::map<std::pair<uint64_t, uint64_t>, int64_t>{{{0x1234, 0}, -1},
-                                                                   {{0x1234, 1}, 40'000},
-                                                                   {{0x5678, 0}, 200'000},
-                                                                   {{0x9abc, 0}, -1},
-                                                                   {{0x9abc, 1}, 10'000}}));
+  EXPECT_EQ(own, (std::map<Key, int64_t>{{{0x1234, "AllReduce", 0}, -1},
+                                         {{0x1234, "AllReduce", 1}, 40'000},
+                                         {{0x5678, "AllReduce", 0}, 200'000},
+                                         {{0x5678, "Send", 0}, 50'000},
+                                         {{0x9abc, "AllReduce", 0}, -1},
+                                         {{0x9abc, "AllReduce", 1}, 10'000}}));
+}
+
+TEST_F(FlusherTest, PointToPointIsNumberedPerPeerAndDirectionAndSampledAlikeAtBothEnds) {
+  // 16 ranks: the p2p stride is twice the collectives' (f = 16 / 8 = 2). Rank 3 exchanges with
+  // ranks 5 and 6, both directions, interleaved; each (peer, direction) counts from 0.
+  CommState* ep = recorder_.InitComm(CommIdentity{0x4242, "ep", 3, 16, 2, 1, ""});
+  uint64_t t = 1'000'000;
+  for (int step = 0; step < 3; ++step) {  // 6 samples: under the cap of 8
+    for (int peer : {5, 6}) {
+      RunOp("Send", 999, 1024, t += 10'000, 1'000, true, peer, ep);  // NCCL's seq is ignored
+      RunOp("Recv", 999, 1024, t += 10'000, 1'000, true, peer, ep);
+    }
+  }
+  RunOp("Send", 0, 1024, t += 10'000, 1'000, true, 3, ep);   // to itself: never sampled
+  RunOp("Send", 0, 1024, t += 10'000, 1'000, true, 16, ep);  // no such rank: never sampled
+  flusher_.RunOnce(true);
+  std::map<std::pair<std::string, int>, std::vector<uint64_t>> seqs;  // (op, peer) -> seqs
+  for (const auto& r : sink_.reports) {
+    if (r.identity().comm_hash() != 0x4242) continue;
+    ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
+      ASSERT_TRUE(col.has_peer());
+      seqs[{col.op(), col.peer()}].push_back(s.seq);
+    });
+  }
+  // Sampled when (seq + sender + receiver) % 2 == 0: with peer 5, 3 + 5 is even (seqs 0, 2);
+  // with peer 6, odd (1). Rank 5's own plugin picks the same exchanges.
+  EXPECT_EQ(
+      seqs,
+      (std::map<std::pair<std::string, int>, std::vector<uint64_t>>{
+          {{"Recv", 5}, {0, 2}}, {{"Recv", 6}, {1}}, {{"Send", 5}, {0, 2}}, {{"Send", 6}, {1}}}));
 }
 
 TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {

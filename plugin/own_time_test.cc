@@ -46,6 +46,17 @@ TEST(OwnTimeTrackerTest, TheNextKernelMayStartAFewMicrosecondsBeforeThePreviousO
   EXPECT_EQ(t.Observe(7'000'000, 7'100'000), 1'000'000);
 }
 
+TEST(OwnTimeTrackerTest, TheTasksOfOneLaunchShareTheOwnTimeBeforeIt) {
+  // A grouped Send and Recv in one kernel: their channels start 3 us apart and the Send moves its
+  // data in 40 us. The Recv's own time is still the 2 ms since the previous kernel, not 0.
+  OwnTimeTracker t;
+  t.Observe(0, 1'000'000);
+  EXPECT_EQ(t.Observe(3'000'000, 3'040'000), 2'000'000);
+  EXPECT_EQ(t.Observe(3'003'000, 3'500'000), 2'003'000);
+  // The next launch counts from the latest end of that one.
+  EXPECT_EQ(t.Observe(4'500'000, 4'600'000), 1'000'000);
+}
+
 TEST(OwnTimeTrackerTest, ForgetsEndsBeyondItsHistory) {
   constexpr uint64_t kMs = 1'000'000;
   OwnTimeTracker t;

@@ -18,6 +18,9 @@ inline int Popcount(uint64_t x) {
   return static_cast<int>((x * 0x0101010101010101ull) >> 56);
 }
 
+// NCCL's p2p functions are "Send" and "Recv" (static strings): the first letter tells them apart.
+inline bool IsSend(const char* func) { return func != nullptr && func[0] == 'S'; }
+
 }  // namespace
 
 Recorder::Recorder(size_t op_pool_size, size_t ring_size)
@@ -48,6 +51,7 @@ std::vector<CommState*> Recorder::Comms() const {
 void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
   if (comm == nullptr) return nullptr;  // NCCL may call with the NULL context of a disabled comm
   // One reference for the event itself, one for the kernel while channels are outstanding.
+  const uint64_t p2p_seq = op.p2p ? comm->NextP2pSeq(op.peer, IsSend(op.func)) : 0;
   OpSlot* slot = pool_.Claim(op.n_channels > 0 ? 2 : 1);
   if (slot == nullptr) return nullptr;
   constexpr auto kRelaxed = std::memory_order_relaxed;
@@ -61,7 +65,10 @@ void* Recorder::StartOp(CommState* comm, const OpDescr& op) noexcept {
   slot->proto.store(op.proto, kRelaxed);
   slot->datatype.store(op.datatype, kRelaxed);
   slot->count.store(op.count, kRelaxed);
-  slot->seq.store(op.p2p ? 0 : op.seq, kRelaxed);
+  // A p2p operation's number is its place among the exchanges with its peer in that direction.
+  // Taken before the slot, so that one the pool refused still counts and the numbers of the
+  // two ends stay in step.
+  slot->seq.store(op.p2p ? p2p_seq : op.seq, kRelaxed);
   slot->user_tag.store(op.user_tag, kRelaxed);
   slot->peer.store(op.p2p ? op.peer : -1, kRelaxed);
   slot->n_channels.store(op.n_channels, kRelaxed);

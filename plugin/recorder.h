@@ -5,8 +5,10 @@
 #ifndef NCCLWATCH_PLUGIN_RECORDER_H_
 #define NCCLWATCH_PLUGIN_RECORDER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,10 @@ struct CommIdentity {
 class CommState {
  public:
   CommState(CommIdentity identity, size_t ring_capacity)
-      : identity_(std::move(identity)), ring_(ring_capacity) {}
+      : identity_(std::move(identity)),
+        ring_(ring_capacity),
+        p2p_next_(std::make_unique<std::atomic<uint32_t>[]>(
+            2 * static_cast<size_t>(std::max(identity_.nranks, 1)))) {}
 
   const CommIdentity& identity() const { return identity_; }
   CompletionRing& ring() { return ring_; }
@@ -48,6 +53,16 @@ class CommState {
   uint64_t untimed() const { return untimed_.load(std::memory_order_relaxed); }
   // Completions whose GPU timestamps cannot be true (Recorder::Complete): counted, not measured.
   uint64_t bogus() const { return bogus_.load(std::memory_order_relaxed); }
+  // Numbers this communicator's point-to-point operations per peer and direction, from 0 in
+  // issue order: NCCL matches the n-th Send from a to b with the n-th Recv at b from a, so both
+  // ends give that exchange the same number (the aggregator joins them on it). Two counters per
+  // rank of the communicator (8 bytes a rank, 128 KiB for a 16k-rank world), allocated with it;
+  // a peer outside [0, nranks) gets 0.
+  uint64_t NextP2pSeq(int peer, bool send) {
+    if (peer < 0 || peer >= identity_.nranks) return 0;
+    return p2p_next_[2 * static_cast<size_t>(peer) + (send ? 1 : 0)].fetch_add(
+        1, std::memory_order_relaxed);
+  }
 
  private:
   const CommIdentity identity_;
@@ -55,13 +70,14 @@ class CommState {
   std::atomic<uint64_t> untimed_{0};
   std::atomic<uint64_t> bogus_{0};
   std::atomic<uint32_t> clock_tick_{0};
+  std::unique_ptr<std::atomic<uint32_t>[]> p2p_next_;
 };
 
 // A Coll or P2p event, whatever the ABI version.
 struct OpDescr {
   bool p2p = false;
   const char* func = nullptr;
-  uint64_t seq = 0;  // collectives only
+  uint64_t seq = 0;  // collectives only (the Recorder numbers p2p operations itself)
   const char* datatype = nullptr;
   uint64_t count = 0;
   const char* algo = nullptr;

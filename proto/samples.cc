@@ -5,8 +5,9 @@
 namespace ncclwatch {
 
 void SampleColumnWriter::Add(const std::string& op, const std::string& algo_proto, uint64_t bytes,
-                             uint32_t channels, const Sample& s) {
-  auto [it, inserted] = cursors_.try_emplace({op, algo_proto, bytes, channels}, Cursor{0, 0, 0});
+                             uint32_t channels, const Sample& s, int32_t peer) {
+  auto [it, inserted] =
+      cursors_.try_emplace({op, algo_proto, bytes, channels, peer}, Cursor{0, 0, 0});
   Cursor& c = it->second;
   if (inserted) {
     c.column = report_->sample_columns_size();
@@ -15,6 +16,7 @@ void SampleColumnWriter::Add(const std::string& op, const std::string& algo_prot
     col->set_algo_proto(algo_proto);
     col->set_bytes(bytes);
     col->set_channels(channels);
+    if (peer >= 0) col->set_peer(peer);
   }
   auto* col = report_->mutable_sample_columns(c.column);
   // Differences are taken modulo 2^64 and read back the same way, so any order round-trips.

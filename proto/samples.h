@@ -1,5 +1,5 @@
 // Encoding and decoding of RankReport.sample_columns (docs/wire-format.md): sampled collectives
-// grouped by (op, algo_proto, bytes, channels), seq and GPU start delta-encoded.
+// grouped by (op, algo_proto, bytes, channels, peer), seq and GPU start delta-encoded.
 #ifndef NCCLWATCH_PROTO_SAMPLES_H_
 #define NCCLWATCH_PROTO_SAMPLES_H_
 
@@ -30,8 +30,9 @@ struct Sample {
 class SampleColumnWriter {
  public:
   explicit SampleColumnWriter(ncclwatch::v1::RankReport* report) : report_(report) {}
+  // `peer` >= 0: a point-to-point column (SampleColumn.peer); -1: a collective's.
   void Add(const std::string& op, const std::string& algo_proto, uint64_t bytes, uint32_t channels,
-           const Sample& sample);
+           const Sample& sample, int32_t peer = -1);
 
  private:
   struct Cursor {
@@ -40,7 +41,7 @@ class SampleColumnWriter {
     uint64_t last_start;
   };
   ncclwatch::v1::RankReport* report_;
-  std::map<std::tuple<std::string, std::string, uint64_t, uint32_t>, Cursor> cursors_;
+  std::map<std::tuple<std::string, std::string, uint64_t, uint32_t, int32_t>, Cursor> cursors_;
 };
 
 // True when every column's arrays have the same length (own_time_ns and sync_wait_ns may also be

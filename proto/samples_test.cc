@@ -1,5 +1,6 @@
 #include "proto/samples.h"
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -34,6 +35,22 @@ TEST(SampleColumnsTest, RoundTripsInAnyOrderAndGroupsByColumnKey) {
   EXPECT_EQ(ops[3], "AllGather/4096");
   EXPECT_EQ(out[4].seq, 8u);
   EXPECT_EQ(ops[4], "AllReduce/8192");
+}
+
+TEST(SampleColumnsTest, PointToPointColumnsCarryTheirPeer) {
+  ncclwatch::v1::RankReport r;
+  SampleColumnWriter w(&r);
+  w.Add("Send", "", 1024, 1, {0, 100, 10}, /*peer=*/3);
+  w.Add("Send", "", 1024, 1, {1, 200, 10}, /*peer=*/5);  // another peer: another column
+  w.Add("Send", "", 1024, 1, {2, 300, 10}, /*peer=*/3);
+  w.Add("AllReduce", "RING_LL", 1024, 1, {0, 400, 10});
+  ASSERT_EQ(r.sample_columns_size(), 3);
+  std::vector<std::string> seen;
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& c, const Sample& s) {
+    seen.push_back(c.op() + (c.has_peer() ? ">" + std::to_string(c.peer()) : "") + "#" +
+                   std::to_string(s.seq));
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"Send>3#0", "Send>3#2", "Send>5#1", "AllReduce#0"}));
 }
 
 TEST(SampleColumnsTest, ConsecutiveSamplesCostAboutNineBytes) {

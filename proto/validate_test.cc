@@ -21,6 +21,14 @@ ncclwatch::v1::RankReport Good() {
 
 TEST(ValidateReportTest, AcceptsAWellFormedReport) { EXPECT_TRUE(ValidateReport(Good()).ok); }
 
+TEST(ValidateReportTest, AcceptsPointToPointColumnsWithAnotherRank) {
+  auto r = Good();
+  auto* c = r.add_sample_columns();
+  c->set_op("Send");
+  c->set_peer(0);
+  EXPECT_TRUE(ValidateReport(r).ok);
+}
+
 TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
   struct Case {
     const char* reason;
@@ -46,6 +54,24 @@ TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
        }},
       {"bad_stats", [](auto& r) { r.mutable_stats(0)->set_bw_samples(2); }},
       {"bad_stats", [](auto& r) { r.mutable_stats(0)->set_exec_time_us_min(6.5e36); }},
+      {"bad_sample",  // a point-to-point column with itself
+       [](auto& r) {
+         auto* c = r.add_sample_columns();
+         c->set_op("Send");
+         c->set_peer(3);
+       }},
+      {"bad_sample",  // a peer beyond the communicator
+       [](auto& r) {
+         auto* c = r.add_sample_columns();
+         c->set_op("Recv");
+         c->set_peer(8);
+       }},
+      {"bad_sample",  // a collective with a peer
+       [](auto& r) {
+         auto* c = r.add_sample_columns();
+         c->set_op("AllReduce");
+         c->set_peer(1);
+       }},
       {"too_large",
        [](auto& r) {
          for (int i = 0; i <= kMaxStatsPerReport; ++i) r.add_stats();

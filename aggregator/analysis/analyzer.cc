@@ -125,20 +125,28 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
                             const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // The plugin writes 0 for "no initial-sync phase seen" (KernelPhase off, NCCL before 2.31).
     const int64_t sync_wait_ns = s.sync_wait_ns > 0 ? static_cast<int64_t>(s.sync_wait_ns) : -1;
-    auto group =
-        detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(), s.duration_ns,
-                                  s.gpu_start_ns, now_ns, s.own_time_ns, sync_wait_ns);
+    // A point-to-point column joins its exchange's other end (validated: a Send or Recv with
+    // another rank of the communicator).
+    const bool exchange = col.has_peer();
+    auto group = exchange ? detectors_.correlator.AddP2p(
+                                key, id.nranks(), col.op() == "Send", id.rank(), col.peer(), s.seq,
+                                s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns, sync_wait_ns)
+                          : detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
+                                                      s.duration_ns, s.gpu_start_ns, now_ns,
+                                                      s.own_time_ns, sync_wait_ns);
     if (!group) return;
     if (!entry->own_times) {
       entry->own_times = std::count_if(group->own_time_ns.begin(), group->own_time_ns.end(),
                                        [](int64_t t) { return t >= 0; }) >= 2;
     }
-    const std::vector<SlowProcess> verdicts = own_time_.Observe(OwnTimeGroup{
-        key, col.op(), col.bytes(), static_cast<int>(id.n_nodes()), group->own_time_ns, now_ns});
+    const std::vector<SlowProcess> verdicts = own_time_.Observe(
+        OwnTimeGroup{key, group->op, exchange ? 0 : col.bytes(), static_cast<int>(id.n_nodes()),
+                     group->own_time_ns, now_ns, group->members});
     LatenessChangesLocked(key, *entry, detectors_.stragglers.Observe(*group), now_ns, &out.events);
     // The wire's speed: the collective's shortest kernel, its last arriver's, waited for nobody.
     // A communicator some of whose ranks never reported is not judged (coverage reports it).
-    if (entry->unreported == 0 && !group->duration_ns.empty()) {
+    // (Exchanges are not: their sizes change with the routing, their pairs with the schedule.)
+    if (!exchange && entry->unreported == 0 && !group->duration_ns.empty()) {
       const uint64_t fastest =
           *std::min_element(group->duration_ns.begin(), group->duration_ns.end());
       // Its window follows when it ran, on rank 0's GPU clock (arrival when no kernel timer).

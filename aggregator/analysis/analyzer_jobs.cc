@@ -136,6 +136,13 @@ ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommE
   uint64_t bogus = 0;
   for (const auto& [rank, n] : entry.bogus_timings) bogus += n;
   info.set_bogus_timings(bogus);
+  for (const WorkloadImbalance& w : own_time_.Imbalances(key)) {
+    auto* out = info.add_workload_imbalance();
+    out->set_op(w.op);
+    out->set_bytes(w.bytes);
+    out->set_wait_seconds(w.wait_ns * 1e-9);
+    out->set_own_time_seconds(w.own_time_ns * 1e-9);
+  }
   return info;
 }
 
@@ -211,6 +218,17 @@ std::map<std::string, ncclwatch::v1::JobInfo> Analyzer::JobInfosLocked(
     j.set_hung_communicators(j.hung_communicators() + (health.hung ? 1 : 0));
     j.set_degraded_communicators(j.degraded_communicators() + (health.degraded ? 1 : 0));
     j.set_unreported_ranks(std::max<uint32_t>(j.unreported_ranks(), health.unreported));
+    if (c.workload_imbalance_size() > 0)
+      j.set_imbalanced_communicators(j.imbalanced_communicators() + 1);
+    for (const auto& w : c.workload_imbalance()) {
+      auto share = [](const ncclwatch::v1::WorkloadImbalance& x) {
+        return x.wait_seconds() / std::max(x.wait_seconds() + x.own_time_seconds(), 1e-12);
+      };
+      if (!j.has_costliest_imbalance() || share(w) > share(j.costliest_imbalance())) {
+        *j.mutable_costliest_imbalance() = w;
+        j.mutable_costliest_imbalance()->set_comm_name(c.comm_name());
+      }
+    }
     for (const auto& r : c.ranks()) {
       if (!r.node().empty()) nodes[key.job_id].insert(r.node());
     }

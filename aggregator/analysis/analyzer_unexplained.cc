@@ -151,14 +151,30 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     // late (which moves the median itself), from a node every rank of which the communicator has
     // there (two or more) is late: a slow node of a two-node communicator. Communicators of 2 or
     // 3 ranks cannot tell.
+    //
+    // Lateness in point-to-point exchanges does not page here: a pipeline's schedule makes it
+    // mostly design (the warm-up and drain bubbles, which end of each exchange waits), in a mix
+    // whose window median jumps between modes, and TP partners on one node move together, so
+    // half a small family can look late by chance. A GPU slow before its exchanges is found by
+    // its own time there (own_time.h). Nor does lateness in a class whose ranks take turns being
+    // the busiest (data-dependent imbalance, own_time.h): the late rank changes with the routing.
+    const std::vector<RankScore> notable = detectors_.stragglers.Notable(
+        key, [&](const std::string& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return op == kP2pClass || own_time_.Imbalanced(key, op);
+        });
+    std::set<int> flagged_ranks;
+    for (const RankScore& score : notable) {
+      if (score.flagged) flagged_ranks.insert(score.rank);
+    }
+    if (flagged_ranks.empty()) continue;
     const int nranks_of = entry->who.nranks;
     std::map<std::string, std::pair<int, int>> on_node;  // node -> (ranks here, flagged)
     for (const auto& [r, who] : entry->who.ranks) {
       auto& [ranks, flagged] = on_node[who.node];
       ++ranks;
-      flagged += entry->flagged_since_ns.contains(r) ? 1 : 0;
+      flagged += flagged_ranks.contains(r) ? 1 : 0;
     }
-    const bool half_late = 2 * entry->flagged_since_ns.size() >= static_cast<size_t>(nranks_of);
+    const bool half_late = 2 * flagged_ranks.size() >= static_cast<size_t>(nranks_of);
     auto significant = [&](const RankScore& score) {
       if (entry->who.nranks < 4 || score.peer_z >= unexplained_options_.min_peer_z) return true;
       if (!half_late) return false;
@@ -167,7 +183,7 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
       return !node.empty() && n != on_node.end() && n->second.first >= 2 &&
              n->second.second == n->second.first;
     };
-    for (const RankScore& score : detectors_.stragglers.Notable(key)) {
+    for (const RankScore& score : notable) {
       if (!score.flagged || !significant(score)) continue;
       if (family.size() >= 2) {
         auto [d, added] = design.try_emplace({&family, score.op, score.rank}, FamilyDesign{});

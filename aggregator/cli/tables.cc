@@ -261,6 +261,17 @@ std::string JobsText(const ncclwatch::v1::ListJobsResponse& response) {
                             j.job_id(), ClockText(j.ended_unix_ns()), j.end_reason());
       continue;
     }
+    if (j.imbalanced_communicators() > 0) {
+      const auto& w = j.costliest_imbalance();
+      absl::StrAppendFormat(
+          &out,
+          "\nJob %s: workload imbalance (not a fault) in %u communicators: the busiest rank "
+          "changes from one collective to the next; costliest: %s's %s waits %.2f ms for its "
+          "busiest rank, %.0f%% of the work before it (`ncclwatch comms`).\n",
+          j.job_id(), j.imbalanced_communicators(), w.comm_name().empty() ? "?" : w.comm_name(),
+          w.op(), w.wait_seconds() * 1e3,
+          100 * w.wait_seconds() / std::max(w.wait_seconds() + w.own_time_seconds(), 1e-12));
+    }
     if (j.unreported_ranks() == 0) continue;
     absl::StrAppendFormat(&out,
                           "\nJob %s is incomplete: %u ranks of a communicator never reported, so "
@@ -295,6 +306,21 @@ std::string CommsText(const ncclwatch::v1::ListCommsResponse& response) {
                           "ncclwatch_plugin_drops_total{kind=\"bogus_timings\"} per rank).\n",
                           aggregator::CommWord(c.comm_name(), c.comm_hash()), c.job_id(),
                           c.bogus_timings());
+  }
+  // Data-dependent imbalance is no finding either, but it costs time every step.
+  for (const auto& c : response.comms()) {
+    for (const auto& w : c.workload_imbalance()) {
+      const double share =
+          w.wait_seconds() / std::max(w.wait_seconds() + w.own_time_seconds(), 1e-12);
+      absl::StrAppendFormat(
+          &out,
+          "Workload imbalance (not a fault): communicator %s in job %s: its %s waits %.2f ms for "
+          "its busiest rank, %.0f%% of the work before it, and the busiest rank changes from one "
+          "%s to the next: a property of the workload (mixture-of-experts routing, variable "
+          "sequence lengths, a pipeline's schedule).\n",
+          aggregator::CommWord(c.comm_name(), c.comm_hash()), c.job_id(), w.op(),
+          w.wait_seconds() * 1e3, 100 * share, w.op());
+    }
   }
   return out;
 }

@@ -273,6 +273,21 @@ TEST_F(TablesTest, AnIncompleteJobIsSaidUnderTheTable) {
                                 "(`ncclwatch comms`, RANKS_UNREPORTED in `ncclwatch events`).\n");
 }
 
+TEST_F(TablesTest, WorkloadImbalanceIsSaidUnderTheJobsTable) {
+  ncclwatch::v1::ListJobsResponse jobs = OneJob();
+  jobs.mutable_jobs(0)->set_imbalanced_communicators(4);
+  auto* w = jobs.mutable_jobs(0)->mutable_costliest_imbalance();
+  w->set_comm_name("dp0");
+  w->set_op("SendRecv");
+  w->set_wait_seconds(0.0012);
+  w->set_own_time_seconds(0.0018);
+  EXPECT_EQ(JobsText(jobs), JobsText(OneJob()) +
+                                "\nJob job-a: workload imbalance (not a fault) in 4 communicators: "
+                                "the busiest rank changes from one collective to the next; "
+                                "costliest: dp0's SendRecv waits 1.20 ms for its busiest rank, 40% "
+                                "of the work before it (`ncclwatch comms`).\n");
+}
+
 TEST_F(TablesTest, JobsAndComms) {
   EXPECT_EQ(
       JobsText(OneJob()),
@@ -303,6 +318,19 @@ TEST_F(TablesTest, JobsAndComms) {
                                  "every figure; "
                                  "ncclwatch_plugin_drops_total{kind=\"bogus_timings\"} per "
                                  "rank).\n");
+  // Data-dependent imbalance: information under the table, never in the health column.
+  ncclwatch::v1::ListCommsResponse moe = TwoComms();
+  auto* w = moe.mutable_comms(0)->add_workload_imbalance();
+  w->set_op("ReduceScatter");
+  w->set_wait_seconds(0.0008);
+  w->set_own_time_seconds(0.0024);
+  EXPECT_EQ(CommsText(moe), CommsText(TwoComms()) +
+                                "Workload imbalance (not a fault): communicator world in job "
+                                "job-a: its ReduceScatter waits 0.80 ms for its busiest rank, 25% "
+                                "of the work before it, and the busiest rank changes from one "
+                                "ReduceScatter to the next: a property of the workload "
+                                "(mixture-of-experts routing, variable sequence lengths, a "
+                                "pipeline's schedule).\n");
 }
 
 TEST_F(TablesTest, QueryPoints) {

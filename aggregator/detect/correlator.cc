@@ -8,26 +8,52 @@ std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
                                               int64_t now_ns, int64_t own_time_ns,
                                               int64_t sync_wait_ns) {
   if (nranks <= 0 || rank < 0 || rank >= nranks) return std::nullopt;
+  return Join(comm, GroupKey{op, seq}, nranks,
+              Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns);
+}
+
+std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks, bool send,
+                                                 int rank, int peer, uint64_t seq,
+                                                 uint64_t duration_ns, uint64_t gpu_start_ns,
+                                                 int64_t now_ns, int64_t own_time_ns,
+                                                 int64_t sync_wait_ns) {
+  if (nranks <= 0 || rank < 0 || rank >= nranks || peer < 0 || peer >= nranks || peer == rank) {
+    return std::nullopt;
+  }
+  const int sender = send ? rank : peer;
+  const int receiver = send ? peer : rank;
+  auto done =
+      Join(comm, GroupKey{kP2pClass, seq, sender, receiver}, 2,
+           Arrival{send ? 0 : 1, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns);
+  if (done) {
+    done->members = {sender, receiver};
+    done->nranks = nranks;
+  }
+  return done;
+}
+
+std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key, int parties,
+                                               const Arrival& arrival, int64_t now_ns) {
   CommGroups& cg = comms_[comm];
-  GroupKey key{op, seq};
   auto [it, inserted] = cg.groups.try_emplace(key);
   Group& g = it->second;
   if (inserted) {
-    g.nranks = nranks;
+    g.nranks = parties;
     g.first_seen_ns = now_ns;
-    cg.order.emplace_back(now_ns, key);
+    cg.order.emplace_back(now_ns, std::move(key));
   }
-  if (g.nranks != nranks || !g.seen.insert(rank).second) return std::nullopt;
-  g.arrivals.push_back(Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns});
-  if (static_cast<int>(g.arrivals.size()) < nranks) {
+  if (g.nranks != parties || !g.seen.insert(arrival.rank).second) return std::nullopt;
+  g.arrivals.push_back(arrival);
+  if (static_cast<int>(g.arrivals.size()) < parties) {
     if (inserted) Trim(cg, INT64_MIN, options_.max_open_groups);
     return std::nullopt;
   }
-  CompletedGroup done{comm, op, seq, {}, {}, {}, {}};
-  done.duration_ns.resize(nranks);
-  done.gpu_start_ns.resize(nranks);
-  done.own_time_ns.resize(nranks);
-  done.sync_wait_ns.resize(nranks);
+  CompletedGroup done{comm, it->first.op, it->first.seq, {}, {}, {}, {}};
+  done.nranks = parties;
+  done.duration_ns.resize(parties);
+  done.gpu_start_ns.resize(parties);
+  done.own_time_ns.resize(parties);
+  done.sync_wait_ns.resize(parties);
   for (const Arrival& a : g.arrivals) {
     done.duration_ns[a.rank] = a.duration_ns;
     done.gpu_start_ns[a.rank] = a.gpu_start_ns;

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -22,10 +23,14 @@
 
 namespace ncclwatch::aggregator {
 
-// One collective as seen by every rank; index = rank.
+// The class name of point-to-point exchanges: a joined Send/Recv pair is one "SendRecv" group.
+inline constexpr char kP2pClass[] = "SendRecv";
+
+// One collective as seen by every rank (index = rank), or one point-to-point exchange as seen by
+// its two ends (index 0 the sender, 1 the receiver; `members` says who they are).
 struct CompletedGroup {
   CommKey comm;
-  std::string op;
+  std::string op;  // kP2pClass for an exchange
   uint64_t seq = 0;
   std::vector<uint64_t> duration_ns;
   std::vector<uint64_t> gpu_start_ns;
@@ -33,6 +38,12 @@ struct CompletedGroup {
   // How long each rank's kernel waited for its peers (ABI v7 KernelPhase, initial sync, longest
   // over the channels); -1 when not measured.
   std::vector<int64_t> sync_wait_ns;
+  // An exchange's two ends' communicator ranks (sender, receiver); empty for a collective.
+  std::vector<int> members;
+  int nranks = 0;  // the communicator's size
+
+  // The communicator rank whose values are at index i.
+  int RankAt(size_t i) const { return members.empty() ? static_cast<int>(i) : members[i]; }
 };
 
 struct CorrelatorOptions {
@@ -50,6 +61,13 @@ class Correlator {
                                     uint64_t seq, int rank, uint64_t duration_ns,
                                     uint64_t gpu_start_ns, int64_t now_ns, int64_t own_time_ns = -1,
                                     int64_t sync_wait_ns = -1);
+  // Adds one end of a point-to-point exchange: rank `rank`'s Send to (`send`) or Recv from `peer`,
+  // the seq-th of that direction between the two (SampleColumn.peer). Returns the exchange once
+  // both ends reported, as a group of op kP2pClass with members {sender, receiver}.
+  std::optional<CompletedGroup> AddP2p(const CommKey& comm, int nranks, bool send, int rank,
+                                       int peer, uint64_t seq, uint64_t duration_ns,
+                                       uint64_t gpu_start_ns, int64_t now_ns,
+                                       int64_t own_time_ns = -1, int64_t sync_wait_ns = -1);
   // Drops incomplete groups first seen before now - grace. Returns how many were dropped.
   size_t Expire(int64_t now_ns);
   // Forgets a communicator entirely (e.g. its job ended).
@@ -75,12 +93,25 @@ class Correlator {
     absl::flat_hash_set<int> seen;
     int64_t first_seen_ns = 0;
   };
-  using GroupKey = std::pair<std::string, uint64_t>;  // (op, seq)
+  // (op, seq), and for an exchange its sender and receiver (-1 for a collective).
+  struct GroupKey {
+    std::string op;
+    uint64_t seq = 0;
+    int sender = -1;
+    int receiver = -1;
+    bool operator<(const GroupKey& o) const {
+      return std::tie(seq, sender, receiver, op) < std::tie(o.seq, o.sender, o.receiver, o.op);
+    }
+  };
   struct CommGroups {
     std::map<GroupKey, Group> groups;
     std::deque<std::pair<int64_t, GroupKey>> order;  // insertion order, for expiry and eviction
   };
   void Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups);
+  // Adds `arrival` (its rank: the party's index in the group) to the group `key` of `parties`
+  // parties; returns the group once every party is in, as per-party vectors.
+  std::optional<CompletedGroup> Join(const CommKey& comm, GroupKey key, int parties,
+                                     const Arrival& arrival, int64_t now_ns);
 
   const CorrelatorOptions options_;
   absl::node_hash_map<CommKey, CommGroups> comms_;  // walked only to expire

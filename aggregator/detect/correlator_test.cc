@@ -23,6 +23,35 @@ TEST(CorrelatorTest, CompletesWhenEveryRankReported) {
   EXPECT_EQ(c.open_groups(), 1u);  // the AllGather
 }
 
+TEST(CorrelatorTest, JoinsTheTwoEndsOfAPointToPointExchange) {
+  Correlator c;
+  // Rank 2 sends its 5th message to rank 0; rank 0 receives its 5th from rank 2. Exchanges in the
+  // other direction and with other peers are other groups.
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, /*send=*/true, 2, 0, 5, 300, 3000, 0));
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, /*send=*/true, 0, 2, 5, 1, 1, 0));   // 0 -> 2
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, /*send=*/false, 0, 3, 5, 1, 1, 0));  // 3 -> 0
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, /*send=*/true, 2, 0, 5, 9, 9, 0));   // replay
+  auto g = c.AddP2p(kCorrelatorComm, 4, /*send=*/false, 0, 2, 5, 100, 1000, 0, /*own=*/70);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->op, kP2pClass);
+  EXPECT_EQ(g->seq, 5u);
+  EXPECT_EQ(g->members, (std::vector<int>{2, 0}));  // sender, receiver
+  EXPECT_EQ(g->nranks, 4);
+  EXPECT_EQ(g->RankAt(0), 2);
+  EXPECT_EQ(g->RankAt(1), 0);
+  EXPECT_EQ(g->duration_ns, (std::vector<uint64_t>{300, 100}));
+  EXPECT_EQ(g->gpu_start_ns, (std::vector<uint64_t>{3000, 1000}));
+  EXPECT_EQ(g->own_time_ns, (std::vector<int64_t>{-1, 70}));
+  EXPECT_EQ(c.open_groups(), 2u);
+  // A collective of the same seq is not confused with it.
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 4, kP2pClass, 5, 0, 1, 1, 0));
+  // Peers outside the communicator, or itself, are refused.
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, true, 1, 4, 0, 1, 1, 0));
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, true, 1, -1, 0, 1, 1, 0));
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, true, 1, 1, 0, 1, 1, 0));
+  EXPECT_EQ(c.open_groups(), 3u);
+}
+
 TEST(CorrelatorTest, RejectsOutOfRangeRanks) {
   Correlator c;
   EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 2, 1, 1, 0));

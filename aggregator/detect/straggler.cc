@@ -94,12 +94,19 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   std::vector<FlagChange> changes;
   const size_t n = group.duration_ns.size();
   if (n < 2) return changes;
+  const bool exchange = !group.members.empty();
+  const size_t nranks = exchange ? static_cast<size_t>(group.nranks) : n;
+  if (exchange && (group.members.size() != n ||
+                   std::any_of(group.members.begin(), group.members.end(),
+                               [&](int r) { return r < 0 || static_cast<size_t>(r) >= nranks; }))) {
+    return changes;
+  }
   CommWindows& comm = comms_[group.comm];
-  if (comm.flagged_in.size() != n) comm = CommWindows{{}, std::vector<uint8_t>(n, 0)};
+  if (comm.flagged_in.size() != nranks) comm = CommWindows{{}, std::vector<uint8_t>(nranks, 0)};
   auto cls = std::find_if(comm.classes.begin(), comm.classes.end(),
                           [&](const ClassWindows& k) { return k.op == group.op; });
   if (cls == comm.classes.end()) {
-    comm.classes.push_back(ClassWindows{group.op, std::vector<RankWindow>(n), {}});
+    comm.classes.push_back(ClassWindows{group.op, std::vector<RankWindow>(nranks), {}});
     cls = comm.classes.end() - 1;
   }
   ClassWindows& c = *cls;
@@ -107,32 +114,39 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   const std::vector<double> lateness = Lateness(group, &c.basis);
   const double max_lateness = *std::max_element(lateness.begin(), lateness.end());
   const size_t cap = static_cast<size_t>(options_.window);
-  for (size_t r = 0; r < n; ++r) {
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = group.RankAt(i);
     RankWindow& w = c.ranks[r];
-    const bool last = lateness[r] == max_lateness;
+    const bool last = lateness[i] == max_lateness;
     double evicted = 0;
     const bool full = w.lateness.size() >= cap;
     if (!full) {
-      w.lateness.push_back(lateness[r]);
+      w.lateness.push_back(lateness[i]);
       w.last.push_back(last);
     } else {
       evicted = w.lateness[w.next];
-      w.lateness[w.next] = lateness[r];
+      w.lateness[w.next] = lateness[i];
       w.last[w.next] = last;
     }
     w.next = (w.next + 1) % cap;
-    w.median = SlideMedian(w.sorted, full ? &evicted : nullptr, lateness[r]);
+    w.median = SlideMedian(w.sorted, full ? &evicted : nullptr, lateness[i]);
     // The own history learns only while the rank is not flagged, so a fault does not become the
     // rank's new normal.
     if (w.history < 0) {
-      w.history = lateness[r];
+      w.history = lateness[i];
     } else if (!w.flagged) {
-      w.history += options_.history_alpha * (lateness[r] - w.history);
+      w.history += options_.history_alpha * (lateness[i] - w.history);
     }
   }
 
-  const PeerStats peers = Peers(c);
-  for (size_t r = 0; r < n; ++r) {
+  if (!exchange || c.exchanges_since_peers < 0 ||
+      ++c.exchanges_since_peers >= static_cast<int>(nranks / 2)) {
+    c.peers = Peers(c);
+    c.exchanges_since_peers = 0;
+  }
+  const PeerStats& peers = c.peers;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = group.RankAt(i);
     RankWindow& w = c.ranks[r];
     if (static_cast<int>(w.lateness.size()) < options_.min_groups) continue;
     const double excess = w.median - peers.baseline;
@@ -151,14 +165,24 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   return changes;
 }
 
-std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, bool notable_only) const {
+std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, bool notable_only,
+                                                const ClassFilter& skip) const {
   std::vector<RankScore> out;
   std::vector<std::optional<PeerStats>> peers(comm.classes.size());  // where a rank needs them
+  std::vector<bool> counted(comm.classes.size(), true);
+  for (size_t k = 0; k < comm.classes.size(); ++k) counted[k] = !skip || !skip(comm.classes[k].op);
   for (size_t r = 0; r < comm.flagged_in.size(); ++r) {
-    const bool flagged = comm.flagged_in[r] > 0;
+    bool flagged = comm.flagged_in[r] > 0;
+    if (flagged && skip) {
+      flagged = false;
+      for (size_t k = 0; k < comm.classes.size(); ++k) {
+        flagged = flagged || (counted[k] && comm.classes[k].ranks[r].flagged);
+      }
+    }
     std::optional<RankScore> worst;
     for (size_t k = 0; k < comm.classes.size(); ++k) {
       const ClassWindows& c = comm.classes[k];
+      if (!counted[k]) continue;
       const RankWindow& w = c.ranks[r];
       if (flagged ? !w.flagged : notable_only && w.median < options_.threshold_ns) continue;
       if (!peers[k]) peers[k] = Peers(c);
@@ -181,9 +205,10 @@ std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
   return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, false);
 }
 
-std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm) const {
+std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm,
+                                                  const ClassFilter& skip) const {
   auto it = comms_.find(comm);
-  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, true);
+  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, true, skip);
 }
 
 std::optional<double> StragglerDetector::LatenessIn(const CommKey& comm, const std::string& op,

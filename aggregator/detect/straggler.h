@@ -12,6 +12,8 @@
 //     moment everywhere;
 //   - otherwise, without any clock alignment: lateness_r = max_j duration_j - duration_r (the last
 //     to arrive spends the least time inside the kernel).
+// A point-to-point exchange (a Send and its Recv, joined by the correlator) is a group of two: the
+// later end is late by the difference; its class is kP2pClass, every exchange of the communicator.
 // Latenesses are kept per collective class, the operation (AllReduce, AllGather, ...) within the
 // communicator: one communicator runs several kinds of collective per step, and a delay often
 // precedes only one of them (a node slow before its node-local collective is late at the world
@@ -35,6 +37,7 @@
 #define NCCLWATCH_AGGREGATOR_DETECT_STRAGGLER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -90,8 +93,10 @@ class StragglerDetector {
   std::vector<RankScore> Scores(const CommKey& comm) const;
   // The scores of the ranks flagged or at least `threshold_ns` late (lateness_ns, the window
   // median) in some class, by rank, each in its worst class: what the detection series export,
-  // without scoring every other rank.
-  std::vector<RankScore> Notable(const CommKey& comm) const;
+  // without scoring every other rank. Classes for which `skip` (if set) returns true are left
+  // out, flags included (a rank flagged only there is not flagged in the answer).
+  using ClassFilter = std::function<bool(const std::string& op)>;
+  std::vector<RankScore> Notable(const CommKey& comm, const ClassFilter& skip = nullptr) const;
   // Rank `rank`'s lateness (window median) in class `op` of `comm`, or nullopt when that class
   // has too few observations of it (fewer than `min_groups`) or is unknown.
   std::optional<double> LatenessIn(const CommKey& comm, const std::string& op, int rank) const;
@@ -107,25 +112,31 @@ class StragglerDetector {
     double history = -1;  // own long-run lateness; < 0 until the first observation
     bool flagged = false;
   };
-  struct ClassWindows {
-    std::string op;
-    std::vector<RankWindow> ranks;
-    LatenessBasis basis = LatenessBasis::kKernelDurations;  // of the latest group
-  };
-  struct CommWindows {
-    std::vector<ClassWindows> classes;  // a handful: the operations the communicator runs
-    std::vector<uint8_t> flagged_in;    // by rank: how many classes flag it
-  };
   // Peer statistics of a communicator: lower quartile, median and MAD of the ranks' medians.
   struct PeerStats {
     double baseline = 0;
     double median = 0;
     double mad = 0;
   };
+  struct ClassWindows {
+    std::string op;
+    std::vector<RankWindow> ranks;
+    LatenessBasis basis = LatenessBasis::kKernelDurations;  // of the latest group
+    // Point-to-point exchanges (two ranks a group) reuse the peer statistics for nranks / 2
+    // exchanges: a communicator's n ranks move in about that many, and recomputing them for
+    // every exchange would cost O(n) per pair (O(n^3) a step of an all-to-all).
+    PeerStats peers;
+    int exchanges_since_peers = -1;  // -1: never computed
+  };
+  struct CommWindows {
+    std::vector<ClassWindows> classes;  // a handful: the operations the communicator runs
+    std::vector<uint8_t> flagged_in;    // by rank: how many classes flag it
+  };
   PeerStats Peers(const ClassWindows& c) const;
   RankScore Score(int rank, const ClassWindows& c, const PeerStats& peers, bool flagged) const;
   // Every rank of `c` scored in its worst class (Scores), or only the notable ones.
-  std::vector<RankScore> Worst(const CommWindows& c, bool notable_only) const;
+  std::vector<RankScore> Worst(const CommWindows& c, bool notable_only,
+                               const ClassFilter& skip = nullptr) const;
   // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
   std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 

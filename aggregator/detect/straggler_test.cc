@@ -251,3 +251,54 @@ TEST(StragglerDetectorTest, ARankLateAtOneKindOfCollectiveIsFlaggedInThatClass) 
 
 }  // namespace
 }  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// A ring of 8 ranks exchanging with their neighbours (r sends to r + 1), as context-parallel ring
+// attention does; rank 5 starts every exchange 2 ms late. Only point-to-point groups exist.
+TEST(StragglerDetectorTest, PointToPointExchangesFlagTheLateEndOnly) {
+  StragglerDetector d;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int64_t> jitter(-100'000, 100'000);
+  std::vector<FlagChange> changes;
+  const int n = 8;
+  for (uint64_t seq = 0; seq < 100; ++seq) {
+    for (int s = 0; s < n; ++s) {
+      const int r = (s + 1) % n;
+      CompletedGroup g{kStragglerComm, kP2pClass, seq, {}, {}, {}, {}, {s, r}, n};
+      int64_t start[2];
+      for (int i = 0; i < 2; ++i) {
+        const int who = i == 0 ? s : r;
+        start[i] = 10'000'000 + jitter(rng) + (who == 5 ? 2'000'000 : 0);
+      }
+      const int64_t end = std::max(start[0], start[1]) + 50'000;
+      for (int i = 0; i < 2; ++i) {
+        g.gpu_start_ns.push_back(start[i]);
+        g.duration_ns.push_back(end - start[i]);
+      }
+      for (auto& c : d.Observe(g)) changes.push_back(c);
+    }
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].score.rank, 5);
+  EXPECT_EQ(changes[0].score.op, kP2pClass);
+  EXPECT_TRUE(changes[0].score.flagged);
+  const auto scores = d.Scores(kStragglerComm);
+  ASSERT_EQ(scores.size(), static_cast<size_t>(n));
+  EXPECT_NEAR(scores[5].lateness_ns, 2'000'000, 200'000);
+  for (int r = 0; r < n; ++r) {
+    if (r != 5) EXPECT_LT(scores[r].lateness_ns, 250'000) << r;
+  }
+  EXPECT_NEAR(*d.LatenessIn(kStragglerComm, kP2pClass, 5), 2'000'000, 200'000);
+  // Without its exchanges, the communicator has nobody late.
+  ASSERT_EQ(d.Notable(kStragglerComm).size(), 1u);
+  EXPECT_TRUE(
+      d.Notable(kStragglerComm, [](const std::string& op) { return op == kP2pClass; }).empty());
+  // An exchange naming a rank outside the communicator changes nothing.
+  CompletedGroup bad{kStragglerComm, kP2pClass, 0, {1, 1}, {1, 1}, {}, {}, {0, n}, n};
+  EXPECT_TRUE(d.Observe(bad).empty());
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator

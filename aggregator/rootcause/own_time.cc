@@ -1,6 +1,7 @@
 #include "aggregator/rootcause/own_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -8,6 +9,14 @@
 
 namespace ncclwatch::aggregator {
 namespace {
+
+// Collectives of a job between two refreshes of its typical growth (RefreshJobGrowth walks every
+// communicator: at a few thousand classes, about ten class visits per collective).
+constexpr int64_t kJobGrowthRefresh = 256;
+
+// Collectives after warm-up before a class's mean own time is settled (4 x its weight's 64: what
+// warm-up left in it is 2% of it).
+constexpr int64_t kSettledGroups = 256;
 
 // The smallest typical own time the change in time is scaled by (a class whose fastest rank has
 // next to no own work is compared in absolute terms).
@@ -52,6 +61,7 @@ void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
   if (it == comms_.end()) {
     it = comms_.emplace(comm, CommState{}).first;
     it->second.nranks = nranks;
+    ++job_growth_[comm.job_id].comms;
   }
   CommState& cs = it->second;
   const std::string* known_node = cs.NodeOf(rank);
@@ -163,6 +173,17 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
     return false;
   }
   out->fault_ns = st.excess[r].median - reference;
+  // The job-wide change in time: this class's fastest rank grew beyond what the job's did.
+  if (auto job = job_growth_.find(comm.job_id);
+      job != job_growth_.end() && std::isfinite(st.base_past) && std::isfinite(job->second.ratio) &&
+      st.base_n >= kSettledGroups) {
+    const double grew = st.base_mean - st.base_past * job->second.ratio;
+    if (grew > out->fault_ns) {
+      out->fault_ns = grew;
+      out->replicas = true;
+      out->changed = true;
+    }
+  }
   const double change =
       st.excess[r].median - st.past[r] * std::max(st.base.median, kMinScaleNs) - st.peer_growth;
   if (change > out->fault_ns) {
@@ -170,6 +191,8 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
     out->replicas = true;  // its own past is the reference: as strong as counterparts
     out->changed = true;
   }
+  // A class that takes turns: only a rank late nearly every time has evidence there.
+  if (st.turns && st.share_slow[r] < options_.imbalance_share) out->fault_ns = 0;
   out->nranks = static_cast<int>(cs.processes.size());
   out->multi_node = st.n_nodes > 1;
   return true;
@@ -229,8 +252,16 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   auto it = comms_.find(group.comm);
   if (it == comms_.end()) return changes;  // members not known yet
   CommState& cs = it->second;
-  const int n = static_cast<int>(group.own_time_ns.size());
+  const bool exchange = !group.members.empty();
+  const int n = exchange ? cs.nranks : static_cast<int>(group.own_time_ns.size());
   if (n < 2 || n != cs.nranks || !cs.complete()) return changes;
+  if (exchange && (group.members.size() != group.own_time_ns.size() ||
+                   std::any_of(group.members.begin(), group.members.end(),
+                               [&](int r) { return r < 0 || r >= n; }))) {
+    return changes;
+  }
+  // Index i of own_time_ns is communicator rank RankAt(i).
+  auto rank_at = [&](size_t i) { return exchange ? group.members[i] : static_cast<int>(i); };
   int64_t base = std::numeric_limits<int64_t>::max();
   int known = 0;
   for (int64_t t : group.own_time_ns) {
@@ -250,19 +281,35 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     fresh.n_nodes = group.n_nodes;
     fresh.unjudged = n;
     fresh.slots.resize(n);
+    fresh.share_fast.assign(n, 0);
+    fresh.share_slow.assign(n, 0);
     for (int r = 0; r < n; ++r) {
       fresh.slots[r] = &slots_[SlotOf(group.comm, k, n, group.n_nodes, r)];
       ++fresh.slots[r]->unjudged;
     }
   }
   ClassState& st = cls->second;
-  if (++st.seen <= options_.warmup_groups) return changes;
+  const int64_t per_move = exchange ? std::max(1, n / 2) : 1;  // groups that move every rank
+  if (++st.seen <= options_.warmup_groups * per_move) return changes;
   // The earliest finisher of its own work is the reference: unlike a quantile, the minimum does
   // not move when one member of a small communicator slows down.
   st.base.Push(static_cast<double>(base), options_.window);
-  for (int r = 0; r < n; ++r) {
-    if (group.own_time_ns[r] >= 0) {
-      Push(it->first, cs, k, st, r, static_cast<double>(group.own_time_ns[r] - base));
+  // Clipped at 3x the window median: a job-wide stall (hundreds of milliseconds in the own time
+  // of whichever collective follows it) must not move the mean; the two phases of a step (a
+  // factor of about 2) must.
+  const double clipped =
+      std::min(static_cast<double>(base), 3 * std::max(st.base.median, kMinScaleNs));
+  st.base_mean = st.base_n == 0
+                     ? clipped
+                     : st.base_mean + options_.share_alpha_slow * (clipped - st.base_mean);
+  if (++st.base_n >= kSettledGroups) st.base_past = std::min(st.base_past, st.base_mean);
+  if (auto job = job_growth_.find(group.comm.job_id);
+      job != job_growth_.end() && ++job->second.since_refresh >= kJobGrowthRefresh) {
+    RefreshJobGrowth(group.comm.job_id, job->second);
+  }
+  for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
+    if (group.own_time_ns[i] >= 0) {
+      Push(it->first, cs, k, st, rank_at(i), static_cast<double>(group.own_time_ns[i] - base));
     }
   }
   // Change in time: each judged rank's growth above its own past, and what the ranks' growth is
@@ -272,17 +319,47 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   // without any of them counting as growth, and so that windows holding other phases of the step
   // (forward, backward) compare alike. Peers are this communicator's ranks: they run the same
   // collectives at the same moments.
+  // Who is a threshold above the fastest this time, and whether the class takes turns.
+  const double threshold = std::max(options_.min_excess_ns, options_.relative * st.base.median);
+  double largest = 0;
+  bool busy = false;    // some rank is
+  bool turned = false;  // and one busy lately is not
+  for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
+    if (group.own_time_ns[i] < 0) continue;
+    const int r = rank_at(i);
+    const double excess = static_cast<double>(group.own_time_ns[i] - base);
+    largest = std::max(largest, excess);
+    const bool hot = excess >= threshold;
+    busy = busy || hot;
+    turned = turned || (!hot && st.share_fast[r] >= options_.turns_low);
+    const float h = hot ? 1.0f : 0.0f;
+    st.share_fast[r] += static_cast<float>(options_.share_alpha_fast) * (h - st.share_fast[r]);
+    st.share_slow[r] += static_cast<float>(options_.share_alpha_slow) * (h - st.share_slow[r]);
+  }
+  st.turn_rate += options_.share_alpha_fast * ((busy && turned ? 1.0 : 0.0) - st.turn_rate);
+  st.turns = st.turns || st.turn_rate >= options_.turns_rate;
+  st.wait_ns += options_.share_alpha_slow * (largest - st.wait_ns);
+
   const double scale = std::max(st.base.median, kMinScaleNs);
-  std::vector<double> growth;
-  growth.reserve(n);
-  for (int r = 0; r < n; ++r) {
+  for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
+    const int r = rank_at(i);
     const Ring& ring = st.excess[r];
     if (static_cast<int>(ring.values.size()) < options_.min_groups) continue;
     st.past[r] = std::min(st.past[r], ring.median / scale);
-    growth.push_back(ring.median - st.past[r] * scale);
   }
-  st.peer_growth = LowerQuartile(growth);
-  for (int r = 0; r < n; ++r) {
+  if (!exchange || ++st.exchanges_since_growth >= per_move) {
+    st.exchanges_since_growth = 0;
+    std::vector<double> growth;
+    growth.reserve(n);
+    for (int r = 0; r < n; ++r) {
+      const Ring& ring = st.excess[r];
+      if (static_cast<int>(ring.values.size()) < options_.min_groups) continue;
+      growth.push_back(ring.median - st.past[r] * scale);
+    }
+    st.peer_growth = LowerQuartile(growth);
+  }
+  for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
+    const int r = rank_at(i);
     Evidence ev;
     if (!Judge(it->first, cs, k, st, r, &ev)) continue;
     ProcessState& ps = *cs.states[r];
@@ -316,6 +393,40 @@ SlowProcess OwnTimeAnalyzer::View(const ProcessKey& p) const {
   SlowProcess none;
   none.process = p;
   return none;
+}
+
+void OwnTimeAnalyzer::RefreshJobGrowth(const std::string& job_id, JobGrowth& growth) const {
+  growth.since_refresh = 0;
+  std::vector<double> ratios;
+  for (const auto& [comm, cs] : comms_) {
+    if (comm.job_id != job_id) continue;
+    for (const auto& [k, st] : cs.classes) {
+      // A class whose fastest rank has next to no own work has no growth to speak of.
+      if (!std::isfinite(st.base_past) || st.base_past < kMinScaleNs) continue;
+      ratios.push_back(st.base_mean / st.base_past);
+    }
+  }
+  growth.ratio =
+      ratios.size() >= 4 ? LowerQuartile(ratios) : std::numeric_limits<double>::infinity();
+}
+
+std::vector<WorkloadImbalance> OwnTimeAnalyzer::Imbalances(const CommKey& comm) const {
+  std::vector<WorkloadImbalance> out;
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return out;
+  for (const auto& [k, st] : it->second.classes) {
+    if (st.turns) out.push_back(WorkloadImbalance{comm, k.op, k.bytes, st.wait_ns, st.base.median});
+  }
+  return out;
+}
+
+bool OwnTimeAnalyzer::Imbalanced(const CommKey& comm, const std::string& op) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return false;
+  for (const auto& [k, st] : it->second.classes) {
+    if (k.op == op && st.turns) return true;
+  }
+  return false;
 }
 
 int OwnTimeAnalyzer::ProcessesOnNode(const std::string& job_id, const std::string& node) const {
@@ -368,6 +479,10 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
     if (ps->second.Unused()) processes_.erase(ps);
   }
   comms_.erase(it);
+  if (auto job = job_growth_.find(comm.job_id);
+      job != job_growth_.end() && --job->second.comms <= 0) {
+    job_growth_.erase(job);
+  }
   return changes;
 }
 

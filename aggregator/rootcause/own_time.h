@@ -37,6 +37,40 @@
 // Counterparts and members on the rank's own node are never used as the design reference: a slow
 // node slows all of them alike.
 //
+// Point-to-point exchanges (a Send and its Recv, CompletedGroup::members) are groups of two in
+// one class per communicator (kP2pClass, every message size: what precedes an exchange does not
+// depend on its size), compared the same way: the end that spent longer on its own work before
+// the exchange has the excess. Their warm-up is `warmup_groups` x nranks / 2 exchanges (about
+// warmup_groups per rank), and the change in time's peer growth is refreshed every nranks / 2
+// exchanges, so that an exchange costs O(log n).
+//
+// A node's GPUs that all slow down together, where the node holds one stage of every replica:
+// every comparison above is with ranks on the same node (its TP and DP groups) or with ranks that
+// never wait before their collectives (the pipeline exchanges follow the TP all-reduce at once),
+// and all of them grew alike. What did not grow is the rest of the job. So each class also keeps
+// the mean own time of its fastest rank (a moving average, weight 1/64, of values clipped at 3x
+// the window median: a window median of a class holding two phases of the step jumps between
+// them, and a job-wide stall must not move a mean) and its lowest since it settled, and
+// the job keeps how much its classes grew, typically (the lower quartile of mean / lowest over its
+// classes: robust to up to three quarters of them growing). A class that grew a threshold beyond
+// that gives each of its ranks evidence F = mean - lowest x the job's growth: its fastest
+// rank grew, so all of them did, while the job as a whole did not. A job slowing down as a whole
+// (longer sequences, an evaluation phase) grows every class alike; a single slow GPU does not move
+// its classes' fastest rank.
+//
+// Workload, not fault: with mixture-of-experts routing (or variable sequence lengths) the rank
+// with the most work changes from collective to collective. Its own time is long whenever it is
+// the busy one; in a small group (two-way expert parallelism) that is half the time, and a window
+// median of half long, half short values lands on either side by chance: innocent GPUs would be
+// judged slow. So each rank keeps how often it is a threshold above the group's fastest, as moving
+// averages. A class takes turns when in most of its collectives a rank is that busy while another
+// that was busy lately (turns_low) is not: the busy ones are busy apart, not together as a slow
+// node's GPUs are. From then on it is imbalanced by its data,
+// and a rank's evidence there counts only while its slow average is at least imbalance_share: a
+// GPU slow at everything is late nearly every time, a rank that takes its turn is not. Such
+// classes are reported as a property of the job (Imbalances: how long a collective waits for its
+// busiest rank), never as a page.
+//
 // Cost: a collective of n ranks costs O(n log n) (windows, sorted indexes of the judged ranks per
 // communicator and per family slot), whatever the number of communicators in a family.
 // Memory: per (communicator, class, rank) one window; classes per communicator are capped.
@@ -46,6 +80,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -70,6 +105,28 @@ struct OwnTimeOptions {
   double relative = 0.15;          // and 15% of the rank's typical own time
   double clear_ratio = 0.5;
   size_t max_classes_per_comm = 16;
+  // Data-dependent imbalance (see "Workload, not fault" above): per rank, how often it is a
+  // threshold above its group's fastest, as two moving averages; a class where two ranks or more
+  // are so only some of the time is imbalanced by its data, and there a rank's evidence counts
+  // only while its long average is at least `imbalance_share`.
+  double share_alpha_fast = 1.0 / 16;  // finds the turns soon
+  double share_alpha_slow = 1.0 / 64;  // judges who is late every time (0.75 is 5.6 sigma
+                                       // from the 0.5 of two ranks taking turns); also the
+                                       // weight of the classes' mean own time (JobGrowth)
+  double turns_low = 0.15;  // a rank above the threshold this often lately is "recently busy"
+  double turns_rate = 0.5;  // a class takes turns when this share of its collectives (moving
+                            // average, share_alpha_fast) has a busy rank while a recently busy
+                            // one is not
+  double imbalance_share = 0.75;
+};
+
+// A class whose ranks take turns being the slowest: what the analysis learnt about it.
+struct WorkloadImbalance {
+  CommKey comm;
+  std::string op;
+  uint64_t bytes = 0;
+  double wait_ns = 0;      // how long a collective typically waits for its busiest rank
+  double own_time_ns = 0;  // the typical own time of its fastest rank before it
 };
 
 // One joined collective, as the own-time analysis needs it.
@@ -78,8 +135,11 @@ struct OwnTimeGroup {
   std::string op;
   uint64_t bytes = 0;
   int n_nodes = 0;
-  std::vector<int64_t> own_time_ns;  // per communicator rank; -1 when unknown
+  std::vector<int64_t> own_time_ns;  // per communicator rank (per member); -1 when unknown
   int64_t now_ns = 0;                // when it was joined (for `since`)
+  // A point-to-point exchange: the communicator ranks of its two ends, whose own times
+  // own_time_ns holds in that order (CompletedGroup::members); empty for a collective.
+  std::vector<int> members;
 };
 
 // A GPU's verdict and the evidence behind it.
@@ -118,6 +178,11 @@ class OwnTimeAnalyzer {
   SlowProcess View(const ProcessKey& p) const;
   // How many processes (GPUs) of `job_id` the analysis knows on `node`.
   int ProcessesOnNode(const std::string& job_id, const std::string& node) const;
+  // The classes of `comm` whose ranks take turns being the busiest: data-dependent imbalance, a
+  // workload property.
+  std::vector<WorkloadImbalance> Imbalances(const CommKey& comm) const;
+  // Whether class `op` (any size) of `comm` is imbalanced by its data.
+  bool Imbalanced(const CommKey& comm, const std::string& op) const;
   // Drops a communicator (its job ended, or it was re-created); returns the processes that are
   // no longer slow without its evidence.
   std::vector<SlowProcess> Forget(const CommKey& comm);
@@ -186,6 +251,23 @@ class OwnTimeAnalyzer {
     std::vector<double> past;
     double peer_growth = 0;
     int64_t seen = 0;  // collectives observed, warm-up included
+    // Data-dependent imbalance: per rank, the moving averages of "a threshold above the group's
+    // fastest" (fast and slow), whether the class was ever seen taking turns (it stays so: a
+    // workload property), and the moving average of the largest excess of each group.
+    std::vector<float> share_fast;
+    std::vector<float> share_slow;
+    double turn_rate = 0;
+    bool turns = false;
+    // The job-wide change in time (JobGrowth): the mean smallest own time (a moving average:
+    // a window median of a class that holds two phases of the step, forward and backward, jumps
+    // between them), how many collectives it holds, and its lowest since it settled (+inf before).
+    double base_mean = 0;
+    int64_t base_n = 0;
+    double base_past = std::numeric_limits<double>::infinity();
+    double wait_ns = 0;
+    // Exchanges since peer_growth was last computed (point-to-point classes refresh it every
+    // nranks / 2 exchanges, about once per rank's move, instead of at O(nranks) per exchange).
+    int exchanges_since_growth = 0;
   };
   struct ProcessState;
   struct CommState {
@@ -251,8 +333,19 @@ class OwnTimeAnalyzer {
   ProcessState* Hold(const ProcessKey& p);
   void Release(const ProcessKey& p, ProcessState* ps);
 
+  // How much the own times of a job's classes grew, typically: the lower quartile over its
+  // classes of base.median / base_past, refreshed every kJobGrowthRefresh collectives of the job
+  // (+inf: not known, fewer than 4 classes to compare).
+  struct JobGrowth {
+    double ratio = std::numeric_limits<double>::infinity();
+    int64_t since_refresh = 0;
+    int comms = 0;  // of the job in comms_: forgotten with the last
+  };
+  void RefreshJobGrowth(const std::string& job_id, JobGrowth& growth) const;
+
   const OwnTimeOptions options_;
   absl::node_hash_map<CommKey, CommState> comms_;
+  std::map<std::string, JobGrowth> job_growth_;
   std::map<SlotKey, Slot> slots_;
   // A node map: CommState::states point into it.
   std::map<ProcessKey, ProcessState> processes_;

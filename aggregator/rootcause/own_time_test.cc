@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/detect/correlator.h"
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
@@ -189,6 +190,48 @@ TEST(OwnTimeAnalyzerTest, AFaultEveryReplicaSharesIsFoundByItsChangeInTime) {
   EXPECT_EQ(job.Run(a, 32, HealthyOwn), std::set<int>{});
 }
 
+// 2 nodes x 4 GPUs, TP 2 x DP 2 inside each node: node 0 holds stage 0 of both replicas (ranks
+// 0-3), node 1 stage 1 (ranks 4-7). The stages talk only through the world all-reduce, which
+// follows other collectives at once (its own time is tiny), as pipeline exchanges follow the
+// TP all-reduce.
+FakeJob StagePerNode() {
+  FakeJob job(8, 4);
+  for (int i = 0; i < 4; ++i) {
+    job.AddComm("tp" + std::to_string(i), "AllReduce", 4 << 20, {2 * i, 2 * i + 1});
+    job.AddComm("dp" + std::to_string(i), "ReduceScatter", 8 << 20,
+                {4 * (i / 2) + i % 2, 4 * (i / 2) + i % 2 + 2});
+  }
+  job.AddComm("world", "AllReduce", 4, {0, 1, 2, 3, 4, 5, 6, 7});
+  return job;
+}
+
+int64_t StagePerNodeOwn(int rank, const FakeJob::Comm& c, int i) {
+  const int64_t work = c.op == "ReduceScatter" ? 1'000'000 : c.bytes <= 4 ? 50'000 : 2'000'000;
+  return work + Jitter(rank, i, std::to_string(c.key.comm_hash), work / 20);
+}
+
+TEST(OwnTimeAnalyzerTest, ANodeHoldingAStageOfEveryReplicaIsFoundByTheJobsChangeInTime) {
+  // Node 0 slows to 1.3x after 300 healthy collectives: its TP and DP groups slow alike and the
+  // world's own time is too small to tell, but its classes grew while the job's others did not.
+  OwnTimeAnalyzer a;
+  FakeJob job = StagePerNode();
+  auto node0_slower = [](int rank, const FakeJob::Comm& c, int i) {
+    const int64_t t = StagePerNodeOwn(rank, c, i);
+    return rank < 4 && c.bytes > 4 ? t * 13 / 10 : t;
+  };
+  EXPECT_EQ(job.Run(a, 300, StagePerNodeOwn), std::set<int>{});
+  EXPECT_EQ(job.Run(a, 200, node0_slower), (std::set<int>{0, 1, 2, 3}));
+  for (const SlowProcess& p : a.Slow("job")) EXPECT_TRUE(p.changed) << p.node;
+  // The whole job slowing alike is no fault.
+  OwnTimeAnalyzer b;
+  FakeJob whole = StagePerNode();
+  auto all_slower = [](int rank, const FakeJob::Comm& c, int i) {
+    return StagePerNodeOwn(rank, c, i) * 13 / 10;
+  };
+  EXPECT_EQ(whole.Run(b, 300, StagePerNodeOwn), std::set<int>{});
+  EXPECT_EQ(whole.Run(b, 200, all_slower), std::set<int>{});
+}
+
 TEST(OwnTimeAnalyzerTest, AJobThatSlowsDownAsAWholeHasNoSlowGpu) {
   OwnTimeAnalyzer a;
   FakeJob job = ThreeD();  // with stage 0's design imbalance, which grows with the job
@@ -342,6 +385,47 @@ TEST(OwnTimeAnalyzerTest, ForgettingOneCommunicatorKeepsWhatItsProcessesOthersSt
   EXPECT_FALSE(a.IsSlow(FakeJob::Process(7)));
   EXPECT_EQ(a.View(FakeJob::Process(7)).node, "");  // forgotten
   EXPECT_EQ(a.ProcessesOnNode("job", "n0"), 0);
+}
+
+}  // namespace
+}  // namespace ncclwatch::aggregator
+
+namespace ncclwatch::aggregator {
+namespace {
+
+// Expert parallelism with an all-to-all token dispatch: 8 ranks on 4 nodes exchange with every
+// other rank (one exchange per ordered pair and step), only point-to-point; rank 6's expert
+// compute before the exchanges takes 1 ms longer. Its own time is longer in each of its
+// exchanges; its partners' are not.
+TEST(OwnTimeAnalyzerTest, AllToAllExchangesFindTheGpuSlowBeforeThem) {
+  for (const int slow : {-1, 6}) {
+    OwnTimeAnalyzer a;
+    const CommKey ep{"job", 77};
+    const int n = 8;
+    for (int r = 0; r < n; ++r) {
+      a.SetMember(ep, n, r, FakeJob::Process(r), "node" + std::to_string(r / 2));
+    }
+    for (int step = 0; step < 60; ++step) {
+      for (int s = 0; s < n; ++s) {
+        for (int r = 0; r < n; ++r) {
+          if (r == s) continue;
+          auto own = [&](int who) {
+            return 2'000'000 + Jitter(who, step, "ep", 100'000) + (who == slow ? 1'000'000 : 0);
+          };
+          a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {own(s), own(r)}, step, {s, r}});
+        }
+      }
+    }
+    for (int r = 0; r < n; ++r) EXPECT_EQ(a.IsSlow(FakeJob::Process(r)), r == slow) << slow << r;
+    if (slow >= 0) {
+      const SlowProcess v = a.View(FakeJob::Process(slow));
+      EXPECT_EQ(v.op, kP2pClass);
+      EXPECT_EQ(v.rank, slow);
+      EXPECT_NEAR(v.excess_ns, 1'000'000, 150'000);
+    }
+    // Exchanges naming a rank outside the communicator are ignored.
+    EXPECT_TRUE(a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {1, 1}, 0, {0, n}}).empty());
+  }
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "tests/e2e/detection_scenarios.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace ncclwatch::testing {
 namespace {
 
@@ -108,6 +112,77 @@ void AddMegatronScenarios(std::vector<Scenario>* out) {
                  4,
                  {{"m-bogus", Megatron(seed, {"--bogus-rank=3", "--bogus-every=50"})}},
                  {}});
+    // Mixture of experts over the DP groups (two-way expert parallelism), with Megatron's
+    // AllGather/ReduceScatter token dispatcher or an all-to-all of grouped Send/Recv: each
+    // layer's hot expert moves with the routing, a different rank every microbatch and layer, and
+    // computes twice as long. A workload property, never a page. With one GPU 1.5x slower at
+    // everything, it alone is the finding.
+    for (const auto& [dispatcher, tag] :
+         {std::pair{"allgather", "AllGather"}, std::pair{"alltoall", "all-to-all"}}) {
+      const std::vector<std::string> moe = {"--moe-expert-us=800",
+                                            std::string("--moe-dispatcher=") + dispatcher};
+      s.push_back({std::string("3D MoE healthy, moving hot expert (") + tag + " dispatcher)" + of,
+                   4,
+                   {{"m-moe", Megatron(seed, moe)}},
+                   {}});
+      s.push_back(
+          {std::string("3D MoE slow expert GPU (") + tag + " dispatcher)" + of,
+           4,
+           {{"m-moeslow", Megatron(seed, With(moe, {"--slow-rank=" + slow, "--slow-factor=1.5"}))}},
+           {{Event::STRAGGLER, "m-moeslow", slow_gpu, 0}}});
+    }
+    // A GPU whose expert kernels alone run 3x slower: its only symptom is in the combining
+    // all-to-all (grouped Send/Recv), where it is busy every time, hot expert or not.
+    s.push_back({"3D MoE GPU slow at its expert compute only (all-to-all dispatcher)" + of,
+                 4,
+                 {{"m-moeexp", Megatron(seed, {"--moe-expert-us=800", "--moe-dispatcher=alltoall",
+                                               "--slow-rank=" + slow, "--slow-factor=3",
+                                               "--slow-scope=expert"})}},
+                 {{Event::STRAGGLER, "m-moeexp", slow_gpu, 0}}});
+    // FSDP / ZeRO-3: each layer's parameters AllGathered before its forward and backward (one
+    // layer ahead), its gradients ReduceScattered after its backward, over the DP groups.
+    s.push_back({"3D FSDP healthy" + of, 4, {{"m-fsdp", Megatron(seed, {"--fsdp"})}}, {}});
+    s.push_back(
+        {"3D FSDP slow GPU" + of,
+         4,
+         {{"m-fsdpslow", Megatron(seed, {"--fsdp", "--slow-rank=" + slow, "--slow-factor=1.5"})}},
+         {{Event::STRAGGLER, "m-fsdpslow", slow_gpu, 0}}});
+    // Interleaved 1F1B (two model chunks per GPU: exchanges with both pipeline neighbours, the
+    // last stage sending to the first) and context parallelism (ring attention: every layer's TP
+    // all-reduce replaced by Send/Recv around the TP group): a slow GPU is the only finding.
+    s.push_back({"3D interleaved 1F1B healthy" + of,
+                 4,
+                 {{"m-vpp", Megatron(seed, {"--virtual-stages=2"})}},
+                 {}});
+    s.push_back({"3D interleaved 1F1B slow GPU" + of,
+                 4,
+                 {{"m-vppslow", Megatron(seed, {"--virtual-stages=2", "--slow-rank=" + slow,
+                                                "--slow-factor=1.5"})}},
+                 {{Event::STRAGGLER, "m-vppslow", slow_gpu, 0}}});
+    s.push_back({"3D context-parallel ring healthy" + of,
+                 4,
+                 {{"m-cp", Megatron(seed, {"--cp-ring"})}},
+                 {}});
+    s.push_back(
+        {"3D context-parallel ring slow GPU" + of,
+         4,
+         {{"m-cpslow", Megatron(seed, {"--cp-ring", "--slow-rank=" + slow, "--slow-factor=1.5"})}},
+         {{Event::STRAGGLER, "m-cpslow", slow_gpu, 0}}});
+    // Two nodes of four GPUs: node 0 holds stage 0 of both replicas (TP 2 x DP 2), node 1 stage
+    // 1. Node 0 slows to 1.3x from t0 + 3 s: every comparison with its replicas or its node's
+    // peers cancels it, and its pipeline exchanges follow the TP all-reduce with no own time of
+    // their own; its GPUs' own time grew while the rest of the job's did not.
+    s.push_back({"3D node holding one stage of every replica slows 1.3x mid-run" + of,
+                 2,
+                 {{"m-stage", With({"--layout=megatron", "--nodes=2", "--ranks-per-node=4",
+                                    "--tp=2", "--pp=2", "--duration-s=7", "--seed=" + seed,
+                                    "--slow-rank=0,1,2,3", "--slow-factor=1.3", "--slow-after-s=3"},
+                                   {})}},
+                 {{Event::STRAGGLER, "m-stage", "sim-node-0 GPU0", 3},
+                  {Event::STRAGGLER, "m-stage", "sim-node-0 GPU1", 3},
+                  {Event::STRAGGLER, "m-stage", "sim-node-0 GPU2", 3},
+                  {Event::STRAGGLER, "m-stage", "sim-node-0 GPU3", 3},
+                  {Event::NODE_STRAGGLER, "m-stage", "node sim-node-0", 3}}});
     // Node 3 has no agent (its socket is missing): ranks 6 and 7 never report. Said once, for
     // the job, from the first reports on (t0 + 1 s at a 1 s flush interval); nothing is judged
     // on the incomplete communicators.

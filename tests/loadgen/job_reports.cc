@@ -18,7 +18,8 @@ using simjob::JobOpKindName;
 // One communicator of one rank over the interval being built: the plugin's own compactor
 // (plugin/compactor.h), fed from the model instead of NCCL.
 struct JobReports::CommAcc {
-  explicit CommAcc(int stride) : compactor(stride, /*max_samples=*/256) {}
+  // `rank`: the rank's index in the communicator (point-to-point operations are sampled by it).
+  CommAcc(int stride, int rank) : compactor(stride, /*max_samples=*/256, rank) {}
   plugin::CommAccumulator compactor;
 };
 
@@ -66,7 +67,6 @@ JobReports::JobReports(simjob::JobModelConfig model, JobReportsOptions options)
     rs->comms = layout.CommsOf(r);
     for (const CommRef& c : rs->comms) rs->comm_ids.push_back(layout.CommId(c));
     rs->comm_ranks.resize(rs->comms.size(), -1);
-    for (size_t i = 0; i < rs->comms.size(); ++i) rs->acc.emplace_back(options_.stride);
     ranks_.push_back(std::move(rs));
   }
   // Each rank's index in each of its communicators, from the member lists (a search per rank
@@ -78,6 +78,9 @@ JobReports::JobReports(simjob::JobModelConfig model, JobReportsOptions options)
       const int index = rs.IndexOf(c, layout);
       if (index >= 0) rs.comm_ranks[index] = static_cast<int>(i);
     }
+  }
+  for (auto& rs : ranks_) {
+    for (int comm_rank : rs->comm_ranks) rs->acc.emplace_back(options_.stride, comm_rank);
   }
 }
 
@@ -120,7 +123,8 @@ void JobReports::Account(RankState& rs, const JobOp& op) {
     c.host_done_unix_ns = op.gpu_end_ns;  // the model's clock is CLOCK_REALTIME
     // The model operation stands for `stride` real ones; the first of them is the sampled one.
     for (int k = 0; k < options_.stride; ++k) {
-      c.seq = p2p ? 0 : static_cast<uint64_t>(task.seq) * options_.stride + k;
+      // Point-to-point operations are numbered per peer and direction, as the plugin does.
+      c.seq = static_cast<uint64_t>(task.seq) * options_.stride + k;
       acc.compactor.Add(c, nranks, k == 0 ? own_time_ns : -1);
     }
   }

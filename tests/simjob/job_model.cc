@@ -244,8 +244,7 @@ int64_t JobModel::EnqueueTime(const Rank& rs, const JobOp& op) const {
 
 void JobModel::AssignSeq(Rank& rs, JobOp& op) {
   const auto comm = static_cast<uint64_t>(layout_.CommId(op.comm));
-  for (int t = 0; t < op.n_tasks; ++t) {
-    JobTask& task = op.tasks[t];
+  for (JobTask& task : op.tasks) {
     uint64_t key = comm << 20;
     if (IsP2p(task.kind)) {
       key |= (uint64_t{1} << 62) | (static_cast<uint64_t>(task.peer) << 1) |
@@ -295,12 +294,13 @@ void JobModel::Process(int r) {
           Finalize(rs, kNever);
           return;
         }
-        rs.pending = op.n_tasks;
+        const int n_tasks = static_cast<int>(op.tasks.size());
+        rs.pending = n_tasks;
         rs.op_end = op.gpu_start_ns;
         rs.op_all_arrived = op.gpu_start_ns;
         rs.op_never = false;
         rs.phase = Rank::Phase::kWaiting;
-        for (int t = 0; t < op.n_tasks; ++t) Register(r, t);
+        for (int t = 0; t < n_tasks; ++t) Register(r, t);  // may resolve some
         break;
       }
       case Rank::Phase::kWaiting:

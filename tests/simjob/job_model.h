@@ -17,7 +17,9 @@
 // receiver's op (matched per (communicator, sender, receiver) in order). Early arrivers wait
 // inside their kernel; the last arriver has the shortest kernel. Delay crosses TP, PP and DP only
 // through this rule. transfer = latency + bytes x BusFactor / bandwidth (timeline.h's BusFactor;
-// NVLink within a node, the network across nodes, p2p by the two peers' nodes).
+// NVLink within a node, the network across nodes, p2p by the two peers' nodes). The pairs of one
+// group (an MoE all-to-all, an interleaved pipeline exchange) transfer side by side, each at the
+// full bandwidth: the model does not share a NIC between them.
 //
 // c_i = nominal compute (megatron_layout.h; stage factor included) x warm-up factor (first
 // warmup_iterations: 1 + warmup_extra x (W - k) / W x [0.5, 1.5) per (rank, iteration)) x fault
@@ -63,8 +65,9 @@ namespace ncclwatch::simjob {
 
 struct SlowGpu {
   int rank = -1;
-  double factor = 2.0;  // compute takes factor x as long
-  int64_t at_ns = 0;    // from this absolute time on (compute starting at or after it)
+  double factor = 2.0;       // compute takes factor x as long
+  int64_t at_ns = 0;         // from this absolute time on (compute starting at or after it)
+  bool expert_only = false;  // only its mixture-of-experts expert compute (JobOp::expert_compute)
 };
 
 struct ThrottledGpu {
@@ -168,7 +171,9 @@ class JobModel {
   int64_t ClockOffsetNs(int node) const;
   uint64_t GpuTimerNs(int rank, int64_t virtual_ns, int channel) const;
   // The compute factor of slow and throttled GPUs for compute of `rank` starting at `at_ns`.
-  double FaultFactor(int rank, int64_t at_ns) const;
+  // `expert`: the compute is expert compute (JobOp::expert_compute), which expert-only slow GPUs
+  // slow too; other compute only the others do.
+  double FaultFactor(int rank, int64_t at_ns, bool expert = false) const;
 
  private:
   struct Rank;

@@ -31,18 +31,27 @@ using testing::RankTimes;
 using testing::RunAll;
 using testing::Times;
 
-// The start of op i of every rank must obey the host and stream rules, and every collective and
-// p2p pair must end at its last arrival plus its transfer time.
+// The start of op i of every rank must obey the host and stream rules; every collective must end
+// at its last arrival plus its transfer time; every Send must have exactly one Recv of the same
+// size with the same per-(communicator, sender, receiver) seq, and an op of p2p tasks (a group)
+// must end when the last of its pairs does, each at the pair's last arrival plus its transfer.
 void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
   const JobModelConfig& c = model.config();
   const int H = c.host_ahead;
+  struct P2pTask {
+    int rank;
+    const JobOp* op;
+    const JobTask* task;
+  };
   std::map<std::tuple<int, int, int64_t>, std::vector<const JobOp*>> colls;
-  std::map<std::tuple<int, int, int, int64_t>, std::pair<int, const JobOp*>> sends, recvs;
+  std::map<std::tuple<int, int, int, int64_t>, P2pTask> sends, recvs;
   for (int r = 0; r < model.world_size(); ++r) {
     const std::vector<JobOp>& v = ops[r];
     for (size_t i = 0; i < v.size(); ++i) {
       const JobOp& op = v[i];
       ASSERT_EQ(op.index, static_cast<int64_t>(i));
+      ASSERT_FALSE(op.tasks.empty());
+      ASSERT_EQ(op.n_tasks, static_cast<int>(op.tasks.size()));
       const int64_t prev_end = i == 0 ? c.t0_ns : v[i - 1].gpu_end_ns;
       const int64_t blocker = i < static_cast<size_t>(H) + 1 ? c.t0_ns : v[i - H - 1].gpu_end_ns;
       const int64_t prev_enq = i == 0 ? c.t0_ns - c.host_overhead_ns : v[i - 1].host_enqueue_ns;
@@ -53,17 +62,19 @@ void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
                          op.host_enqueue_ns));
       EXPECT_GT(op.gpu_end_ns, op.gpu_start_ns);
       const int id = model.layout().CommId(op.comm);
-      for (int t = 0; t < op.n_tasks; ++t) {
-        const JobTask& task = op.tasks[t];
+      for (const JobTask& task : op.tasks) {
         if (task.kind == JobOpKind::kSend) {
-          EXPECT_TRUE(
-              sends.emplace(std::tuple{id, op.comm_rank, task.peer, task.seq}, std::pair{r, &op})
-                  .second);
+          EXPECT_TRUE(sends
+                          .emplace(std::tuple{id, op.comm_rank, task.peer, task.seq},
+                                   P2pTask{r, &op, &task})
+                          .second);
         } else if (task.kind == JobOpKind::kRecv) {
-          EXPECT_TRUE(
-              recvs.emplace(std::tuple{id, task.peer, op.comm_rank, task.seq}, std::pair{r, &op})
-                  .second);
+          EXPECT_TRUE(recvs
+                          .emplace(std::tuple{id, task.peer, op.comm_rank, task.seq},
+                                   P2pTask{r, &op, &task})
+                          .second);
         } else {
+          ASSERT_EQ(op.tasks.size(), 1u);  // collectives are launched alone
           colls[{id, static_cast<int>(task.kind), task.seq}].push_back(&op);
         }
       }
@@ -77,6 +88,7 @@ void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
     for (const JobOp* op : members) last = std::max(last, op->gpu_start_ns);
     const int64_t end = last + model.TransferNs(first.comm, 0, first.tasks[0], last);
     for (const JobOp* op : members) {
+      EXPECT_EQ(op->tasks[0].bytes, first.tasks[0].bytes);
       EXPECT_EQ(op->gpu_end_ns, end);
       EXPECT_EQ(op->all_arrived_ns, last);  // its kernel waits for its peers until then
       // The last arriver has the shortest kernel: only the transfer.
@@ -88,19 +100,23 @@ void CheckClosedLoop(const JobModel& model, const RankOps& ops) {
     }
   }
   ASSERT_EQ(sends.size(), recvs.size());
+  // Per p2p op: the latest end and last arrival of its pairs.
+  std::map<const JobOp*, std::pair<int64_t, int64_t>> group;
   for (const auto& [key, send] : sends) {
     const auto it = recvs.find(key);
     ASSERT_NE(it, recvs.end());
-    const auto [sender, s] = send;
-    const JobOp& r = *it->second.second;
-    const int64_t last = std::max(s->gpu_start_ns, r.gpu_start_ns);
-    // Megatron's batched pairs match op to op, so both tasks of a pair share their parties: the
-    // two ops end together, at the last arrival plus the transfer.
-    const JobTask& task = s->tasks[s->tasks[0].kind == JobOpKind::kSend ? 0 : 1];
-    EXPECT_EQ(s->gpu_end_ns, last + model.TransferNs(s->comm, sender, task, last));
-    EXPECT_EQ(s->gpu_end_ns, r.gpu_end_ns);
-    EXPECT_EQ(s->all_arrived_ns, last);
-    EXPECT_EQ(r.all_arrived_ns, last);
+    const P2pTask& recv = it->second;
+    EXPECT_EQ(send.task->bytes, recv.task->bytes);
+    const int64_t last = std::max(send.op->gpu_start_ns, recv.op->gpu_start_ns);
+    const int64_t end = last + model.TransferNs(send.op->comm, send.rank, *send.task, last);
+    for (const JobOp* op : {send.op, recv.op}) {
+      auto [g, fresh] = group.emplace(op, std::pair{end, last});
+      if (!fresh) g->second = {std::max(g->second.first, end), std::max(g->second.second, last)};
+    }
+  }
+  for (const auto& [op, end_last] : group) {
+    EXPECT_EQ(op->gpu_end_ns, end_last.first);
+    EXPECT_EQ(op->all_arrived_ns, end_last.second);
   }
 }
 
@@ -356,7 +372,7 @@ TEST(JobModelTest, DeterministicWhateverTheConsumer) {
     const JobOp& a = got[i];
     const JobOp& b = all[3][i];
     EXPECT_TRUE(a.index == b.index && a.iteration == b.iteration && a.comm == b.comm &&
-                a.comm_rank == b.comm_rank && a.n_tasks == b.n_tasks &&
+                a.comm_rank == b.comm_rank && a.tasks.size() == b.tasks.size() &&
                 a.tasks[0].seq == b.tasks[0].seq && a.tasks[0].bytes == b.tasks[0].bytes &&
                 a.compute_ns == b.compute_ns && a.host_enqueue_ns == b.host_enqueue_ns &&
                 a.gpu_start_ns == b.gpu_start_ns && a.gpu_end_ns == b.gpu_end_ns)
@@ -370,8 +386,7 @@ TEST(JobModelTest, SequenceNumbersCountPerCommunicatorAndKind) {
   const RankOps ops = RunAll(c);
   std::map<std::tuple<int, int, int>, int64_t> next;  // (comm family/instance, kind, peer)
   for (const JobOp& op : ops[4]) {
-    for (int t = 0; t < op.n_tasks; ++t) {
-      const JobTask& task = op.tasks[t];
+    for (const JobTask& task : op.tasks) {
       const auto key = std::tuple{static_cast<int>(op.comm.family) * 1000 + op.comm.instance,
                                   static_cast<int>(task.kind), task.peer};
       EXPECT_EQ(task.seq, next[key]++);
@@ -381,6 +396,246 @@ TEST(JobModelTest, SequenceNumbersCountPerCommunicatorAndKind) {
   EXPECT_EQ((next[{0 * 1000 + 2, 0, -1}]), 48);
   EXPECT_EQ((next[{2 * 1000 + 0, static_cast<int>(JobOpKind::kRecv), 0}]), 12);
   EXPECT_EQ((next[{2 * 1000 + 0, static_cast<int>(JobOpKind::kSend), 0}]), 12);
+}
+
+// --- Other shapes (megatron_layout.h): MoE all-to-all, FSDP, interleaved 1F1B, ring attention ---
+
+struct ShapeCase {
+  const char* name;
+  int tp, pp, dp, gpus, microbatches, layers, virtual_stages;
+  bool fsdp, cp_ring, moe_a2a;
+};
+
+JobModelConfig ShapeConfig(const ShapeCase& s) {
+  JobModelConfig c = BaseConfig();
+  c.tp = s.tp;
+  c.pp = s.pp;
+  c.dp = s.dp;
+  c.gpus_per_node = s.gpus;
+  c.program.microbatches = s.microbatches;
+  c.program.layers = s.layers;
+  c.program.virtual_stages = s.virtual_stages;
+  c.program.fsdp = s.fsdp;
+  c.program.cp_ring = s.cp_ring;
+  if (s.moe_a2a) {
+    c.program.moe_expert_ns = 300'000;
+    c.program.moe_dispatcher = MoeDispatcher::kAllToAll;
+  }
+  return c;
+}
+
+TEST(JobModelTest, OtherShapesNeverDeadlockAndKeepTheClosedLoop) {
+  const ShapeCase cases[] = {
+      {"moe a2a", 2, 2, 4, 2, 4, 2, 1, false, false, true},
+      {"moe a2a, ep 8", 1, 1, 8, 2, 2, 1, 1, false, false, true},
+      {"fsdp", 2, 2, 2, 2, 4, 2, 1, true, false, false},
+      {"fsdp, pp 1", 2, 1, 4, 2, 4, 3, 1, true, false, false},
+      {"interleaved pp 2 v 2", 2, 2, 2, 2, 4, 2, 2, false, false, false},
+      {"interleaved pp 4 v 2", 1, 4, 2, 4, 8, 2, 2, false, false, false},
+      {"interleaved pp 4 v 4", 2, 4, 1, 2, 4, 4, 4, false, false, false},
+      {"interleaved pp 3 v 3", 1, 3, 2, 2, 6, 3, 3, false, false, false},
+      {"ring tp 4", 4, 2, 1, 4, 4, 2, 1, false, true, false},
+      {"ring tp 2", 2, 2, 2, 2, 4, 2, 1, false, true, false},
+      {"everything", 2, 2, 4, 4, 4, 2, 2, true, true, true},
+  };
+  for (const ShapeCase& s : cases) {
+    SCOPED_TRACE(s.name);
+    JobModelConfig c = ShapeConfig(s);
+    c.max_iterations = 4;
+    c.slow.push_back({1, 1.7, 0});  // timing never decides whether it deadlocks, but vary it
+    JobModel model(c);
+    const RankOps ops = RunAll(&model);
+    EXPECT_TRUE(model.finished());
+    EXPECT_FALSE(model.hung());
+    for (int r = 0; r < model.world_size(); ++r) {
+      EXPECT_EQ(model.Fate(r), RankFate::kCompleted) << "rank " << r;
+      ASSERT_FALSE(ops[r].empty());
+      EXPECT_EQ(ops[r].back().iteration, 3) << "rank " << r;
+    }
+    CheckClosedLoop(model, ops);
+  }
+}
+
+// Mean time `rank`'s kernels waited for their peers (the initial sync: all parties arrived minus
+// its own start) over its ops from iteration 2 on that `pick` selects (by op and its ordinal among
+// the picked ops of its iteration).
+template <typename Pick>
+double MeanWaitNs(const std::vector<JobOp>& ops, Pick pick) {
+  double sum = 0;
+  int n = 0;
+  int64_t iteration = -1;
+  int ordinal = 0;
+  for (const JobOp& op : ops) {
+    if (op.iteration != iteration) {
+      iteration = op.iteration;
+      ordinal = 0;
+    }
+    if (!pick(op)) continue;
+    if (op.iteration >= 2 && pick(op, ordinal)) {
+      sum += static_cast<double>(op.all_arrived_ns - op.gpu_start_ns);
+      ++n;
+    }
+    ++ordinal;
+  }
+  EXPECT_GT(n, 0);
+  return n > 0 ? sum / n : 0;
+}
+
+bool IsA2a(const JobOp& op) { return op.comm.family == CommFamily::kDp && IsP2p(op.tasks[0].kind); }
+
+// A slow expert GPU: every peer of its expert-parallel group waits for it in both all-to-alls
+// of every MoE layer (the dispatch, for its slower attention; the combine, for its slower
+// experts), while it waits for nobody.
+TEST(JobModelTest, SlowExpertGpuMakesEveryEpPeerWaitInBothAllToAlls) {
+  JobModelConfig healthy = ShapeConfig({"", 2, 1, 4, 2, 4, 2, 1, false, false, true});
+  healthy.program.moe_expert_ns = 1'000'000;
+  healthy.max_iterations = 12;
+  healthy.compute_jitter = 0.01;
+  JobModelConfig slow = healthy;
+  slow.slow.push_back({0, 2.0, 0});  // rank 0: EP group dp0 = ranks 0, 2, 4, 6
+  const RankOps h = RunAll(healthy);
+  const RankOps s = RunAll(slow);
+  auto wait = [](const std::vector<JobOp>& ops, bool combine) {
+    return MeanWaitNs(ops, [combine](const JobOp& op, int ordinal = -1) {
+      return IsA2a(op) && (ordinal < 0 || (ordinal % 2 == 1) == combine);
+    });
+  };
+  for (bool combine : {false, true}) {
+    SCOPED_TRACE(combine ? "combine" : "dispatch");
+    const double slow_waits = wait(s[0], combine);
+    EXPECT_LT(slow_waits, 0.1 * kMs);
+    for (int peer : {2, 4, 6}) {
+      EXPECT_GT(wait(s[peer], combine), slow_waits + 0.7 * kMs) << "peer " << peer;
+      // Without the slow GPU nobody waits that long in the dispatch (the combine waits for the
+      // hot expert of the moment, a different one each time).
+      if (!combine) {
+        EXPECT_LT(wait(h[peer], combine), 0.1 * kMs) << "peer " << peer;
+      }
+    }
+  }
+}
+
+// A GPU slow at its expert compute only (--slow-scope=expert): its EP peers wait for it in the
+// combine, nowhere else; in the dispatch nobody waits for it.
+TEST(JobModelTest, ExpertOnlySlownessShowsInTheCombineAlone) {
+  JobModelConfig slow = ShapeConfig({"", 2, 1, 4, 2, 4, 2, 1, false, false, true});
+  slow.program.moe_expert_ns = 1'000'000;
+  slow.max_iterations = 12;
+  slow.compute_jitter = 0.01;
+  slow.slow.push_back({0, 3.0, 0, /*expert_only=*/true});  // rank 0: EP group ranks 0, 2, 4, 6
+  const RankOps s = RunAll(slow);
+  auto wait = [](const std::vector<JobOp>& ops, bool combine) {
+    return MeanWaitNs(ops, [combine](const JobOp& op, int ordinal = -1) {
+      return IsA2a(op) && (ordinal < 0 || (ordinal % 2 == 1) == combine);
+    });
+  };
+  for (int peer : {2, 4, 6}) {
+    EXPECT_GT(wait(s[peer], /*combine=*/true), 1.0 * kMs) << "peer " << peer;
+    EXPECT_LT(wait(s[peer], /*combine=*/false), 0.1 * kMs) << "peer " << peer;
+  }
+  // Its combines, and only they, follow its slowed compute.
+  int combines = 0;
+  for (const JobOp& op : s[0]) {
+    if (!op.expert_compute) continue;
+    ++combines;
+    EXPECT_TRUE(IsA2a(op));
+  }
+  EXPECT_GT(combines, 0);
+}
+
+// FSDP: a slow GPU makes its DP peer wait in the parameter AllGathers and gradient
+// ReduceScatters of every layer.
+TEST(JobModelTest, FsdpSlowGpuDelaysItsDpPeersLayerByLayer) {
+  JobModelConfig healthy = ShapeConfig({"", 2, 2, 2, 2, 4, 2, 1, true, false, false});
+  healthy.max_iterations = 10;
+  healthy.compute_jitter = 0.01;
+  JobModelConfig slow = healthy;
+  slow.slow.push_back({0, 2.0, 0});  // rank 0: DP group dp0 = ranks 0, 2
+  auto dp_wait = [](const std::vector<JobOp>& ops, JobOpKind kind) {
+    return MeanWaitNs(ops, [kind](const JobOp& op, int = 0) {
+      return op.comm.family == CommFamily::kDp && op.tasks[0].kind == kind;
+    });
+  };
+  const RankOps h = RunAll(healthy);
+  const RankOps s = RunAll(slow);
+  for (JobOpKind kind : {JobOpKind::kAllGather, JobOpKind::kReduceScatter}) {
+    SCOPED_TRACE(JobOpKindName(kind));
+    EXPECT_LT(dp_wait(s[0], kind), 0.1 * kMs);
+    // The prefetched gather of each pass's second layer directly follows the first one's, so
+    // half of the gathers find everybody there already.
+    EXPECT_GT(dp_wait(s[2], kind), (kind == JobOpKind::kAllGather ? 0.3 : 1.0) * kMs);
+    EXPECT_LT(dp_wait(h[2], kind), 0.1 * kMs);
+  }
+  // 4 microbatches x 2 layers x 2 gathers per iteration, no end-of-iteration DP sync.
+  int gathers = 0;
+  for (const JobOp& op : s[2]) {
+    gathers += op.iteration == 5 && op.comm.family == CommFamily::kDp &&
+               op.tasks[0].kind == JobOpKind::kAllGather;
+  }
+  EXPECT_EQ(gathers, 16);
+}
+
+// The job-wide end of each iteration, minus that of the one before, from iteration 2 on: the mean.
+double MeanIterationNs(const RankOps& ops) {
+  std::map<int64_t, int64_t> end;
+  for (const std::vector<JobOp>& v : ops) {
+    for (const JobOp& op : v) end[op.iteration] = std::max(end[op.iteration], op.gpu_end_ns);
+  }
+  return static_cast<double>(end.rbegin()->second - end.at(1)) / (end.rbegin()->first - 1);
+}
+
+// Interleaving V chunks per rank shrinks the pipeline bubble, as it does in Megatron; a slow
+// stage delays both its neighbours, the wrap-around included.
+TEST(JobModelTest, InterleavedPipelineShrinksTheBubbleAndSpreadsASlowStage) {
+  std::map<int, double> iteration_ns;
+  for (int v : {1, 2, 4}) {
+    JobModelConfig c = ShapeConfig({"", 1, 4, 1, 1, 8, 4, v, false, false, false});
+    c.max_iterations = 6;
+    c.compute_jitter = 0;
+    iteration_ns[v] = MeanIterationNs(RunAll(c));
+  }
+  // Compute per rank and iteration: 8 x 4 x 3 ms = 96 ms plus the optimizer's 4 ms; 1F1B adds a
+  // bubble of (P - 1) x 12 ms, interleaving about 1/V of it (plus more, smaller messages).
+  EXPECT_GT(iteration_ns[1], 130 * kMs);
+  EXPECT_LT(iteration_ns[2], iteration_ns[1] - 10 * kMs);
+  EXPECT_LT(iteration_ns[4], iteration_ns[2]);
+
+  JobModelConfig healthy = ShapeConfig({"", 1, 4, 2, 2, 8, 2, 2, false, false, false});
+  healthy.max_iterations = 8;
+  healthy.compute_jitter = 0.01;
+  JobModelConfig slow = healthy;
+  slow.slow.push_back({0, 2.0, 0});  // stage 0 of replica 0: pp0 = ranks 0, 2, 4, 6
+  const RankOps h = RunAll(healthy);
+  const RankOps s = RunAll(slow);
+  auto pp_wait = [](const std::vector<JobOp>& ops) {
+    return MeanWaitNs(ops,
+                      [](const JobOp& op, int = 0) { return op.comm.family == CommFamily::kPp; });
+  };
+  EXPECT_LT(pp_wait(s[0]), pp_wait(h[0]));
+  EXPECT_GT(pp_wait(s[2]), pp_wait(h[2]) + 0.5 * kMs);  // stage 1 waits for stage 0's forwards
+  EXPECT_GT(pp_wait(s[6]), pp_wait(h[6]) + 0.5 * kMs);  // stage 3, through the wrap-around
+}
+
+// Ring attention: a slow GPU holds up its whole TP ring, step by step.
+TEST(JobModelTest, RingAttentionSlowGpuHoldsUpItsRing) {
+  JobModelConfig healthy = ShapeConfig({"", 4, 1, 2, 4, 4, 2, 1, false, true, false});
+  healthy.max_iterations = 10;
+  healthy.compute_jitter = 0.01;
+  JobModelConfig slow = healthy;
+  slow.slow.push_back({1, 2.0, 0});  // tp0 = ranks 0-3
+  auto ring_wait = [](const std::vector<JobOp>& ops) {
+    return MeanWaitNs(ops,
+                      [](const JobOp& op, int = 0) { return op.comm.family == CommFamily::kTp; });
+  };
+  const RankOps h = RunAll(healthy);
+  const RankOps s = RunAll(slow);
+  const double slow_waits = ring_wait(s[1]);
+  for (int r : {0, 2, 3}) {
+    EXPECT_GT(ring_wait(s[r]), slow_waits + 0.3 * kMs) << "rank " << r;
+    EXPECT_LT(ring_wait(h[r]), 0.05 * kMs) << "rank " << r;
+  }
+  // The other TP group (ranks 4-7) meets the slow one only in the DP collectives.
+  for (int r : {4, 5, 6, 7}) EXPECT_LT(ring_wait(s[r]), 0.1 * kMs) << "rank " << r;
 }
 
 // Cost of the schedule as one rank process computes it: the whole job, keeping one rank's ops.

@@ -42,10 +42,10 @@ int64_t JobModel::StallNs(int rank, int64_t iteration) const {
   return std::llround(config_.stall_ns * (1 + config_.stall_spread * u));
 }
 
-double JobModel::FaultFactor(int rank, int64_t at_ns) const {
+double JobModel::FaultFactor(int rank, int64_t at_ns, bool expert) const {
   double f = 1.0;
   for (const SlowGpu& s : config_.slow) {
-    if (s.rank == rank && at_ns >= s.at_ns) f *= s.factor;
+    if (s.rank == rank && at_ns >= s.at_ns && (expert || !s.expert_only)) f *= s.factor;
   }
   for (const DriftingGpu& d : config_.drifting) {
     if (d.rank == rank && at_ns >= d.at_ns) f *= 1 + d.per_s * (at_ns - d.at_ns) * 1e-9;
@@ -68,7 +68,8 @@ double JobModel::WarmupFactor(int rank, int64_t iteration) const {
 int64_t JobModel::ComputeNs(int rank, double warmup, const JobOp& op, int64_t start_ns) const {
   if (op.compute_ns <= 0) return 0;
   const double u = 2 * Uniform(config_.seed, kJitterSalt, rank, op.index) - 1;
-  const double f = warmup * FaultFactor(rank, start_ns) * (1 + config_.compute_jitter * u);
+  const double f =
+      warmup * FaultFactor(rank, start_ns, op.expert_compute) * (1 + config_.compute_jitter * u);
   return std::max<int64_t>(0, std::llround(op.compute_ns * f));
 }
 

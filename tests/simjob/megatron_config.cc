@@ -55,6 +55,34 @@ void ValidateMegatron(const Options& o) {
         "--moe-expert-us needs --dp of at least 2 (the experts are spread over the DP "
         "group)");
   }
+  if (o.slow_expert_only && o.moe_expert_us <= 0) {
+    UsageError("--slow-scope=expert needs --moe-expert-us > 0 (a dense job has no experts)");
+  }
+  if (Given(o, "moe-dispatcher") && o.moe_expert_us <= 0) {
+    UsageError("--moe-dispatcher needs --moe-expert-us > 0 (a dense job dispatches no tokens)");
+  }
+  if (o.fsdp && s.dp < 2) {
+    UsageError("--fsdp needs --dp of at least 2 (parameters are sharded over the DP group)");
+  }
+  if (Given(o, "fsdp-layer-mb") && !o.fsdp) UsageError("--fsdp-layer-mb needs --fsdp");
+  if (o.virtual_stages > 1) {
+    if (s.pp < 2) {
+      UsageError("--virtual-stages > 1 needs --pp of at least 2 (chunks interleave over stages)");
+    }
+    if (o.microbatches % s.pp != 0) {
+      UsageError(StrFormat(
+          "--virtual-stages > 1 needs --microbatches a multiple of --pp %d (Megatron's rule)",
+          s.pp));
+    }
+    if (o.layers % o.virtual_stages != 0) {
+      UsageError(StrFormat("--virtual-stages %d must divide --layers %d (layers per chunk)",
+                           o.virtual_stages, o.layers));
+    }
+  }
+  if (o.cp_ring && s.tp < 2) {
+    UsageError("--cp-ring needs --tp of at least 2 (the ring runs over the TP group)");
+  }
+  if (Given(o, "cp-bytes") && !o.cp_ring) UsageError("--cp-bytes needs --cp-ring");
   for (int r : o.bogus_ranks) {
     if (r >= world) UsageError("--bogus-rank must be < " + std::to_string(world));
   }
@@ -75,7 +103,8 @@ std::string DescribeMegatronFaults(const Options& o) {
   std::string s;
   for (int r : o.slow_ranks) {
     s +=
-        StrFormat(" slow rank %d: compute x%.2f from t0+%.3f s;", r, o.slow_factor, o.slow_after_s);
+        StrFormat(" slow rank %d: %s x%.2f from t0+%.3f s;", r,
+                  o.slow_expert_only ? "expert compute" : "compute", o.slow_factor, o.slow_after_s);
   }
   if (o.slow_node >= 0) {
     s += StrFormat(" slow node %d: compute x%.2f from t0+%.3f s;", o.slow_node, o.slow_factor,
@@ -110,9 +139,9 @@ std::string DescribeMegatronFaults(const Options& o) {
   }
   if (o.moe_expert_us > 0) {
     s += StrFormat(
-        " mixture of experts: %.0f us of expert compute per layer, x%.2f on the "
+        " mixture of experts%s: %.0f us of expert compute per layer, x%.2f on the "
         "layer's hot rank, which moves with the routing (not a fault);",
-        o.moe_expert_us, o.moe_hot_factor);
+        o.moe_alltoall ? " (all-to-all dispatcher)" : "", o.moe_expert_us, o.moe_hot_factor);
   }
   for (int r : o.bogus_ranks) {
     s += StrFormat(" rank %d: one op in %d reports a 5 s kernel (telemetry that lies);", r,
@@ -144,6 +173,12 @@ JobModelConfig MakeJobModelConfig(const Options& o, int64_t t0_ns) {
   p.moe_expert_ns = std::llround(o.moe_expert_us * 1000);
   p.moe_hot_factor = o.moe_hot_factor;
   p.moe_seed = o.seed;
+  if (o.moe_alltoall) p.moe_dispatcher = MoeDispatcher::kAllToAll;
+  p.fsdp = o.fsdp;
+  if (o.fsdp_layer_mb > 0) p.fsdp_layer_bytes = std::llround(o.fsdp_layer_mb * 1048576.0);
+  p.virtual_stages = o.virtual_stages;
+  p.cp_ring = o.cp_ring;
+  p.cp_bytes = static_cast<uint64_t>(o.cp_bytes);
   p.tp_bytes = Scaled(p.tp_bytes, o.msg_scale);
   p.pp_bytes = Scaled(p.pp_bytes, o.msg_scale);
   p.dp_bytes = Scaled(p.dp_bytes, o.msg_scale);
@@ -162,9 +197,10 @@ JobModelConfig MakeJobModelConfig(const Options& o, int64_t t0_ns) {
     c.stall_ns = std::llround(o.stall_ms * 1e6);
   }
   const int64_t slow_at = t0_ns + SecondsToNs(o.slow_after_s);
-  for (int r : o.slow_ranks) c.slow.push_back({r, o.slow_factor, slow_at});
+  for (int r : o.slow_ranks) c.slow.push_back({r, o.slow_factor, slow_at, o.slow_expert_only});
   for (int l = 0; o.slow_node >= 0 && l < o.ranks_per_node; ++l) {
-    c.slow.push_back({o.slow_node * o.ranks_per_node + l, o.slow_factor, slow_at});
+    c.slow.push_back(
+        {o.slow_node * o.ranks_per_node + l, o.slow_factor, slow_at, o.slow_expert_only});
   }
   for (int r : o.drift_ranks) {
     c.drifting.push_back({r, o.drift_per_s, t0_ns + SecondsToNs(o.drift_after_s)});

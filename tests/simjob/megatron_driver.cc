@@ -50,8 +50,7 @@ class MegatronDriver : public DriverBase {
   void LaunchOp(const JobOp& op, ProxyThread* proxy) {
     NcclComm& comm = comms_[comm_index_[model_.layout().CommId(op.comm)]];
     std::vector<NcclTask> tasks;
-    for (int t = 0; t < op.n_tasks; ++t) {
-      const JobTask& task = op.tasks[t];
+    for (const JobTask& task : op.tasks) {
       switch (task.kind) {
         case JobOpKind::kAllReduce:
           tasks.push_back(AllReduceTask(task.bytes));

@@ -30,17 +30,46 @@
 //             AllReduce (4 bytes)
 // F and B are L layers of compute, each followed by a TP AllReduce (if tp > 1); B computes
 // backward_factor x as long as F. With MoE (ProgramSpec::moe_expert_ns), each layer then
-// dispatches its tokens (DP AllGather), computes its experts and combines (DP ReduceScatter). Each
-// op carries the nominal compute that precedes it on the GPU.
+// dispatches its tokens, computes its experts and combines (MoeDispatcher). Each op carries the
+// nominal compute that precedes it on the GPU.
+//
+// Other shapes (ProgramSpec; any combination):
+//   MoE all-to-all  dispatch and combine are each ONE group on the DP (= expert-parallel) group
+//                   holding a Send to and a Recv from every other member; the bytes of i -> j
+//                   follow the routing (MoeA2aBytes), the combine mirrors the dispatch.
+//   FSDP / ZeRO-3   every layer pass AllGathers its layer's parameters over DP (prefetched one
+//                   layer ahead: the AllGather of layer l+1 is issued before layer l computes),
+//                   every backward layer ReduceScatters its gradients after its compute; the
+//                   end-of-iteration DP ReduceScatter/AllGather are not issued.
+//   interleaved     virtual_stages V > 1: each rank holds V model chunks of L / V layers (chunk c
+//   1F1B            of stage s is virtual stage c * P + s) and runs Megatron's interleaved 1F1B
+//                   in lock-step rounds (WriteInterleaved): in round r a rank computes at most one
+//                   chunk forward, then at most one chunk backward, then issues ONE group with
+//                   what it exchanges with its two pipeline neighbours in that round: Send of the
+//                   forward's output to stage+1 and Recv from stage-1, Send of the backward's
+//                   gradient to stage-1 and Recv from stage+1. The pp communicator wraps around:
+//                   stage P-1's chunk c feeds stage 0's chunk c+1. Forward k of a rank (Megatron's
+//                   order: groups of P microbatches per chunk) runs in round k + stage, backward
+//                   k in round k + V * P - 1 + (P - 1 - stage): a rank warms up with
+//                   (V - 1) * P + 2 * (P - 1 - stage) forwards, as Megatron's does. A message is
+//                   sent and received in the same round and used in a later one (the receiver
+//                   buffers it, as the real schedule's early receives do), so round r's groups
+//                   only wait for each other: it never deadlocks. Needs M a multiple of P.
+//   context         cp_ring: each layer's TP AllReduce is replaced by ring attention over the TP
+//   parallel        group: tp - 1 steps, each ONE group {Send to tp_i + 1, Recv from tp_i - 1}
+//                   (mod tp), with 1/tp of the layer's compute before each step (the last share
+//                   goes before whatever follows the layer).
 //
 // Pure computation; an object is immutable after construction and safe to share between threads.
 #ifndef NCCLWATCH_TESTS_SIMJOB_MEGATRON_LAYOUT_H_
 #define NCCLWATCH_TESTS_SIMJOB_MEGATRON_LAYOUT_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ncclwatch::simjob {
@@ -72,17 +101,76 @@ struct JobTask {
   int64_t seq = -1;
 };
 
-// One group launch (one GPU kernel) of one rank: a collective, or one or two p2p tasks.
+// The tasks of one op (JobOp::AddTask appends): a small vector that keeps up to two inline (every
+// op of the dense job) and moves to the heap beyond that (interleaved pipelines, MoE
+// all-to-alls). The job model copies and rebuilds ops all the time; a std::vector (one
+// allocation per op) made the 64-rank cost test of job_model_test.cc about 10-20% slower.
+class TaskList {
+ public:
+  TaskList() = default;
+  TaskList(const TaskList&) = default;
+  TaskList& operator=(const TaskList&) = default;
+  // A moved-from list is empty.
+  TaskList(TaskList&& other) noexcept
+      : inline_(other.inline_),
+        heap_(std::move(other.heap_)),
+        size_(std::exchange(other.size_, 0)) {}
+  TaskList& operator=(TaskList&& other) noexcept {
+    inline_ = other.inline_;
+    heap_ = std::move(other.heap_);
+    other.heap_.clear();
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  JobTask* begin() { return size_ <= kInline ? inline_.data() : heap_.data(); }
+  JobTask* end() { return begin() + size_; }
+  const JobTask* begin() const { return size_ <= kInline ? inline_.data() : heap_.data(); }
+  const JobTask* end() const { return begin() + size_; }
+  JobTask& operator[](size_t i) { return begin()[i]; }
+  const JobTask& operator[](size_t i) const { return begin()[i]; }
+
+ private:
+  friend struct JobOp;  // keeps its n_tasks equal to size()
+  void push_back(const JobTask& task) {
+    if (size_ < kInline) {
+      inline_[size_++] = task;
+      return;
+    }
+    if (size_ == kInline) heap_.assign(inline_.begin(), inline_.end());
+    heap_.push_back(task);
+    ++size_;
+  }
+
+  static constexpr size_t kInline = 2;
+  std::array<JobTask, kInline> inline_;
+  std::vector<JobTask> heap_;  // every task once size_ > kInline
+  size_t size_ = 0;
+};
+
+// One group launch (one GPU kernel) of one rank: a collective, or a group of p2p tasks (one or two
+// on the pipeline; up to four with interleaving; 2 x (dp - 1) for an MoE all-to-all).
 struct JobOp {
   int64_t index = -1;      // per rank, program order from 0 across iterations
   int64_t iteration = -1;  // training iteration
   CommRef comm;
   int comm_rank = -1;  // this rank's index in the communicator
-  int n_tasks = 1;
-  std::array<JobTask, 2> tasks;
+  // tasks[0, n_tasks), at least one; AddTask appends. n_tasks is always tasks.size() (readers
+  // outside simjob index by it: tests/loadgen).
+  int n_tasks = 0;
+  TaskList tasks;
+  void AddTask(const JobTask& task) {
+    tasks.push_back(task);
+    n_tasks = static_cast<int>(tasks.size());
+  }
   // Program: the nominal compute before this op on this rank's GPU (stage factor applied).
   // Model output: the compute the GPU actually ran before it (jitter, warm-up, faults, stalls).
   int64_t compute_ns = 0;
+  // Program: the compute before this op is a mixture-of-experts layer's expert compute (the
+  // combine follows it), which --slow-scope=expert slows alone.
+  bool expert_compute = false;
   // Model output (job_model.h), absolute virtual ns; kNever when it never happens.
   int64_t host_enqueue_ns = 0;
   int64_t gpu_start_ns = 0;
@@ -90,6 +178,12 @@ struct JobOp {
   // When the last party of every task had arrived (the kernel stops waiting for its peers and
   // moves data); kNever if some party never arrives.
   int64_t all_arrived_ns = 0;
+};
+
+// How MoE layers move tokens to their experts and back over the expert-parallel (DP) group.
+enum class MoeDispatcher {
+  kAllGather,  // Megatron's AllGather/ReduceScatter dispatcher: a DP AllGather, a ReduceScatter
+  kAllToAll,   // an all-to-all: one group of a Send and a Recv with every other member, twice
 };
 
 // What one iteration consists of (sizes in bytes, times in ns).
@@ -108,15 +202,28 @@ struct ProgramSpec {
   uint64_t world_bytes = 4;           // the rare world AllReduce
   int world_every = 50;               // 0: never
   // Mixture of experts (0: dense). Each layer's MLP is experts spread over the data-parallel
-  // group of its stage and TP position (expert parallelism carved from data parallelism), with
-  // Megatron's AllGather/ReduceScatter token dispatcher: AllGather the tokens, compute the local
-  // experts, ReduceScatter the outputs -- forward and backward. Token routing makes one rank of
-  // the group the hot one, a different one for every (iteration, microbatch, layer): its expert
-  // compute takes moe_hot_factor x moe_expert_ns, the others' moe_expert_ns.
+  // group of its stage and TP position (expert parallelism carved from data parallelism). The
+  // dispatcher moves the tokens (moe_bytes per rank) there and back: Megatron's AllGather/
+  // ReduceScatter one (AllGather the tokens, compute the local experts, ReduceScatter the
+  // outputs) or an all-to-all (see above) -- forward and backward. Token routing makes one rank
+  // of the group the hot one, a different one for every (iteration, microbatch, layer): its
+  // expert compute takes moe_hot_factor x moe_expert_ns, the others' moe_expert_ns.
   int64_t moe_expert_ns = 0;
   double moe_hot_factor = 2.0;
   uint64_t moe_bytes = 4ull << 20;
   uint64_t moe_seed = 1;  // the routing
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllGather;
+  // FSDP / ZeRO-3 (see above): the parameters of one layer (x the stage factor); 0: dp_bytes /
+  // layers.
+  bool fsdp = false;
+  uint64_t fsdp_layer_bytes = 0;
+  // Interleaved 1F1B: model chunks per rank (1: plain 1F1B). Needs pp >= 2, microbatches a
+  // multiple of pp and layers a multiple of it (the caller validates).
+  int virtual_stages = 1;
+  // Context parallel ring attention over the TP group instead of the TP AllReduce; each step's
+  // Send/Recv message (0: tp_bytes).
+  bool cp_ring = false;
+  uint64_t cp_bytes = 0;
 };
 
 class MegatronLayout {
@@ -173,6 +280,14 @@ void BuildIteration(const MegatronLayout& layout, const ProgramSpec& spec, int r
 
 // The stage factor of `stage` (1 if spec.stage_factors is empty).
 double StageFactor(const ProgramSpec& spec, int stage);
+
+// MoE all-to-all: the bytes that DP comm rank `from` sends to `to` (!= from) in the dispatch of
+// layer pass `pass` (the layer passes of an iteration counted from 0 in program order) of the DP
+// group `group` in `iteration`: uniform in [0.5, 1.5) x moe_bytes / dp, a multiple of 16 bytes,
+// drawn from (moe_seed, iteration, pass, group, from, to). The combine sends back what came in:
+// its `to` -> `from` message is this size.
+uint64_t MoeA2aBytes(const ProgramSpec& spec, int dp, int group, int64_t iteration, int64_t pass,
+                     int from, int to);
 
 }  // namespace ncclwatch::simjob
 

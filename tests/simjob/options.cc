@@ -141,6 +141,14 @@ const Flag kFlags[] = {
      kMegatron},
     {"slow-after-s", "S", "0", "megatron: slow from t0 + S (0: from the start)",
      [](Options* o, const char* v) { return ParseDouble(v, 0, 1e6, &o->slow_after_s); }, kMegatron},
+    {"slow-scope", "all|expert", "all",
+     "megatron: what the slow ranks/node compute slower: everything, or only their "
+     "mixture-of-experts expert compute (needs --moe-expert-us)",
+     [](Options* o, const char* v) {
+       o->slow_expert_only = std::strcmp(v, "expert") == 0;
+       return o->slow_expert_only || std::strcmp(v, "all") == 0;
+     },
+     kMegatron},
     {"throttle-rank", "R[,R...]", "(none)",
      "megatron: ranks throttled in bursts (repeatable): --throttle-factor x compute",
      [](Options* o, const char* v) { return ParseRankList(v, &o->throttle_ranks); }, kMegatron},
@@ -256,6 +264,40 @@ const Flag kFlags[] = {
     {"moe-hot-factor", "F", "2.0",
      "megatron: ... times F on the layer's hot expert rank, drawn per (iteration, layer, group)",
      [](Options* o, const char* v) { return ParseDouble(v, 1, 100, &o->moe_hot_factor); },
+     kMegatron},
+    {"moe-dispatcher", "allgather|alltoall", "allgather",
+     "megatron: MoE token dispatcher: alltoall = per layer pass ONE group of a Send and a Recv "
+     "with every other DP member to dispatch, another to combine; bytes per peer follow the "
+     "routing, uniform in [0.5, 1.5) x 4 MiB / dp (needs --moe-expert-us)",
+     [](Options* o, const char* v) {
+       o->moe_alltoall = std::strcmp(v, "alltoall") == 0;
+       return o->moe_alltoall || std::strcmp(v, "allgather") == 0;
+     },
+     kMegatron},
+    {"fsdp", nullptr, "off",
+     "megatron: FSDP/ZeRO-3: per layer pass a DP AllGather of its parameters (prefetched one "
+     "layer ahead), per backward layer a DP ReduceScatter of its gradients; no end-of-iteration "
+     "DP ReduceScatter/AllGather (needs --dp >= 2)",
+     [](Options* o, const char*) { return Enable(&o->fsdp); }, kMegatron},
+    {"fsdp-layer-mb", "MIB", "(derived)",
+     "megatron: --fsdp: one layer's parameters in MiB, x the stage factor (default: 48 MiB x "
+     "--msg-scale / --layers)",
+     [](Options* o, const char* v) { return ParseDouble(v, 1e-3, 1e5, &o->fsdp_layer_mb); },
+     kMegatron},
+    {"virtual-stages", "V", "1",
+     "megatron: interleaved 1F1B: V (1-64) model chunks per rank, neighbour exchanges batched "
+     "per round, stage P-1 feeding stage 0 (needs --pp >= 2, --microbatches a multiple of --pp, "
+     "--layers a multiple of V)",
+     [](Options* o, const char* v) { return ParseInt(v, 1, 64, &o->virtual_stages); }, kMegatron},
+    {"cp-ring", nullptr, "off",
+     "megatron: context parallel ring attention over the TP group instead of its AllReduce: "
+     "tp-1 steps per layer pass, each ONE group {Send to tp_i+1, Recv from tp_i-1} (needs --tp "
+     ">= 2)",
+     [](Options* o, const char*) { return Enable(&o->cp_ring); }, kMegatron},
+    {"cp-bytes", "N", "(TP size)",
+     "megatron: --cp-ring: bytes of each ring step's Send/Recv (default: the 4 MiB x --msg-scale "
+     "TP AllReduce size)",
+     [](Options* o, const char* v) { return ParseInt(v, 16, int64_t{1} << 40, &o->cp_bytes); },
      kMegatron},
     {"bogus-rank", "R[,R...]", "(none)",
      "megatron: ranks whose profiler telemetry lies (repeatable): one op in --bogus-every, at "

@@ -66,6 +66,12 @@ struct Options {
   double gc_ms = 150;
   double moe_expert_us = 0;  // 0: dense
   double moe_hot_factor = 2.0;
+  bool moe_alltoall = false;  // --moe-dispatcher alltoall
+  bool fsdp = false;
+  double fsdp_layer_mb = 0;  // 0: the DP gradient size / --layers
+  int virtual_stages = 1;
+  bool cp_ring = false;
+  int64_t cp_bytes = 0;          // 0: the TP AllReduce size
   std::vector<int> bogus_ranks;  // --bogus-rank: their GPU timestamps sometimes lie
   int bogus_every = 100;
   std::vector<int> drift_ranks;
@@ -73,6 +79,7 @@ struct Options {
   double drift_after_s = 0;
   double slow_factor = 2.0;
   double slow_after_s = 0;
+  bool slow_expert_only = false;  // --slow-scope=expert
   std::vector<int> throttle_ranks;
   double throttle_factor = 2.0;
   double throttle_on_s = 2;

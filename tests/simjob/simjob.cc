@@ -164,6 +164,31 @@ void PrintMegatronSummary(const Options& o, const JobModelConfig& config) {
       p.microbatches, p.layers, static_cast<long long>(p.layer_fwd_ns / 1000),
       p.layer_fwd_ns * p.backward_factor / 1000, p.tp_bytes / 1048576.0, p.pp_bytes / 1048576.0,
       p.dp_bytes / 1048576.0, p.emb_bytes / 1048576.0, p.world_every);
+  std::string shapes;
+  if (p.moe_expert_ns > 0 && p.moe_dispatcher == MoeDispatcher::kAllToAll) {
+    shapes += StrFormat(
+        " MoE all-to-all dispatch + combine per layer pass: one group of %d Send + %d Recv on "
+        "each DP group, about %.3g MiB per peer;",
+        l.dp() - 1, l.dp() - 1, p.moe_bytes / 1048576.0 / l.dp());
+  }
+  if (p.fsdp) {
+    const uint64_t layer = p.fsdp_layer_bytes > 0 ? p.fsdp_layer_bytes : p.dp_bytes / p.layers;
+    shapes += StrFormat(
+        " FSDP: DP AllGather %.3g MiB per layer pass (prefetched), DP ReduceScatter per backward "
+        "layer, no end-of-iteration DP sync;",
+        layer / 1048576.0);
+  }
+  if (p.virtual_stages > 1) {
+    shapes += StrFormat(" interleaved 1F1B: %d chunks of %d layer(s) per rank, pp ring wraps;",
+                        p.virtual_stages, p.layers / p.virtual_stages);
+  }
+  if (p.cp_ring) {
+    shapes += StrFormat(
+        " context-parallel ring over each TP group: %d Send/Recv steps of %.3g MiB per layer "
+        "pass, no TP AllReduce;",
+        l.tp() - 1, (p.cp_bytes > 0 ? p.cp_bytes : p.tp_bytes) / 1048576.0);
+  }
+  if (!shapes.empty()) std::printf("  shapes:%s\n", shapes.c_str());
   std::string factors;
   for (double f : p.stage_factors) factors += StrFormat("%s%.3g", factors.empty() ? "" : ",", f);
   std::printf("  job id %s, seed %llu, %d channels, host ahead %d, warm-up %d iterations%s%s\n",

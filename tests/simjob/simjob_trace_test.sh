@@ -82,9 +82,10 @@ check_clean() {
 
 # KernelCh starts == channels x (Coll + P2p), Group == GroupApi == KernelLaunch (v5+), API
 # events match their tasks one to one, KernelPhase only on v7 (at most three per KernelCh), and all
-# ranks saw the same counts.
+# ranks saw the same counts (unless the third argument is "per-rank": the stages of an
+# interleaved pipeline launch their exchanges in different groups).
 check_counts() {
-  local abi=$1 channels=$2 line first_counts="" counts coll p2p phases
+  local abi=$1 channels=$2 same=${3:-same} line first_counts="" counts coll p2p phases
   for line in "${LINES[@]}"; do
     coll=$(field "$line" Coll)
     p2p=$(field "$line" P2p)
@@ -109,7 +110,7 @@ check_counts() {
     fi
     counts=$(echo "$line" | grep -oE ' (GroupApi|CollApi|P2pApi|Group|Coll|P2p|KernelCh)=[0-9]+' |
       tr -d '\n')
-    [[ -z "$first_counts" || "$counts" == "$first_counts" ]] ||
+    [[ "$same" != same || -z "$first_counts" || "$counts" == "$first_counts" ]] ||
       fail "ranks disagree on event counts: '$first_counts' vs '$counts'"
     first_counts=$counts
   done
@@ -315,6 +316,65 @@ expect_ranks 7
 check_clean yes
 grep -q "rank 2 node 1 .*killed by --kill-rank" "$WORK/megatron_kill.log" || fail "kill not reported"
 
+# --- megatron, other shapes (megatron_layout.h) ------------------------------------------------------
+# MoE with the all-to-all dispatcher, tp 1 x pp 2 x dp 4: per iteration 8 pipeline Send/Recv tasks
+# and 4 x 2 x 2 x 2 all-to-all groups of 3 Sends + 3 Recvs; DP ReduceScatter + AllGather, emb, mp.
+run megatron_moe_a2a "${MEGATRON[@]}" --tp 1 --iterations 2 --moe-expert-us 300 \
+  --moe-dispatcher alltoall
+expect_ranks 8
+check_clean
+check_counts 7 4
+for line in "${LINES[@]}"; do
+  expect "$line" Coll 8
+  expect "$line" P2p 400
+done
+grep -q "shapes: MoE all-to-all" "$WORK/megatron_moe_a2a.log" || fail "shape not announced"
+# A slow expert GPU (rank 0; its expert-parallel group is ranks 0-3): its peers wait for it in
+# both all-to-alls of every layer, it waits for nobody.
+run megatron_moe_a2a_slow "${MEGATRON[@]}" --tp 1 --duration-s 1.5 --moe-expert-us 300 \
+  --moe-dispatcher alltoall --slow-rank 0 --slow-factor 2
+expect_ranks 8
+check_clean
+slow_us=$(field "$(line_of 0)" sync_mean_us)
+for rank in 1 2 3; do
+  peer_us=$(field "$(line_of $rank)" sync_mean_us)
+  awk -v s="$slow_us" -v o="$peer_us" 'BEGIN { exit !(s + 200 < o) }' ||
+    fail "slow rank 0 mean initial sync ${slow_us} us is not well below EP peer $rank's ${peer_us} us"
+done
+
+# FSDP: per iteration 16 TP AllReduces, 16 parameter AllGathers (2 per layer pass of 2 layers),
+# 8 gradient ReduceScatters, emb and mp; no end-of-iteration DP sync.
+run megatron_fsdp "${MEGATRON[@]}" --iterations 2 --fsdp
+expect_ranks 8
+check_clean
+check_counts 7 4
+for line in "${LINES[@]}"; do
+  expect "$line" Coll 84
+  expect "$line" P2p 16
+done
+
+# Interleaved 1F1B, 2 chunks of 1 layer: 24 Send/Recv tasks per iteration on every stage, in
+# groups of up to four (stage 1 sends its last chunk's output round to stage 0).
+run megatron_interleaved "${MEGATRON[@]}" --iterations 2 --virtual-stages 2
+expect_ranks 8
+check_clean
+check_counts 7 4 per-rank
+for line in "${LINES[@]}"; do
+  expect "$line" Coll 40
+  expect "$line" P2p 48
+done
+
+# Context-parallel ring attention over TP 2: one ring step (a Send and a Recv) per layer pass
+# instead of the TP AllReduce.
+run megatron_cp_ring "${MEGATRON[@]}" --iterations 2 --cp-ring
+expect_ranks 8
+check_clean
+check_counts 7 4
+for line in "${LINES[@]}"; do
+  expect "$line" Coll 8
+  expect "$line" P2p 80
+done
+
 # --- command line ----------------------------------------------------------------------------------
 SCENARIO=cli
 "$SIMJOB" --help >/dev/null || fail "--help failed"
@@ -340,8 +400,15 @@ expect_usage_error "--tp must divide" "${MEGATRON[@]}" --tp 4
 expect_usage_error "--gap-us applies to --layout world|3d only" "${MEGATRON[@]}" --gap-us 10
 expect_usage_error "no communicator 'dp9'" "${MEGATRON[@]}" --fabric-hang-comm dp9
 expect_usage_error "--stage-factors needs 2 factors" "${MEGATRON[@]}" --stage-factors 1,2,3
+expect_usage_error "--moe-dispatcher needs --moe-expert-us" "${MEGATRON[@]}" --moe-dispatcher alltoall
+expect_usage_error "--fsdp needs --dp of at least 2" "${MEGATRON[@]}" --pp 4 --fsdp
+expect_usage_error "--virtual-stages > 1 needs --microbatches a multiple of --pp 2" \
+  "${MEGATRON[@]}" --virtual-stages 2 --microbatches 3
+expect_usage_error "--virtual-stages 4 must divide --layers 2" "${MEGATRON[@]}" --virtual-stages 4
+expect_usage_error "--cp-ring needs --tp of at least 2" "${MEGATRON[@]}" --tp 1 --cp-ring
 expect_usage_error "--microbatches applies to --layout megatron only" --microbatches 8
 expect_usage_error "--user-tag needs --abi 7" --abi 6 --user-tag iteration
 
 echo "simjob_trace_test: PASS (ABI v4-v7; counts; KernelPhase; user tags; NULL handles; masks;" \
-  "slow; hang; kill; megatron: counts, slow, fabric hang, hang, kill; CLI)"
+  "slow; hang; kill; megatron: counts, slow, fabric hang, hang, kill, MoE all-to-all (+ slow)," \
+  "FSDP, interleaved 1F1B, ring attention; CLI)"
