@@ -8,6 +8,8 @@ namespace ncclwatch::plugin {
 namespace {
 
 constexpr int64_t kDrainPeriodMs = 50;
+// An operation in flight enqueued this long before a completed one of its communicator is lost.
+constexpr int64_t kOvertakenMarginNs = 100'000'000;
 
 }  // namespace
 
@@ -117,9 +119,19 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   acc.TakeInto(&report);
 
   // Oldest first, capped.
+  // An operation enqueued well before one of this communicator that completed lost its
+  // completion events (CommState::NoteCompleted): counted, not listed, so that it is not taken
+  // for a hang. The margin covers the coarse enqueue clock's ticks.
   std::vector<const InFlightView*> mine;
+  uint64_t lost = 0;
+  const int64_t overtaken_before = comm->last_completed_enqueue_ns() - kOvertakenMarginNs;
   for (const InFlightView& v : in_flight) {
-    if (v.comm == comm) mine.push_back(&v);
+    if (v.comm != comm) continue;
+    if (v.enqueue_mono_ns < overtaken_before) {
+      ++lost;
+    } else {
+      mine.push_back(&v);
+    }
   }
   std::sort(mine.begin(), mine.end(), [](const InFlightView* a, const InFlightView* b) {
     return a->enqueue_mono_ns < b->enqueue_mono_ns;
@@ -146,6 +158,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   drops->set_reports_dropped(sink_.dropped());
   drops->set_untimed_ops(comm->untimed());
   drops->set_bogus_timings(comm->bogus());
+  drops->set_completions_lost(lost);
   drops->set_agent_outages(sink_.outages());
   drops->set_samples_capped(acc.samples_capped());
   report.set_final(final);

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "gtest/gtest.h"
 #include "proto/samples.h"
 
@@ -199,6 +200,33 @@ TEST_F(FlusherTest, PointToPointIsNumberedPerPeerAndDirectionAndSampledAlikeAtBo
       seqs,
       (std::map<std::pair<std::string, int>, std::vector<uint64_t>>{
           {{"Recv", 5}, {0, 2}}, {{"Recv", 6}, {1}}, {{"Send", 5}, {0, 2}}, {{"Send", 6}, {1}}}));
+}
+
+// A KernelCh stop NCCL never delivered: the operation stays in the plugin as if in flight. Once
+// an operation of the communicator enqueued well after it has completed, it cannot be running
+// (NCCL runs a communicator's operations in order): counted as lost, not listed, so that lost
+// telemetry does not look like a hang.
+TEST_F(FlusherTest, AnOperationOvertakenByALaterCompletionIsLostNotInFlight) {
+  void* op = recorder_.StartOp(
+      comm_, OpDescr{false, "AllReduce", 7, "ncclInt8", 64, "RING", "SIMPLE", -1, 2});
+  recorder_.StopEvent(op);
+  for (uint8_t ch = 0; ch < 2; ++ch) {
+    void* h = recorder_.StartKernelChannel(op, ch, 1'000);
+    if (ch == 0) {  // channel 1's stop never arrives
+      recorder_.RecordKernelChannelStop(h, 2'000);
+      recorder_.StopEvent(h);
+    }
+  }
+  flusher_.RunOnce(true);
+  EXPECT_EQ(sink_.reports.back().in_flight_count(), 1u);  // nothing says otherwise yet
+  EXPECT_EQ(sink_.reports.back().drops().completions_lost(), 0u);
+  // An operation enqueued a second later completes.
+  comm_->NoteCompleted(CoarseMonotonicNs() + 1'000'000'000);
+  flusher_.RunOnce(true);
+  const auto& r = sink_.reports.back();
+  EXPECT_EQ(r.in_flight_count(), 0u);
+  EXPECT_EQ(r.in_flight_size(), 0);
+  EXPECT_EQ(r.drops().completions_lost(), 1u);
 }
 
 TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {

@@ -189,6 +189,7 @@ Completion Recorder::Describe(const OpSlot* slot) noexcept {
 void Recorder::Complete(OpSlot* slot) noexcept {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   CommState* comm = slot->comm.load(kRelaxed);
+  comm->NoteCompleted(slot->enqueue_mono_ns.load(kRelaxed));
   const uint32_t generation = slot->generation.load(kRelaxed);
   uint64_t start_min = UINT64_MAX, stop_max = 0, longest = 0, sync_max = 0;
   bool timed = false;

@@ -53,6 +53,18 @@ class CommState {
   uint64_t untimed() const { return untimed_.load(std::memory_order_relaxed); }
   // Completions whose GPU timestamps cannot be true (Recorder::Complete): counted, not measured.
   uint64_t bogus() const { return bogus_.load(std::memory_order_relaxed); }
+  // The latest enqueue time (CoarseMonotonicNs) of an operation of this communicator whose kernel
+  // completed. NCCL runs a communicator's operations in order, so one enqueued well before it
+  // that has not completed will not: its completion events were lost (Flusher). A racy maximum:
+  // concurrent completions may keep a slightly older one, which only delays that verdict.
+  void NoteCompleted(int64_t enqueue_mono_ns) {
+    if (enqueue_mono_ns > last_completed_enqueue_.load(std::memory_order_relaxed)) {
+      last_completed_enqueue_.store(enqueue_mono_ns, std::memory_order_relaxed);
+    }
+  }
+  int64_t last_completed_enqueue_ns() const {
+    return last_completed_enqueue_.load(std::memory_order_relaxed);
+  }
   // Numbers this communicator's point-to-point operations per peer and direction, from 0 in
   // issue order: NCCL matches the n-th Send from a to b with the n-th Recv at b from a, so both
   // ends give that exchange the same number (the aggregator joins them on it). Two counters per
@@ -70,6 +82,7 @@ class CommState {
   std::atomic<uint64_t> untimed_{0};
   std::atomic<uint64_t> bogus_{0};
   std::atomic<uint32_t> clock_tick_{0};
+  std::atomic<int64_t> last_completed_enqueue_{0};
   std::unique_ptr<std::atomic<uint32_t>[]> p2p_next_;
 };
 

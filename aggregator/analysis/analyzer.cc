@@ -117,6 +117,11 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   if (report.drops().bogus_timings() > 0) {
     entry->bogus_timings[id.rank()] = report.drops().bogus_timings();
   }
+  if (report.drops().completions_lost() > 0) {
+    entry->completions_lost[id.rank()] = report.drops().completions_lost();
+  } else if (!entry->completions_lost.empty()) {
+    entry->completions_lost.erase(id.rank());  // its late completions arrived after all
+  }
   const RankInterval interval = ToRankInterval(report);
   detectors_.hangs.Update(key, interval, now_ns);
   detectors_.degraded.Observe(key, interval);

@@ -136,6 +136,9 @@ ncclwatch::v1::CommInfo Analyzer::CommInfoLocked(const CommKey& key, const CommE
   uint64_t bogus = 0;
   for (const auto& [rank, n] : entry.bogus_timings) bogus += n;
   info.set_bogus_timings(bogus);
+  uint64_t lost = 0;
+  for (const auto& [rank, n] : entry.completions_lost) lost += n;
+  info.set_completions_lost(lost);
   for (const WorkloadImbalance& w : own_time_.Imbalances(key)) {
     auto* out = info.add_workload_imbalance();
     out->set_op(w.op);

@@ -60,6 +60,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     entry.flagged_since_ns.clear();
     entry.finalized.clear();
     entry.bogus_timings.clear();
+    entry.completions_lost.clear();
     *restarted = true;
   }
   who.comm_name = id.comm_name();

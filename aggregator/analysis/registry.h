@@ -44,6 +44,9 @@ struct CommEntry {
   // Ranks whose plugin left operations out for impossible GPU timestamps -> how many (cumulative,
   // as last reported; DropCounters.bogus_timings).
   absl::btree_map<int, uint64_t> bogus_timings;
+  // Per rank, its operations whose completion never arrived (DropCounters.completions_lost, as
+  // last reported: they are counted while missing).
+  absl::btree_map<int, uint64_t> completions_lost;
   // Every rank that reported has sent its final report: NCCL finalized it everywhere.
   bool Finished() const { return !last_seen_ns.empty() && finalized.size() == last_seen_ns.size(); }
   // When `rank` was flagged late (0: it is not).

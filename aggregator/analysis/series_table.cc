@@ -100,7 +100,8 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
   }
   // What the plugin could not record (cumulative since the training process started): a pool,
   // ring or queue was full (findings may miss operations), or GPU timestamps that cannot be true
-  // were left out (bogus_timings: telemetry that lies, never judged).
+  // were left out (bogus_timings: telemetry that lies, never judged), or completions never
+  // arrived (completions_lost: not taken for hangs).
   if (report.has_drops()) {
     const auto& d = report.drops();
     const std::pair<const char*, uint64_t> kinds[] = {
@@ -109,13 +110,17 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
         {"reports", d.reports_dropped()},
         {"samples_capped", d.samples_capped()},
         {"channel_events_orphaned", d.channel_events_orphaned()},
-        {"bogus_timings", d.bogus_timings()}};
+        {"bogus_timings", d.bogus_timings()},
+        {"completions_lost", d.completions_lost()}};
     for (const auto& pair : kinds) {
       const char* const kind = pair.first;  // named, not bound: lambdas below capture it
       const uint64_t value = pair.second;
       // Telemetry that lies is rare: its series appears with the rank's first (a 16,384-rank job
       // would otherwise export 16,384 more zeros).
-      if (value == 0 && std::string_view(kind) == "bogus_timings") continue;
+      if (value == 0 && (std::string_view(kind) == "bogus_timings" ||
+                         std::string_view(kind) == "completions_lost")) {
+        continue;
+      }
       set(
           kDropsFamily, /*inspector=*/false, absl::HashOf(std::string_view(kind)),
           [&] {

@@ -297,8 +297,17 @@ std::string CommsText(const ncclwatch::v1::ListCommsResponse& response) {
                ClockText(c.last_report_unix_ns())});
   }
   std::string out = table.Render();
-  // Telemetry that lied is no finding, but whoever reads the figures should know.
+  // Telemetry that lied or never arrived is no finding, but whoever reads the figures should know.
   for (const auto& c : response.comms()) {
+    if (c.completions_lost() > 0) {
+      absl::StrAppendFormat(&out,
+                            "Lost telemetry: communicator %s in job %s: %d operations never "
+                            "reported their completion though later ones did (not taken for a "
+                            "hang; ncclwatch_plugin_drops_total{kind=\"completions_lost\"} per "
+                            "rank).\n",
+                            aggregator::CommWord(c.comm_name(), c.comm_hash()), c.job_id(),
+                            c.completions_lost());
+    }
     if (c.bogus_timings() == 0) continue;
     absl::StrAppendFormat(&out,
                           "Bad telemetry: communicator %s in job %s: %d operations had GPU "

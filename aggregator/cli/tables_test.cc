@@ -318,6 +318,14 @@ TEST_F(TablesTest, JobsAndComms) {
                                  "every figure; "
                                  "ncclwatch_plugin_drops_total{kind=\"bogus_timings\"} per "
                                  "rank).\n");
+  ncclwatch::v1::ListCommsResponse lost = TwoComms();
+  lost.mutable_comms(0)->set_completions_lost(2);
+  EXPECT_EQ(CommsText(lost), CommsText(TwoComms()) +
+                                 "Lost telemetry: communicator world in job job-a: 2 operations "
+                                 "never reported their completion though later ones did (not "
+                                 "taken for a hang; "
+                                 "ncclwatch_plugin_drops_total{kind=\"completions_lost\"} per "
+                                 "rank).\n");
   // Data-dependent imbalance: information under the table, never in the health column.
   ncclwatch::v1::ListCommsResponse moe = TwoComms();
   auto* w = moe.mutable_comms(0)->add_workload_imbalance();

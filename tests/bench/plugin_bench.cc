@@ -15,6 +15,8 @@
 // 2. Google Benchmark micro-benchmarks of the callback paths:
 //    - BM_LaunchPath: GroupApi start, state 23, CollApi start/stop, state 24, Group start,
 //      Coll start/stop, Group stop, GroupApi stop (one collective as NCCL enqueues it).
+//    - BM_P2pLaunchPath: the same for a Send or Recv (GroupApi, P2pApi, Group, P2p), cycling
+//      over 7 peers and both directions, as an expert-parallel all-to-all enqueues them.
 //    - BM_KernelChPath/C: per channel, KernelCh start + KernelChStop state + stop, with C channels
 //      per collective (the last channel completes the operation and queues it for the flusher).
 // The agent modes: present (reads everything), absent (nothing listens), hung (accepts the stream,
@@ -175,6 +177,44 @@ inline void* LaunchCollectiveAs(void* ctx, uint64_t seq, uint8_t channels) {
   return coll;
 }
 
+// One exchange as NCCL enqueues a Send or Recv: GroupApi, P2pApi start/stop, Group, P2p
+// start/stop (no channels), Group stop, GroupApi stop. The plugin numbers it per peer and
+// direction (one relaxed fetch_add on the communicator's counters).
+template <typename Descr>
+inline void* LaunchP2pAs(void* ctx, int peer, bool send) {
+  static int stream_marker;
+  const char* func = send ? "Send" : "Recv";
+  void* group_api = nullptr;
+  Descr ga = MakeDescr<Descr>(kGroupApi, nullptr);
+  ga.group_api = {false, 1};
+  Start(ctx, &group_api, &ga);
+  void* p2p_api = nullptr;
+  Descr pa = MakeDescr<Descr>(kP2pApi, group_api);
+  pa.p2p_api.func = func;
+  pa.p2p_api.count = 1 << 20;
+  pa.p2p_api.datatype = "ncclFloat32";
+  pa.p2p_api.stream = &stream_marker;
+  Start(ctx, &p2p_api, &pa);
+  if (p2p_api) Stop(p2p_api);
+  void* group = nullptr;
+  Descr gr = MakeDescr<Descr>(kGroup, nullptr);
+  Start(ctx, &group, &gr);
+  void* op = nullptr;
+  Descr p = MakeDescr<Descr>(kP2p, p2p_api);
+  p.rank = 3;
+  p.p2p.func = func;
+  p.p2p.datatype = "ncclFloat32";
+  p.p2p.count = 1 << 20;
+  p.p2p.peer = peer;
+  p.p2p.n_channels = 0;
+  p.p2p.parent_group = group;
+  Start(ctx, &op, &p);
+  if (op) Stop(op);
+  if (group) Stop(group);
+  if (group_api) Stop(group_api);
+  return op;
+}
+
 template <typename Descr>
 inline void RunChannelAs(void* ctx, void* coll, uint8_t channel, uint64_t start, uint64_t stop) {
   void* kh = nullptr;
@@ -218,6 +258,20 @@ void BM_LaunchPath(benchmark::State& state) {
   }
 }
 
+// An all-to-all's worth of exchanges: a Send and a Recv with each of 7 peers, round after round.
+void BM_P2pLaunchPath(benchmark::State& state) {
+  static std::vector<Comm> comms = InitComms(1, 0x3000);
+  void* ctx = comms[0].context;
+  int i = 0;
+  for (auto _ : state) {
+    const int peer = (i >> 1) % 7;
+    const bool send = (i & 1) == 0;
+    benchmark::DoNotOptimize(g_v7 ? LaunchP2pAs<EventDescrV7>(ctx, peer, send)
+                                  : LaunchP2pAs<EventDescrV5>(ctx, peer, send));
+    ++i;
+  }
+}
+
 void BM_KernelChPath(benchmark::State& state) {
   static std::vector<Comm> comms = InitComms(1, 0x2000);
   void* ctx = comms[0].context;
@@ -252,6 +306,7 @@ void BM_KernelChPath(benchmark::State& state) {
 }
 
 BENCHMARK(BM_LaunchPath)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_P2pLaunchPath)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelChPath)
     ->Arg(1)
     ->Arg(4)

@@ -183,6 +183,13 @@ void AddMegatronScenarios(std::vector<Scenario>* out) {
                   {Event::STRAGGLER, "m-stage", "sim-node-0 GPU2", 3},
                   {Event::STRAGGLER, "m-stage", "sim-node-0 GPU3", 3},
                   {Event::NODE_STRAGGLER, "m-stage", "node sim-node-0", 3}}});
+    // Telemetry that never arrives: one op in 50 of rank 3 loses its profiler events, a
+    // collective all of them (a gap in its seqNumbers) or any op its last channel's stop (it
+    // never completes in the profiler). Its groups stay incomplete and expire: nothing.
+    s.push_back({"3D lost profiler events on one rank" + of,
+                 4,
+                 {{"m-lost", Megatron(seed, {"--lose-rank=3", "--lose-every=50"})}},
+                 {}});
     // Node 3 has no agent (its socket is missing): ranks 6 and 7 never report. Said once, for
     // the job, from the first reports on (t0 + 1 s at a 1 s flush interval); nothing is judged
     // on the incomplete communicators.

@@ -125,7 +125,9 @@ void JobReports::Account(RankState& rs, const JobOp& op) {
     for (int k = 0; k < options_.stride; ++k) {
       // Point-to-point operations are numbered per peer and direction, as the plugin does.
       c.seq = static_cast<uint64_t>(task.seq) * options_.stride + k;
-      acc.compactor.Add(c, nranks, k == 0 ? own_time_ns : -1);
+      // The same own time for each: the sampled one of a collective is the first, of a
+      // point-to-point exchange whichever the pair's rule picks.
+      acc.compactor.Add(c, nranks, own_time_ns);
     }
   }
   rs.last_end_ns = op.gpu_end_ns;

@@ -64,28 +64,42 @@ TEST(JobReportsTest, EveryRankOfACommunicatorReportsTheSameSampledCollectives) {
   aggregator::Analyzer analyzer;
   std::vector<ncclwatch::v1::RankReport> all;
   Judge(job, 8, analyzer, &all);
-  // (comm, op, seq) -> the comm ranks that sampled it.
+  // (comm, op, seq) -> the comm ranks that sampled it; for a point-to-point exchange op is
+  // "sender>receiver".
   std::map<std::tuple<uint64_t, std::string, uint64_t>, std::set<int>> seen;
   std::map<uint64_t, int> nranks;
-  int samples = 0, p2p_stats = 0;
+  int samples = 0, p2p_stats = 0, exchanges = 0;
   for (const auto& r : all) {
     nranks[r.identity().comm_hash()] = r.identity().nranks();
     EXPECT_EQ(r.sample_stride(), 4u);
     for (const auto& s : r.stats()) p2p_stats += s.p2p() ? 1 : 0;
     ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
-      EXPECT_EQ(s.seq % 4, 0u);
       EXPECT_GT(s.duration_ns, 0u);
-      seen[{r.identity().comm_hash(), col.op(), s.seq}].insert(r.identity().rank());
+      std::string op = col.op();
+      if (col.has_peer()) {  // sampled when (seq + sender + receiver) % stride == 0
+        const bool send = col.op() == "Send";
+        const int sender = send ? r.identity().rank() : col.peer();
+        const int receiver = send ? col.peer() : r.identity().rank();
+        EXPECT_EQ((s.seq + sender + receiver) % 4, 0u);
+        op = std::to_string(sender) + ">" + std::to_string(receiver);
+        ++exchanges;
+      } else {
+        EXPECT_EQ(s.seq % 4, 0u);
+      }
+      seen[{r.identity().comm_hash(), op, s.seq}].insert(r.identity().rank());
       ++samples;
     });
   }
   EXPECT_GT(samples, 500);
-  EXPECT_GT(p2p_stats, 0);  // pipeline Send/Recv are counted, never sampled
+  EXPECT_GT(p2p_stats, 0);   // pipeline Send/Recv are counted
+  EXPECT_GT(exchanges, 50);  // and sampled at both ends
   // Every collective but the last few of each communicator (still running at the end) was
   // sampled by all its ranks.
   int complete = 0, partial = 0;
   for (const auto& [key, ranks] : seen) {
-    (static_cast<int>(ranks.size()) == nranks[std::get<0>(key)] ? complete : partial)++;
+    const bool exchange = std::get<1>(key).find('>') != std::string::npos;
+    const int parties = exchange ? 2 : nranks[std::get<0>(key)];
+    (static_cast<int>(ranks.size()) == parties ? complete : partial)++;
   }
   EXPECT_GT(complete, 100);
   EXPECT_LT(partial, complete / 10);

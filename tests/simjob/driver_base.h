@@ -71,9 +71,12 @@ class DriverBase {
   // the kernel runs from `start_ns` to `stop_ns` (real time; kNever: never), the last party
   // arrived at `all_arrived_ns`, `gpu_timer(virtual_ns, channel)` is the rank's GPU clock.
   template <typename GpuTimer>
+  // `lost`: none of the launch's profiler events arrive (NCCL still counts its seqNumbers);
+  // `lose_last_stop`: its last channel's stop never arrives (KernelWork::lose_last_stop).
   void Launch(NcclComm& comm, const std::vector<NcclTask>& tasks, int64_t start_ns, int64_t stop_ns,
-              int64_t all_arrived_ns, const GpuTimer& gpu_timer, ProxyThread* proxy) {
-    const NcclLaunch launch = events_.Launch(&comm, tasks);
+              int64_t all_arrived_ns, const GpuTimer& gpu_timer, ProxyThread* proxy,
+              bool lost = false, bool lose_last_stop = false) {
+    const NcclLaunch launch = events_.Launch(&comm, tasks, lost);
     if (!launch.kernel_ch) return;
     KernelWork work;
     work.context = launch.context;
@@ -81,6 +84,7 @@ class DriverBase {
     work.start_ns = start_ns;
     work.stop_ns = stop_ns;
     SetChannelTimers(options_.channels, launch.kernel_phase, all_arrived_ns, gpu_timer, &work);
+    work.lose_last_stop = lose_last_stop;
     proxy->Push(std::move(work));
   }
 

@@ -86,6 +86,9 @@ void ValidateMegatron(const Options& o) {
   for (int r : o.bogus_ranks) {
     if (r >= world) UsageError("--bogus-rank must be < " + std::to_string(world));
   }
+  for (int r : o.lose_ranks) {
+    if (r >= world) UsageError("--lose-rank must be < " + std::to_string(world));
+  }
   if (Given(o, "fabric-hang-after-s") && o.fabric_hang_comm.empty()) {
     UsageError("--fabric-hang-after-s needs --fabric-hang-comm");
   }
@@ -146,6 +149,10 @@ std::string DescribeMegatronFaults(const Options& o) {
   for (int r : o.bogus_ranks) {
     s += StrFormat(" rank %d: one op in %d reports a 5 s kernel (telemetry that lies);", r,
                    o.bogus_every);
+  }
+  for (int r : o.lose_ranks) {
+    s += StrFormat(" rank %d: one op in %d loses its profiler events (lost telemetry);", r,
+                   o.lose_every);
   }
   if (o.gc_every_s > 0) {
     s += StrFormat(

@@ -85,13 +85,26 @@ class MegatronDriver : public DriverBase {
         SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(op.index) << 16 | rank_)) %
                 static_cast<uint64_t>(options_.bogus_every) ==
             0;
+    // --lose-rank: one op in lose_every loses profiler events, at random: a collective all of
+    // them (a gap in its seqNumbers), or any op its last channel's stop. Point-to-point
+    // operations always keep their start: NCCL numbers them in the plugin, and a lost start
+    // would shift that numbering for the rest of the job (docs/detection.md, known limits).
+    const uint64_t lose_draw =
+        std::find(options_.lose_ranks.begin(), options_.lose_ranks.end(), rank_) !=
+                options_.lose_ranks.end()
+            ? SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(op.index) << 20 ^
+                                                    0x6c6f7374ull ^ static_cast<uint64_t>(rank_)))
+            : 1;
+    const bool lose = lose_draw % static_cast<uint64_t>(options_.lose_every) == 0;
+    const bool collective = !IsP2p(op.tasks[0].kind);
+    const bool lost = lose && collective && (lose_draw >> 32) % 2 == 0;
     const int64_t stop_ns = op.gpu_end_ns;
     Launch(
         comm, tasks, op.gpu_start_ns, op.gpu_end_ns, op.all_arrived_ns,
         [this, lies, stop_ns](int64_t t, int c) {
           return model_.GpuTimerNs(rank_, t, c) + (lies && t == stop_ns ? 5'000'000'000ull : 0);
         },
-        proxy);
+        proxy, lost, lose && !lost);
   }
 
   JobModel model_;

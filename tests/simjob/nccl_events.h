@@ -77,8 +77,9 @@ class NcclEvents {
   void Init(NcclComm* comm, int index);
   // One group launch of `tasks` on `comm` (more than one task: the user called ncclGroupStart).
   // Samples the activation mask once, as NCCL does per API call. Advances the seqNumbers of the
-  // collectives, with or without events.
-  NcclLaunch Launch(NcclComm* comm, const std::vector<NcclTask>& tasks);
+  // collectives, with or without events. `lost`: none of its events reach the profiler (lost
+  // telemetry), as for an unprofiled communicator.
+  NcclLaunch Launch(NcclComm* comm, const std::vector<NcclTask>& tasks, bool lost = false);
   // The plugin's finalize, for communicators whose init gave a context (§3.6).
   void Finalize(NcclComm* comm);
 

@@ -305,6 +305,13 @@ const Flag kFlags[] = {
      [](Options* o, const char* v) { return ParseRankList(v, &o->bogus_ranks); }, kMegatron},
     {"bogus-every", "N", "100", "megatron: ... one op in N of those ranks",
      [](Options* o, const char* v) { return ParseInt(v, 1, 1 << 30, &o->bogus_every); }, kMegatron},
+    {"lose-rank", "R[,R...]", "(none)",
+     "megatron: ranks some of whose profiler events never arrive (repeatable): one op in "
+     "--lose-every, at random, either has no events at all (a collective: a gap in its "
+     "seqNumbers) or never gets its last channel's stop (it never completes in the profiler)",
+     [](Options* o, const char* v) { return ParseRankList(v, &o->lose_ranks); }, kMegatron},
+    {"lose-every", "N", "100", "megatron: ... one op in N of those ranks",
+     [](Options* o, const char* v) { return ParseInt(v, 1, 1 << 30, &o->lose_every); }, kMegatron},
     {"drift-rank", "R[,R...]", "(none)",
      "megatron: ranks whose GPU drifts slower (repeatable): compute x (1 + --drift-per-s x t)",
      [](Options* o, const char* v) { return ParseRankList(v, &o->drift_ranks); }, kMegatron},

@@ -74,6 +74,8 @@ struct Options {
   int64_t cp_bytes = 0;          // 0: the TP AllReduce size
   std::vector<int> bogus_ranks;  // --bogus-rank: their GPU timestamps sometimes lie
   int bogus_every = 100;
+  std::vector<int> lose_ranks;  // --lose-rank: some of their profiler events never arrive
+  int lose_every = 100;
   std::vector<int> drift_ranks;
   double drift_per_s = 0.01;
   double drift_after_s = 0;

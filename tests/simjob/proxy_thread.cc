@@ -76,7 +76,9 @@ std::vector<void*> ProxyThread::StartChannels(const KernelWork& work) {
 
 void ProxyThread::StopChannels(const KernelWork& work, const std::vector<void*>& handles) {
   const size_t channels = work.stop_timers.size();
-  for (size_t i = 0; i < handles.size(); ++i) {
+  const size_t delivered =
+      work.lose_last_stop && !handles.empty() ? handles.size() - 1 : handles.size();
+  for (size_t i = 0; i < delivered; ++i) {
     const size_t c = i % channels;
     if (!work.sync_end_timers.empty()) {
       EmitPhases(work.context, handles[i], static_cast<int>(c),

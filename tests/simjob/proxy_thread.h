@@ -47,6 +47,9 @@ struct KernelWork {
   // completes): per channel, the GPU timers where the initial sync ends and the final sync begins.
   std::vector<uint64_t> sync_end_timers;
   std::vector<uint64_t> final_sync_timers;
+  // The last channel's KernelChStop and stop never arrive (lost telemetry, --lose-rank): the
+  // profiler never sees the operation complete, though the GPU finished it.
+  bool lose_last_stop = false;
 };
 
 // Fills the per-channel timers of `work` (whose start_ns and stop_ns are set) for `channels`
