@@ -69,28 +69,32 @@ void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) 
     every = std::bit_ceil(static_cast<uint64_t>(std::max(1, nranks / 8)));
   }
   if (pick % (base_stride_ * every) != 0) return;
-  if (pick % (stride_ * every) != 0) {
+  // Collectives and exchanges have a cap and a stride each: a busy pipeline must not thin its
+  // communicator's collective samples.
+  Sampled& set = c.p2p ? exchanges_ : collectives_;
+  if (pick % (set.stride * every) != 0) {
     ++samples_capped_;  // would have been sampled had the cap not raised the stride
   } else {
-    samples_.push_back(Sample{op, c.algo, c.proto, c.p2p ? c.peer : -1, c.seq, pick, every,
-                              c.gpu_start_ns, c.gpu_stop_ns - c.gpu_start_ns, own_time_ns,
-                              c.sync_wait_ns, c.p2p ? MessageSizeBucketFloor(bytes) : bytes,
-                              c.channels});
-    if (static_cast<int64_t>(samples_.size()) > max_samples_) RaiseStride();
+    set.samples.push_back(Sample{op, c.algo, c.proto, c.p2p ? c.peer : -1, c.seq, pick, every,
+                                 c.gpu_start_ns, c.gpu_stop_ns - c.gpu_start_ns, own_time_ns,
+                                 c.sync_wait_ns, c.p2p ? MessageSizeBucketFloor(bytes) : bytes,
+                                 c.channels});
+    if (static_cast<int64_t>(set.samples.size()) > max_samples_) RaiseStride(set);
   }
 }
 
-void CommAccumulator::RaiseStride() {
-  while (static_cast<int64_t>(samples_.size()) > max_samples_) {
+void CommAccumulator::RaiseStride(Sampled& set) {
+  while (static_cast<int64_t>(set.samples.size()) > max_samples_) {
     if (max_samples_ == 0) {
-      samples_capped_ += samples_.size();
-      samples_.clear();
+      samples_capped_ += set.samples.size();
+      set.samples.clear();
       return;
     }
-    stride_ *= 2;
-    size_t before = samples_.size();
-    std::erase_if(samples_, [&](const Sample& s) { return s.pick % (stride_ * s.every) != 0; });
-    samples_capped_ += before - samples_.size();
+    set.stride *= 2;
+    size_t before = set.samples.size();
+    std::erase_if(set.samples,
+                  [&](const Sample& s) { return s.pick % (set.stride * s.every) != 0; });
+    samples_capped_ += before - set.samples.size();
   }
 }
 
@@ -118,23 +122,27 @@ void CommAccumulator::TakeInto(ncclwatch::v1::RankReport* report) {
     out->set_user_tag(key.user_tag);
   }
   // Grouped by column and in seq order, the delta encoding stays at a few bytes per sample.
-  std::sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
-    return std::tie(a.op, a.algo, a.proto, a.peer, a.bytes, a.channels, a.seq) <
-           std::tie(b.op, b.algo, b.proto, b.peer, b.bytes, b.channels, b.seq);
-  });
   SampleColumnWriter writer(report);
-  for (const Sample& s : samples_) {
-    writer.Add(
-        s.op, s.peer >= 0 ? "" : AlgoProto(s.algo, s.proto), s.bytes, s.channels,
-        ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns, s.sync_wait_ns},
-        s.peer);
+  for (Sampled* set : {&collectives_, &exchanges_}) {
+    std::sort(set->samples.begin(), set->samples.end(), [](const Sample& a, const Sample& b) {
+      return std::tie(a.op, a.algo, a.proto, a.peer, a.bytes, a.channels, a.seq) <
+             std::tie(b.op, b.algo, b.proto, b.peer, b.bytes, b.channels, b.seq);
+    });
+    for (const Sample& s : set->samples) {
+      writer.Add(
+          s.op, s.peer >= 0 ? "" : AlgoProto(s.algo, s.proto), s.bytes, s.channels,
+          ncclwatch::Sample{s.seq, s.gpu_start_ns, s.duration_ns, s.own_time_ns, s.sync_wait_ns},
+          s.peer);
+    }
   }
-  report->set_sample_stride(static_cast<uint32_t>(stride_));
+  report->set_sample_stride(static_cast<uint32_t>(collectives_.stride));
   if (have_clock_) *report->mutable_clock() = clock_;
   stats_.clear();
-  samples_.clear();
+  for (Sampled* set : {&collectives_, &exchanges_}) {
+    set->samples.clear();
+    set->stride = base_stride_;
+  }
   have_clock_ = false;
-  stride_ = base_stride_;
 }
 
 }  // namespace ncclwatch::plugin

@@ -5,9 +5,9 @@
 // time sum/min/max and a log2 histogram, log-sums of bus and algorithm bandwidth (geometric means).
 // Sampling: a collective is sent as a sample (RankReport.sample_columns) when seq % stride == 0;
 // the stride starts at NCCLWATCH_SAMPLE_STRIDE and doubles while the interval holds more than
-// NCCLWATCH_MAX_SAMPLES. Because strides are powers of two, the records of two ranks that chose
-// different strides still share every seq that is a multiple of the larger one, so the aggregator
-// can always join them.
+// NCCLWATCH_MAX_SAMPLES (point-to-point samples have a stride and cap of their own). Because
+// strides are powers of two, the records of two ranks that chose different strides still share
+// every seq that is a multiple of the larger one, so the aggregator can always join them.
 //
 // Point-to-point operations are sampled too, each end by the same rule so that the aggregator can
 // join the two: the n-th exchange from sender s to receiver r (the Recorder numbers them per peer
@@ -45,7 +45,8 @@ class CommAccumulator {
       : base_stride_(sample_stride),
         max_samples_(max_samples),
         rank_(rank),
-        stride_(sample_stride) {}
+        collectives_{{}, sample_stride},
+        exchanges_{{}, sample_stride} {}
 
   // Adds one completed operation of a communicator of `nranks` ranks (for bus bandwidth), with its
   // own time (own_time.h; -1 when unknown), which a sampled collective carries.
@@ -102,14 +103,20 @@ class CommAccumulator {
     uint64_t bytes;
     uint32_t channels;
   };
-  void RaiseStride();
+  // One interval's samples of one kind (collectives, or point-to-point exchanges) and the stride
+  // its cap has raised them to.
+  struct Sampled {
+    std::vector<Sample> samples;
+    int64_t stride;
+  };
+  void RaiseStride(Sampled& set);
 
   const int64_t base_stride_;
   const int64_t max_samples_;
   const int rank_;
-  int64_t stride_;
   std::map<Key, Stats> stats_;
-  std::vector<Sample> samples_;
+  Sampled collectives_;
+  Sampled exchanges_;
   uint64_t samples_capped_ = 0;
   bool have_clock_ = false;
   int64_t best_clock_gap_ = 0;

@@ -83,7 +83,8 @@ void Flusher::DrainLocked(const std::vector<CommState*>& comms) {
     if (d.completion.bogus) {
       tracker.ObserveUnknownEnd(d.completion.gpu_start_ns);
     } else {
-      d.own_time_ns = tracker.Observe(d.completion.gpu_start_ns, d.completion.gpu_stop_ns);
+      d.own_time_ns =
+          tracker.Observe(d.completion.gpu_start_ns, d.completion.gpu_stop_ns, d.completion.p2p);
     }
   }
   // One clock read per drain, and only for a sink that looks at operations.
@@ -97,7 +98,8 @@ void Flusher::DrainLocked(const std::vector<CommState*>& comms) {
 
 ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
                                                const std::vector<InFlightView>& in_flight,
-                                               int64_t now_unix_ns, bool final) {
+                                               int64_t completed_enqueue_ns, int64_t now_unix_ns,
+                                               bool final) {
   ncclwatch::v1::RankReport report;
   report.set_report_id(identity_.report_id_prefix | (++next_report_counter_ & 0xffffffffu));
   auto* id = report.mutable_identity();
@@ -124,7 +126,7 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   // for a hang. The margin covers the coarse enqueue clock's ticks.
   std::vector<const InFlightView*> mine;
   uint64_t lost = 0;
-  const int64_t overtaken_before = comm->last_completed_enqueue_ns() - kOvertakenMarginNs;
+  const int64_t overtaken_before = completed_enqueue_ns - kOvertakenMarginNs;
   for (const InFlightView& v : in_flight) {
     if (v.comm != comm) continue;
     if (v.enqueue_mono_ns < overtaken_before) {
@@ -170,11 +172,16 @@ void Flusher::RunOnce(bool report) {
   std::vector<CommState*> comms = recorder_.Comms();
   DrainLocked(comms);
   if (!report) return;
+  // Each communicator's latest completion is read before the in-flight snapshot: an operation in
+  // the snapshot that completed since must not count as overtaken by a later one.
+  std::vector<int64_t> completed;
+  completed.reserve(comms.size());
+  for (CommState* comm : comms) completed.push_back(comm->last_completed_enqueue_ns());
   std::vector<InFlightView> in_flight;
   recorder_.ListInFlight(&in_flight);
   int64_t now = RealtimeNs();
-  for (CommState* comm : comms) {
-    sink_.Submit(BuildLocked(comm, in_flight, now, false));
+  for (size_t i = 0; i < comms.size(); ++i) {
+    sink_.Submit(BuildLocked(comms[i], in_flight, completed[i], now, false));
   }
   sink_.OnRoundEnd();
   ReapZombiesLocked();
@@ -190,9 +197,10 @@ void Flusher::FinalizeComm(CommState* comm) {
 void Flusher::FinalReportLocked(CommState* comm) {
   recorder_.UnregisterComm(comm);
   DrainLocked({comm});
+  const int64_t completed = comm->last_completed_enqueue_ns();
   std::vector<InFlightView> in_flight;
   recorder_.ListInFlight(&in_flight);
-  sink_.Submit(BuildLocked(comm, in_flight, RealtimeNs(), true));
+  sink_.Submit(BuildLocked(comm, in_flight, completed, RealtimeNs(), true));
   accumulators_.erase(comm);
   interval_start_.erase(comm);
   sink_.OnCommunicatorFinalized(*comm);

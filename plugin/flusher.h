@@ -63,9 +63,10 @@ class Flusher {
   void DrainLocked(const std::vector<CommState*>& comms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Created on first use.
   CommAccumulator& AccumulatorLocked(CommState* comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `completed_enqueue_ns`: comm->last_completed_enqueue_ns() read before `in_flight` was listed.
   ncclwatch::v1::RankReport BuildLocked(CommState* comm, const std::vector<InFlightView>& in_flight,
-                                        int64_t now_unix_ns, bool final)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                        int64_t completed_enqueue_ns, int64_t now_unix_ns,
+                                        bool final) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapZombiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last report of `comm` and its unregistration.
   void FinalReportLocked(CommState* comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

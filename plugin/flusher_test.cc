@@ -146,6 +146,25 @@ TEST_F(FlusherTest, StrideDoublesToStayUnderTheSampleCapAndStaysNested) {
   EXPECT_EQ(r.drops().samples_capped(), 22u);
 }
 
+TEST_F(FlusherTest, PointToPointSamplesHaveACapOfTheirOwn) {
+  // 20 Sends to rank 0 (each sampled: (n + 3 + 0) % 1) would pass the cap of 8 and, sharing it,
+  // thin the AllReduces too. Their own stride doubles instead; the collectives' stays 1.
+  for (uint64_t i = 0; i < 20; ++i) RunOp("Send", 0, 256, 1'000'000 + i * 10'000, 1'000, true, 0);
+  for (uint64_t seq = 0; seq < 4; ++seq)
+    RunOp("AllReduce", seq, 1024, 2'000'000 + seq * 10'000, 500);
+  flusher_.RunOnce(true);
+  const auto& r = sink_.reports.back();
+  EXPECT_EQ(r.sample_stride(), 1u);
+  int collectives = 0, exchanges = 0;
+  ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample&) {
+    (col.has_peer() ? exchanges : collectives)++;
+  });
+  EXPECT_EQ(collectives, 4);
+  EXPECT_GT(exchanges, 0);
+  EXPECT_LE(exchanges, 8);
+  EXPECT_EQ(r.drops().samples_capped(), static_cast<uint64_t>(20 - exchanges));
+}
+
 TEST_F(FlusherTest, OwnTimeSpansTheCommunicatorsOfOneGpu) {
   // comm_ (GPU 1) and `dp` (also GPU 1) interleave; `other` runs on GPU 2, another clock.
   CommState* dp = recorder_.InitComm(CommIdentity{0x5678, "dp", 0, 2, 2, 1, ""});

@@ -30,27 +30,30 @@ class OwnTimeTracker {
   // stop a few microseconds apart, so the next kernel's first channel can start before the
   // previous kernel's last channel stopped.
   static constexpr uint64_t kOverlapNs = 100'000;
-  // Operations that start within this of each other belong to one launch (the Send and Recv of a
-  // grouped exchange, the all-to-all of an expert-parallel dispatch: one kernel, its tasks'
-  // channels starting microseconds apart): the own time before them is the same, measured from
-  // what ended before the launch. Without this, a task whose sibling moved its data within
-  // kOverlapNs would get an own time of 0. Back-to-back kernels this close lose at most this
-  // much of the own time between them.
+  // Point-to-point operations that start within this of each other belong to one launch (the
+  // Send and Recv of a grouped exchange, the all-to-all of an expert-parallel dispatch: one
+  // kernel, its tasks' channels starting microseconds apart): the own time before them is the
+  // same, measured from what ended before the launch. Without this, a task whose sibling moved
+  // its data within kOverlapNs would get an own time of 0. Collectives are measured as before:
+  // a short collective right before another (a scalar all-reduce) is the other's predecessor.
+  // (Two separate exchanges' kernels this close are taken for one launch: the second's own time
+  // then includes the first's, at most a kernel of under 20 us.)
   static constexpr uint64_t kSameLaunchNs = 20'000;
 
   // Records an operation that ran on the GPU from `start_ns` to `stop_ns` and returns its own time:
   // start_ns minus the latest end <= start_ns + kOverlapNs seen so far among the operations that
-  // started more than kSameLaunchNs before it (0 if that end is after the start), or -1 if no
-  // such end is known.
-  int64_t Observe(uint64_t start_ns, uint64_t stop_ns);
+  // started more than kSameLaunchNs before it when both are point-to-point (0 if that end is after
+  // the start), or -1 if no such end is known.
+  int64_t Observe(uint64_t start_ns, uint64_t stop_ns, bool p2p = false);
   // Records an operation that started at `start_ns` and ended who knows when (its timestamps were
   // bogus): an operation whose latest earlier end is this one gets -1, not a made-up own time.
   void ObserveUnknownEnd(uint64_t start_ns);
 
  private:
-  void Record(uint64_t start_ns, uint64_t end_ns, bool unknown);
+  void Record(uint64_t start_ns, uint64_t end_ns, bool unknown, bool p2p);
   std::array<uint64_t, kHistory> starts_{};  // ring of the most recent operations, arrival order
   std::array<uint64_t, kHistory> ends_{};
+  std::array<bool, kHistory> p2p_{};
   std::array<bool, kHistory> unknown_{};  // that end is only a lower bound (ObserveUnknownEnd)
   size_t next_ = 0;
   size_t size_ = 0;

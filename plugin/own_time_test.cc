@@ -51,10 +51,13 @@ TEST(OwnTimeTrackerTest, TheTasksOfOneLaunchShareTheOwnTimeBeforeIt) {
   // data in 40 us. The Recv's own time is still the 2 ms since the previous kernel, not 0.
   OwnTimeTracker t;
   t.Observe(0, 1'000'000);
-  EXPECT_EQ(t.Observe(3'000'000, 3'040'000), 2'000'000);
-  EXPECT_EQ(t.Observe(3'003'000, 3'500'000), 2'003'000);
+  EXPECT_EQ(t.Observe(3'000'000, 3'040'000, /*p2p=*/true), 2'000'000);
+  EXPECT_EQ(t.Observe(3'003'000, 3'500'000, /*p2p=*/true), 2'003'000);
   // The next launch counts from the latest end of that one.
-  EXPECT_EQ(t.Observe(4'500'000, 4'600'000), 1'000'000);
+  EXPECT_EQ(t.Observe(4'500'000, 4'600'000, /*p2p=*/true), 1'000'000);
+  // Collectives as before: a short one right before another is its predecessor.
+  EXPECT_EQ(t.Observe(5'000'000, 5'008'000), 400'000);
+  EXPECT_EQ(t.Observe(5'013'000, 5'100'000), 5'000);
 }
 
 TEST(OwnTimeTrackerTest, ForgetsEndsBeyondItsHistory) {

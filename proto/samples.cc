@@ -10,15 +10,16 @@ void SampleColumnWriter::Add(const std::string& op, const std::string& algo_prot
       cursors_.try_emplace({op, algo_proto, bytes, channels, peer}, Cursor{0, 0, 0});
   Cursor& c = it->second;
   if (inserted) {
-    c.column = report_->sample_columns_size();
-    auto* col = report_->add_sample_columns();
+    c.column = peer >= 0 ? report_->p2p_sample_columns_size() : report_->sample_columns_size();
+    auto* col = peer >= 0 ? report_->add_p2p_sample_columns() : report_->add_sample_columns();
     col->set_op(op);
     col->set_algo_proto(algo_proto);
     col->set_bytes(bytes);
     col->set_channels(channels);
     if (peer >= 0) col->set_peer(peer);
   }
-  auto* col = report_->mutable_sample_columns(c.column);
+  auto* col = peer >= 0 ? report_->mutable_p2p_sample_columns(c.column)
+                        : report_->mutable_sample_columns(c.column);
   // Differences are taken modulo 2^64 and read back the same way, so any order round-trips.
   col->add_seq_delta(static_cast<int64_t>(s.seq - c.last_seq));
   col->add_gpu_start_delta_ns(static_cast<int64_t>(s.gpu_start_ns - c.last_start));
@@ -33,28 +34,38 @@ void SampleColumnWriter::Add(const std::string& op, const std::string& algo_prot
   c.last_start = s.gpu_start_ns;
 }
 
+namespace {
+
+// Both kinds of column, collectives first.
+template <typename Fn>
+void ForEachColumn(const ncclwatch::v1::RankReport& report, Fn&& fn) {
+  for (const auto& col : report.sample_columns()) fn(col);
+  for (const auto& col : report.p2p_sample_columns()) fn(col);
+}
+
+}  // namespace
+
 bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report) {
-  for (const auto& col : report.sample_columns()) {
-    if (col.seq_delta_size() != col.gpu_start_delta_ns_size() ||
-        col.seq_delta_size() != col.duration_ns_size() ||
-        (col.own_time_ns_size() != 0 && col.own_time_ns_size() != col.seq_delta_size()) ||
-        (col.sync_wait_ns_size() != 0 && col.sync_wait_ns_size() != col.seq_delta_size())) {
-      return false;
-    }
-  }
-  return true;
+  bool ok = true;
+  ForEachColumn(report, [&](const ncclwatch::v1::SampleColumn& col) {
+    ok = ok && col.seq_delta_size() == col.gpu_start_delta_ns_size() &&
+         col.seq_delta_size() == col.duration_ns_size() &&
+         (col.own_time_ns_size() == 0 || col.own_time_ns_size() == col.seq_delta_size()) &&
+         (col.sync_wait_ns_size() == 0 || col.sync_wait_ns_size() == col.seq_delta_size());
+  });
+  return ok;
 }
 
 size_t SampleCount(const ncclwatch::v1::RankReport& report) {
   size_t n = 0;
-  for (const auto& col : report.sample_columns()) n += col.seq_delta_size();
+  ForEachColumn(report, [&](const ncclwatch::v1::SampleColumn& col) { n += col.seq_delta_size(); });
   return n;
 }
 
 void ForEachSample(
     const ncclwatch::v1::RankReport& report,
     const std::function<void(const ncclwatch::v1::SampleColumn&, const Sample&)>& fn) {
-  for (const auto& col : report.sample_columns()) {
+  ForEachColumn(report, [&](const ncclwatch::v1::SampleColumn& col) {
     Sample s;
     const bool has_own_time = col.own_time_ns_size() == col.seq_delta_size();
     const bool has_sync = col.sync_wait_ns_size() == col.seq_delta_size();
@@ -67,7 +78,7 @@ void ForEachSample(
       s.sync_wait_ns = has_sync ? col.sync_wait_ns(i) : 0;
       fn(col, s);
     }
-  }
+  });
 }
 
 }  // namespace ncclwatch

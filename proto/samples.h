@@ -30,7 +30,8 @@ struct Sample {
 class SampleColumnWriter {
  public:
   explicit SampleColumnWriter(ncclwatch::v1::RankReport* report) : report_(report) {}
-  // `peer` >= 0: a point-to-point column (SampleColumn.peer); -1: a collective's.
+  // `peer` >= 0: a point-to-point column (RankReport.p2p_sample_columns, SampleColumn.peer);
+  // -1: a collective's (sample_columns).
   void Add(const std::string& op, const std::string& algo_proto, uint64_t bytes, uint32_t channels,
            const Sample& sample, int32_t peer = -1);
 
@@ -44,12 +45,14 @@ class SampleColumnWriter {
   std::map<std::tuple<std::string, std::string, uint64_t, uint32_t, int32_t>, Cursor> cursors_;
 };
 
+// Both column fields are covered by the three below.
 // True when every column's arrays have the same length (own_time_ns and sync_wait_ns may also be
 // empty).
 bool SampleColumnsWellFormed(const ncclwatch::v1::RankReport& report);
 // Total number of samples in the report.
 size_t SampleCount(const ncclwatch::v1::RankReport& report);
-// Calls `fn` for every sample, column by column. The report must be well formed.
+// Calls `fn` for every sample, column by column: the collectives' columns, then the
+// point-to-point ones (p2p_sample_columns, SampleColumn.peer set). The report must be well formed.
 void ForEachSample(
     const ncclwatch::v1::RankReport& report,
     const std::function<void(const ncclwatch::v1::SampleColumn&, const Sample&)>& fn);

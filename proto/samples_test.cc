@@ -44,13 +44,15 @@ TEST(SampleColumnsTest, PointToPointColumnsCarryTheirPeer) {
   w.Add("Send", "", 1024, 1, {1, 200, 10}, /*peer=*/5);  // another peer: another column
   w.Add("Send", "", 1024, 1, {2, 300, 10}, /*peer=*/3);
   w.Add("AllReduce", "RING_LL", 1024, 1, {0, 400, 10});
-  ASSERT_EQ(r.sample_columns_size(), 3);
+  ASSERT_EQ(r.sample_columns_size(), 1);      // the AllReduce
+  ASSERT_EQ(r.p2p_sample_columns_size(), 2);  // a field of their own
+  EXPECT_EQ(SampleCount(r), 4u);
   std::vector<std::string> seen;
   ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& c, const Sample& s) {
     seen.push_back(c.op() + (c.has_peer() ? ">" + std::to_string(c.peer()) : "") + "#" +
                    std::to_string(s.seq));
   });
-  EXPECT_EQ(seen, (std::vector<std::string>{"Send>3#0", "Send>3#2", "Send>5#1", "AllReduce#0"}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"AllReduce#0", "Send>3#0", "Send>3#2", "Send>5#1"}));
 }
 
 TEST(SampleColumnsTest, ConsecutiveSamplesCostAboutNineBytes) {

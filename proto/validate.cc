@@ -73,9 +73,12 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
     if (col.op().size() > kMaxLabelLength || col.algo_proto().size() > kMaxLabelLength) {
       return Reject("bad_sample", "sample column op or algo_proto too long");
     }
-    if (col.has_peer() && ((col.op() != "Send" && col.op() != "Recv") || col.peer() < 0 ||
-                           col.peer() >= static_cast<int64_t>(r.identity().nranks()) ||
-                           col.peer() == static_cast<int64_t>(r.identity().rank()))) {
+    if (col.has_peer()) return Reject("bad_sample", "collective sample column with a peer");
+  }
+  for (const auto& col : r.p2p_sample_columns()) {
+    if (!col.has_peer() || (col.op() != "Send" && col.op() != "Recv") || col.peer() < 0 ||
+        col.peer() >= static_cast<int64_t>(r.identity().nranks()) ||
+        col.peer() == static_cast<int64_t>(r.identity().rank())) {
       return Reject("bad_sample",
                     "point-to-point sample column that is not a Send or Recv with another rank "
                     "of the communicator");

@@ -23,7 +23,7 @@ TEST(ValidateReportTest, AcceptsAWellFormedReport) { EXPECT_TRUE(ValidateReport(
 
 TEST(ValidateReportTest, AcceptsPointToPointColumnsWithAnotherRank) {
   auto r = Good();
-  auto* c = r.add_sample_columns();
+  auto* c = r.add_p2p_sample_columns();
   c->set_op("Send");
   c->set_peer(0);
   EXPECT_TRUE(ValidateReport(r).ok);
@@ -56,19 +56,27 @@ TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
       {"bad_stats", [](auto& r) { r.mutable_stats(0)->set_exec_time_us_min(6.5e36); }},
       {"bad_sample",  // a point-to-point column with itself
        [](auto& r) {
-         auto* c = r.add_sample_columns();
+         auto* c = r.add_p2p_sample_columns();
          c->set_op("Send");
          c->set_peer(3);
        }},
       {"bad_sample",  // a peer beyond the communicator
        [](auto& r) {
-         auto* c = r.add_sample_columns();
+         auto* c = r.add_p2p_sample_columns();
          c->set_op("Recv");
          c->set_peer(8);
        }},
       {"bad_sample",  // a collective with a peer
        [](auto& r) {
          auto* c = r.add_sample_columns();
+         c->set_op("AllReduce");
+         c->set_peer(1);
+       }},
+      {"bad_sample",  // a point-to-point column without its peer, or of another op
+       [](auto& r) { r.add_p2p_sample_columns()->set_op("Send"); }},
+      {"bad_sample",
+       [](auto& r) {
+         auto* c = r.add_p2p_sample_columns();
          c->set_op("AllReduce");
          c->set_peer(1);
        }},

@@ -33,8 +33,9 @@ void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
   for (const FlagChange& change : changes) {
     const int rank = change.score.rank;
     if (change.score.flagged) entry.flagged_since_ns[rank] = now_ns;
-    // With own times, lateness is a consequence: it pages only through its root cause.
-    if (!entry.own_times) {
+    // With own times, lateness is a consequence: it pages only through its root cause. Lateness
+    // in point-to-point exchanges never pages (analyzer_unexplained.cc says why).
+    if (!entry.own_times && change.score.op != kP2pClass) {
       events->push_back(StragglerEvent(key, entry.who, change, entry.FlaggedSince(rank), now_ns));
     }
     if (!change.score.flagged) entry.flagged_since_ns.erase(rank);

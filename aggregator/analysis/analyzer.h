@@ -148,6 +148,10 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the root-cause analysis names a GPU or node of `job_id`, or a hang of it has an origin.
   bool JobHasRootCauseLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The notable ranks of `comm` in the classes whose lateness may page as origin-not-found: not
+  // point-to-point exchanges, not classes imbalanced by their data (analyzer_unexplained.cc).
+  std::vector<RankScore> PageableLatenessLocked(const CommKey& comm) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
   void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `job_id` ended at `now_ns` because of `why`: its open findings end, it is forgotten.

@@ -61,6 +61,13 @@ struct LateRank {
 
 }  // namespace
 
+std::vector<RankScore> Analyzer::PageableLatenessLocked(const CommKey& comm) const {
+  return detectors_.stragglers.Notable(
+      comm, [&](const std::string& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return op == kP2pClass || own_time_.Imbalanced(comm, op);
+      });
+}
+
 bool Analyzer::JobHasRootCauseLocked(const std::string& job_id) const {
   if (verdicts_.AnyGpu(job_id) || verdicts_.AnyNodeSlow(job_id)) return true;
   auto hang = hang_origins_.origins().lower_bound(CommKey{job_id, 0});
@@ -108,11 +115,16 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     const bool root = has_root(it->first);
     std::vector<UnexplainedPage>& pages = it->second;
     for (auto page = pages.begin(); page != pages.end();) {
+      // Cleared in the classes it was paged from: a flag elsewhere (its exchanges) keeps no
+      // page open.
       const bool cleared =
           std::any_of(page->members.begin(), page->members.end(),
                       [&](const auto& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                        const CommEntry* entry = registry_.Find(m.first);
-                        return entry == nullptr || !entry->flagged_since_ns.contains(m.second);
+                        if (registry_.Find(m.first) == nullptr) return true;
+                        for (const RankScore& s : PageableLatenessLocked(m.first)) {
+                          if (s.rank == m.second && s.flagged) return false;
+                        }
+                        return true;
                       });
       if (root || cleared) {
         events->push_back(OriginNotFoundEnd(page->start, now_ns, root ? kEndRootCauseFound : ""));
@@ -158,10 +170,7 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     // half a small family can look late by chance. A GPU slow before its exchanges is found by
     // its own time there (own_time.h). Nor does lateness in a class whose ranks take turns being
     // the busiest (data-dependent imbalance, own_time.h): the late rank changes with the routing.
-    const std::vector<RankScore> notable = detectors_.stragglers.Notable(
-        key, [&](const std::string& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return op == kP2pClass || own_time_.Imbalanced(key, op);
-        });
+    const std::vector<RankScore> notable = PageableLatenessLocked(key);
     std::set<int> flagged_ranks;
     for (const RankScore& score : notable) {
       if (score.flagged) flagged_ranks.insert(score.rank);

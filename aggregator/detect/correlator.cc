@@ -34,7 +34,7 @@ std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks
 
 std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key, int parties,
                                                const Arrival& arrival, int64_t now_ns) {
-  CommGroups& cg = comms_[comm];
+  CommGroups& cg = key.sender >= 0 ? exchanges_[comm] : comms_[comm];
   auto [it, inserted] = cg.groups.try_emplace(key);
   Group& g = it->second;
   if (inserted) {
@@ -81,22 +81,29 @@ void Correlator::Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups) 
 
 size_t Correlator::Expire(int64_t now_ns) {
   uint64_t before = expired_;
-  for (auto it = comms_.begin(); it != comms_.end();) {
-    Trim(it->second, now_ns - options_.grace_ns, options_.max_open_groups);
-    if (it->second.groups.empty()) {
-      comms_.erase(it++);
-    } else {
-      ++it;
+  for (auto* groups : {&comms_, &exchanges_}) {
+    for (auto it = groups->begin(); it != groups->end();) {
+      Trim(it->second, now_ns - options_.grace_ns, options_.max_open_groups);
+      if (it->second.groups.empty()) {
+        groups->erase(it++);
+      } else {
+        ++it;
+      }
     }
   }
   return expired_ - before;
 }
 
-void Correlator::Forget(const CommKey& comm) { comms_.erase(comm); }
+void Correlator::Forget(const CommKey& comm) {
+  comms_.erase(comm);
+  exchanges_.erase(comm);
+}
 
 size_t Correlator::open_groups() const {
   size_t n = 0;
-  for (const auto& [key, cg] : comms_) n += cg.groups.size();
+  for (const auto* groups : {&comms_, &exchanges_}) {
+    for (const auto& [key, cg] : *groups) n += cg.groups.size();
+  }
   return n;
 }
 

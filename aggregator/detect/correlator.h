@@ -115,6 +115,9 @@ class Correlator {
 
   const CorrelatorOptions options_;
   absl::node_hash_map<CommKey, CommGroups> comms_;  // walked only to expire
+  // Exchanges, apart: each has its own max_open_groups, so that a communicator's many pairs
+  // waiting for their other end never evict its collectives.
+  absl::node_hash_map<CommKey, CommGroups> exchanges_;
   uint64_t completed_ = 0;
   uint64_t expired_ = 0;
 };

@@ -52,6 +52,18 @@ TEST(CorrelatorTest, JoinsTheTwoEndsOfAPointToPointExchange) {
   EXPECT_EQ(c.open_groups(), 3u);
 }
 
+TEST(CorrelatorTest, ExchangesWaitingForTheirOtherEndNeverEvictCollectives) {
+  Correlator c(CorrelatorOptions{/*grace_ns=*/1'000'000, /*max_open_groups=*/2});
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 0, 1, 1, 0));
+  for (uint64_t seq = 0; seq < 3; ++seq) {  // one more half than the cap: the oldest goes
+    EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 2, /*send=*/true, 0, 1, seq, 1, 1, 0));
+  }
+  EXPECT_EQ(c.expired(), 1u);
+  EXPECT_TRUE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 1, 1, 1, 0).has_value());
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 2, /*send=*/false, 1, 0, 0, 1, 1, 0));  // evicted
+  EXPECT_TRUE(c.AddP2p(kCorrelatorComm, 2, /*send=*/false, 1, 0, 2, 1, 1, 0).has_value());
+}
+
 TEST(CorrelatorTest, RejectsOutOfRangeRanks) {
   Correlator c;
   EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 2, 1, 1, 0));

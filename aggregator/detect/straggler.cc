@@ -149,9 +149,17 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
     const size_t r = group.RankAt(i);
     RankWindow& w = c.ranks[r];
     if (static_cast<int>(w.lateness.size()) < options_.min_groups) continue;
-    const double excess = w.median - peers.baseline;
-    const bool flag = w.flagged ? excess >= options_.threshold_ns * options_.clear_ratio
-                                : excess >= options_.threshold_ns;
+    auto judge = [&] {
+      const double excess = w.median - peers.baseline;
+      return w.flagged ? excess >= options_.threshold_ns * options_.clear_ratio
+                       : excess >= options_.threshold_ns;
+    };
+    bool flag = judge();
+    if (flag != w.flagged && exchange && c.exchanges_since_peers > 0) {
+      c.peers = Peers(c);  // a flag changes on fresh statistics only
+      c.exchanges_since_peers = 0;
+      flag = judge();
+    }
     if (flag == w.flagged) continue;
     w.flagged = flag;
     // The rank's flag in the communicator changes with its first flagged class and its last.

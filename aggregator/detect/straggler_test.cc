@@ -288,7 +288,9 @@ TEST(StragglerDetectorTest, PointToPointExchangesFlagTheLateEndOnly) {
   ASSERT_EQ(scores.size(), static_cast<size_t>(n));
   EXPECT_NEAR(scores[5].lateness_ns, 2'000'000, 200'000);
   for (int r = 0; r < n; ++r) {
-    if (r != 5) EXPECT_LT(scores[r].lateness_ns, 250'000) << r;
+    if (r != 5) {
+      EXPECT_LT(scores[r].lateness_ns, 250'000) << r;
+    }
   }
   EXPECT_NEAR(*d.LatenessIn(kStragglerComm, kP2pClass, 5), 2'000'000, 200'000);
   // Without its exchanges, the communicator has nobody late.

@@ -61,7 +61,7 @@ void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
   if (it == comms_.end()) {
     it = comms_.emplace(comm, CommState{}).first;
     it->second.nranks = nranks;
-    ++job_growth_[comm.job_id].comms;
+    job_growth_[comm.job_id].comms.insert(comm);
   }
   CommState& cs = it->second;
   const std::string* known_node = cs.NodeOf(rank);
@@ -305,7 +305,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   if (++st.base_n >= kSettledGroups) st.base_past = std::min(st.base_past, st.base_mean);
   if (auto job = job_growth_.find(group.comm.job_id);
       job != job_growth_.end() && ++job->second.since_refresh >= kJobGrowthRefresh) {
-    RefreshJobGrowth(group.comm.job_id, job->second);
+    RefreshJobGrowth(job->second);
   }
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
     if (group.own_time_ns[i] >= 0) {
@@ -395,12 +395,13 @@ SlowProcess OwnTimeAnalyzer::View(const ProcessKey& p) const {
   return none;
 }
 
-void OwnTimeAnalyzer::RefreshJobGrowth(const std::string& job_id, JobGrowth& growth) const {
+void OwnTimeAnalyzer::RefreshJobGrowth(JobGrowth& growth) const {
   growth.since_refresh = 0;
   std::vector<double> ratios;
-  for (const auto& [comm, cs] : comms_) {
-    if (comm.job_id != job_id) continue;
-    for (const auto& [k, st] : cs.classes) {
+  for (const CommKey& comm : growth.comms) {
+    auto cs = comms_.find(comm);
+    if (cs == comms_.end()) continue;
+    for (const auto& [k, st] : cs->second.classes) {
       // A class whose fastest rank has next to no own work has no growth to speak of.
       if (!std::isfinite(st.base_past) || st.base_past < kMinScaleNs) continue;
       ratios.push_back(st.base_mean / st.base_past);
@@ -478,11 +479,11 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
     judge_without(ps->first, ps->second);
     if (ps->second.Unused()) processes_.erase(ps);
   }
-  comms_.erase(it);
-  if (auto job = job_growth_.find(comm.job_id);
-      job != job_growth_.end() && --job->second.comms <= 0) {
-    job_growth_.erase(job);
+  if (auto job = job_growth_.find(comm.job_id); job != job_growth_.end()) {
+    job->second.comms.erase(comm);
+    if (job->second.comms.empty()) job_growth_.erase(job);
   }
+  comms_.erase(it);  // last: `comm` may be its key
   return changes;
 }
 

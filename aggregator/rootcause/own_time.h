@@ -52,7 +52,8 @@
 // the window median: a window median of a class holding two phases of the step jumps between
 // them, and a job-wide stall must not move a mean) and its lowest since it settled, and
 // the job keeps how much its classes grew, typically (the lower quartile of mean / lowest over its
-// classes: robust to up to three quarters of them growing). A class that grew a threshold beyond
+// classes, refreshed every 256 of its collectives over its own communicators: robust to up to
+// three quarters of them growing). A class that grew a threshold beyond
 // that gives each of its ranks evidence F = mean - lowest x the job's growth: its fastest
 // rank grew, so all of them did, while the job as a whole did not. A job slowing down as a whole
 // (longer sequences, an evaluation phase) grows every class alike; a single slow GPU does not move
@@ -339,9 +340,9 @@ class OwnTimeAnalyzer {
   struct JobGrowth {
     double ratio = std::numeric_limits<double>::infinity();
     int64_t since_refresh = 0;
-    int comms = 0;  // of the job in comms_: forgotten with the last
+    std::set<CommKey> comms;  // the job's in comms_: the growth is forgotten with the last
   };
-  void RefreshJobGrowth(const std::string& job_id, JobGrowth& growth) const;
+  void RefreshJobGrowth(JobGrowth& growth) const;
 
   const OwnTimeOptions options_;
   absl::node_hash_map<CommKey, CommState> comms_;
