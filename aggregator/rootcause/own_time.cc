@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "aggregator/detect/correlator.h"
 #include "aggregator/detect/median.h"
 
 namespace ncclwatch::aggregator {
@@ -175,8 +176,8 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
   out->fault_ns = st.excess[r].median - reference;
   // The job-wide change in time: this class's fastest rank grew beyond what the job's did.
   if (auto job = job_growth_.find(comm.job_id);
-      job != job_growth_.end() && std::isfinite(st.base_past) && std::isfinite(job->second.ratio) &&
-      st.base_n >= kSettledGroups) {
+      k.op != kP2pClass && job != job_growth_.end() && std::isfinite(st.base_past) &&
+      std::isfinite(job->second.ratio) && st.base_n >= kSettledGroups) {
     const double grew = st.base_mean - st.base_past * job->second.ratio;
     if (grew > out->fault_ns) {
       out->fault_ns = grew;
@@ -184,8 +185,14 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
       out->changed = true;
     }
   }
-  const double change =
-      st.excess[r].median - st.past[r] * std::max(st.base.median, kMinScaleNs) - st.peer_growth;
+  // A rank's own past, and the job's growth, are compared in collective classes only: an exchange
+  // class mixes the step's phases (dispatch after the TP all-reduce with no own time, combine after
+  // the experts), whose window medians jump between them, and a healthy expert-parallel partner
+  // of a slow expert GPU "grew" that way.
+  const double change = k.op == kP2pClass ? 0
+                                          : st.excess[r].median -
+                                                st.past[r] * std::max(st.base.median, kMinScaleNs) -
+                                                st.peer_growth;
   if (change > out->fault_ns) {
     out->fault_ns = change;
     out->replicas = true;  // its own past is the reference: as strong as counterparts
@@ -402,8 +409,11 @@ void OwnTimeAnalyzer::RefreshJobGrowth(JobGrowth& growth) const {
     auto cs = comms_.find(comm);
     if (cs == comms_.end()) continue;
     for (const auto& [k, st] : cs->second.classes) {
-      // A class whose fastest rank has next to no own work has no growth to speak of.
-      if (!std::isfinite(st.base_past) || st.base_past < kMinScaleNs) continue;
+      // A class whose fastest rank has next to no own work has no growth to speak of; exchange
+      // classes mix the step's phases (Judge).
+      if (k.op == kP2pClass || !std::isfinite(st.base_past) || st.base_past < kMinScaleNs) {
+        continue;
+      }
       ratios.push_back(st.base_mean / st.base_past);
     }
   }

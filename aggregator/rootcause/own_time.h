@@ -37,7 +37,8 @@
 // Counterparts and members on the rank's own node are never used as the design reference: a slow
 // node slows all of them alike.
 //
-// Point-to-point exchanges (a Send and its Recv, CompletedGroup::members) are groups of two in
+// Point-to-point exchanges (a Send and its Recv, CompletedGroup::members; no change in time,
+// own or job-wide: their windows mix the step's phases, see Judge) are groups of two in
 // one class per communicator (kP2pClass, every message size: what precedes an exchange does not
 // depend on its size), compared the same way: the end that spent longer on its own work before
 // the exchange has the excess. Their warm-up is `warmup_groups` x nranks / 2 exchanges (about
