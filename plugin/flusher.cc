@@ -120,10 +120,9 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   CommAccumulator& acc = AccumulatorLocked(comm);
   acc.TakeInto(&report);
 
-  // Oldest first, capped.
-  // An operation enqueued well before one of this communicator that completed lost its
-  // completion events (CommState::NoteCompleted): counted, not listed, so that it is not taken
-  // for a hang. The margin covers the coarse enqueue clock's ticks.
+  // Oldest first, capped. An operation enqueued well before one of this communicator that
+  // completed lost its completion events (CommState::NoteCompleted): counted, not listed, so that
+  // it is not taken for a hang. The margin covers the coarse enqueue clock's ticks.
   std::vector<const InFlightView*> mine;
   uint64_t lost = 0;
   const int64_t overtaken_before = completed_enqueue_ns - kOvertakenMarginNs;

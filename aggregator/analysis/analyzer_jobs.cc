@@ -224,10 +224,8 @@ std::map<std::string, ncclwatch::v1::JobInfo> Analyzer::JobInfosLocked(
     if (c.workload_imbalance_size() > 0)
       j.set_imbalanced_communicators(j.imbalanced_communicators() + 1);
     for (const auto& w : c.workload_imbalance()) {
-      auto share = [](const ncclwatch::v1::WorkloadImbalance& x) {
-        return x.wait_seconds() / std::max(x.wait_seconds() + x.own_time_seconds(), 1e-12);
-      };
-      if (!j.has_costliest_imbalance() || share(w) > share(j.costliest_imbalance())) {
+      if (!j.has_costliest_imbalance() ||
+          ImbalanceShare(w) > ImbalanceShare(j.costliest_imbalance())) {
         *j.mutable_costliest_imbalance() = w;
         j.mutable_costliest_imbalance()->set_comm_name(c.comm_name());
       }

@@ -269,8 +269,7 @@ std::string JobsText(const ncclwatch::v1::ListJobsResponse& response) {
           "changes from one collective to the next; costliest: %s's %s waits %.2f ms for its "
           "busiest rank, %.0f%% of the work before it (`ncclwatch comms`).\n",
           j.job_id(), j.imbalanced_communicators(), w.comm_name().empty() ? "?" : w.comm_name(),
-          w.op(), w.wait_seconds() * 1e3,
-          100 * w.wait_seconds() / std::max(w.wait_seconds() + w.own_time_seconds(), 1e-12));
+          w.op(), w.wait_seconds() * 1e3, 100 * aggregator::ImbalanceShare(w));
     }
     if (j.unreported_ranks() == 0) continue;
     absl::StrAppendFormat(&out,
@@ -319,8 +318,6 @@ std::string CommsText(const ncclwatch::v1::ListCommsResponse& response) {
   // Data-dependent imbalance is no finding either, but it costs time every step.
   for (const auto& c : response.comms()) {
     for (const auto& w : c.workload_imbalance()) {
-      const double share =
-          w.wait_seconds() / std::max(w.wait_seconds() + w.own_time_seconds(), 1e-12);
       absl::StrAppendFormat(
           &out,
           "Workload imbalance (not a fault): communicator %s in job %s: its %s waits %.2f ms for "
@@ -328,7 +325,7 @@ std::string CommsText(const ncclwatch::v1::ListCommsResponse& response) {
           "%s to the next: a property of the workload (mixture-of-experts routing, variable "
           "sequence lengths, a pipeline's schedule).\n",
           aggregator::CommWord(c.comm_name(), c.comm_hash()), c.job_id(), w.op(),
-          w.wait_seconds() * 1e3, 100 * share, w.op());
+          w.wait_seconds() * 1e3, 100 * aggregator::ImbalanceShare(w), w.op());
     }
   }
   return out;

@@ -419,6 +419,10 @@ std::string SuspectSentence(const ncclwatch::v1::NodeSuspectInfo& s) {
       s.node(), s.degraded_comms(), s.job_id());
 }
 
+double ImbalanceShare(const ncclwatch::v1::WorkloadImbalance& w) {
+  return w.wait_seconds() / std::max(w.wait_seconds() + w.own_time_seconds(), 1e-12);
+}
+
 std::string CommWord(const std::string& name, uint64_t hash) {
   return name.empty() ? CommHashText(hash) : name;
 }

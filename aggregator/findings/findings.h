@@ -131,6 +131,10 @@ inline constexpr char kOriginNotFound[] =
 // A communicator as a sentence names it: its name, or its hash when it has none.
 std::string CommWord(const std::string& name, uint64_t hash);
 
+// What a data-dependent imbalance costs: the wait for the busiest rank as a share (0-1) of the
+// work before the collective, wait included.
+double ImbalanceShare(const ncclwatch::v1::WorkloadImbalance& w);
+
 // "AllReduce #12", or "Send/Recv" for a point-to-point hang (no seqNumber).
 std::string HangOpText(const ncclwatch::v1::HangInfo& hang);
 

@@ -279,7 +279,8 @@ int Main(int argc, char** argv) {
             "when the load starts.");
   t.AddDouble("prebuild-margin-s", "", &c.prebuild_margin_s,
               "With --prebuild, how far ahead the job's clock starts, to leave time for the "
-              "build (0: 5 s + 1.2 s per second of load and 16,384 ranks: the sampled pipeline exchanges take 0.86 s).");
+              "build (0: 5 s + 1.2 s per second of load and 16,384 ranks: the sampled pipeline "
+              "exchanges take 0.86 s).");
   absl::StatusOr<std::vector<std::string>> parsed = t.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ncclwatch-loadgen: %s\n", std::string(parsed.status().message()).c_str());
