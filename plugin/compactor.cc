@@ -21,6 +21,20 @@ std::string AlgoProto(const char* algo, const char* proto) {
 
 }  // namespace
 
+uint64_t ExchangePick(uint64_t seq, int a, int b) {
+  // A 64-bit finalizer (xor-shift, multiply by an odd constant, twice) of the pair, then of the
+  // number mixed with it: every output bit depends on every input bit.
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  const uint64_t lo = static_cast<uint32_t>(std::min(a, b));
+  const uint64_t hi = static_cast<uint32_t>(std::max(a, b));
+  return mix(seq ^ mix(hi << 32 | lo));
+}
+
 void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) {
   const char* op = OrUnknown(c.func);
   const uint64_t bytes = MessageBytes(c.datatype != nullptr ? c.datatype : "", c.count);
@@ -65,8 +79,8 @@ void CommAccumulator::Add(const Completion& c, int nranks, int64_t own_time_ns) 
   uint64_t every = 1;
   if (c.p2p) {
     if (rank_ < 0 || c.peer < 0 || c.peer >= nranks || c.peer == rank_) return;
-    pick = c.seq + static_cast<uint64_t>(rank_) + static_cast<uint64_t>(c.peer);
-    every = std::bit_ceil(static_cast<uint64_t>(std::max(1, nranks / 8)));
+    pick = ExchangePick(c.seq, rank_, c.peer);
+    every = kExchangeStrideFactor * std::bit_ceil(static_cast<uint64_t>(std::max(1, nranks / 8)));
   }
   if (pick % (base_stride_ * every) != 0) return;
   // Collectives and exchanges have a cap and a stride each: a busy pipeline must not thin its

@@ -11,10 +11,16 @@
 //
 // Point-to-point operations are sampled too, each end by the same rule so that the aggregator can
 // join the two: the n-th exchange from sender s to receiver r (the Recorder numbers them per peer
-// and direction) when (n + s + r) % (stride * f) == 0, where f = the power of two at or above
-// nranks / 8. The sum spreads the sampled exchanges of one step over different pairs; f keeps an
-// all-to-all over a large expert-parallel group (2 (nranks - 1) operations a rank per step) at
-// about as many samples as 16 collectives. Their columns carry the peer and the size bucket.
+// and direction) when ExchangePick(n, s, r) % (kExchangeStrideFactor * stride * f) == 0, where f =
+// the power of two at or above nranks / 8. The pick is a mix of the number and the pair, the same
+// at both ends: a pipeline exchanges with each neighbour once per microbatch, so a rule on the
+// number itself (every k-th exchange of a pair) would sample the same microbatch of every step,
+// a phase whose own time differs by design between the two ends; the mix samples every phase
+// alike and spreads one step's samples over different pairs. f keeps an all-to-all over a large
+// expert-parallel group (2 (nranks - 1) operations a rank per step) at about as many samples as 16
+// collectives. Strides are powers of two and the mix's low bits decide, so the picks of a raised
+// stride are among those of a lower one, as for collectives. Their columns carry the peer and the
+// size bucket.
 //
 // Untimed completions (copy-engine collectives) only count (untimed_count, untimed_bytes). The
 // clock pair kept is the (host, GPU) reading with the smallest host-minus-GPU gap, i.e. the least
@@ -33,6 +39,16 @@
 #include "plugin/hot_path.h"
 
 namespace ncclwatch::plugin {
+
+// How many times more sparsely exchanges are sampled than collectives (see above). 1: a quarter
+// (4) brings a 16,384-rank job's aggregator near its CPU budget, but delays the evidence of a GPU
+// whose only symptom is in its exchanges past the detection target (docs/detection.md, "What
+// judging exchanges costs").
+inline constexpr uint64_t kExchangeStrideFactor = 1;
+
+// The sampling number of exchange `seq` between ranks `a` and `b` (either order: both ends, and
+// both directions, compute the same): a mix of the three, uniform over its 64 bits.
+uint64_t ExchangePick(uint64_t seq, int a, int b);
 
 // Accumulates one communicator's completions over one interval. Flusher thread only.
 class CommAccumulator {
@@ -93,7 +109,7 @@ class CommAccumulator {
     int32_t peer;  // p2p: the peer's rank; -1 for collectives
     uint64_t seq;
     // The sampling rule's number and its stride multiplier: seq and 1 for a collective; for a
-    // p2p operation seq + sender + receiver and P2pStrideFactor (see Add).
+    // p2p operation ExchangePick and kExchangeStrideFactor x f (see Add).
     uint64_t pick;
     uint64_t every;
     uint64_t gpu_start_ns;

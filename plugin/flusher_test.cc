@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "plugin/compactor.h"
 #include "proto/samples.h"
 
 namespace ncclwatch::plugin {
@@ -97,8 +99,9 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(send.algo_proto(), "");
   EXPECT_EQ(send.message_size(), "1-2KB");
   // Collectives are sampled (stride 1), and so is the Send (exchange 0 from rank 3 to rank 0:
-  // 0 + 3 + 0 is a multiple of stride 1 x 1 for 4 ranks), in a column of its own with its peer
-  // and its size bucket's floor.
+  // its pick is a multiple of kExchangeStrideFactor x stride 1 x f 1 for 4 ranks), in a column of
+  // its own with its peer and its size bucket's floor.
+  ASSERT_EQ(ExchangePick(0, 3, 0) % kExchangeStrideFactor, 0u);
   std::vector<Sample> samples;
   int sends = 0;
   ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
@@ -147,9 +150,15 @@ TEST_F(FlusherTest, StrideDoublesToStayUnderTheSampleCapAndStaysNested) {
 }
 
 TEST_F(FlusherTest, PointToPointSamplesHaveACapOfTheirOwn) {
-  // 20 Sends to rank 0 (each sampled: (n + 3 + 0) % 1) would pass the cap of 8 and, sharing it,
-  // thin the AllReduces too. Their own stride doubles instead; the collectives' stays 1.
-  for (uint64_t i = 0; i < 20; ++i) RunOp("Send", 0, 256, 1'000'000 + i * 10'000, 1'000, true, 0);
+  // 40 Sends to rank 0, those whose pick is a multiple of kExchangeStrideFactor sampled, would
+  // pass the cap of 8 and, sharing it, thin the AllReduces too. Their own stride doubles instead;
+  // the collectives' stays 1.
+  int candidates = 0;
+  for (uint64_t n = 0; n < 40; ++n) {
+    candidates += ExchangePick(n, 3, 0) % kExchangeStrideFactor == 0 ? 1 : 0;
+  }
+  ASSERT_GT(candidates, 8);
+  for (uint64_t i = 0; i < 40; ++i) RunOp("Send", 0, 256, 1'000'000 + i * 10'000, 1'000, true, 0);
   for (uint64_t seq = 0; seq < 4; ++seq)
     RunOp("AllReduce", seq, 1024, 2'000'000 + seq * 10'000, 500);
   flusher_.RunOnce(true);
@@ -162,16 +171,17 @@ TEST_F(FlusherTest, PointToPointSamplesHaveACapOfTheirOwn) {
   EXPECT_EQ(collectives, 4);
   EXPECT_GT(exchanges, 0);
   EXPECT_LE(exchanges, 8);
-  EXPECT_EQ(r.drops().samples_capped(), static_cast<uint64_t>(20 - exchanges));
+  EXPECT_EQ(r.drops().samples_capped(), static_cast<uint64_t>(candidates - exchanges));
 }
 
 TEST_F(FlusherTest, OwnTimeSpansTheCommunicatorsOfOneGpu) {
   // comm_ (GPU 1) and `dp` (also GPU 1) interleave; `other` runs on GPU 2, another clock.
-  CommState* dp = recorder_.InitComm(CommIdentity{0x5678, "dp", 0, 2, 2, 1, ""});
+  CommState* dp = recorder_.InitComm(CommIdentity{0x5678, "dp", 0, 4, 2, 1, ""});
   CommState* other = recorder_.InitComm(CommIdentity{0x9abc, "gpu2", 0, 2, 2, 2, ""});
   RunOp("AllReduce", 0, 1024, 1'000'000, 100'000);                   // ends 1.1 ms
   RunOp("AllReduce", 0, 1024, 1'300'000, 50'000, false, -1, dp);     // 200 µs after it
-  RunOp("Send", 0, 1024, 1'400'000, 10'000, true, 1, dp);            // p2p: 50 µs after the last
+  ASSERT_EQ(ExchangePick(0, 0, 2) % kExchangeStrideFactor, 0u);      // the Send below is sampled
+  RunOp("Send", 0, 1024, 1'400'000, 10'000, true, 2, dp);            // p2p: 50 µs after the last
   RunOp("AllReduce", 1, 1024, 1'450'000, 100'000);                   // 40 µs after the Send
   RunOp("AllReduce", 0, 1024, 1'450'000, 10'000, false, -1, other);  // first on GPU 2
   RunOp("AllReduce", 1, 1024, 1'470'000, 10'000, false, -1, other);  // 10 µs after it
@@ -192,11 +202,14 @@ TEST_F(FlusherTest, OwnTimeSpansTheCommunicatorsOfOneGpu) {
 }
 
 TEST_F(FlusherTest, PointToPointIsNumberedPerPeerAndDirectionAndSampledAlikeAtBothEnds) {
-  // 16 ranks: the p2p stride is twice the collectives' (f = 16 / 8 = 2). Rank 3 exchanges with
-  // ranks 5 and 6, both directions, interleaved; each (peer, direction) counts from 0.
+  // 16 ranks: the p2p stride is 2 kExchangeStrideFactor times the collectives' (f = 16 / 8 = 2).
+  // Rank 3 exchanges with ranks 5 and 6, both directions, interleaved; each (peer, direction)
+  // counts from 0.
   CommState* ep = recorder_.InitComm(CommIdentity{0x4242, "ep", 3, 16, 2, 1, ""});
   uint64_t t = 1'000'000;
-  for (int step = 0; step < 3; ++step) {  // 6 samples: under the cap of 8
+  const uint64_t every = 2 * kExchangeStrideFactor;
+  const int steps = static_cast<int>(4 * kExchangeStrideFactor);  // a few samples a pair
+  for (int step = 0; step < steps; ++step) {
     for (int peer : {5, 6}) {
       RunOp("Send", 999, 1024, t += 10'000, 1'000, true, peer, ep);  // NCCL's seq is ignored
       RunOp("Recv", 999, 1024, t += 10'000, 1'000, true, peer, ep);
@@ -213,12 +226,45 @@ TEST_F(FlusherTest, PointToPointIsNumberedPerPeerAndDirectionAndSampledAlikeAtBo
       seqs[{col.op(), col.peer()}].push_back(s.seq);
     });
   }
-  // Sampled when (seq + sender + receiver) % 2 == 0: with peer 5, 3 + 5 is even (seqs 0, 2);
-  // with peer 6, odd (1). Rank 5's own plugin picks the same exchanges.
-  EXPECT_EQ(
-      seqs,
-      (std::map<std::pair<std::string, int>, std::vector<uint64_t>>{
-          {{"Recv", 5}, {0, 2}}, {{"Recv", 6}, {1}}, {{"Send", 5}, {0, 2}}, {{"Send", 6}, {1}}}));
+  // Sampled when ExchangePick(seq, 3, peer) % every == 0, in both directions alike. Rank 5's own
+  // plugin picks the same exchanges (ExchangePickTest).
+  size_t expected = 0;
+  for (int peer : {5, 6}) {
+    std::vector<uint64_t> picked;
+    for (uint64_t n = 0; n < static_cast<uint64_t>(steps); ++n) {
+      if (ExchangePick(n, 3, peer) % every == 0) picked.push_back(n);
+    }
+    expected += 2 * picked.size();
+    EXPECT_EQ(seqs[std::make_pair("Send", peer)], picked) << "peer " << peer;
+    EXPECT_EQ(seqs[std::make_pair("Recv", peer)], picked) << "peer " << peer;
+  }
+  ASSERT_GT(expected, 0u);
+  ASSERT_LE(expected, 8u);  // under the cap: none thinned
+  EXPECT_EQ(seqs.size(), 4u);
+}
+
+// The exchange sampling number: the same at both ends and in both directions, about one in four
+// picked with a stride of 4, and not periodic in the exchange's number (a pipeline exchanges with a
+// neighbour once per microbatch: every 4th of a pair would be the same microbatch each step).
+TEST(ExchangePickTest, SymmetricUniformAndNotFollowingTheSchedule) {
+  int picked = 0;
+  std::set<uint64_t> residues;  // n mod 4 of the picked numbers of one pair
+  for (uint64_t n = 0; n < 4096; ++n) {
+    EXPECT_EQ(ExchangePick(n, 2, 7), ExchangePick(n, 7, 2));
+    if (ExchangePick(n, 2, 7) % 4 == 0) {
+      ++picked;
+      residues.insert(n % 4);
+    }
+  }
+  EXPECT_GT(picked, 900);  // 1024 expected; 4 sigma is 111
+  EXPECT_LT(picked, 1150);
+  EXPECT_EQ(residues.size(), 4u);
+  // Other pairs pick other numbers: the sampled exchanges of one step are spread over pairs.
+  int same = 0;
+  for (uint64_t n = 0; n < 4096; ++n) {
+    same += (ExchangePick(n, 2, 7) % 4 == 0) == (ExchangePick(n, 2, 8) % 4 == 0) ? 1 : 0;
+  }
+  EXPECT_LT(same, 3000);  // independent: 62.5% agree (2560); identical: all 4096
 }
 
 // A KernelCh stop NCCL never delivered: the operation stays in the plugin as if in flight. Once

@@ -100,10 +100,15 @@ UnexplainedView Analyzer::UnexplainedViewLocked() const {
 }
 
 void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* events) {
-  std::map<std::string, bool> rooted;  // by job: JobHasRootCauseLocked, asked once per tick
+  // By job: JobHasRootCauseLocked, asked once per tick; the last job asked is remembered apart
+  // (late_comms_ is in job order, and a large job has thousands of them).
+  std::map<std::string, bool> rooted;
+  const std::pair<const std::string, bool>* last = nullptr;
   auto has_root = [&](const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (last != nullptr && last->first == job) return last->second;
     auto [it, added] = rooted.try_emplace(job, false);
     if (added) it->second = JobHasRootCauseLocked(job);
+    last = &*it;
     return it->second;
   };
 
@@ -177,16 +182,20 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     }
     if (flagged_ranks.empty()) continue;
     const int nranks_of = entry->who.nranks;
-    std::map<std::string, std::pair<int, int>> on_node;  // node -> (ranks here, flagged)
-    for (const auto& [r, who] : entry->who.ranks) {
-      auto& [ranks, flagged] = on_node[who.node];
-      ++ranks;
-      flagged += flagged_ranks.contains(r) ? 1 : 0;
-    }
     const bool half_late = 2 * flagged_ranks.size() >= static_cast<size_t>(nranks_of);
+    // node -> (ranks here, flagged), built only where half the ranks are late: most ticks of a
+    // large job visit thousands of communicators a rank of which is flagged by chance.
+    std::map<std::string, std::pair<int, int>> on_node;
     auto significant = [&](const RankScore& score) {
       if (entry->who.nranks < 4 || score.peer_z >= unexplained_options_.min_peer_z) return true;
       if (!half_late) return false;
+      if (on_node.empty()) {
+        for (const auto& [r, who] : entry->who.ranks) {
+          auto& [ranks, flagged] = on_node[who.node];
+          ++ranks;
+          flagged += flagged_ranks.contains(r) ? 1 : 0;
+        }
+      }
       const std::string& node = entry->who.Rank(score.rank).node;
       auto n = on_node.find(node);
       return !node.empty() && n != on_node.end() && n->second.first >= 2 &&

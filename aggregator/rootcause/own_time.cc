@@ -11,8 +11,8 @@
 namespace ncclwatch::aggregator {
 namespace {
 
-// Collectives of a job between two refreshes of its typical growth (RefreshJobGrowth walks every
-// communicator: at a few thousand classes, about ten class visits per collective).
+// Collectives of a job between two refreshes of its typical growth, at least (RefreshJobGrowth
+// reads every class of every communicator of the job; see Observe).
 constexpr int64_t kJobGrowthRefresh = 256;
 
 // Collectives after warm-up before a class's mean own time is settled (4 x its weight's 64: what
@@ -77,6 +77,7 @@ void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
       Release(cs.processes[rank], cs.states[rank]);
       cs.processes[rank] = process;
       cs.states[rank] = held;
+      for (auto& [k, st] : cs.classes) st.evidence[rank] = nullptr;  // the old process's entry
     }
     cs.nodes[rank] = node;
   } else {
@@ -205,6 +206,11 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
   return true;
 }
 
+std::tuple<bool, bool, bool, bool, int> OwnTimeAnalyzer::Standing(const Evidence& e) const {
+  return {e.fault_ns >= e.threshold_ns, e.fault_ns >= options_.clear_ratio * e.threshold_ns,
+          e.replicas, e.multi_node, e.nranks};
+}
+
 bool OwnTimeAnalyzer::Verdict(
     const ProcessState& ps,
     const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>** best) const {
@@ -288,6 +294,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     fresh.n_nodes = group.n_nodes;
     fresh.unjudged = n;
     fresh.slots.resize(n);
+    fresh.evidence.assign(n, nullptr);
     fresh.share_fast.assign(n, 0);
     fresh.share_slow.assign(n, 0);
     for (int r = 0; r < n; ++r) {
@@ -310,8 +317,14 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
                      ? clipped
                      : st.base_mean + options_.share_alpha_slow * (clipped - st.base_mean);
   if (++st.base_n >= kSettledGroups) st.base_past = std::min(st.base_past, st.base_mean);
+  // The job's growth moves with its collectives (exchange classes have none), and is refreshed
+  // after as many of them as the job has communicators (kJobGrowthRefresh at least): a refresh
+  // reads every class of the job, so each collective pays O(1) for it whatever the job's size
+  // (every 256, a 16,384-rank job's refreshes took a fifth of the aggregator's CPU).
   if (auto job = job_growth_.find(group.comm.job_id);
-      job != job_growth_.end() && ++job->second.since_refresh >= kJobGrowthRefresh) {
+      !exchange && job != job_growth_.end() &&
+      ++job->second.since_refresh >=
+          std::max<int64_t>(kJobGrowthRefresh, static_cast<int64_t>(job->second.comms.size()))) {
     RefreshJobGrowth(job->second);
   }
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
@@ -370,7 +383,13 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     Evidence ev;
     if (!Judge(it->first, cs, k, st, r, &ev)) continue;
     ProcessState& ps = *cs.states[r];
-    ps.evidence[{group.comm, k, r}] = ev;
+    Evidence*& held = st.evidence[r];
+    // The verdict reads each piece of evidence only through its standing (Standing): while this
+    // one's stays, so does the verdict, and the process's other evidence need not be read again.
+    const bool same = held != nullptr && Standing(*held) == Standing(ev);
+    if (held == nullptr) held = &ps.evidence[{group.comm, k, r}];
+    *held = ev;
+    if (same) continue;
     const bool slow = Verdict(ps, nullptr);
     if (slow != ps.slow) {
       ps.slow = slow;

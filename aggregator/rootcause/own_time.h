@@ -53,12 +53,12 @@
 // the window median: a window median of a class holding two phases of the step jumps between
 // them, and a job-wide stall must not move a mean) and its lowest since it settled, and
 // the job keeps how much its classes grew, typically (the lower quartile of mean / lowest over its
-// classes, refreshed every 256 of its collectives over its own communicators: robust to up to
-// three quarters of them growing). A class that grew a threshold beyond
-// that gives each of its ranks evidence F = mean - lowest x the job's growth: its fastest
-// rank grew, so all of them did, while the job as a whole did not. A job slowing down as a whole
-// (longer sequences, an evaluation phase) grows every class alike; a single slow GPU does not move
-// its classes' fastest rank.
+// classes, refreshed after 256 of its collectives or one per communicator it has, whichever is
+// more, over its own communicators: robust to up to three quarters of them growing). A class that
+// grew a threshold beyond that gives each of its ranks evidence F = mean - lowest x the job's
+// growth: its fastest rank grew, so all of them did, while the job as a whole did not. A job
+// slowing down as a whole (longer sequences, an evaluation phase) grows every class alike; a single
+// slow GPU does not move its classes' fastest rank.
 //
 // Workload, not fault: with mixture-of-experts routing (or variable sequence lengths) the rank
 // with the most work changes from collective to collective. Its own time is long whenever it is
@@ -237,11 +237,16 @@ class OwnTimeAnalyzer {
     double median = 0;
     void Push(double v, int window);
   };
+  struct Evidence;
   struct ClassState {
     std::vector<Ring> excess;  // per rank
     // Per rank, its slot in slots_ (looked up once: a map node, kept while any member counts in
     // it, and every rank of this class does until Forget).
     std::vector<Slot*> slots;
+    // Per rank, its entry in its process's evidence (a map node, kept until Forget takes this
+    // communicator out, or until the rank's process changes): written at every collective
+    // without building and comparing the (communicator, class, rank) key.
+    std::vector<Evidence*> evidence;
     Ring base;  // the smallest own time of each collective
     int n_nodes = 0;
     // The judged ranks by E (for the reference without counterparts) and how many are not yet.
@@ -327,6 +332,10 @@ class OwnTimeAnalyzer {
   // always with counterparts; without, unless a smaller multi-node communicator of the process
   // finds it not slow (see the method above). `best`, if not null, gets the counted evidence
   // furthest above its threshold.
+  // All that Verdict reads of one piece of evidence: whether it reaches its threshold, and the
+  // clearing ratio of it, whether it counts without a smaller communicator's say, whether it is
+  // multi-node, and its communicator's size. Equal standings give equal verdicts.
+  std::tuple<bool, bool, bool, bool, int> Standing(const Evidence& e) const;
   bool Verdict(const ProcessState& ps,
                const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>** best) const;
   SlowProcess ViewOf(const ProcessKey& p, const ProcessState& ps) const;
@@ -336,8 +345,9 @@ class OwnTimeAnalyzer {
   void Release(const ProcessKey& p, ProcessState* ps);
 
   // How much the own times of a job's classes grew, typically: the lower quartile over its
-  // classes of base.median / base_past, refreshed every kJobGrowthRefresh collectives of the job
-  // (+inf: not known, fewer than 4 classes to compare).
+  // classes of base_mean / base_past, refreshed after kJobGrowthRefresh collectives of the job or
+  // as many as it has communicators, whichever is more (+inf: not known, fewer than 4 classes to
+  // compare).
   struct JobGrowth {
     double ratio = std::numeric_limits<double>::infinity();
     int64_t since_refresh = 0;

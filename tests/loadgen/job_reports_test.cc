@@ -7,6 +7,7 @@
 #include "aggregator/analysis/analyzer.h"
 #include "aggregator/analysis/answers.h"
 #include "gtest/gtest.h"
+#include "plugin/compactor.h"
 #include "proto/samples.h"
 #include "proto/validate.h"
 
@@ -76,11 +77,14 @@ TEST(JobReportsTest, EveryRankOfACommunicatorReportsTheSameSampledCollectives) {
     ForEachSample(r, [&](const ncclwatch::v1::SampleColumn& col, const Sample& s) {
       EXPECT_GT(s.duration_ns, 0u);
       std::string op = col.op();
-      if (col.has_peer()) {  // sampled when (seq + sender + receiver) % stride == 0
+      if (col.has_peer()) {  // sampled by the pick of (seq, pair) (plugin/compactor.h)
         const bool send = col.op() == "Send";
         const int sender = send ? r.identity().rank() : col.peer();
         const int receiver = send ? col.peer() : r.identity().rank();
-        EXPECT_EQ((s.seq + sender + receiver) % 4, 0u);
+        // Stride 4 x 4 (exchanges) x f 1 (communicators of up to 15 ranks).
+        EXPECT_EQ(
+            plugin::ExchangePick(s.seq, sender, receiver) % (4 * plugin::kExchangeStrideFactor),
+            0u);
         op = std::to_string(sender) + ">" + std::to_string(receiver);
         ++exchanges;
       } else {
