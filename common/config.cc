@@ -206,6 +206,39 @@ absl::Status ConfigTable::ParseEnv(const EnvLookup& env, std::vector<std::string
   return absl::OkStatus();
 }
 
+std::string ConfigTable::NearestFlag(std::string_view name) const {
+  // Edit distance (insertions, deletions, substitutions, and swapping two neighbours: "jbo" is one
+  // edit from "job"), over three rows.
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> before(b.size() + 1), last(b.size() + 1), row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) last[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        row[j] =
+            std::min({last[j] + 1, row[j - 1] + 1, last[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+          row[j] = std::min(row[j], before[j - 2] + 1);
+        }
+      }
+      before.swap(last);
+      last.swap(row);
+    }
+    return last[b.size()];
+  };
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, name.size() / 4) + 1;  // close: a typo or two
+  for (const Entry& e : entries_) {
+    if (e.flag.empty()) continue;
+    const size_t d = distance(name, e.flag);
+    if (d < best_distance) {
+      best_distance = d;
+      best = e.flag;
+    }
+  }
+  return best;
+}
+
 absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char* const* argv,
                                                             const EnvLookup& env) {
   absl::Status status = ParseEnv(env);
@@ -226,6 +259,16 @@ absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char
       break;
     }
     if (!absl::ConsumePrefix(&arg, "--")) {
+      // "-job": a flag with one dash, not a word (a lone "-" is a word: stdout, stdin).
+      if (arg.size() > 1 && arg[0] == '-' && absl::ascii_isalpha(arg[1])) {
+        const absl::string_view name = arg.substr(1, arg.find('=') - 1);
+        return absl::InvalidArgumentError(
+            absl::StrFormat("unknown flag %s: flags take two dashes%s (see %s --help)", arg,
+                            FindFlag(std::string_view(name.data(), name.size())) != nullptr
+                                ? absl::StrCat(", did you mean --", name, "?")
+                                : "",
+                            program_));
+      }
       positional.emplace_back(arg);
       continue;
     }
@@ -243,8 +286,10 @@ absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char
       if (!negated) entry = nullptr;
     }
     if (entry == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown flag --%s (see %s --help)", name, program_));
+      const std::string near = NearestFlag(std::string_view(name.data(), name.size()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unknown flag --%s%s (see %s --help)", name,
+          near.empty() ? "" : absl::StrCat(", did you mean --", near, "?"), program_));
     }
     if (std::holds_alternative<bool*>(entry->target) && !value) {
       *std::get<bool*>(entry->target) = !negated;
@@ -298,10 +343,21 @@ std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* con
 }
 
 std::string ConfigTable::HelpText(std::string_view usage_args) const {
-  std::string out = absl::StrFormat("Usage: %s %s\n\n%s\n\n", program_, Av(usage_args), summary_);
+  return HelpText(usage_args, summary_, {});
+}
+
+std::string ConfigTable::HelpText(std::string_view usage_args, std::string_view summary,
+                                  const std::vector<std::string>& only) const {
+  std::string out = absl::StrFormat("Usage: %s %s\n\n%s\n\n", program_, Av(usage_args), summary);
   size_t width = 0;
   std::vector<std::string> names;
+  std::vector<const Entry*> shown;
   for (const Entry& e : entries_) {
+    if (!only.empty() && std::find(only.begin(), only.end(), e.flag) == only.end()) continue;
+    shown.push_back(&e);
+  }
+  for (const Entry* entry : shown) {
+    const Entry& e = *entry;
     std::string name;
     if (!e.flag.empty()) name = absl::StrCat("--", e.flag);
     if (!e.env.empty())
@@ -309,8 +365,9 @@ std::string ConfigTable::HelpText(std::string_view usage_args) const {
     width = std::max(width, name.size());
     names.push_back(std::move(name));
   }
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& e = entries_[i];
+  width = std::max(width, std::string("--version").size());
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const Entry& e = *shown[i];
     absl::StrAppendFormat(&out, "  %-*s  %s", static_cast<int>(width), names[i], e.help);
     absl::StrAppendFormat(&out, " (default: %s)\n",
                           e.default_text.empty() ? "\"\"" : e.default_text);

@@ -90,6 +90,10 @@ class ConfigTable {
   bool version_requested() const { return version_requested_; }
   // Usage line, summary and a table of every entry: flag, environment variable, default, meaning.
   std::string HelpText(std::string_view usage_args = "[flags]") const;
+  // The same with another summary and, when `only` is not empty, only the flags it names (a
+  // subcommand's help).
+  std::string HelpText(std::string_view usage_args, std::string_view summary,
+                       const std::vector<std::string>& only) const;
   // "name=value" pairs of the effective configuration, for the start-up log line.
   std::string Describe() const;
 
@@ -118,6 +122,8 @@ class ConfigTable {
   absl::Status Assign(const Entry& entry, std::string_view value, std::string_view source,
                       std::vector<std::string>* clamped = nullptr);
   const Entry* FindFlag(std::string_view name) const;
+  // The flag closest to a mistyped `name` (a few edits away), or "" when none is close.
+  std::string NearestFlag(std::string_view name) const;
   static std::string ValueText(const Target& target);
 
   std::string program_;

@@ -87,6 +87,21 @@ TEST(ConfigTableTest, ErrorsNameTheCulprit) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("unknown flag --bogus"), std::string::npos);
 
+  // A typo names the flag meant; a flag written with one dash says so.
+  const char* typo[] = {"prog", "--http-prot=1"};
+  s = f.table.Parse(2, typo, EnvFrom({}));
+  EXPECT_EQ(s.status().message(),
+            "unknown flag --http-prot, did you mean --http-port? (see prog --help)");
+  const char* far[] = {"prog", "--colour"};
+  s = f.table.Parse(2, far, EnvFrom({}));
+  EXPECT_EQ(s.status().message(), "unknown flag --colour (see prog --help)");
+  const char* one_dash[] = {"prog", "-ratio", "2"};
+  s = f.table.Parse(3, one_dash, EnvFrom({}));
+  EXPECT_EQ(s.status().message(),
+            "unknown flag -ratio: flags take two dashes, did you mean --ratio? (see prog --help)");
+  const char* dash_word[] = {"prog", "-"};  // a lone dash is a word (stdin, stdout)
+  EXPECT_THAT(f.table.Parse(2, dash_word, EnvFrom({})), IsOk());
+
   const char* bad_int[] = {"prog", "--http-port", "abc"};
   s = f.table.Parse(3, bad_int, EnvFrom({}));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);

@@ -65,6 +65,12 @@ bool Call(QueryStub& stub, const CommandConfig& config, const Console& console,
           grpc::Status* status) {
   grpc::ClientContext context;
   context.set_deadline(After(config.timeout_s));
+  if (config.wait_s > 0) {
+    // Waiting for a finding also waits for the aggregator to come up (started a moment ago, or
+    // restarting), not failing at once on a refused connection.
+    context.set_wait_for_ready(true);
+    context.set_deadline(After(std::max(config.timeout_s, config.wait_s)));
+  }
   Authorize(config, &context);
   response->Clear();
   *status = (stub.*rpc)(&context, request, response);
@@ -119,6 +125,7 @@ bool ListOrWait(QueryStub& stub, const CommandConfig& config, List list, Empty e
   std::unique_ptr<grpc::ClientReaderInterface<Event>> watch;
   if (config.wait_s > 0) {
     watch_context.set_deadline(After(config.wait_s));
+    watch_context.set_wait_for_ready(true);  // an aggregator still starting is waited for
     watch = stub.Watch(&watch_context, ncclwatch::v1::WatchRequest());
     watch->WaitForInitialMetadata();
   }
@@ -234,8 +241,13 @@ int Hangs(QueryStub& stub, const CommandConfig& config, const Console& console) 
 
 int Degraded(QueryStub& stub, const CommandConfig& config, const Console& console) {
   return ListCommand(
-      stub, config, console, &QueryStub::ListDegraded, {Event::NODE_NETWORK_SUSPECT},
-      [](const ncclwatch::v1::ListDegradedResponse& r) { return r.suspects_size() == 0; },
+      stub, config, console, &QueryStub::ListDegraded,
+      {Event::COMM_DEGRADED, Event::NODE_NETWORK_SUSPECT},
+      // A degraded communicator is a finding by itself: a job with one hybrid communicator (plain
+      // DDP or FSDP) never has a suspect node to add to it.
+      [](const ncclwatch::v1::ListDegradedResponse& r) {
+        return r.comms_size() == 0 && r.suspects_size() == 0;
+      },
       &DegradedText);
 }
 
@@ -397,24 +409,34 @@ const std::vector<CommandSpec>& Commands() {
   using A = std::string;
   static const auto* const commands = new std::vector<CommandSpec>{
       {"jobs", "", "", "jobs that have reported: communicators, ranks, nodes, current findings",
+       "json", "ncclwatch jobs --aggregator aggregator.ncclwatch:9470",
        [](S& s, const C& c, const A&, const Console& o) { return Jobs(s, c, o); }},
-      {"comms", "", "", "communicators (of --job) with class, size and health",
+      {"comms", "", "", "communicators (of --job) with class, size and health", "job json",
+       "ncclwatch comms --job 12345",
        [](S& s, const C& c, const A&, const Console& o) { return Comms(s, c, o); }},
       {"stragglers", "", "", "ranks currently flagged as slow, with the node and GPU they run on",
+       "job wait-s json",
+       "ncclwatch stragglers --job 12345 --wait-s 60   # exit 3 once one is found",
        [](S& s, const C& c, const A&, const Console& o) { return Stragglers(s, c, o); }},
       {"hangs", "", "",
        "collectives that stopped making progress, the ranks that never reached\n"
        "them, and ranks that went silent",
+       "job wait-s json", "ncclwatch hangs --job 12345",
        [](S& s, const C& c, const A&, const Console& o) { return Hangs(s, c, o); }},
       {"degraded", "", "",
        "communicators whose bandwidth fell below the baseline of their kind, and\n"
-       "the nodes whose network is suspected (--wait-s waits for a suspect node)",
+       "the nodes whose network is suspected (--wait-s ends on the first of either)",
+       "job wait-s json", "ncclwatch degraded --job 12345 --json",
        [](S& s, const C& c, const A&, const Console& o) { return Degraded(s, c, o); }},
       {"events", "", "", "the detection events stored by the aggregator (every start and end)",
+       "job since-s limit follow wait-s json",
+       "ncclwatch events --job 12345 --since-s 600 --follow",
        [](S& s, const C& c, const A&, const Console& o) { return Events(s, c, o); }},
       {"query", "SEL", "selector",
        "stored points of the series matching a Prometheus selector, e.g.\n"
        "'nccl_bus_bandwidth_gbs{job_id=\"j\",rank=\"5\"}' (--since-s, --step-s)",
+       "since-s step-s json",
+       "ncclwatch query 'nccl_bus_bandwidth_gbs{job_id=\"12345\"}' --since-s 300 --step-s 30",
        [](S& s, const C& c, const A& selector, const Console& o) {
          return Query(s, c, selector, o);
        }},
@@ -422,6 +444,7 @@ const std::vector<CommandSpec>& Commands() {
        "a Chrome/Perfetto trace (JSON) of the sampled collectives of communicator\n"
        "--comm of --job over the last --since-s seconds, one track per rank, GPU\n"
        "clocks aligned on collective ends; open it in ui.perfetto.dev",
+       "job comm since-s output", "ncclwatch trace --job 12345 --comm world --since-s 60",
        [](S& s, const C& c, const A&, const Console& o) { return Trace(s, c, o); }},
   };
   return *commands;
@@ -443,6 +466,13 @@ std::string CommandsHelp() {
     }
   }
   return out;
+}
+
+const CommandSpec* FindCommand(std::string_view name) {
+  for (const CommandSpec& c : Commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
 }
 
 int RunCommand(QueryStub& stub, const CommandConfig& config, const std::vector<std::string>& words,

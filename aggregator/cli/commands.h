@@ -68,9 +68,10 @@ std::string RpcError(const grpc::Status& status, const std::string& aggregator);
 
 // stragglers, hangs, degraded: what is flagged now, for --job or every job. With --wait-s and
 // nothing to show, they wait for the first START event of their kind (stragglers: STRAGGLER;
-// hangs: HANG or RANK_SILENT; degraded: NODE_NETWORK_SUSPECT, the conclusion, not the first
-// degraded communicator) of that job on Watch, or the end of --wait-s, then list again. The watch
-// opens before the first list, so that nothing flagged in between is missed.
+// hangs: HANG or RANK_SILENT; degraded: COMM_DEGRADED or NODE_NETWORK_SUSPECT) of that job on
+// Watch, or the end of --wait-s, then list again. The watch opens before the first list, so that
+// nothing flagged in between is missed. A degraded communicator is a finding (exit 3) with or
+// without a suspect node.
 int Stragglers(QueryStub& stub, const CommandConfig& config, const Console& console);
 int Hangs(QueryStub& stub, const CommandConfig& config, const Console& console);
 int Degraded(QueryStub& stub, const CommandConfig& config, const Console& console);
@@ -104,12 +105,16 @@ struct CommandSpec {
   std::string_view argument;       // its one positional argument in --help ("SEL"), or ""
   std::string_view argument_what;  // what that argument is, for the error when it is missing
   std::string_view help;           // what --help says; '\n' starts an indented line
+  std::string_view flags;          // its own flags, space-separated (`ncclwatch NAME --help`)
+  std::string_view example;        // one example command line
   int (*run)(QueryStub& stub, const CommandConfig& config, const std::string& argument,
              const Console& console);
 };
 const std::vector<CommandSpec>& Commands();
 // The "Commands:" block of --help: a line per command, its help in a column beside it.
 std::string CommandsHelp();
+// The command named `name`, or nullptr.
+const CommandSpec* FindCommand(std::string_view name);
 // Runs `words[0]` with its argument (`words[1]`, for a command that takes one). An unknown
 // command, or a missing or extra argument, writes one "ncclwatch: ..." line and returns
 // kExitUsage.

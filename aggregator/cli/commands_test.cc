@@ -305,18 +305,22 @@ TEST_F(CommandsTest, WaitForHangsEndsOnASilentRank) {
   EXPECT_EQ(fake_.calls("ListHangs"), 2);
 }
 
-// A degraded communicator is not the conclusion `degraded --wait-s` waits for: with only that on
-// the stream, the command waits out --wait-s, then lists again.
-TEST_F(CommandsTest, WaitForDegradedIgnoresDegradedCommunicatorsUntilTheDeadline) {
-  fake_.degraded = {ncclwatch::v1::ListDegradedResponse(), DegradedWithSuspect()};
+// A degraded communicator is a finding by itself (a plain DDP or FSDP job has one hybrid
+// communicator and never a suspect node): `degraded` exits 3 on it, and --wait-s ends on it.
+TEST_F(CommandsTest, ADegradedCommunicatorWithoutASuspectNodeIsAFindingAndEndsTheWait) {
+  ncclwatch::v1::ListDegradedResponse comm_only = DegradedWithSuspect();
+  comm_only.clear_suspects();
+  fake_.degraded = {ncclwatch::v1::ListDegradedResponse(), comm_only, comm_only};
   fake_.watch_events = {MakeEvent(Event::COMM_DEGRADED, Event::START, "job-d", 1, "slow")};
   Serve();
-  config_.wait_s = 0.3;
+  config_.wait_s = 60;
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), kExitFindings);
-  EXPECT_GE(SecondsSince(start), 0.25);
-  EXPECT_EQ(captured_.out(), DegradedText(DegradedWithSuspect()));
+  EXPECT_LT(SecondsSince(start), 30);  // not the 60 s of --wait-s
   EXPECT_EQ(fake_.calls("ListDegraded"), 2);
+  config_.wait_s = 0;
+  EXPECT_EQ(Degraded(*stub_, config_, captured_.console()), kExitFindings);
+  EXPECT_EQ(captured_.out(), DegradedText(comm_only) + DegradedText(comm_only));
 }
 
 TEST_F(CommandsTest, EventsListsTheStoredOnesWithinLimitAndSince) {

@@ -18,6 +18,9 @@
 #include <ctime>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "aggregator/cli/commands.h"
 #include "common/build_info.h"
 #include "common/config.h"
@@ -49,6 +52,28 @@ constexpr char kSummaryTail[] =
     "3 stragglers/hangs/degraded found something. Notes (waiting, reconnecting) go to stderr.\n"
     "Environment: NCCLWATCH_LOG_LEVEL is not used by this client.";
 
+// `ncclwatch NAME --help`: what the command does, its own flags and the connection ones, an
+// example.
+std::string CommandHelpText(const ConfigTable& table, const CommandSpec& command) {
+  std::vector<std::string> flags =
+      absl::StrSplit(std::string(command.flags), ' ', absl::SkipEmpty());
+  for (const char* common : {"aggregator", "token-file", "timeout-s", "utc"}) {
+    flags.emplace_back(common);
+  }
+  std::string usage(command.name);
+  if (!command.argument.empty()) absl::StrAppend(&usage, " ", std::string(command.argument));
+  absl::StrAppend(&usage, " [flags]");
+  std::string what(command.help);
+  absl::StrReplaceAll({{"\n", " "}}, &what);
+  std::string out = table.HelpText(
+      usage, absl::StrCat(what, ".\n\nExample:\n  ", std::string(command.example)), flags);
+  absl::StrAppend(&out,
+                  "\nTLS: --tls, --ca-file, --cert-file, --key-file, --server-name (ncclwatch "
+                  "--help).\n",
+                  kSummaryTail, "\n");
+  return out;
+}
+
 int Main(int argc, char** argv) {
   CliConfig config;
   CommandConfig& c = config.command;
@@ -67,12 +92,17 @@ int Main(int argc, char** argv) {
   table.AddString("output", "", &c.output,
                   "trace: output file (default trace-<job>-<comm>.json); - writes to stdout.");
   table.AddDouble("wait-s", "", &c.wait_s,
-                  "If nothing is flagged yet, wait up to this long for the first finding.");
-  table.AddDouble("timeout-s", "", &c.timeout_s, "Deadline of each request.");
-  table.AddDouble("since-s", "", &c.since_s, "events, query: how far back to look, in seconds.");
+                  "If nothing is flagged yet, wait up to this long for the first finding (and "
+                  "for the aggregator, if it is not up yet).",
+                  Range::AtLeast(0));
+  table.AddDouble("timeout-s", "", &c.timeout_s, "Deadline of each request.", Range::Positive());
+  table.AddDouble("since-s", "", &c.since_s, "events, query: how far back to look, in seconds.",
+                  Range::Positive());
   table.AddDouble("step-s", "", &c.step_s,
-                  "query: one value per step (the latest within 5 min); 0 = every stored point.");
-  table.AddInt("limit", "", &c.limit, "events: at most this many, oldest first.");
+                  "query: one value per step (the latest within 5 min); 0 = every stored point.",
+                  Range::AtLeast(0));
+  table.AddInt("limit", "", &c.limit, "events: at most this many, oldest first.",
+               Range::AtLeast(1));
   table.AddBool("tls", "NCCLWATCH_TLS", &config.tls,
                 "Talk TLS to the aggregator (implied by any of the files below).");
   table.AddString("ca-file", "NCCLWATCH_CA_FILE", &config.ca_file,
@@ -87,10 +117,19 @@ int Main(int argc, char** argv) {
       "server-name", "", &config.server_name,
       "Name to verify in the aggregator's certificate; empty: the host of --aggregator.");
   auto positional = table.Parse(argc, argv);
-  if (!positional.ok()) return Fail(console, std::string(positional.status().message()));
+  if (!positional.ok()) {
+    Fail(console, std::string(positional.status().message()));
+    return kExitUsage;  // a bad command line: an unknown flag, a malformed or out-of-range value
+  }
   if (table.version_requested() && !table.help_requested()) {
     std::printf("%s\n", VersionText("ncclwatch").c_str());
     return 0;
+  }
+  if (table.help_requested() && !positional->empty()) {
+    if (const CommandSpec* command = FindCommand((*positional)[0])) {
+      std::fputs(CommandHelpText(table, *command).c_str(), stdout);
+      return 0;
+    }
   }
   if (table.help_requested() || positional->empty()) {
     std::fputs(table.HelpText(kUsage).c_str(), table.help_requested() ? stdout : stderr);

@@ -4,6 +4,7 @@
 // across an aggregator restart.
 #include <signal.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,42 @@ using ::ncclwatch::testutil::IsOk;
 std::vector<std::string> Cli(const Pipeline& p, std::vector<std::string> args) {
   args.insert(args.begin(), {Binaries::Cli(), "--aggregator=" + p.AggregatorAddr()});
   return args;
+}
+
+// Mistakes on the command line exit 2 with one line naming the problem (and the flag meant, when
+// one is close) before anything is asked; `ncclwatch COMMAND --help` shows that command.
+TEST(CliEndToEndTest, ABadCommandLineExitsTwoAndACommandHasItsOwnHelp) {
+  const std::string dir = ::testing::TempDir();
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"stragglers", "--jbo=x"}, "ncclwatch: unknown flag --jbo, did you mean --job?"},
+      {{"comms", "-job", "nope"},
+       "ncclwatch: unknown flag -job: flags take two dashes, did you mean --job?"},
+      {{"events", "--since-s=-5"}, "ncclwatch: flag --since-s must be positive"},
+      {{"stragglers", "--wait-s", "soon"}, "ncclwatch: flag --wait-s: 'soon' is not a number"},
+      {{"stragglers", "nope-job"}, "ncclwatch: stragglers takes no argument (see --help)"},
+      {{"stragglerz"}, "ncclwatch: unknown command 'stragglerz'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {Binaries::Cli(), "--aggregator=127.0.0.1:1"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto [code, out] = RunToCompletion(argv, dir + "/cli-usage.log");
+    EXPECT_EQ(code, 2) << c.args[0] << ": " << out;
+    EXPECT_EQ(out.rfind(c.says, 0), 0u) << "expected '" << c.says << "', got: " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+  auto [help, help_out] =
+      RunToCompletion({Binaries::Cli(), "stragglers", "--help"}, dir + "/cli-help.log");
+  EXPECT_EQ(help, 0) << help_out;
+  EXPECT_EQ(help_out.rfind("Usage: ncclwatch stragglers [flags]", 0), 0u) << help_out;
+  for (const char* part :
+       {"--wait-s", "--job", "--aggregator", "Example:\n  ncclwatch stragglers"}) {
+    EXPECT_NE(help_out.find(part), std::string::npos) << part << " in " << help_out;
+  }
+  EXPECT_EQ(help_out.find("--step-s"), std::string::npos) << "not a stragglers flag: " << help_out;
 }
 
 TEST(CliEndToEndTest, ScriptsGetCompleteJsonExitCodesAndAFollowThatSurvivesARestart) {
