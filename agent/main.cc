@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/rpc/grpc_log.h"
 
 namespace ncclwatch::agent {
 namespace {
@@ -39,6 +40,7 @@ int Main(int argc, char** argv) {
                     "this node and forwards them to the ncclwatch aggregator.");
   RegisterAgentFlags(table, config);
   if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
+  RouteGrpcLogs();  // its lines in this daemon's format
   if (config.node_name.empty()) config.node_name = Hostname();
   LogInfo("starting: %s", table.Describe());
 

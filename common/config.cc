@@ -311,6 +311,9 @@ absl::StatusOr<std::vector<std::string>> ConfigTable::Parse(int argc, const char
 std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* const* argv) {
   AddString("log-level", "NCCLWATCH_LOG_LEVEL", &log_level_,
             "Least severe log lines written to stderr: debug, info, warning or error.");
+  AddString("log-format", "NCCLWATCH_LOG_FORMAT", &log_format_,
+            "Log lines as text, or json: one object a line with time, level, component and "
+            "message (for Loki, Elasticsearch).");
   auto positional = Parse(argc, argv);
   if (!positional.ok()) {
     std::fprintf(stderr, "%s: %s\n", program_.c_str(),
@@ -339,6 +342,14 @@ std::optional<int> ConfigTable::ParseDaemonCommandLine(int argc, const char* con
     return 2;
   }
   SetMinLogSeverity(severity);
+  LogFormat format;
+  if (!ParseLogFormat(log_format_, &format)) {
+    std::fprintf(stderr,
+                 "%s: --log-format (or NCCLWATCH_LOG_FORMAT) is '%s': expected text or json\n",
+                 program_.c_str(), log_format_.c_str());
+    return 2;
+  }
+  SetLogFormat(format);
   return std::nullopt;
 }
 

@@ -100,9 +100,10 @@ class ConfigTable {
   static EnvLookup DefaultEnv();
 
   // The command-line handling of a daemon that takes no positional arguments: adds --log-level
-  // (NCCLWATCH_LOG_LEVEL, validated, then applied), parses, prints --help or --version to stdout
-  // or an error to stderr. Returns std::nullopt to carry on, else the exit code
-  // main() should return (0 after --help, 2 for a bad command line).
+  // (NCCLWATCH_LOG_LEVEL) and --log-format (NCCLWATCH_LOG_FORMAT), validated, then applied;
+  // parses, prints --help or --version to stdout or an error to stderr. Returns std::nullopt to
+  // carry on, else the exit code main() should return (0 after --help, 2 for a bad command
+  // line).
   std::optional<int> ParseDaemonCommandLine(int argc, const char* const* argv);
 
  private:
@@ -131,7 +132,8 @@ class ConfigTable {
   std::vector<Entry> entries_;
   bool help_requested_ = false;
   bool version_requested_ = false;
-  std::string log_level_ = "info";  // ParseDaemonCommandLine's --log-level
+  std::string log_level_ = "info";   // ParseDaemonCommandLine's --log-level
+  std::string log_format_ = "text";  // and --log-format
 };
 
 }  // namespace ncclwatch

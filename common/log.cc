@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
 
 namespace ncclwatch {
 namespace {
@@ -21,8 +22,56 @@ LogSeverity InitialSeverity() {
 }
 
 std::atomic<int> min_severity{static_cast<int>(InitialSeverity())};
+std::atomic<int> format{static_cast<int>(LogFormat::kText)};
 // Set once at start-up, before other threads exist.
 std::string* component = new std::string("ncclwatch");
+
+// `text` as the inside of a JSON string: quotes, backslashes and control characters escaped, valid
+// UTF-8 passed as it is, and any other byte (a message may quote what a client sent) as U+FFFD.
+void AppendJsonString(std::string* out, std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const size_t n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+      bool valid = n > 0 && i + n <= text.size();
+      for (size_t k = 1; valid && k < n; ++k) {
+        valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+      }
+      if (valid) {
+        out->append(text.substr(i, n));
+        i += n;
+      } else {
+        out->append("\\ufffd");
+        ++i;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out->append(absl::StrFormat("\\u%04x", c));
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+    ++i;
+  }
+}
 
 }  // namespace
 
@@ -46,9 +95,23 @@ void SetMinLogSeverity(LogSeverity severity) { min_severity = static_cast<int>(s
 
 void SetLogComponent(std::string_view name) { *component = std::string(name); }
 
-void LogLine(LogSeverity severity, std::string_view message) {
-  if (static_cast<int>(severity) < min_severity.load(std::memory_order_relaxed)) return;
+void SetLogFormat(LogFormat f) { format = static_cast<int>(f); }
+
+bool ParseLogFormat(std::string_view text, LogFormat* out) {
+  const std::string name = absl::AsciiStrToLower(std::string(text));
+  if (name == "text") {
+    *out = LogFormat::kText;
+  } else if (name == "json") {
+    *out = LogFormat::kJson;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string FormatLogLine(LogSeverity severity, std::string_view message) {
   static constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
+  static constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
   int millis = static_cast<int>(
@@ -57,8 +120,23 @@ void LogLine(LogSeverity severity, std::string_view message) {
   gmtime_r(&secs, &utc);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
-  std::string line = absl::StrFormat("%s.%03dZ %c %s] %s\n", stamp, millis,
-                                     kLetters[static_cast<int>(severity)], *component, message);
+  if (static_cast<LogFormat>(format.load(std::memory_order_relaxed)) == LogFormat::kJson) {
+    std::string line = absl::StrFormat("{\"time\":\"%s.%03dZ\",\"level\":\"%s\",\"component\":\"",
+                                       stamp, millis, kNames[static_cast<int>(severity)]);
+    AppendJsonString(&line, *component);
+    line.append("\",\"message\":\"");
+    AppendJsonString(&line, message);
+    line.append("\"}");
+    return line;
+  }
+  return absl::StrFormat("%s.%03dZ %c %s] %s", stamp, millis, kLetters[static_cast<int>(severity)],
+                         *component, message);
+}
+
+void LogLine(LogSeverity severity, std::string_view message) {
+  if (static_cast<int>(severity) < min_severity.load(std::memory_order_relaxed)) return;
+  std::string line = FormatLogLine(severity, message);
+  line.push_back('\n');
   // One write per line keeps lines from different threads whole.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

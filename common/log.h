@@ -1,9 +1,12 @@
-// Minimal leveled logging for the daemons and tools: one line per message on stderr,
-// "2026-11-21T11:22:33.456Z I agent] text". Thread-safe (one write(2) per line).
+// Minimal leveled logging for the daemons and tools: one line per message on stderr, as text,
+// "2026-11-21T11:22:33.456Z I agent] text", or (--log-format json, for Loki or Elasticsearch) as
+// one JSON object, {"time":"2026-11-21T11:22:33.456Z","level":"info","component":"agent",
+// "message":"text"}. Thread-safe (one write(2) per line).
 // Never used on the plugin's callback path.
 #ifndef NCCLWATCH_COMMON_LOG_H_
 #define NCCLWATCH_COMMON_LOG_H_
 
+#include <string>
 #include <string_view>
 
 #include "absl/strings/str_format.h"
@@ -19,6 +22,14 @@ void SetMinLogSeverity(LogSeverity severity);
 bool ParseLogSeverity(std::string_view text, LogSeverity* out);
 // The component name printed in every line, e.g. "agent".
 void SetLogComponent(std::string_view component);
+
+enum class LogFormat { kText, kJson };
+// Set once at start-up (ConfigTable::ParseDaemonCommandLine), before other threads log.
+void SetLogFormat(LogFormat format);
+// "text" or "json", any case; false for anything else.
+bool ParseLogFormat(std::string_view text, LogFormat* out);
+// The line LogLine writes for a message (without the newline), in the current format.
+std::string FormatLogLine(LogSeverity severity, std::string_view message);
 void LogLine(LogSeverity severity, std::string_view message);
 
 template <typename... Args>

@@ -428,7 +428,9 @@ const std::vector<CommandSpec>& Commands() {
        "the nodes whose network is suspected (--wait-s ends on the first of either)",
        "job wait-s json", "ncclwatch degraded --job 12345 --json",
        [](S& s, const C& c, const A&, const Console& o) { return Degraded(s, c, o); }},
-      {"events", "", "", "the detection events stored by the aggregator (every start and end)",
+      {"events", "", "",
+       "the detection events stored by the aggregator (every start and end); --json\n"
+       "prints one JSON document, and with --follow one event per line (NDJSON)",
        "job since-s limit follow wait-s json",
        "ncclwatch events --job 12345 --since-s 600 --follow",
        [](S& s, const C& c, const A&, const Console& o) { return Events(s, c, o); }},

@@ -10,6 +10,7 @@
 #include "aggregator/server/remote_write.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/rpc/grpc_log.h"
 #include "common/rpc/tls.h"
 
 namespace ncclwatch::aggregator {
@@ -289,6 +290,7 @@ int AggregatorMain(int argc, char** argv,
                     "/federate and /metrics.");
   RegisterAggregatorFlags(table, flags);
   if (auto exit_code = table.ParseDaemonCommandLine(argc, argv)) return *exit_code;
+  RouteGrpcLogs();  // its lines in this daemon's format
   LogInfo("starting: %s", table.Describe());
 
   // Every setting is checked before anything starts: a bad one exits 2.
