@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -165,6 +166,37 @@ TEST_F(SecurityTest, OnlyAnAgentWithACertificateFromTheClusterCaAndTheTokenCanWr
     EXPECT_EQ(agent->Log().find("s3cret"), std::string::npos);
   }
   EXPECT_EQ(p.Logs().find("s3cret"), std::string::npos);
+}
+
+// An agent whose token the aggregator refuses forwards nothing: it must turn unready, saying why,
+// within 70 s (the default --unready-after-s is 60), so that the DaemonSet's rollout stops there.
+TEST_F(SecurityTest, AnAgentWithAWrongTokenTurnsUnreadyWithinSeventySeconds) {
+  Pipeline p(0, {"--ingest-token-file=" + Cert("token")});
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto agent =
+      Agent("wrong-token", p.AggregatorAddr(), {"--aggregator-token-file=" + Cert("wrong-token")});
+  httplib::Client http("127.0.0.1", agent->ReadyValue("http_port"));
+  auto ready = http.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << "nothing pushed yet";
+  const auto start = std::chrono::steady_clock::now();
+  WriteReports(Socket("wrong-token"), "job-wrong-token", 5);
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        ready = http.Get("/readyz");
+        return ready && ready->status == 503;
+      },
+      70, 500))
+      << agent->Log();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LE(took, 70) << agent->Log();
+  ASSERT_TRUE(ready);
+  EXPECT_NE(ready->body.find("every push to " + p.AggregatorAddr() + " has failed"),
+            std::string::npos)
+      << ready->body;
+  EXPECT_NE(ready->body.find("UNAUTHENTICATED"), std::string::npos) << ready->body;
+  EXPECT_EQ(ready->body.find("guess"), std::string::npos) << "the token stays secret";
 }
 
 TEST_F(SecurityTest, ThePluginSocketHasTheConfiguredModeAndTcpIsOptional) {
