@@ -64,13 +64,11 @@ bool Call(QueryStub& stub, const CommandConfig& config, const Console& console,
           UnaryRpc<Request, Response> rpc, const Request& request, Response* response,
           grpc::Status* status) {
   grpc::ClientContext context;
-  context.set_deadline(After(config.timeout_s));
-  if (config.wait_s > 0) {
-    // Waiting for a finding also waits for the aggregator to come up (started a moment ago, or
-    // restarting), not failing at once on a refused connection.
-    context.set_wait_for_ready(true);
-    context.set_deadline(After(std::max(config.timeout_s, config.wait_s)));
-  }
+  // Waiting for a finding also waits for the aggregator to come up (started a moment ago, or
+  // restarting), not failing at once on a refused connection.
+  const bool wait = config.wait_s > 0;
+  context.set_wait_for_ready(wait);
+  context.set_deadline(After(wait ? std::max(config.timeout_s, config.wait_s) : config.timeout_s));
   Authorize(config, &context);
   response->Clear();
   *status = (stub.*rpc)(&context, request, response);
