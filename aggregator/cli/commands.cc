@@ -323,7 +323,11 @@ int Events(QueryStub& stub, const CommandConfig& config, const Console& console)
     const grpc::Status end = watch->Finish();
     const bool gone = end.error_code() == grpc::StatusCode::UNAVAILABLE ||
                       end.error_code() == grpc::StatusCode::CANCELLED;
-    if (end.ok() || (!forever && std::chrono::system_clock::now() >= deadline)) return 0;
+    // gRPC's timer may end the stream a hair before the system clock reaches the deadline, so a
+    // DEADLINE_EXCEEDED under --wait-s is the end of the wait whatever the clock says.
+    const bool waited = !forever && (end.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                                     std::chrono::system_clock::now() >= deadline);
+    if (end.ok() || waited) return 0;
     if (!gone) return Fail(console, RpcError(end, config.aggregator));
     if (!reconnecting) {
       std::fprintf(console.err, "ncclwatch: lost the aggregator at %s (%s); reconnecting\n",
