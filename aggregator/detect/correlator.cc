@@ -42,7 +42,14 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key
     g.first_seen_ns = now_ns;
     cg.order.emplace_back(now_ns, std::move(key));
   }
-  if (g.nranks != parties || !g.seen.insert(arrival.rank).second) return std::nullopt;
+  if (g.nranks != parties) return std::nullopt;
+  if (parties <= kScanParties) {
+    for (const Arrival& a : g.arrivals) {
+      if (a.rank == arrival.rank) return std::nullopt;  // a duplicate record
+    }
+  } else if (!g.seen.insert(arrival.rank).second) {
+    return std::nullopt;
+  }
   g.arrivals.push_back(arrival);
   if (static_cast<int>(g.arrivals.size()) < parties) {
     if (inserted) Trim(cg, INT64_MIN, options_.max_open_groups);

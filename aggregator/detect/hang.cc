@@ -25,12 +25,14 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
   RankState& rs = cs.ranks[report.rank];
   rs.seen = true;
   rs.last_report_ns = now_ns;
+  cs.oldest_report_ns = std::min(cs.oldest_report_ns, now_ns);
   rs.finalized = report.final;
   rs.in_flight.clear();
   if (rs.finalized) return;
   for (const InFlightOp& op : report.in_flight) {
     rs.in_flight.push_back(InFlight{std::string(op.op), op.p2p ? 0 : op.seq, op.p2p, op.peer,
                                     now_ns - static_cast<int64_t>(op.age_ns), op.started});
+    cs.oldest_enqueued_ns = std::min(cs.oldest_enqueued_ns, rs.in_flight.back().enqueued_ns);
   }
 }
 
@@ -108,13 +110,27 @@ std::vector<HangChange> HangDetector::Evaluate(int64_t now_ns) {
   std::vector<HangChange> changes = std::move(pending_);
   pending_.clear();
   for (auto& [key, cs] : comms_) {
+    // Nothing can have changed while every reporting rank was heard from within silent_after_ns
+    // and no operation is in flight for threshold_ns: a report's time (and the time a rank is
+    // heard from, at least that) only grows, and an operation's enqueue time is fixed.
+    const bool may_be_silent =
+        cs.silent_ranks > 0 || now_ns - cs.oldest_report_ns >= options_.silent_after_ns;
+    const bool may_hang = cs.hung || now_ns - cs.oldest_enqueued_ns >= options_.threshold_ns;
+    if (!may_be_silent && !may_hang) continue;
     // A rank is silent when its reports stopped while the rest of the communicator carried on
     // reporting for at least `silent_after_ns` more: the job is alive and this rank is gone. Ranks
     // of a job that ends or is cancelled stop within seconds of each other (and normally send a
     // final report), so nobody is singled out then.
     int64_t newest = 0;
+    cs.oldest_report_ns = INT64_MAX;
+    cs.oldest_enqueued_ns = INT64_MAX;
     for (const auto& [r, rs] : cs.ranks) {
-      if (!rs.finalized) newest = std::max(newest, rs.last_report_ns);
+      if (rs.finalized) continue;
+      newest = std::max(newest, rs.last_report_ns);
+      if (rs.seen) cs.oldest_report_ns = std::min(cs.oldest_report_ns, rs.last_report_ns);
+      for (const InFlight& c : rs.in_flight) {
+        cs.oldest_enqueued_ns = std::min(cs.oldest_enqueued_ns, c.enqueued_ns);
+      }
     }
     for (auto& [r, rs] : cs.ranks) {
       // Once flagged, a rank stays silent until it reports again.

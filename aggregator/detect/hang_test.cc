@@ -141,6 +141,33 @@ TEST_F(HangTest, ARankThatStopsReportingIsSilentAndMissingFromTheHang) {
   EXPECT_FALSE(detector_.Hung(comm_));
 }
 
+// Evaluate skips a communicator while every rank was heard lately and nothing is in flight for
+// long: the skip must never hide what a walk of its ranks would find, whenever Evaluate runs.
+TEST_F(HangTest, EvaluatingSeldomFindsWhatEvaluatingOftenFinds) {
+  const int64_t t0 = 10 * kS;
+  ReportAll(4, {}, 0, 0, t0);
+  EXPECT_TRUE(detector_.Evaluate(t0 + kS).empty());  // everyone fresh, nothing in flight
+  // Rank 2 died at t0 holding nothing; the others wait in AllReduce 9 from t0 + 2 s on.
+  for (int s = 2; s <= 14; ++s) ReportAll(4, {0, 1, 3}, 9, t0 + 2 * kS, t0 + s * kS, {2});
+  auto changes = detector_.Evaluate(t0 + 14 * kS);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_TRUE(changes[0].silent && changes[0].start);
+  EXPECT_EQ(changes[0].rank.rank, 2);
+  EXPECT_FALSE(changes[1].silent);
+  EXPECT_TRUE(changes[1].start);
+  EXPECT_EQ(changes[1].hang.missing, std::vector<int>{2});
+  // A new communicator's rank that only reports later is judged from its own first report.
+  const CommKey other{"job", 0xdef};
+  detector_.Update(other, OpsInterval(0, 2, {}), t0 + 14 * kS);
+  detector_.Update(other, OpsInterval(1, 2, {}), t0 + 14 * kS);
+  EXPECT_TRUE(detector_.Evaluate(t0 + 15 * kS).empty());
+  for (int s = 16; s <= 21; ++s) detector_.Update(other, OpsInterval(0, 2, {}), t0 + s * kS);
+  changes = detector_.Evaluate(t0 + 21 * kS);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rank.comm, other);
+  EXPECT_EQ(changes[0].rank.rank, 1);
+}
+
 TEST_F(HangTest, AnAggregatorRestartSinglesOutNobodyButAFoundSilenceStays) {
   const int64_t t0 = 10 * kS;
   // Before the restart: every rank reports until t0 + 3 s, except rank 3, dead since t0.
