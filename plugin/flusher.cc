@@ -114,6 +114,8 @@ ncclwatch::v1::RankReport Flusher::BuildLocked(CommState* comm,
   id->set_rank(ci.rank);
   id->set_nranks(ci.nranks);
   id->set_n_nodes(ci.n_nodes);
+  if (identity_.global_rank >= 0) id->set_global_rank(identity_.global_rank);
+  if (identity_.local_rank >= 0) id->set_local_rank(identity_.local_rank);
   report.set_interval_start_unix_ns(interval_start_[comm]);
   report.set_interval_end_unix_ns(now_unix_ns);
   interval_start_[comm] = now_unix_ns;

@@ -31,6 +31,8 @@ struct ProcessIdentity {
   std::string host;
   uint32_t pid = 0;
   uint64_t report_id_prefix = 0;  // random, in the high 32 bits
+  int global_rank = -1;           // the training's own ranks (training_rank.h); -1: unknown
+  int local_rank = -1;
 };
 
 class Flusher {

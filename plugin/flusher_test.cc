@@ -69,6 +69,8 @@ TEST_F(FlusherTest, CompactsOneIntervalIntoOneReport) {
   EXPECT_EQ(r.identity().cuda_device(), 1);
   EXPECT_EQ(r.identity().gpu_uuid(), "GPU-12345678-0000-0000-0000-000000000001");
   EXPECT_EQ(r.identity().pod(), "");  // the agent's to set
+  EXPECT_FALSE(r.identity().has_global_rank()) << "the launcher set no rank";
+  EXPECT_FALSE(r.identity().has_local_rank());
   EXPECT_EQ(r.report_id() >> 32, 7u);
   ASSERT_EQ(r.stats_size(), 2);
   auto find = [&](const std::string& op) -> const ncclwatch::v1::OpStats& {
@@ -310,6 +312,21 @@ TEST_F(FlusherTest, ReportsInFlightAndFinalReport) {
   EXPECT_EQ(r.in_flight(0).channels(), 2u);
   EXPECT_EQ(r.in_flight(0).channels_started(), 1u);
   EXPECT_TRUE(recorder_.Comms().empty());
+}
+
+TEST(FlusherIdentityTest, ReportsCarryTheTrainingsOwnRanks) {
+  MemorySink sink;
+  Recorder recorder(16, 64);
+  ProcessIdentity identity{"job-1", "host-a", 42, 7ull << 32};
+  identity.global_rank = 5;
+  identity.local_rank = 1;
+  Flusher flusher(PluginConfig(), recorder, identity, sink);
+  recorder.InitComm(CommIdentity{0x99, "tp2", 1, 4, 1, 1, ""});
+  flusher.RunOnce(true);
+  ASSERT_FALSE(sink.reports.empty());
+  EXPECT_EQ(sink.reports[0].identity().rank(), 1) << "the communicator's rank";
+  EXPECT_EQ(sink.reports[0].identity().global_rank(), 5) << "the training's";
+  EXPECT_EQ(sink.reports[0].identity().local_rank(), 1);
 }
 
 }  // namespace

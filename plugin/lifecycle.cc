@@ -24,6 +24,7 @@
 #include "plugin/gpu_uuid.h"
 #include "plugin/offline_dump.h"
 #include "plugin/plugin_config.h"
+#include "plugin/training_rank.h"
 
 namespace ncclwatch::plugin {
 
@@ -140,6 +141,10 @@ class Lifecycle {
     owner_pid_ = getpid();
     identity.pid = static_cast<uint32_t>(owner_pid_);
     identity.report_id_prefix = static_cast<uint64_t>(std::random_device{}()) << 32;
+    const TrainingRank training =
+        TrainingRankFromEnv([](const char* name) -> const char* { return std::getenv(name); });
+    identity.global_rank = training.global;
+    identity.local_rank = training.local;
     // Read once: the device lists do not change during a process's life, and each communicator
     // init then only indexes this table with its CUDA device.
     gpu_uuids_ =

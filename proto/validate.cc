@@ -41,6 +41,12 @@ ReportVerdict ValidateReport(const ncclwatch::v1::RankReport& r) {
   if (id.n_nodes() < 1 || id.n_nodes() > id.nranks()) {
     return Reject("bad_n_nodes", "n_nodes " + std::to_string(id.n_nodes()) + " not in [1, nranks]");
   }
+  if ((id.has_global_rank() && (id.global_rank() < 0 || id.global_rank() >= kMaxRanks)) ||
+      (id.has_local_rank() && (id.local_rank() < 0 || id.local_rank() >= kMaxRanks))) {
+    return Reject("bad_rank", "global_rank " + std::to_string(id.global_rank()) +
+                                  " or local_rank " + std::to_string(id.local_rank()) +
+                                  " not in [0, 2^20)");
+  }
   if (r.stats_size() > kMaxStatsPerReport || SampleCount(r) > kMaxSamplesPerReport ||
       r.in_flight_size() > kMaxInFlightPerReport) {
     return Reject("too_large", "report carries too many stats, samples or in-flight entries");

@@ -43,6 +43,8 @@ TEST(ValidateReportTest, RejectsEachKindOfBadInputWithItsReason) {
       {"bad_nranks", [](auto& r) { r.mutable_identity()->set_nranks(0); }},
       {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(8); }},
       {"bad_rank", [](auto& r) { r.mutable_identity()->set_rank(-1); }},
+      {"bad_rank", [](auto& r) { r.mutable_identity()->set_global_rank(-5); }},
+      {"bad_rank", [](auto& r) { r.mutable_identity()->set_local_rank(1 << 20); }},
       {"bad_n_nodes", [](auto& r) { r.mutable_identity()->set_n_nodes(9); }},
       {"bad_interval", [](auto& r) { r.set_interval_end_unix_ns(0); }},
       {"bad_timestamp", [](auto& r) { r.set_interval_end_unix_ns(~0ull); }},

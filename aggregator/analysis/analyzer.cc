@@ -73,7 +73,8 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   if (!report.final() && lifecycle_.IsEnded(id.job_id())) lifecycle_.Resume(id.job_id());
   bool restarted = false;
   const bool source_was_capped = registry_.SourceCapped(source);
-  CommEntry* entry = registry_.Record(key, id, now_ns, &restarted, source);
+  bool new_process = false;
+  CommEntry* entry = registry_.Record(key, id, now_ns, &restarted, source, &new_process);
   if (entry == nullptr) {  // beyond a cap: counted by the registry
     if (!source_was_capped && registry_.SourceCapped(source)) {
       LogWarning(
@@ -91,10 +92,9 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     own_time_.Forget(key);
   }
   Ingested out;
-  // Compared field by field: no key (two strings) built for every report of a known rank.
-  if (const ProcessKey* known = processes_.Of(key, id.rank());
-      known == nullptr || known->pid != id.pid() || known->cuda_device != id.cuda_device() ||
-      known->host != id.host() || known->job_id != id.job_id()) {
+  // The registry compared the rank's process with the one it last had: no lookup here, no key
+  // built for every report of a known rank.
+  if (new_process || restarted) {
     const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
     families_.Set(key, entry->who.nranks, entry->who.n_nodes);
@@ -109,7 +109,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     // The rank's labels are made of these (CommRegistry::RankLabels).
     const RankWho& who = entry->who.Rank(id.rank());
     series_.AddReport(
-        absl::HashOf(entry->who.comm_name, who.node, who.cuda_device),
+        absl::HashOf(entry->who.comm_name, who.node, who.cuda_device, who.global_rank),
         [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); }, report, now_ns,
         report_points_ ? &out.points : nullptr, source);
   }

@@ -33,8 +33,9 @@ std::vector<ncclwatch::v1::RootCauseInfo> Answers::RootCauses(const std::string&
   auto consequences = a_.ConsequencesLocked(job_id);
   std::vector<ncclwatch::v1::RootCauseInfo> out;
   for (const ReportedGpu* gpu : gpus) {
-    // The evidence now, where the analysis still has some; else what it was reported with.
-    SlowProcess now = a_.own_time_.View(gpu->evidence.process);
+    // The evidence it was reported with, its figures now, while that collective still shows
+    // it slow (so that two queries cite the same one); else the strongest now; else as reported.
+    SlowProcess now = a_.own_time_.ViewKeeping(gpu->evidence);
     if (now.rank < 0) now = gpu->evidence;
     ncclwatch::v1::RootCauseInfo info = RootCauseInfoOf(now, a_.registry_.FindWho(now.comm));
     info.set_since_unix_ns(gpu->since_ns);

@@ -9,7 +9,8 @@
 namespace ncclwatch::aggregator {
 
 CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id,
-                                int64_t now_ns, bool* restarted, const std::string& source) {
+                                int64_t now_ns, bool* restarted, const std::string& source,
+                                bool* new_process) {
   *restarted = false;
   auto indexed = index_.find(key);
   auto found = indexed == index_.end() ? comms_.end() : indexed->second;
@@ -65,7 +66,16 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   }
   who.comm_name = id.comm_name();
   who.n_nodes = id.n_nodes();
-  RankWho& rank = who.ranks[id.rank()];
+  auto [it, inserted] = who.ranks.try_emplace(id.rank());
+  RankWho& rank = it->second;
+  if (new_process != nullptr) {
+    *new_process = inserted || rank.pid != id.pid() || rank.cuda_device != id.cuda_device() ||
+                   rank.host != id.host();
+  }
+  rank.host = id.host();
+  rank.pid = id.pid();
+  rank.global_rank = id.has_global_rank() ? id.global_rank() : -1;
+  rank.local_rank = id.has_local_rank() ? id.local_rank() : -1;
   rank.node = id.node();
   rank.cuda_device = id.cuda_device();
   rank.gpu_uuid = id.gpu_uuid();
@@ -162,11 +172,13 @@ LabelPairs CommRegistry::RankLabels(const CommKey& key, const CommWho& who, int 
 LabelPairs CommRegistry::RankLabels(const LabelPairs& comm_labels, const CommWho& who, int rank) {
   const RankWho& r = who.Rank(rank);
   LabelPairs labels;
-  labels.reserve(comm_labels.size() + 3);
+  labels.reserve(comm_labels.size() + 4);
   labels.insert(labels.end(), comm_labels.begin(), comm_labels.end());
   labels.emplace_back("rank", absl::StrCat(rank));
   labels.emplace_back("node", OrUnknown(r.node));
   labels.emplace_back("gpu", GpuLabel(r.cuda_device));
+  // The training's own rank, the number on-call knows the GPU by (absent when unknown).
+  if (r.global_rank >= 0) labels.emplace_back("global_rank", absl::StrCat(r.global_rank));
   return labels;
 }
 

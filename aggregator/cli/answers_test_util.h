@@ -31,6 +31,8 @@ inline ncclwatch::v1::ListStragglersResponse TwoStragglers() {
   a->set_rank(5);
   a->set_node("node-1");
   a->set_cuda_device(1);
+  a->set_global_rank(13);  // the training's RANK
+  a->set_local_rank(1);
   a->set_lateness_seconds(0.01234);
   a->set_excess_seconds(0.01);
   a->set_peer_z_score(4.5);

@@ -79,8 +79,9 @@ std::string RootCausesText(const ncclwatch::v1::ListStragglersResponse& response
         ".\n");
     for (const auto& c : r.consequences()) {
       absl::StrAppendFormat(
-          &out, "  consequence: rank %d of %s on node %s (%s) arrives %.2f ms late\n", c.rank(),
+          &out, "  consequence: rank %d of %s on node %s (%s%s) arrives %.2f ms late\n", c.rank(),
           aggregator::CommWord(c.comm_name(), c.comm_hash()), NodeOrUnknown(c.node()),
+          c.has_global_rank() ? absl::StrCat("global rank ", c.global_rank(), ", ") : "",
           GpuLabel(c.cuda_device()), c.lateness_seconds() * 1e3);
     }
   }
@@ -111,6 +112,7 @@ std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response
   }
   if (!out.empty()) out += "\n";
   TextTable table({{"JOB", false},
+                   {"GLOBAL-RANK", true},
                    {"COMMUNICATOR", false},
                    {"RANK", true},
                    {"NODE", false},
@@ -123,9 +125,9 @@ std::string StragglersText(const ncclwatch::v1::ListStragglersResponse& response
                    {"SINCE", false}});
   for (const auto& s : response.stragglers()) {
     table.Row(
-        {s.job_id().c_str(), CommColumn(s.comm_name(), s.comm_hash()), absl::StrCat(s.rank()),
-         NodeOrUnknown(s.node()), GpuLabel(s.cuda_device()),
-         absl::StrFormat("%.2f ms", s.lateness_seconds() * 1e3),
+        {s.job_id().c_str(), s.has_global_rank() ? absl::StrCat(s.global_rank()) : "-",
+         CommColumn(s.comm_name(), s.comm_hash()), absl::StrCat(s.rank()), NodeOrUnknown(s.node()),
+         GpuLabel(s.cuda_device()), absl::StrFormat("%.2f ms", s.lateness_seconds() * 1e3),
          absl::StrFormat("%.2f ms", s.excess_seconds() * 1e3),
          absl::StrFormat("%.1f", s.peer_z_score()), absl::StrFormat("%.1fx", s.history_ratio()),
          absl::StrFormat("%.0f%%", s.arrived_last_fraction() * 100), ClockText(s.since_unix_ns())});

@@ -72,14 +72,15 @@ TEST_F(TablesTest, EmptyAnswersSaySoInOneLine) {
 
 TEST_F(TablesTest, Stragglers) {
   EXPECT_EQ(StragglersText(TwoStragglers()),
-            "JOB   COMMUNICATOR             RANK NODE    GPU     LATENESS   EXCESS PEER-Z VS-OWN "
-            "ARRIVED-LAST SINCE\n"
-            "job-a world 0x00000000000000ab    5 node-1  GPU1    12.34 ms 10.00 ms    4.5   3.0x "
-            "         75% 1970-01-01 01:02:03 UTC\n"
-            "job-a - 0x00000000000000cd        2 unknown unknown  2.00 ms  1.50 ms    3.2   1.2x "
-            "         50% 1970-01-01 00:00:00 UTC\n"
+            "JOB   GLOBAL-RANK COMMUNICATOR             RANK NODE    GPU     LATENESS   EXCESS "
+            "PEER-Z VS-OWN ARRIVED-LAST SINCE\n"
+            "job-a          13 world 0x00000000000000ab    5 node-1  GPU1    12.34 ms 10.00 ms "
+            "   4.5   3.0x          75% 1970-01-01 01:02:03 UTC\n"
+            "job-a           - - 0x00000000000000cd        2 unknown unknown  2.00 ms  1.50 ms "
+            "   3.2   1.2x          50% 1970-01-01 00:00:00 UTC\n"
             "\n"
-            "Finding: rank 5 (node node-1, GPU1) of communicator world 0x00000000000000ab in job "
+            "Finding: rank 5 (global rank 13, node node-1, GPU1) of communicator world "
+            "0x00000000000000ab in job "
             "job-a is slow: median lateness 12.34 ms (10.00 ms beyond its punctual peers, z 4.5, "
             "3.0x its own usual; kernel durations) over 50 collectives, arrived last in 75%.\n"
             "Finding: rank 2 (node unknown, unknown) of communicator 0x00000000000000cd in job "
@@ -100,6 +101,7 @@ TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
   root->set_comm_name("tp0");
   root->set_comm_hash(0xef);
   root->set_rank(1);
+  root->set_global_rank(13);
   root->set_collective("AllReduce");
   root->set_bytes(16 << 20);
   root->set_own_excess_seconds(0.0031);
@@ -108,10 +110,10 @@ TEST_F(TablesTest, RootCausesComeFirstWithTheirConsequencesUnderThem) {
   *root->add_consequences() = r.stragglers(1);
   const std::string text = StragglersText(r);
   const std::string first =
-      "Root cause: GPU1 on node node-1 (host host-1, pid 4242, pod ml/trainer-1) of job job-a is "
-      "slow itself: before AllReduce 16-17MB in communicator tp0 (its rank 1) it spends 3.10 ms "
-      "more on its own work than peers doing the same work (2.00 ms), since 1970-01-01 01:02:03 "
-      "UTC.\n"
+      "Root cause: rank 13, GPU1 on node node-1 (host host-1, pid 4242, pod ml/trainer-1) of job "
+      "job-a is slow itself: before AllReduce 16-17MB in communicator tp0 (its rank 1) it spends "
+      "3.10 ms more on its own work than peers doing the same work (2.00 ms), since 1970-01-01 "
+      "01:02:03 UTC.\n"
       "  consequence: rank 2 of 0x00000000000000cd on node unknown (unknown) arrives 2.00 ms "
       "late\n\n";
   EXPECT_EQ(text.substr(0, first.size()), first);

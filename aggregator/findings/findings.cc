@@ -14,6 +14,19 @@ namespace {
 
 using ncclwatch::v1::Event;
 
+// Copies the training's own ranks of `r`, where its launcher set them, into a finding.
+template <typename Info>
+void SetTrainingRanks(const RankWho& r, Info* info) {
+  if (r.global_rank >= 0) info->set_global_rank(r.global_rank);
+  if (r.local_rank >= 0) info->set_local_rank(r.local_rank);
+}
+
+// ", global rank 5" within a rank's parentheses, or "" when unknown.
+template <typename Info>
+std::string GlobalRankPart(const Info& info) {
+  return info.has_global_rank() ? absl::StrCat("global rank ", info.global_rank(), ", ") : "";
+}
+
 // What the latenesses were measured with, in a finding's summary.
 const char* BasisText(LatenessBasis basis) {
   switch (basis) {
@@ -84,6 +97,7 @@ void FillRank(const CommWho* who, int rank, ncclwatch::v1::RankRef* out) {
   out->set_pod(r.pod);
   out->set_pod_namespace(r.pod_namespace);
   out->set_container(r.container);
+  SetTrainingRanks(r, out);
 }
 
 ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& who,
@@ -96,6 +110,7 @@ ncclwatch::v1::StragglerInfo StragglerInfoOf(const CommKey& key, const CommWho& 
   info.set_nranks(who.nranks);
   info.set_node(who.Rank(score.rank).node);
   info.set_cuda_device(who.Rank(score.rank).cuda_device);
+  SetTrainingRanks(who.Rank(score.rank), &info);
   info.set_lateness_seconds(score.lateness_ns * 1e-9);
   info.set_window_collectives(static_cast<uint32_t>(score.observations));
   info.set_arrived_last_fraction(score.arrived_last_fraction);
@@ -124,6 +139,7 @@ ncclwatch::v1::RootCauseInfo RootCauseInfoOf(const SlowProcess& slow, const Comm
     info.set_gpu_uuid(r.gpu_uuid);
     info.set_pod(r.pod);
     info.set_pod_namespace(r.pod_namespace);
+    SetTrainingRanks(r, &info);
   }
   info.set_collective(slow.op);
   info.set_bytes(slow.bytes);
@@ -334,8 +350,8 @@ Event DegradedEvent(const DegradedChange& change, const CommWho* who, int64_t no
 }
 
 std::string RankText(const ncclwatch::v1::RankRef& r) {
-  std::string text = absl::StrFormat("rank %d (node %s, %s", r.rank(), OrUnknown(r.node()),
-                                     GpuLabel(r.cuda_device()));
+  std::string text = absl::StrFormat("rank %d (%snode %s, %s", r.rank(), GlobalRankPart(r),
+                                     OrUnknown(r.node()), GpuLabel(r.cuda_device()));
   if (!r.pod().empty()) {
     absl::StrAppend(&text, ", pod ", r.pod_namespace().empty() ? "-" : r.pod_namespace(), "/",
                     r.pod());
@@ -347,10 +363,10 @@ std::string RankText(const ncclwatch::v1::RankRef& r) {
 std::string StragglerSentence(const ncclwatch::v1::StragglerInfo& s, bool flagged) {
   return absl::StrCat(
       absl::StrFormat(
-          "rank %d (node %s, %s) of communicator %s in job %s %s: median lateness %.2f ms "
+          "rank %d (%snode %s, %s) of communicator %s in job %s %s: median lateness %.2f ms "
           "(%.2f ms beyond its punctual peers, z %.1f, %.1fx its own usual; %s) over %d "
           "collectives, arrived last in %.0f%%",
-          s.rank(), OrUnknown(s.node()), GpuLabel(s.cuda_device()),
+          s.rank(), GlobalRankPart(s), OrUnknown(s.node()), GpuLabel(s.cuda_device()),
           CommText(s.comm_name(), s.comm_hash()), s.job_id(),
           flagged ? "is slow" : "is back in step", s.lateness_seconds() * 1e3,
           s.excess_seconds() * 1e3, s.peer_z_score(), s.history_ratio(), BasisText(s),

@@ -82,6 +82,8 @@ ncclwatch::v1::Event SlowGpusNodeEvent(const NodeChange& change, int64_t now_ns)
 // tp0 (its rank 1) it spends 2.00 ms more on its own work than peers doing the same work
 // (4.00 ms)": the finding's sentence, shared by the event and the CLI.
 std::string RootCauseSentence(const ncclwatch::v1::RootCauseInfo& info);
+// "rank 5, GPU1 on node node-1" (the training's rank first where known), as findings name a GPU.
+std::string RootCauseGpu(const ncclwatch::v1::RootCauseInfo& info);
 ncclwatch::v1::CoverageInfo CoverageInfoOf(const CoverageView& view);
 // RANKS_UNREPORTED: a job with communicators some of whose ranks never reported.
 ncclwatch::v1::Event CoverageEvent(const CoverageChange& change, int64_t now_ns);

@@ -17,11 +17,17 @@ namespace ncclwatch::aggregator {
 
 using ncclwatch::v1::Event;
 
+std::string RootCauseGpu(const ncclwatch::v1::RootCauseInfo& r) {
+  return absl::StrFormat("%s%s on node %s",
+                         r.has_global_rank() ? absl::StrCat("rank ", r.global_rank(), ", ") : "",
+                         GpuLabel(r.cuda_device()), OrUnknown(r.node()));
+}
+
 std::string RootCauseSentence(const ncclwatch::v1::RootCauseInfo& r) {
   return absl::StrFormat(
-      "%s on node %s (host %s, pid %u%s) of job %s is slow itself: before %s %s in communicator "
+      "%s (host %s, pid %u%s) of job %s is slow itself: before %s %s in communicator "
       "%s (its rank %d) it spends %.2f ms more on its own work than %s (%.2f ms)",
-      GpuLabel(r.cuda_device()), OrUnknown(r.node()), OrUnknown(r.host()), r.pid(),
+      RootCauseGpu(r), OrUnknown(r.host()), r.pid(),
       r.pod().empty() ? "" : absl::StrCat(", pod ", r.pod_namespace(), "/", r.pod()), r.job_id(),
       r.collective(), MessageSizeBucket(r.bytes()), CommWord(r.comm_name(), r.comm_hash()),
       r.rank(), r.own_excess_seconds() * 1e3,
@@ -45,6 +51,8 @@ Event RootCauseEvent(const GpuChange& change, const CommWho* who,
   info->set_rank(s.rank);
   info->set_node(s.node);
   info->set_cuda_device(s.process.cuda_device);
+  if (root->has_global_rank()) info->set_global_rank(root->global_rank());
+  if (root->has_local_rank()) info->set_local_rank(root->local_rank());
   info->set_since_unix_ns(change.gpu.since_ns);
   if (who != nullptr) {
     info->set_comm_name(who->comm_name);
@@ -60,10 +68,9 @@ Event RootCauseEvent(const GpuChange& change, const CommWho* who,
             : absl::StrFormat("; %d late rank(s) in %d communicator(s) are its consequences",
                               consequences.size(), comms.size())));
   } else {
-    event.set_summary(absl::StrFormat(
-        "RECOVERED: %s on node %s (host %s, pid %u) of job %s is no longer slow itself",
-        GpuLabel(root->cuda_device()), OrUnknown(root->node()), OrUnknown(root->host()),
-        root->pid(), root->job_id()));
+    event.set_summary(
+        absl::StrFormat("RECOVERED: %s (host %s, pid %u) of job %s is no longer slow itself",
+                        RootCauseGpu(*root), OrUnknown(root->host()), root->pid(), root->job_id()));
   }
   return event;
 }

@@ -18,6 +18,13 @@ struct RankWho {
   std::string pod;
   std::string pod_namespace;
   std::string container;
+  // The process behind the rank (with node and cuda_device: what a new process changes).
+  std::string host;
+  uint32_t pid = 0;
+  // The rank the training job knows the process by, and its rank on the node (RANK, LOCAL_RANK,
+  // SLURM_PROCID, NCCLWATCH_RANK, ...: plugin/training_rank.h); -1 when the launcher set none.
+  int global_rank = -1;
+  int local_rank = -1;
 };
 
 struct CommWho {

@@ -244,20 +244,23 @@ SlowProcess OwnTimeAnalyzer::ViewOf(const ProcessKey& p, const ProcessState& ps)
   v.since_ns = ps.since_ns;
   const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>* best = nullptr;
   Verdict(ps, &best);
-  if (best != nullptr) {
-    v.comm = std::get<0>(best->first);
-    v.op = std::get<1>(best->first).op;
-    v.bytes = std::get<1>(best->first).bytes;
-    v.rank = std::get<2>(best->first);
-    v.excess_ns = best->second.fault_ns;
-    v.changed = best->second.changed;
-    v.own_time_ns = best->second.own_time_ns;
-    auto c = comms_.find(v.comm);
-    if (c != comms_.end() && v.rank < static_cast<int>(c->second.nodes.size())) {
-      v.node = c->second.nodes[v.rank];
-    }
-  }
+  if (best != nullptr) Cite(*best, &v);
   return v;
+}
+
+void OwnTimeAnalyzer::Cite(const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>& e,
+                           SlowProcess* v) const {
+  v->comm = std::get<0>(e.first);
+  v->op = std::get<1>(e.first).op;
+  v->bytes = std::get<1>(e.first).bytes;
+  v->rank = std::get<2>(e.first);
+  v->excess_ns = e.second.fault_ns;
+  v->changed = e.second.changed;
+  v->own_time_ns = e.second.own_time_ns;
+  auto c = comms_.find(v->comm);
+  if (c != comms_.end() && v->rank < static_cast<int>(c->second.nodes.size())) {
+    v->node = c->second.nodes[v->rank];
+  }
 }
 
 std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
@@ -419,6 +422,15 @@ SlowProcess OwnTimeAnalyzer::View(const ProcessKey& p) const {
   SlowProcess none;
   none.process = p;
   return none;
+}
+
+SlowProcess OwnTimeAnalyzer::ViewKeeping(const SlowProcess& kept) const {
+  SlowProcess v = View(kept.process);
+  auto it = processes_.find(kept.process);
+  if (it == processes_.end() || kept.rank < 0) return v;
+  auto e = it->second.evidence.find({kept.comm, ClassKey{kept.op, kept.bytes}, kept.rank});
+  if (e != it->second.evidence.end() && e->second.fault_ns >= e->second.threshold_ns) Cite(*e, &v);
+  return v;
 }
 
 void OwnTimeAnalyzer::RefreshJobGrowth(JobGrowth& growth) const {

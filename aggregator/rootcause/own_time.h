@@ -178,6 +178,10 @@ class OwnTimeAnalyzer {
   bool IsSlow(const ProcessKey& p) const;
   // The process's verdict and its strongest evidence now (slow false, rank -1 if unknown).
   SlowProcess View(const ProcessKey& p) const;
+  // As View, but with the figures of the evidence `kept` names (its communicator, class and rank)
+  // while that still gives the process evidence at or above its threshold: a finding's answer
+  // then cites the same collective from one query to the next, its numbers fresh.
+  SlowProcess ViewKeeping(const SlowProcess& kept) const;
   // How many processes (GPUs) of `job_id` the analysis knows on `node`.
   int ProcessesOnNode(const std::string& job_id, const std::string& node) const;
   // The classes of `comm` whose ranks take turns being the busiest: data-dependent imbalance, a
@@ -339,6 +343,9 @@ class OwnTimeAnalyzer {
   bool Verdict(const ProcessState& ps,
                const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>** best) const;
   SlowProcess ViewOf(const ProcessKey& p, const ProcessState& ps) const;
+  // Fills what `v` cites (communicator, class, rank, figures, node) from one piece of evidence.
+  void Cite(const std::pair<const std::tuple<CommKey, ClassKey, int>, Evidence>& e,
+            SlowProcess* v) const;
   // The state of `p`, held for a communicator's rank; Release lets it go, and forgets it once no
   // rank holds it and it has neither evidence nor a slow verdict.
   ProcessState* Hold(const ProcessKey& p);

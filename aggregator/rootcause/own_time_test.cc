@@ -133,6 +133,43 @@ TEST(OwnTimeAnalyzerTest, ASlowGpuIn3DIsTheOnlyOneFlaggedNotItsPartnersOrItsStag
   EXPECT_TRUE(slow[0].slow);
 }
 
+// A finding's answer cites the evidence it was reported with while that still shows the GPU
+// slow, even when another collective shows it more; then the strongest again.
+TEST(OwnTimeAnalyzerTest, ViewKeepingCitesTheReportedEvidenceWhileItHolds) {
+  OwnTimeAnalyzer a;
+  FakeJob job = ThreeD();
+  auto slower = [](int64_t t, int64_t tenths) { return t * tenths / 10; };
+  job.Run(a, 64, [&](int rank, const FakeJob::Comm& c, int i) {
+    return rank == 2 ? slower(HealthyOwn(rank, c, i), 14) : HealthyOwn(rank, c, i);
+  });
+  const SlowProcess kept = a.View(FakeJob::Process(2));
+  ASSERT_TRUE(kept.slow);
+  ASSERT_GE(kept.rank, 0);
+  // Now three times as slow before every other collective, still 1.4x before the cited one.
+  auto elsewhere = [&](int64_t tenths_there) {
+    return [&, tenths_there](int rank, const FakeJob::Comm& c, int i) {
+      const int64_t t = HealthyOwn(rank, c, i);
+      if (rank != 2) return t;
+      return c.key == kept.comm ? slower(t, tenths_there) : slower(t, 30);
+    };
+  };
+  job.Run(a, 64, elsewhere(14));
+  const SlowProcess strongest = a.View(FakeJob::Process(2));
+  ASSERT_NE(strongest.comm, kept.comm) << "the test needs the strongest evidence to move";
+  SlowProcess now = a.ViewKeeping(kept);
+  EXPECT_EQ(now.comm, kept.comm);
+  EXPECT_EQ(now.op, kept.op);
+  EXPECT_EQ(now.bytes, kept.bytes);
+  EXPECT_EQ(now.rank, kept.rank);
+  EXPECT_GT(now.excess_ns, 600'000);
+  EXPECT_TRUE(now.slow);
+  // Healthy before the cited collective: the strongest evidence instead.
+  job.Run(a, 64, elsewhere(10));
+  now = a.ViewKeeping(kept);
+  EXPECT_NE(now.comm, kept.comm);
+  EXPECT_EQ(now.comm, a.View(FakeJob::Process(2)).comm);
+}
+
 TEST(OwnTimeAnalyzerTest, BothGpusOfASlowNodeIn3D) {
   OwnTimeAnalyzer a;
   FakeJob job = ThreeD();

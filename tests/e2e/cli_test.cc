@@ -71,7 +71,8 @@ TEST(CliEndToEndTest, ScriptsGetCompleteJsonExitCodesAndAFollowThatSurvivesARest
   auto [found, found_out] = RunToCompletion(Cli(p, {"stragglers", "--job=cli", "--wait-s=30"}),
                                             p.dir() + "/cli-stragglers.log");
   EXPECT_EQ(found, 3) << found_out;
-  EXPECT_NE(found_out.find("Root cause: GPU0 on node sim-node-0"), std::string::npos) << found_out;
+  EXPECT_NE(found_out.find("Root cause: rank 0, GPU0 on node sim-node-0"), std::string::npos)
+      << found_out;
   // Nothing flagged: exit 0.
   auto [clean, clean_out] =
       RunToCompletion(Cli(p, {"hangs", "--job=cli"}), p.dir() + "/cli-hangs.log");

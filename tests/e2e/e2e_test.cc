@@ -134,7 +134,7 @@ TEST(EndToEndTest, SlowRankIsFlaggedWithinFiveSecondsAndNobodyElseEver) {
   auto [cli_code, cli_out] = RunToCompletion(
       {Binaries::Cli(), "stragglers", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
   EXPECT_EQ(cli_code, 3) << cli_out;  // findings
-  EXPECT_NE(cli_out.find("Root cause: GPU1 on node sim-node-1 (host "), std::string::npos)
+  EXPECT_NE(cli_out.find("Root cause: rank 5, GPU1 on node sim-node-1 (host "), std::string::npos)
       << cli_out;
   EXPECT_NE(cli_out.find("in communicator world (its rank 5)"), std::string::npos) << cli_out;
 

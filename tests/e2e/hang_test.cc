@@ -108,7 +108,8 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
       {Binaries::Cli(), "hangs", "--aggregator=" + p.AggregatorAddr()}, p.dir() + "/cli.log");
   EXPECT_EQ(cli_code, 3) << cli_out;  // findings
   // The finding as the server words it (communicator name and hash).
-  EXPECT_NE(cli_out.find("Finding: rank 2 (node sim-node-0, GPU2) of communicator world 0x"),
+  EXPECT_NE(cli_out.find(
+                "Finding: rank 2 (global rank 2, node sim-node-0, GPU2) of communicator world 0x"),
             std::string::npos)
       << cli_out;
   EXPECT_NE(cli_out.find(" in job e2e-kill stopped reporting while the other ranks carry on"),
@@ -118,7 +119,8 @@ TEST(HangEndToEndTest, ADeadRankIsSilentAndMissingFromTheHangItCauses) {
       {Binaries::Cli(), "events", "--job=e2e-kill", "--aggregator=" + p.AggregatorAddr()},
       p.dir() + "/cli-events.log");
   EXPECT_EQ(events_code, 0) << events_out;
-  EXPECT_NE(events_out.find("SILENT: rank 2 (node sim-node-0, GPU2)"), std::string::npos)
+  EXPECT_NE(events_out.find("SILENT: rank 2 (global rank 2, node sim-node-0, GPU2)"),
+            std::string::npos)
       << events_out;
   EXPECT_NE(events_out.find("HANG: "), std::string::npos) << events_out;
   ASSERT_TRUE(p.StopAgents()) << p.Logs();

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <utility>
 
@@ -72,6 +73,36 @@ std::vector<Series> Prometheus::Query(const std::string& expr) {
     const auto& value = item.struct_value().fields().at("value").list_value();
     s.value = std::stod(value.values(1).string_value());
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<std::map<std::string, std::string>> Prometheus::Alerts(
+    const std::map<std::string, std::string>& labels) {
+  httplib::Client c("127.0.0.1", port_);
+  auto res = c.Get("/api/v1/alerts");
+  std::vector<std::map<std::string, std::string>> out;
+  google::protobuf::Struct doc;
+  if (!res || res->status != 200 ||
+      !google::protobuf::util::JsonStringToMessage(res->body, &doc).ok()) {
+    return out;
+  }
+  const auto& alerts = doc.fields().at("data").struct_value().fields().at("alerts");
+  for (const auto& item : alerts.list_value().values()) {
+    const auto& fields = item.struct_value().fields();
+    std::map<std::string, std::string> alert;
+    for (const auto& [k, v] : fields.at("labels").struct_value().fields()) {
+      alert[k] = v.string_value();
+    }
+    for (const auto& [k, v] : fields.at("annotations").struct_value().fields()) {
+      alert["annotation:" + k] = v.string_value();
+    }
+    if (fields.count("state")) alert["state"] = fields.at("state").string_value();
+    const bool matches = std::all_of(labels.begin(), labels.end(), [&](const auto& kv) {
+      auto it = alert.find(kv.first);
+      return it != alert.end() && it->second == kv.second;
+    });
+    if (matches) out.push_back(std::move(alert));
   }
   return out;
 }

@@ -37,6 +37,10 @@ class Prometheus {
   std::vector<Series> Query(const std::string& expr);
   // Waits until the query returns exactly `n` series; returns them (empty on timeout).
   std::vector<Series> WaitFor(const std::string& expr, size_t n, double timeout_s = 30);
+  // The active alerts (/api/v1/alerts) whose labels include all of `labels`: each alert's labels
+  // and annotations in one map (annotations prefixed "annotation:").
+  std::vector<std::map<std::string, std::string>> Alerts(
+      const std::map<std::string, std::string>& labels);
 
  private:
   int port_;

@@ -104,29 +104,36 @@ std::string RulesWithShortFor(const std::string& dir, int for_s) {
   return path;
 }
 
+// Prometheus's configuration for the alert tests: the shipped rules with a 10 s `for:`, and the
+// pipeline's /federate scraped. "" when the rules could not be shortened.
+std::string AlertingConfig(const Pipeline& p) {
+  const std::string rules = RulesWithShortFor(p.dir(), 10);
+  if (rules.empty()) return "";
+  const std::string http = "127.0.0.1:" + std::to_string(p.http_port());
+  return "rule_files:\n"
+         "  - " +
+         rules +
+         "\n"
+         "scrape_configs:\n"
+         "  - job_name: ncclwatch\n"
+         "    honor_labels: true\n"
+         "    metrics_path: /federate\n"
+         "    params:\n"
+         "      'match[]': ['{__name__=~\"ncclwatch_.*\"}']\n"
+         "    static_configs:\n"
+         "      - targets: ['" +
+         http + "']\n";
+}
+
 // A job with a slow GPU runs long enough for the shipped NcclwatchStraggler alert to fire, then
 // ends normally. Its ranks' final reports end the job: the finding's END ("job ended") comes
 // within 5 s, /federate drops the series at once, and Prometheus resolves the alert.
 TEST(PrometheusEndToEndTest, AJobThatEndsResolvesItsAlertsAtOnce) {
   Pipeline p(2, {"--hang-threshold-s=2"});
   ASSERT_TRUE(p.ok()) << p.error();
-  const std::string http = "127.0.0.1:" + std::to_string(p.http_port());
-  const std::string rules = RulesWithShortFor(p.dir(), 10);
-  ASSERT_FALSE(rules.empty()) << "the shipped rules' for: durations were not found";
-  Prometheus prom(p.dir(),
-                  "rule_files:\n"
-                  "  - " +
-                      rules +
-                      "\n"
-                      "scrape_configs:\n"
-                      "  - job_name: ncclwatch\n"
-                      "    honor_labels: true\n"
-                      "    metrics_path: /federate\n"
-                      "    params:\n"
-                      "      'match[]': ['{__name__=~\"ncclwatch_.*\"}']\n"
-                      "    static_configs:\n"
-                      "      - targets: ['" +
-                      http + "']\n");
+  const std::string config = AlertingConfig(p);
+  ASSERT_FALSE(config.empty()) << "the shipped rules' for: durations were not found";
+  Prometheus prom(p.dir(), config);
   ASSERT_TRUE(prom.WaitReady()) << prom.Log();
   EventRecorder events(p.query());
   Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--nodes=2",
@@ -162,6 +169,81 @@ TEST(PrometheusEndToEndTest, AJobThatEndsResolvesItsAlertsAtOnce) {
   ASSERT_EQ(jobs.jobs_size(), 1);
   EXPECT_EQ(jobs.jobs(0).state(), "ended");
   EXPECT_EQ(jobs.jobs(0).end_reason(), "every rank sent its final report");
+}
+
+// A Megatron-layout job (TP 2 x PP 2 x DP 2 on 4 nodes) whose global rank 5 (RANK=5, GPU1 of
+// sim-node-2) is slow: the event, the CLI, /federate and the fired alert all name rank 5 with its
+// node and GPU, and two queries seconds apart cite the same evidence.
+TEST(PrometheusEndToEndTest, ASlowGlobalRankIsNamedByItsOwnRankEverywhere) {
+  Pipeline p(4, {"--hang-threshold-s=2"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::string config = AlertingConfig(p);
+  ASSERT_FALSE(config.empty()) << "the shipped rules' for: durations were not found";
+  Prometheus prom(p.dir(), config);
+  ASSERT_TRUE(prom.WaitReady()) << prom.Log();
+  EventRecorder events(p.query());
+  Process job({Binaries::Simjob(), "--plugin=" + Binaries::Plugin(), "--layout=megatron",
+               "--nodes=4", "--ranks-per-node=2", "--agent-addr=" + p.AgentAddrTemplate(),
+               "--job-id=mega", "--duration-s=60", "--seed=1", "--slow-rank=5", "--slow-factor=1.5",
+               "--env=NCCLWATCH_FLUSH_INTERVAL_MS=1000"},
+              {}, p.dir() + "/simjob.log");
+
+  ncclwatch::v1::Event found;
+  ASSERT_TRUE(events.WaitFor(
+      [&](const ncclwatch::v1::Event& e) {
+        if (e.kind() != ncclwatch::v1::Event::STRAGGLER ||
+            e.phase() != ncclwatch::v1::Event::START || !e.has_root_cause()) {
+          return false;
+        }
+        found = e;
+        return true;
+      },
+      30))
+      << p.Logs();
+  EXPECT_EQ(found.root_cause().global_rank(), 5) << found.ShortDebugString();
+  EXPECT_EQ(found.root_cause().local_rank(), 1);
+  EXPECT_EQ(found.root_cause().node(), "sim-node-2");
+  EXPECT_EQ(found.root_cause().cuda_device(), 1);
+  EXPECT_EQ(found.straggler().global_rank(), 5);
+  EXPECT_NE(found.summary().find("rank 5, GPU1 on node sim-node-2"), std::string::npos)
+      << found.summary();
+
+  // "before AllReduce 1-2MB in communicator dp0 (its rank 1)": what the finding cites.
+  const auto evidence = [](const std::string& text) {
+    const size_t from = text.find("before ");
+    const size_t to = text.find(')', from);
+    return from == std::string::npos || to == std::string::npos ? std::string()
+                                                                : text.substr(from, to - from + 1);
+  };
+  const std::vector<std::string> cli = {Binaries::Cli(), "--aggregator=" + p.AggregatorAddr(),
+                                        "stragglers", "--job=mega"};
+  auto [code, first] = RunToCompletion(cli, p.dir() + "/cli-1.log");
+  EXPECT_EQ(code, 3) << first;  // a finding is shown
+  EXPECT_NE(first.find("Root cause: rank 5, GPU1 on node sim-node-2"), std::string::npos) << first;
+  EXPECT_FALSE(evidence(first).empty()) << first;
+
+  const std::string firing =
+      R"(ALERTS{alertname="NcclwatchStraggler",alertstate="firing",job_id="mega"})";
+  auto alerts = prom.WaitFor(firing, 1, 45);
+  ASSERT_EQ(alerts.size(), 1u) << prom.Log() << p.Logs();
+  EXPECT_EQ(alerts[0].labels["global_rank"], "5");
+  EXPECT_EQ(alerts[0].labels["node"], "sim-node-2");
+  EXPECT_EQ(alerts[0].labels["gpu"], "GPU1");
+  auto annotated = prom.Alerts({{"alertname", "NcclwatchStraggler"}, {"job_id", "mega"}});
+  ASSERT_EQ(annotated.size(), 1u);
+  EXPECT_NE(annotated[0]["annotation:summary"].find("rank 5, GPU1 on sim-node-2"),
+            std::string::npos)
+      << annotated[0]["annotation:summary"];
+
+  const auto [status, federate] = p.Get("/federate?match[]=ncclwatch_straggler");
+  EXPECT_EQ(status, 200);
+  EXPECT_NE(federate.find("global_rank=\"5\""), std::string::npos) << federate;
+  EXPECT_NE(federate.find("node=\"sim-node-2\""), std::string::npos) << federate;
+
+  // Seconds later (the alert's `for:` in between), the same evidence, its figures fresh.
+  auto [code2, second] = RunToCompletion(cli, p.dir() + "/cli-2.log");
+  EXPECT_EQ(code2, 3) << second;
+  EXPECT_EQ(evidence(second), evidence(first)) << first << "\n---\n" << second;
 }
 
 TEST(PrometheusEndToEndTest, RemoteWriteLandsInPrometheussReceiver) {

@@ -35,7 +35,9 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
        "--slow-rank=5", "--clock-skew-ms=50", "--env=NCCLWATCH_FLUSH_INTERVAL_MS=500"},
       {}, p.dir() + "/simjob.log");
   ASSERT_TRUE(PollUntil(
-      [&] { return follow.Log().find("STRAGGLER: GPU1 on node sim-node-1") != std::string::npos; },
+      [&] {
+        return follow.Log().find("STRAGGLER: rank 5, GPU1 on node sim-node-1") != std::string::npos;
+      },
       30))
       << follow.Log() << p.Logs();
   // Its communicator as the CLI lists it while the job runs.
@@ -49,7 +51,8 @@ TEST(TraceEndToEndTest, TraceIsChromeJsonWithOneAlignedTrackPerRank) {
   ASSERT_EQ(job.Wait(), 0) << job.Log();
   ASSERT_TRUE(p.StopAgents()) << p.Logs();
   EXPECT_EQ(follow.Wait(), 0) << follow.Log();
-  EXPECT_NE(follow.Log().find("STRAGGLER: GPU1 on node sim-node-1 (host "), std::string::npos)
+  EXPECT_NE(follow.Log().find("STRAGGLER: rank 5, GPU1 on node sim-node-1 (host "),
+            std::string::npos)
       << follow.Log();
 
   // The job as the CLI lists it once it ended: its findings as they were while it ran.

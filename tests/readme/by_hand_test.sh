@@ -45,8 +45,8 @@ check() {  # what, pattern
     fail=1
   fi
 }
-check "the CLI names the slow GPU" '^Root cause: GPU5 on node node-a'
-check "/federate has the straggler series" '^ncclwatch_straggler\{.*rank="5"'
+check "the CLI names the slow GPU" '^Root cause: rank 5, GPU5 on node node-a'
+check "/federate has the straggler series, with the training's rank" '^ncclwatch_straggler\{.*,rank="5",.*global_rank="5"'
 if [ "$fail" != 0 ]; then
   echo "---- the block's output" >&2
   cat "$out" >&2
