@@ -65,6 +65,11 @@ inline constexpr SeriesFamily kExportedSeries[] = {
      "1 while every process seen on the node has stopped reporting and the job's processes on "
      "other nodes carry on (absent otherwise).",
      "gauge", true},
+    {"ncclwatch_job_ranks_unreported",
+     "Ranks of the job that have never reported (in its largest incomplete communicator) while "
+     "its other ranks have for a while: plugin not loaded or no agent on their nodes (absent "
+     "otherwise).",
+     "gauge", true},
     {"ncclwatch_plugin_drops_total",
      "What the rank's plugin could not record since its process started, by kind (events, "
      "records, reports, samples_capped, channel_events_orphaned: a pool, ring or queue was "

@@ -19,7 +19,13 @@ void Analyzer::EndJobLocked(const std::string& job_id, const std::string& why, i
   // The job as it last ran: ended, its counts describe it while it ran.
   ncclwatch::v1::JobInfo info = std::move(JobInfosLocked(job_id)[job_id]);
   info.set_job_id(job_id);
-  lifecycle_.End(info, why, now_ns, events);
+  // Its communicators as they last were: `comms --job` answers with them while the job is listed.
+  std::vector<ncclwatch::v1::CommInfo> comms;
+  for (const auto* comm : registry_.JobComms(job_id)) {
+    CommHealth health;
+    comms.push_back(CommInfoLocked(comm->first, comm->second, &health));
+  }
+  lifecycle_.End(info, why, now_ns, events, std::move(comms));
   registry_.EraseJob(
       job_id, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   verdicts_.ForgetJob(job_id);

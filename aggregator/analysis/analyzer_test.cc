@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "aggregator/analysis/analyzer_test_util.h"
@@ -531,6 +532,43 @@ TEST(AnalyzerTest, ANodeWhoseProcessesAllStopIsOneNodeFindingBesideItsSilentRank
   // Each of the node's processes is still its own silent-rank finding.
   EXPECT_EQ(rank_events[Event::START], 2);
   EXPECT_EQ(rank_events[Event::END], 2);
+}
+
+// Ranks that never report (the coverage finding) are exported as one series per job, their count,
+// while the gap lasts: what NcclwatchRanksNeverReport alerts on.
+TEST(AnalyzerTest, RanksThatNeverReportAreCountedInOneSeriesPerJob) {
+  using ncclwatch::v1::Event;
+  Analyzer analyzer;
+  auto unreported = [&]() -> std::optional<double> {
+    std::optional<double> value;
+    for (const SeriesPoint& sp : analyzer.Series(/*detection_only=*/true)) {
+      if (sp.name != "ncclwatch_job_ranks_unreported") continue;
+      EXPECT_FALSE(value.has_value()) << "one series per job";
+      EXPECT_EQ(*Label(sp, "job_id"), "job-7");
+      value = sp.value;
+    }
+    return value;
+  };
+  std::map<Event::Phase, int> coverage;
+  // Ranks 0..4 of 8 report from 0 s; ranks 5..7 only from 10 s.
+  for (int64_t t = 0; t <= 14'000'000'000; t += 500'000'000) {
+    for (int r = 0; r < 8; ++r) {
+      if (r >= 5 && t < 10'000'000'000) continue;
+      analyzer.Ingest(Report(r, 8, 0, 0, std::set<int>{}), t);
+    }
+    for (const auto& e : analyzer.Tick(t)) {
+      if (e.kind() == Event::RANKS_UNREPORTED) ++coverage[e.phase()];
+    }
+    const std::optional<double> value = unreported();
+    if (coverage[Event::START] > coverage[Event::END]) {
+      ASSERT_TRUE(value.has_value()) << "at " << t;
+      EXPECT_EQ(*value, 3) << "at " << t;
+    } else {
+      EXPECT_FALSE(value.has_value()) << "at " << t;
+    }
+  }
+  EXPECT_EQ(coverage[Event::START], 1);
+  EXPECT_EQ(coverage[Event::END], 1);
 }
 
 }  // namespace

@@ -124,6 +124,12 @@ std::vector<ncclwatch::v1::CommInfo> Answers::Comms(const std::string& job_id) c
     CommHealth health;
     out.push_back(a_.CommInfoLocked(key, entry, &health));
   }
+  // Ended jobs' communicators as they ended, for as long as `jobs` lists them.
+  for (const auto& [id, info] : a_.lifecycle_.ended()) {
+    if (!job_id.empty() && id != job_id) continue;
+    const auto& kept = a_.lifecycle_.EndedComms(id);
+    out.insert(out.end(), kept.begin(), kept.end());
+  }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return std::make_tuple(a.job_id(), a.comm_name(), a.comm_hash()) <
            std::make_tuple(b.job_id(), b.comm_name(), b.comm_hash());

@@ -1,5 +1,6 @@
 #include "aggregator/analysis/detection_series.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -99,6 +100,16 @@ void AppendDetectionSeries(const CommRegistry& registry, const Detectors& d,
   for (const SuspectView& s : d.degraded.Suspects()) {
     out->push_back(
         {"ncclwatch_node_network_suspect", {{"job_id", s.job_id}, {"node", s.node}}, 1.0, now_ms});
+  }
+  // A job some of whose ranks never reported (the coverage finding): how many, in its largest
+  // incomplete communicator (the world's count, when it has one).
+  for (const auto& [job_id, gap] : d.coverage.gaps()) {
+    int unreported = 0;
+    for (const CommCoverage& c : gap.comms) unreported = std::max(unreported, c.unreported_count);
+    out->push_back({"ncclwatch_job_ranks_unreported",
+                    {{"job_id", job_id}},
+                    static_cast<double>(unreported),
+                    now_ms});
   }
   for (const SilentNodeView& n : d.silent_nodes.Silent()) {
     out->push_back(

@@ -37,7 +37,7 @@ void JobLifecycle::Filter(std::vector<Event>* events) {
 }
 
 void JobLifecycle::End(const ncclwatch::v1::JobInfo& last, const std::string& why, int64_t now_ns,
-                       std::vector<Event>* events) {
+                       std::vector<Event>* events, std::vector<ncclwatch::v1::CommInfo> comms) {
   const std::string& job = last.job_id();
   std::set<std::string>& closed = closed_by_end_[job];
   for (auto it = open_.begin(); it != open_.end();) {
@@ -59,29 +59,61 @@ void JobLifecycle::End(const ncclwatch::v1::JobInfo& last, const std::string& wh
   info.set_state("ended");
   info.set_ended_unix_ns(now_ns);
   info.set_end_reason(why);
+  for (auto& c : comms) {
+    c.set_health(c.health().empty() || c.health() == "ok"
+                     ? "ended"
+                     : absl::StrCat("ended, was ", c.health()));
+  }
+  std::vector<ncclwatch::v1::CommInfo>& kept = ended_comms_[job];
+  ended_comms_count_ = ended_comms_count_ - kept.size() + comms.size();
+  kept = std::move(comms);
+  while (ended_comms_count_ > options_.max_ended_comms) {
+    std::string oldest;
+    uint64_t oldest_ns = UINT64_MAX;
+    for (const auto& [id, job_comms] : ended_comms_) {
+      const uint64_t ended_ns = ended_.at(id).ended_unix_ns();
+      if (!job_comms.empty() && ended_ns < oldest_ns) {
+        oldest = id;
+        oldest_ns = ended_ns;
+      }
+    }
+    ended_comms_count_ -= ended_comms_[oldest].size();
+    ended_comms_.erase(oldest);  // the newest job alone beyond the bound: not kept either
+  }
   if (ended_.size() > options_.max_ended) {
     auto oldest = std::min_element(ended_.begin(), ended_.end(), [](const auto& a, const auto& b) {
       return a.second.ended_unix_ns() < b.second.ended_unix_ns();
     });
-    closed_by_end_.erase(oldest->first);
-    ended_.erase(oldest);
+    Forget(oldest->first);
   }
 }
 
-void JobLifecycle::Resume(const std::string& job_id) {
-  ended_.erase(job_id);
+void JobLifecycle::Forget(const std::string& job_id) {
   closed_by_end_.erase(job_id);
+  if (auto it = ended_comms_.find(job_id); it != ended_comms_.end()) {
+    ended_comms_count_ -= it->second.size();
+    ended_comms_.erase(it);
+  }
+  ended_.erase(job_id);
 }
+
+void JobLifecycle::Resume(const std::string& job_id) { Forget(job_id); }
 
 void JobLifecycle::Expire(int64_t now_ns) {
-  for (auto it = ended_.begin(); it != ended_.end();) {
-    if (now_ns - static_cast<int64_t>(it->second.ended_unix_ns()) <= options_.ended_ttl_ns) {
-      ++it;
-      continue;
+  std::vector<std::string> expired;
+  for (const auto& [job, info] : ended_) {
+    if (now_ns - static_cast<int64_t>(info.ended_unix_ns()) > options_.ended_ttl_ns) {
+      expired.push_back(job);
     }
-    closed_by_end_.erase(it->first);
-    it = ended_.erase(it);
   }
+  for (const std::string& job : expired) Forget(job);
+}
+
+const std::vector<ncclwatch::v1::CommInfo>& JobLifecycle::EndedComms(
+    const std::string& job_id) const {
+  static const std::vector<ncclwatch::v1::CommInfo> kNone;
+  auto it = ended_comms_.find(job_id);
+  return it == ended_comms_.end() ? kNone : it->second;
 }
 
 std::vector<ncclwatch::v1::Event> JobLifecycle::Open(ncclwatch::v1::Event::Kind kind,

@@ -33,6 +33,9 @@ inline constexpr char kEndRootCauseFound[] = "root cause found";
 struct JobLifecycleOptions {
   int64_t ended_ttl_ns = 3'600'000'000'000;  // how long an ended job stays listed
   size_t max_ended = 4096;                   // ended jobs listed at most (the oldest go first)
+  // Communicators of ended jobs kept readable at most, over all of them (~0.3 KiB each: 20 MiB);
+  // beyond it the oldest jobs' go first (the jobs stay listed).
+  size_t max_ended_comms = 65536;
 };
 
 class JobLifecycle {
@@ -45,9 +48,12 @@ class JobLifecycle {
   void Filter(std::vector<ncclwatch::v1::Event>* events);
 
   // `last` (the job as last seen running) ended at `now_ns` because of `why`: appends an END for
-  // each of its open findings (reason "job ended", `why` in the summary) and lists it as ended.
+  // each of its open findings (reason "job ended", `why` in the summary) and lists it as ended,
+  // with `comms`, its communicators as they last were (kept as long as the job is listed, each
+  // with health "ended" or "ended, was <health>").
   void End(const ncclwatch::v1::JobInfo& last, const std::string& why, int64_t now_ns,
-           std::vector<ncclwatch::v1::Event>* events);
+           std::vector<ncclwatch::v1::Event>* events,
+           std::vector<ncclwatch::v1::CommInfo> comms = {});
   // The job reports again (e.g. restarted under the same id): it is running, not ended.
   void Resume(const std::string& job_id);
   // Forgets ended jobs past the TTL.
@@ -56,6 +62,8 @@ class JobLifecycle {
   // The ended jobs, by id, each as last seen running plus state "ended", when and why.
   const std::map<std::string, ncclwatch::v1::JobInfo>& ended() const { return ended_; }
   bool IsEnded(const std::string& job_id) const { return ended_.count(job_id) > 0; }
+  // The communicators of ended job `job_id` as it ended (empty when it is not ended).
+  const std::vector<ncclwatch::v1::CommInfo>& EndedComms(const std::string& job_id) const;
   size_t open_findings() const { return open_.size(); }
   // The STARTs of the open findings of `kind`, of `job_id` (empty: every job), oldest first.
   std::vector<ncclwatch::v1::Event> Open(ncclwatch::v1::Event::Kind kind,
@@ -69,6 +77,9 @@ class JobLifecycle {
   std::map<std::string, ncclwatch::v1::Event> open_;            // by FindingOf: the START
   std::map<std::string, std::set<std::string>> closed_by_end_;  // by job: what its end closed
   std::map<std::string, ncclwatch::v1::JobInfo> ended_;
+  std::map<std::string, std::vector<ncclwatch::v1::CommInfo>> ended_comms_;  // by job, as ended_
+  size_t ended_comms_count_ = 0;                                             // over ended_comms_
+  void Forget(const std::string& job_id);  // an ended job, and what was kept of it
 };
 
 }  // namespace ncclwatch::aggregator

@@ -76,7 +76,12 @@ TEST(JobLifecycleTest, FinalReportsEndTheJobAndItsOpenFindingsAtOnce) {
 
   EXPECT_EQ(FlaggedSeries(analyzer), 0) << "the alert's series is gone at once";
   EXPECT_TRUE(analyzer.answers().Stragglers("job-7").empty());
-  EXPECT_TRUE(analyzer.answers().Comms("job-7").empty());
+  // Its communicator stays readable, marked ended, as long as the job is listed.
+  const auto comms = analyzer.answers().Comms("job-7");
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].comm_name(), "world");
+  EXPECT_EQ(comms[0].nranks(), 8);
+  EXPECT_EQ(comms[0].health().rfind("ended", 0), 0u) << comms[0].health();
   const auto jobs = analyzer.answers().Jobs();
   const ncclwatch::v1::JobInfo* job = FindJob(jobs, "job-7");
   ASSERT_NE(job, nullptr);
@@ -180,6 +185,44 @@ TEST(JobLifecycleTest, AFindingThatClearsEndsOnceAsFaultCleared) {
   EXPECT_TRUE(lifecycle.IsEnded("j"));
   lifecycle.Expire(5 + JobLifecycleOptions().ended_ttl_ns + 1);
   EXPECT_FALSE(lifecycle.IsEnded("j"));
+}
+
+TEST(JobLifecycleTest, EndedJobsKeepTheirCommunicatorsWithinABound) {
+  JobLifecycleOptions options;
+  options.max_ended_comms = 4;
+  JobLifecycle lifecycle(options);
+  auto comms = [](const std::string& job, int n, const std::string& health) {
+    std::vector<ncclwatch::v1::CommInfo> out(n);
+    for (int i = 0; i < n; ++i) {
+      out[i].set_job_id(job);
+      out[i].set_comm_hash(i + 1);
+      out[i].set_health(health);
+    }
+    return out;
+  };
+  auto job = [](const std::string& id) {
+    ncclwatch::v1::JobInfo info;
+    info.set_job_id(id);
+    return info;
+  };
+  std::vector<Event> events;
+  lifecycle.End(job("a"), "done", 1000, &events, comms("a", 3, "straggler"));
+  ASSERT_EQ(lifecycle.EndedComms("a").size(), 3u);
+  EXPECT_EQ(lifecycle.EndedComms("a")[0].health(), "ended, was straggler");
+  lifecycle.End(job("b"), "done", 2000, &events, comms("b", 3, "ok"));
+  EXPECT_TRUE(lifecycle.EndedComms("a").empty()) << "the oldest job's go first";
+  ASSERT_EQ(lifecycle.EndedComms("b").size(), 3u);
+  EXPECT_EQ(lifecycle.EndedComms("b")[0].health(), "ended");
+  EXPECT_TRUE(lifecycle.IsEnded("a")) << "the job itself stays listed";
+  lifecycle.End(job("c"), "done", 3000, &events, comms("c", 5, "ok"));
+  EXPECT_TRUE(lifecycle.EndedComms("c").empty()) << "alone beyond the bound: not kept";
+  EXPECT_EQ(lifecycle.EndedComms("b").size(), 0u);
+  lifecycle.End(job("d"), "done", 4000, &events, comms("d", 2, "ok"));
+  lifecycle.Resume("d");  // running again: nothing kept of its end
+  EXPECT_TRUE(lifecycle.EndedComms("d").empty());
+  EXPECT_FALSE(lifecycle.IsEnded("d"));
+  lifecycle.End(job("e"), "done", 5000, &events, comms("e", 4, "ok"));
+  EXPECT_EQ(lifecycle.EndedComms("e").size(), 4u) << "the count went back with d's";
 }
 
 }  // namespace
