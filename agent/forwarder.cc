@@ -144,10 +144,14 @@ Forwarder::PushResult Forwarder::Push(ncclwatch::v1::NodeBatchBytes& batch) {
           absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
                        ": ", status.error_message());
     }
-    LogWarning("push of batch %d (%d reports) to %s failed: %s: %s; will retry", batch.batch_seq(),
-               batch.reports_size(), options_.aggregator,
-               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
-               status.error_message());
+    const std::string code =
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
+    LogWarningWith({{"aggregator", options_.aggregator},
+                    {"batch", absl::StrCat(batch.batch_seq())},
+                    {"code", code}},
+                   "push of batch %d (%d reports) to %s failed: %s: %s; will retry",
+                   batch.batch_seq(), batch.reports_size(), options_.aggregator, code,
+                   status.error_message());
     switch (status.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
       case grpc::StatusCode::DEADLINE_EXCEEDED:

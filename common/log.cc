@@ -9,7 +9,9 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 
 namespace ncclwatch {
 namespace {
@@ -109,7 +111,7 @@ bool ParseLogFormat(std::string_view text, LogFormat* out) {
   return true;
 }
 
-std::string FormatLogLine(LogSeverity severity, std::string_view message) {
+std::string FormatLogLine(LogSeverity severity, std::string_view message, const LogFields& fields) {
   static constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
   static constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
   auto now = std::chrono::system_clock::now();
@@ -126,16 +128,35 @@ std::string FormatLogLine(LogSeverity severity, std::string_view message) {
     AppendJsonString(&line, *component);
     line.append("\",\"message\":\"");
     AppendJsonString(&line, message);
-    line.append("\"}");
+    line.append("\"");
+    if (!fields.empty()) {
+      line.append(",\"fields\":{");
+      for (size_t i = 0; i < fields.size(); ++i) {
+        line.append(i == 0 ? "\"" : ",\"");
+        AppendJsonString(&line, fields[i].first);
+        line.append("\":\"");
+        AppendJsonString(&line, fields[i].second);
+        line.append("\"");
+      }
+      line.append("}");
+    }
+    line.append("}");
     return line;
   }
-  return absl::StrFormat("%s.%03dZ %c %s] %s", stamp, millis, kLetters[static_cast<int>(severity)],
-                         *component, message);
+  std::string line = absl::StrFormat("%s.%03dZ %c %s] %s", stamp, millis,
+                                     kLetters[static_cast<int>(severity)], *component, message);
+  for (const auto& [name, value] : fields) {
+    const bool quote = value.empty() || value.find_first_of(" \"=") != std::string::npos;
+    absl::StrAppend(
+        &line, " ", name, "=",
+        quote ? absl::StrCat("\"", absl::StrReplaceAll(value, {{"\"", "\\\""}}), "\"") : value);
+  }
+  return line;
 }
 
-void LogLine(LogSeverity severity, std::string_view message) {
+void LogLine(LogSeverity severity, std::string_view message, const LogFields& fields) {
   if (static_cast<int>(severity) < min_severity.load(std::memory_order_relaxed)) return;
-  std::string line = FormatLogLine(severity, message);
+  std::string line = FormatLogLine(severity, message, fields);
   line.push_back('\n');
   // One write per line keeps lines from different threads whole.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());

@@ -37,5 +37,25 @@ TEST(LogTest, FormatsParseByName) {
   EXPECT_EQ(text.substr(24), " I agent] plain") << text;  // after 2026-11-29T12:34:56.789Z
 }
 
+// Fields: a JSON line holds them as one object after the message, a text line appends name=value
+// (quoted where a value would not read back as one token).
+TEST(LogTest, FieldsFollowTheMessageInEitherFormat) {
+  SetLogComponent("aggregator");
+  const LogFields fields = {{"job_id", "train-42"}, {"node", "gpu node \"7\""}, {"kind", ""}};
+  SetLogFormat(LogFormat::kJson);
+  const std::string json = FormatLogLine(LogSeverity::kInfo, "found", fields);
+  SetLogFormat(LogFormat::kText);
+  EXPECT_NE(json.find("\"message\":\"found\",\"fields\":{\"job_id\":\"train-42\","
+                      "\"node\":\"gpu node \\\"7\\\"\",\"kind\":\"\"}}"),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(json.back(), '}');
+  EXPECT_EQ(FormatLogLine(LogSeverity::kInfo, "found").find("fields"), std::string::npos);
+  const std::string text = FormatLogLine(LogSeverity::kInfo, "found", fields);
+  EXPECT_EQ(text.substr(24),
+            " I aggregator] found job_id=train-42 node=\"gpu node \\\"7\\\"\" kind=\"\"")
+      << text;
+}
+
 }  // namespace
 }  // namespace ncclwatch

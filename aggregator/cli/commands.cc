@@ -96,7 +96,18 @@ std::optional<int> CheckJob(QueryStub& stub, const CommandConfig& config, const 
   }
   std::vector<std::string> known;
   for (const auto& j : jobs.jobs()) {
-    if (j.job_id() == config.job) return std::nullopt;
+    if (j.job_id() == config.job) {
+      if (j.state() == "ended") {
+        // Its findings ended with it: say so, or an empty answer reads as "it was healthy".
+        std::fprintf(console.err,
+                     "ncclwatch: job '%s' ended at %s (%s); its findings ended with it: "
+                     "`ncclwatch events --job %s` lists them, `ncclwatch comms --job %s` shows "
+                     "its communicators as they last were\n",
+                     config.job.c_str(), ClockText(j.ended_unix_ns()).c_str(),
+                     j.end_reason().c_str(), config.job.c_str(), config.job.c_str());
+      }
+      return std::nullopt;
+    }
     if (known.size() < 10) known.push_back(j.job_id());
   }
   const std::string list =

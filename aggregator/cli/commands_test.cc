@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "aggregator/cli/answers_test_util.h"
 #include "aggregator/cli/chrome_trace.h"
@@ -240,6 +241,27 @@ TEST_F(CommandsTest, EveryCallCarriesTheBearerToken) {
   config_.token = "s3cret";
   EXPECT_EQ(Comms(*stub_, config_, captured_.console()), 0);
   EXPECT_EQ(captured_.out(), CommsText(TwoComms()));
+}
+
+// A job that ended is still known (its answer is empty: its findings ended with it); stderr says
+// so and where to look, so that the empty answer does not read as "it was healthy".
+TEST_F(CommandsTest, AnEndedJobsEmptyAnswerSaysTheJobEnded) {
+  ncclwatch::v1::ListJobsResponse jobs = OneJob();
+  jobs.mutable_jobs(0)->set_state("ended");
+  jobs.mutable_jobs(0)->set_ended_unix_ns(3723 * kSecond);
+  jobs.mutable_jobs(0)->set_end_reason("every rank sent its final report");
+  fake_.jobs = {jobs};
+  fake_.stragglers = {ncclwatch::v1::ListStragglersResponse()};
+  Serve();
+  config_.job = jobs.jobs(0).job_id();
+  EXPECT_EQ(Stragglers(*stub_, config_, captured_.console()), 0);
+  EXPECT_EQ(captured_.out(), StragglersText({}));
+  EXPECT_EQ(captured_.err(),
+            absl::StrCat("ncclwatch: job '", config_.job, "' ended at ", ClockText(3723 * kSecond),
+                         " (every rank sent its final report); its findings ended with it: "
+                         "`ncclwatch events --job ",
+                         config_.job, "` lists them, `ncclwatch comms --job ", config_.job,
+                         "` shows its communicators as they last were\n"));
 }
 
 // --wait-s: the watch opens before the first list; only a START of the command's kind for --job

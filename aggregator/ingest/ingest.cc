@@ -12,6 +12,7 @@
 #include "aggregator/findings/findings.h"
 #include "aggregator/store/store_keys.h"
 #include "common/log.h"
+#include "proto/inspector.h"
 #include "proto/validate.h"
 
 namespace ncclwatch::aggregator {
@@ -444,8 +445,45 @@ void Ingest::StorePoints(const std::vector<SeriesPoint>& points) {
   }
 }
 
+namespace {
+
+// What a log pipeline selects findings on: kind, phase, job, and where it is (the GPU's node and
+// ranks, the communicator) when the finding has one.
+LogFields EventFields(const ncclwatch::v1::Event& e) {
+  using ncclwatch::v1::Event;
+  LogFields fields = {{"kind", Event::Kind_Name(e.kind())},
+                      {"phase", Event::Phase_Name(e.phase())},
+                      {"job_id", e.job_id()}};
+  if (e.has_root_cause()) {
+    const auto& r = e.root_cause();
+    fields.emplace_back("node", r.node());
+    fields.emplace_back("gpu", GpuLabel(r.cuda_device()));
+    if (r.has_global_rank()) fields.emplace_back("global_rank", absl::StrCat(r.global_rank()));
+  } else if (e.has_straggler()) {
+    const auto& s = e.straggler();
+    fields.emplace_back("node", s.node());
+    fields.emplace_back("comm_name", s.comm_name());
+    fields.emplace_back("rank", absl::StrCat(s.rank()));
+    if (s.has_global_rank()) fields.emplace_back("global_rank", absl::StrCat(s.global_rank()));
+  } else if (e.has_hang()) {
+    fields.emplace_back("comm_name", e.hang().comm_name());
+  } else if (e.has_degraded()) {
+    fields.emplace_back("comm_name", e.degraded().comm_name());
+  } else if (e.has_suspect()) {
+    fields.emplace_back("node", e.suspect().node());
+  } else if (e.has_node_straggler()) {
+    fields.emplace_back("node", e.node_straggler().node());
+  } else if (e.has_node_silent()) {
+    fields.emplace_back("node", e.node_silent().node());
+  }
+  if (!e.end_reason().empty()) fields.emplace_back("end_reason", e.end_reason());
+  return fields;
+}
+
+}  // namespace
+
 void Ingest::Handle(const ncclwatch::v1::Event& event) {
-  LogInfo("%s", event.summary());
+  LogInfoWith(EventFields(event), "%s", event.summary());
   if (absl::Status s = store_.PutEvent(event); !s.ok()) {
     store_errors_->Increment();
     LogError("store: %s", s.message());
