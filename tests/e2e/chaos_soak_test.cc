@@ -145,7 +145,15 @@ TEST(ChaosSoakTest, RandomKillsLoseNoAcknowledgedDataAndDetectionsStayRight) {
       << p.Logs();
   const double agent0_rss_start = RssMiB(p.agent_pid(0));
 
-  std::mt19937 rng(std::random_device{}());
+  // A fresh sequence of faults each run, said first, so that a failing one can be replayed with
+  // NCCLWATCH_SOAK_SEED (the timing of the processes still varies).
+  const char* seed_env = std::getenv("NCCLWATCH_SOAK_SEED");
+  const unsigned seed = seed_env != nullptr
+                            ? static_cast<unsigned>(std::strtoul(seed_env, nullptr, 10))
+                            : std::random_device{}();
+  std::printf("chaos soak: seed %u (NCCLWATCH_SOAK_SEED=%u replays these faults)\n", seed, seed);
+  std::fflush(stdout);
+  std::mt19937 rng(seed);
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
