@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/json_string.h"
 
 namespace ncclwatch {
 namespace {
@@ -27,53 +28,6 @@ std::atomic<int> min_severity{static_cast<int>(InitialSeverity())};
 std::atomic<int> format{static_cast<int>(LogFormat::kText)};
 // Set once at start-up, before other threads exist.
 std::string* component = new std::string("ncclwatch");
-
-// `text` as the inside of a JSON string: quotes, backslashes and control characters escaped, valid
-// UTF-8 passed as it is, and any other byte (a message may quote what a client sent) as U+FFFD.
-void AppendJsonString(std::string* out, std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      const size_t n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-      bool valid = n > 0 && i + n <= text.size();
-      for (size_t k = 1; valid && k < n; ++k) {
-        valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-      }
-      if (valid) {
-        out->append(text.substr(i, n));
-        i += n;
-      } else {
-        out->append("\\ufffd");
-        ++i;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out->append(absl::StrFormat("\\u%04x", c));
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-    ++i;
-  }
-}
 
 }  // namespace
 

@@ -18,9 +18,10 @@ TEST(LogTest, JsonLinesEscapeTheMessageAndKeepUtf8) {
   // {"time":"2026-11-29T12:34:56.789Z","level":...
   ASSERT_EQ(line.rfind("{\"time\":\"", 0), 0u) << line;
   EXPECT_EQ(line.substr(9 + 24, 19), "\",\"level\":\"warning\"") << line;
-  EXPECT_NE(line.find("\"component\":\"agent\",\"message\":\"say \\\"hi\\\"\\\\ \\n\\t\\u0001 5 "
-                      "\xc2\xb5s \\ufffd end\"}"),
-            std::string::npos)
+  EXPECT_NE(
+      line.find("\"component\":\"agent\",\"message\":\"say \\\"hi\\\"\\\\ \\u000a\\u0009\\u0001 5 "
+                "\xc2\xb5s \\ufffd end\"}"),
+      std::string::npos)
       << line;
   EXPECT_EQ(line.find('\n'), std::string::npos);
 }

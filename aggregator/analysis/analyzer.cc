@@ -74,7 +74,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   bool restarted = false;
   const bool source_was_capped = registry_.SourceCapped(source);
   bool new_process = false;
-  CommEntry* entry = registry_.Record(key, id, now_ns, &restarted, source, &new_process);
+  CommEntry* entry = registry_.Record(key, id, now_ns, source, &restarted, &new_process);
   if (entry == nullptr) {  // beyond a cap: counted by the registry
     if (!source_was_capped && registry_.SourceCapped(source)) {
       LogWarning(

@@ -9,7 +9,7 @@
 namespace ncclwatch::aggregator {
 
 CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id,
-                                int64_t now_ns, bool* restarted, const std::string& source,
+                                int64_t now_ns, const std::string& source, bool* restarted,
                                 bool* new_process) {
   *restarted = false;
   auto indexed = index_.find(key);
@@ -68,10 +68,8 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   who.n_nodes = id.n_nodes();
   auto [it, inserted] = who.ranks.try_emplace(id.rank());
   RankWho& rank = it->second;
-  if (new_process != nullptr) {
-    *new_process = inserted || rank.pid != id.pid() || rank.cuda_device != id.cuda_device() ||
-                   rank.host != id.host();
-  }
+  *new_process = inserted || rank.pid != id.pid() || rank.cuda_device != id.cuda_device() ||
+                 rank.host != id.host();
   rank.host = id.host();
   rank.pid = id.pid();
   rank.global_rank = id.has_global_rank() ? id.global_rank() : -1;

@@ -68,10 +68,10 @@ class CommRegistry {
   // or the jobs or communicators `source` introduced beyond --max-{jobs,comms}-per-agent: such
   // reports are not analysed. `*restarted` is set when the communicator is new, or came back
   // with another size under the same hash: whatever was kept about it must start over.
-  // `*new_process` (when given) is set when the rank is new or another process (host, pid, CUDA
-  // device) than it last was.
+  // `*new_process` is set when the rank is new or another process (host, pid, CUDA device) than
+  // it last was.
   CommEntry* Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id, int64_t now_ns,
-                    bool* restarted, const std::string& source = "", bool* new_process = nullptr);
+                    const std::string& source, bool* restarted, bool* new_process);
   const CommEntry* Find(const CommKey& key) const;
   const CommWho* FindWho(const CommKey& key) const;
   // Forgets every communicator none of whose ranks reported within the TTL (its job ended or

@@ -493,19 +493,19 @@ const CommandSpec* FindCommand(std::string_view name) {
 int RunCommand(QueryStub& stub, const CommandConfig& config, const std::vector<std::string>& words,
                const Console& console) {
   const std::string& name = words.empty() ? std::string() : words[0];
-  for (const CommandSpec& c : Commands()) {
-    if (c.name != name) continue;
-    const size_t want = c.argument.empty() ? 1 : 2;
-    if (words.size() != want) {
-      Fail(console, c.argument.empty() ? absl::StrFormat("%s takes no argument (see --help)", name)
-                                       : absl::StrFormat("%s needs one %s argument (see --help)",
-                                                         name, c.argument_what));
-      return kExitUsage;
-    }
-    return c.run(stub, config, want == 2 ? words[1] : std::string(), console);
+  const CommandSpec* c = FindCommand(name);
+  if (c == nullptr) {
+    Fail(console, absl::StrFormat("unknown command '%s' (see ncclwatch --help)", name));
+    return kExitUsage;
   }
-  Fail(console, absl::StrFormat("unknown command '%s' (see ncclwatch --help)", name));
-  return kExitUsage;
+  const size_t want = c->argument.empty() ? 1 : 2;
+  if (words.size() != want) {
+    Fail(console, c->argument.empty() ? absl::StrFormat("%s takes no argument (see --help)", name)
+                                      : absl::StrFormat("%s needs one %s argument (see --help)",
+                                                        name, c->argument_what));
+    return kExitUsage;
+  }
+  return c->run(stub, config, want == 2 ? words[1] : std::string(), console);
 }
 
 }  // namespace ncclwatch::cli

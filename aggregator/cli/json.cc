@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 #include "common/strings.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -102,16 +103,7 @@ std::string ProtoJson(const google::protobuf::Message& message) {
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
+  AppendJsonString(&out, s);
   return out + "\"";
 }
 

@@ -25,8 +25,8 @@ std::string ReadableJson(const std::string& json);
 // `unix_ns` as RFC 3339 in UTC with nanoseconds, e.g. "2026-11-24T23:36:19.000000123Z".
 std::string Rfc3339Utc(int64_t unix_ns);
 
-// `s` as a JSON string literal, quotes included: '"' and '\' are escaped with a backslash, bytes
-// below 0x20 as \u00XX; every other byte (UTF-8 included) is copied as it is.
+// `s` as a JSON string literal, quotes included (common/json_string.h: bytes that are not UTF-8
+// become U+FFFD).
 std::string JsonString(std::string_view s);
 
 }  // namespace ncclwatch::cli

@@ -29,6 +29,9 @@ TEST(JsonStringTest, ControlCharactersBecomeUnicodeEscapes) {
   // 0x20 and above (DEL and UTF-8 included) are copied as they are.
   EXPECT_EQ(JsonString(" ~\x7f"), "\" ~\x7f\"");
   EXPECT_EQ(JsonString("r\xc3\xa9seau"), "\"r\xc3\xa9seau\"");
+  // A byte that is not UTF-8 (a truncated sequence, a lone continuation byte) would make the
+  // document invalid: U+FFFD instead.
+  EXPECT_EQ(JsonString("r\xc3 \x80 \xff"), "\"r\\ufffd \\ufffd \\ufffd\"");
 }
 
 TEST(JsonStringTest, ParsesBackToTheSameString) {
