@@ -293,6 +293,7 @@ void Ingest::AnalysisLoop() {
       // agents' backlogs arrive over their next retries, one node's before another's, so ranks
       // last heard before then are not judged silent until the agents had time to retry.
       analyzer_.StartListening(next.resumed_ns);
+      RecordListeningStart(next.resumed_ns);
     }
     Analyse(*next.batch, next.source, next.received_ns,
             [this](const ncclwatch::v1::Event& e) { Handle(e); });
@@ -362,6 +363,22 @@ absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns, int64_
     }
     if (static_cast<int64_t>(event.time_unix_ns()) > *last_event) Handle(event);
   };
+  // Where the live aggregator began to listen again (a start, a store that took pushes again),
+  // the replay does too, at the same point of its clock: otherwise the agents' backlogs arriving
+  // one node after another look like nodes gone silent. A store that cannot say loses only this.
+  absl::StatusOr<std::vector<int64_t>> listening = store_.ListeningStarts();
+  if (!listening.ok()) {
+    LogWarning("replay: %s; silence is judged as if the aggregator had listened all along",
+               listening.status().message());
+    listening = std::vector<int64_t>();
+  }
+  auto next_listening = listening->begin();
+  const auto listen_until = [&](int64_t replay_now_ns) {
+    for (; next_listening != listening->end() && *next_listening <= replay_now_ns;
+         ++next_listening) {
+      analyzer_.StartListening(*next_listening);
+    }
+  };
   uint64_t batches = 0;
   // The live aggregator ticked its detectors every 250 ms between batches (expiring incomplete
   // collectives, judging hangs); replay ticks them on the batches' own clock, so that it ends in
@@ -376,18 +393,32 @@ absl::StatusOr<uint64_t> Ingest::Replay(int64_t since_ns, int64_t now_ns, int64_
         // Across a long gap without batches, the last 10 s of ticks say all the earlier would.
         next_tick_ns = std::max(next_tick_ns, received_ns - 40 * kTickNs);
         for (; next_tick_ns <= received_ns; next_tick_ns += kTickNs) {
+          listen_until(next_tick_ns);
           for (const auto& event : analyzer_.Tick(next_tick_ns)) handle_replayed(event);
         }
+        listen_until(received_ns);
         Analyse(batch, batch.source(), received_ns, handle_replayed);
       });
   if (!s.ok()) return s;
   analyzer_.StartListening(now_ns);
+  RecordListeningStart(now_ns);
   // And once at start-up time, as the first live tick would: verdicts that were waiting to be
   // confirmed (or to end) when the aggregator stopped are settled before the first query.
   if (batches > 0) {
     for (const auto& event : analyzer_.Tick(now_ns)) handle_replayed(event);
   }
   return batches;
+}
+
+void Ingest::RecordListeningStart(int64_t time_ns) {
+  const absl::Status s = store_.RecordListeningStart(time_ns);
+  if (!s.ok()) {
+    store_errors_->Increment();
+    LogWarning(
+        "store: %s (a replay after the next restart may judge this moment's late "
+        "backlogs as silence)",
+        s.message());
+  }
 }
 
 void Ingest::Tick(int64_t now_ns) {

@@ -140,6 +140,8 @@ class Ingest {
   // Hands a durable new batch to the analysis thread (waiting for room); `resumed_ns` > 0: the
   // store took pushes again at that time after failing them.
   void QueueAnalysis(Commit& c, int64_t resumed_ns);
+  // Store::RecordListeningStart, logged and counted when it fails.
+  void RecordListeningStart(int64_t time_ns);
   void AnalysisLoop();
   static constexpr absl::Duration kMinSyncInterval = absl::Milliseconds(5);
   ncclwatch::Mutex order_mu_;

@@ -3,12 +3,14 @@
 // replayed window and still open is re-derived within it, and must not be announced a second time.
 #include "aggregator/ingest/ingest.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "aggregator/analysis/answers.h"
 #include "common/status_matchers.h"
 #include "common/sync.h"
@@ -162,6 +164,82 @@ TEST(IngestReplayTest, AFindingOpenBeforeAShortenedReplayIsNotAnnouncedAgain) {
   EXPECT_EQ(UnreportedStarts(**store), 1);    // ...but not announced again
   store->reset();
   std::filesystem::remove_all(dir);
+}
+
+// Rank `rank` of a 2-rank communicator, one rank per node, as its node's agent sends it.
+ncclwatch::v1::NodeBatch NodeReport(int rank, uint64_t seq) {
+  ncclwatch::v1::NodeBatch batch = HalfReported(seq);
+  batch.set_agent_id("node-" + std::to_string(rank));
+  auto* id = batch.mutable_reports(0)->mutable_identity();
+  id->set_rank(rank);
+  id->set_n_nodes(2);
+  return batch;
+}
+
+// The RANK_SILENT findings a start-up replay announces for this history, as the live run stored
+// it: both nodes report every 100 ms for 10 s; then the store refuses pushes (a full disk) until
+// it takes them again at 12 s, when node 1's agent, retrying at once, delivers its backlog; node
+// 0's agent was backing off and delivers its own at 16.5 s. Live, the aggregator listened again at
+// 12 s and judged no one silent. `recorded`: the store kept that moment.
+int SilentFoundByReplay(bool recorded) {
+  StoreDir dir;
+  auto store = Store::Open(dir.path());
+  EXPECT_THAT(store, IsOk());
+  if (!store.ok()) return -1;
+  constexpr int64_t kMs = 1'000'000;
+  const int64_t t0 = absl::ToUnixNanos(absl::Now()) - 60'000 * kMs;
+  uint64_t seq[2] = {0, 0};
+  const auto put = [&](int rank, int64_t at_ms) {
+    EXPECT_THAT((*store)->PutBatchIfNew(NodeReport(rank, ++seq[rank]), t0 + at_ms * kMs), IsOk());
+  };
+  for (int64_t ms = 0; ms <= 20'000; ms += 100) {
+    if (ms <= 10'000 || ms >= 12'000) put(1, ms);
+    if (ms <= 10'000 || ms >= 16'500) put(0, ms);
+  }
+  if (recorded) {
+    EXPECT_THAT((*store)->RecordListeningStart(t0 + 12'000 * kMs), IsOk());
+  }
+  Analyzer analyzer;
+  MetricRegistry metrics;
+  Ingest ingest(**store, analyzer, metrics);
+  const auto replayed = ingest.Replay(t0 - 1, t0 + 20'100 * kMs);
+  EXPECT_THAT(replayed, IsOk());
+  const auto events = (*store)->ListEvents(0, 1000);
+  EXPECT_THAT(events, IsOk());
+  if (!events.ok()) return -1;
+  int n = 0;
+  for (const auto& e : *events) {
+    n += e.kind() == ncclwatch::v1::Event::RANK_SILENT && e.phase() == ncclwatch::v1::Event::START;
+  }
+  return n;
+}
+
+TEST(IngestReplayTest, AReplayListensAgainWhereTheLiveRunDidSoALateBacklogIsNotSilence) {
+  EXPECT_EQ(SilentFoundByReplay(/*recorded=*/true), 0)
+      << "node 0's backlog came within the agents' retry time of the store taking pushes again";
+  // What the store's record changes: without it, the replay takes the 6.5 s gap for silence.
+  EXPECT_EQ(SilentFoundByReplay(/*recorded=*/false), 1);
+}
+
+TEST(IngestReplayTest, EveryStartAndResumeIsKeptNewestLast) {
+  StoreDir dir;
+  auto store = Store::Open(dir.path());
+  ASSERT_THAT(store, IsOk());
+  for (int64_t t = 1; t <= static_cast<int64_t>(Store::kMaxListeningStarts) + 10; ++t) {
+    ASSERT_THAT((*store)->RecordListeningStart(t * 1000), IsOk());
+  }
+  {
+    Analyzer analyzer;
+    MetricRegistry metrics;
+    Ingest ingest(**store, analyzer, metrics);
+    ASSERT_THAT(ingest.Replay(0, 5'000'000), IsOk());  // a start-up records itself
+  }
+  const auto starts = (*store)->ListeningStarts();
+  ASSERT_THAT(starts, IsOk());
+  ASSERT_EQ(starts->size(), Store::kMaxListeningStarts) << "bounded";
+  EXPECT_EQ(starts->front(), 12 * 1000) << "the oldest are let go of";
+  EXPECT_EQ(starts->back(), 5'000'000) << "the start-up itself";
+  EXPECT_TRUE(std::is_sorted(starts->begin(), starts->end()));
 }
 
 }  // namespace

@@ -685,6 +685,43 @@ absl::StatusOr<uint64_t> Store::CountBatches() const {
   return n;
 }
 
+namespace {
+constexpr char kListeningStartsKey[] = "Mlistening_starts";  // be64 times, oldest first
+}  // namespace
+
+absl::Status Store::RecordListeningStart(int64_t time_ns) {
+  ncclwatch::MutexLock lock(&listening_mu_);
+  absl::StatusOr<std::vector<int64_t>> starts = ListeningStarts();
+  if (!starts.ok()) return starts.status();
+  starts->push_back(time_ns);
+  std::sort(starts->begin(), starts->end());
+  const size_t keep = std::min(starts->size(), kMaxListeningStarts);
+  std::string value;
+  value.reserve(keep * 8);
+  for (size_t i = starts->size() - keep; i < starts->size(); ++i) {
+    value += EncodeBe64(static_cast<uint64_t>((*starts)[i]));
+  }
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), kListeningStartsKey, value),
+                   "listening start write");
+}
+
+absl::StatusOr<std::vector<int64_t>> Store::ListeningStarts() const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kListeningStartsKey, &value);
+  if (s.IsNotFound()) return std::vector<int64_t>();
+  if (!s.ok()) return FromRocks(s, "listening starts read");
+  if (value.size() % 8 != 0) {
+    return absl::DataLossError(absl::StrCat("listening starts: ", value.size(),
+                                            " bytes, not a whole number of 8-byte times"));
+  }
+  std::vector<int64_t> starts;
+  starts.reserve(value.size() / 8);
+  for (size_t i = 0; i < value.size(); i += 8) {
+    starts.push_back(static_cast<int64_t>(DecodeBe64(value.data() + i)));
+  }
+  return starts;
+}
+
 absl::Status Store::PutEvent(const ncclwatch::v1::Event& event) {
   const std::string key = EncodeStoreKey({.kind = StoreKey::Kind::kEvent,
                                           .time = event.time_unix_ns(),

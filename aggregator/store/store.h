@@ -125,6 +125,15 @@ class Store {
   // Number of batches in the store (scans keys; for tests and start-up logging).
   absl::StatusOr<uint64_t> CountBatches() const;
 
+  // The times the aggregator began to listen again: at start-up, and when its store took pushes
+  // again after refusing them (a full disk). The agents' backlogs arrive over their next retries
+  // after such a time, one node's before another's; a replay of the batch log applies each time
+  // where it fell (Analyzer::StartListening), so that it judges silence as the live run did. The
+  // newest kMaxListeningStarts are kept, oldest first.
+  static constexpr size_t kMaxListeningStarts = 256;
+  absl::Status RecordListeningStart(int64_t time_ns);
+  absl::StatusOr<std::vector<int64_t>> ListeningStarts() const;
+
   absl::Status PutEvent(const ncclwatch::v1::Event& event);
   // Events with time >= since_unix_ns, oldest first, at most `limit`.
   absl::StatusOr<std::vector<ncclwatch::v1::Event>> ListEvents(int64_t since_unix_ns,
@@ -238,6 +247,7 @@ class Store {
   absl::StatusOr<uint64_t> NewestSeqLocked(const std::string& agent_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(put_mu_);
   std::atomic<uint64_t> counter_{0};
+  ncclwatch::Mutex listening_mu_;  // RecordListeningStart's read-modify-write
   // A failed WAL sync, sticky (SyncBatchWrites).
   ncclwatch::Mutex sync_mu_;
   absl::Status sync_failed_ ABSL_GUARDED_BY(sync_mu_);
