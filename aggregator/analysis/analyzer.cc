@@ -25,7 +25,8 @@ Analyzer::Analyzer(AnalyzerOptions options)
       verdicts_(options.root_cause),
       unexplained_options_(options.unexplained),
       job_end_silence_ns_(options.job_end_silence_ns),
-      report_points_(options.report_points) {}
+      report_points_(options.report_points),
+      expiry_every_ns_(std::clamp<int64_t>(options.series_ttl_ns / 60, 1, 1'000'000'000)) {}
 
 void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
                                      const std::vector<FlagChange>& changes, int64_t now_ns,
@@ -74,7 +75,8 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   bool restarted = false;
   const bool source_was_capped = registry_.SourceCapped(source);
   bool new_process = false;
-  CommEntry* entry = registry_.Record(key, id, now_ns, source, &restarted, &new_process);
+  RankWho* who = nullptr;
+  CommEntry* entry = registry_.Record(key, id, now_ns, source, &restarted, &new_process, &who);
   if (entry == nullptr) {  // beyond a cap: counted by the registry
     if (!source_was_capped && registry_.SourceCapped(source)) {
       LogWarning(
@@ -92,27 +94,26 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     own_time_.Forget(key);
   }
   Ingested out;
-  // The registry compared the rank's process with the one it last had: no lookup here, no key
-  // built for every report of a known rank.
+  const RankInterval interval = ToRankInterval(report);
+  // The registry compared the rank's process and node with the ones it last had: no lookup here,
+  // no key built for every report of a known rank.
   if (new_process || restarted) {
+    detectors_.degraded.Observe(key, interval);
     const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
     families_.Set(key, entry->who.nranks, entry->who.n_nodes);
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
     for (const SilentNodeChange& change : detectors_.silent_nodes.Member(
-             key, id.rank(), entry->who.Rank(id.rank()).node,
+             key, id.rank(), who->node,
              absl::StrCat(id.host(), "/", id.pid(), "/", id.cuda_device()), now_ns)) {
       out.events.push_back(SilentNodeEvent(change, now_ns));
     }
   }
-  {
-    // The rank's labels are made of these (CommRegistry::RankLabels).
-    const RankWho& who = entry->who.Rank(id.rank());
-    series_.AddReport(
-        absl::HashOf(entry->who.comm_name, who.node, who.cuda_device, who.global_rank),
-        [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); }, report, now_ns,
-        report_points_ ? &out.points : nullptr, source);
-  }
+  // The rank's labels are made of these (CommRegistry::RankLabels).
+  series_.AddReport(
+      absl::HashOf(entry->who.comm_name, who->node, who->cuda_device, who->global_rank),
+      [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); }, report, now_ns,
+      report_points_ ? &out.points : nullptr, source, &who->series_slot);
 
   // Telemetry that lied (the plugin left those operations out): counted for `comms`.
   if (report.drops().bogus_timings() > 0) {
@@ -123,9 +124,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   } else if (!entry->completions_lost.empty()) {
     entry->completions_lost.erase(id.rank());  // its late completions arrived after all
   }
-  const RankInterval interval = ToRankInterval(report);
-  detectors_.hangs.Update(key, interval, now_ns);
-  detectors_.degraded.Observe(key, interval);
+  detectors_.hangs.Update(key, interval, now_ns, &who->hang_slot);
   // Under mu_: the lambda runs within this call.
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
                             const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -194,14 +193,20 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
   }
   HangEventsLocked(now_ns, &events);
   CoverageEventsLocked(now_ns, &events);
-  detectors_.correlator.Expire(now_ns);
-  series_.Expire(now_ns);
-  registry_.Expire(
-      now_ns, [this](const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
+  series_.Expire(now_ns);  // paced by itself (a sixtieth of its TTL)
+  // These expiry walks visit every communicator: once a second is plenty for lifetimes of tens of
+  // seconds (incomplete collectives) to minutes (communicators), and a tick comes every 250 ms.
+  const bool walk = now_ns - last_expiry_ns_ >= expiry_every_ns_;
+  if (walk) {
+    last_expiry_ns_ = now_ns;
+    detectors_.correlator.Expire(now_ns);
+    registry_.Expire(now_ns, [this](const CommKey& key)
+                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
+  }
   VerdictEventsLocked(verdicts_.Tick(now_ns, GpusOnNodeLocked()), now_ns, &events);
   UnexplainedLatenessLocked(now_ns, &events);
   lifecycle_.Filter(&events);
-  EndSilentJobsLocked(now_ns, &events);
+  if (walk) EndSilentJobsLocked(now_ns, &events);  // a walk of every communicator too
   lifecycle_.Expire(now_ns);
   return events;
 }

@@ -148,7 +148,7 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the root-cause analysis names a GPU or node of `job_id`, or a hang of it has an origin.
   bool JobHasRootCauseLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The notable ranks of `comm` in the classes whose lateness may page as origin-not-found: not
+  // The flagged ranks of `comm` in the classes whose lateness may page as origin-not-found: not
   // point-to-point exchanges, not classes imbalanced by their data (analyzer_unexplained.cc).
   std::vector<RankScore> PageableLatenessLocked(const CommKey& comm) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -217,6 +217,9 @@ class Analyzer {
   std::map<ProcessKey, std::set<CommKey>> silent_processes_ ABSL_GUARDED_BY(mu_);
   uint64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ns_ ABSL_GUARDED_BY(mu_) = 0;  // the latest now of Ingest or Tick
+  // Tick's expiry walks: once a second, or a sixtieth of the communicators' TTL when that is less.
+  const int64_t expiry_every_ns_;
+  int64_t last_expiry_ns_ ABSL_GUARDED_BY(mu_) = INT64_MIN / 2;  // Tick's expiry walks
 };
 
 }  // namespace ncclwatch::aggregator

@@ -56,7 +56,9 @@ void Analyzer::SilentEventLocked(const HangChange& change, int64_t now_ns,
 
 void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
   // Only the jobs with a rank that never reported need a view (and every communicator of
-  // those, for the nodes that do report); the others are complete.
+  // those, for the nodes that do report); the others are complete. With none, and no gap open
+  // to close, there is nothing to walk (every tick, thousands of communicators in a large job).
+  if (registry_.incomplete_comms() == 0 && detectors_.coverage.gaps().empty()) return;
   std::set<std::string> gaps;
   for (const auto& [key, entry] : registry_.comms()) {
     if (entry.unreported > 0) gaps.insert(key.job_id);
@@ -71,7 +73,7 @@ void Analyzer::CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::E
     c.n_nodes = entry.who.n_nodes;
     c.first_report_ns = entry.first_seen_ns;
     c.unreported_count = entry.unreported;
-    AppendAbsentRanks(entry.last_seen_ns, entry.who.nranks, kMaxNamedRanks, &c.unreported);
+    AppendAbsentRanks(entry.who.ranks, entry.who.nranks, kMaxNamedRanks, &c.unreported);
     for (const auto& [r, who] : entry.who.ranks) {
       if (!who.node.empty()) c.reporting.insert(who.node);
     }

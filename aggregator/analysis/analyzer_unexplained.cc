@@ -62,7 +62,7 @@ struct LateRank {
 }  // namespace
 
 std::vector<RankScore> Analyzer::PageableLatenessLocked(const CommKey& comm) const {
-  return detectors_.stragglers.Notable(
+  return detectors_.stragglers.Flagged(
       comm, [&](const std::string& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return op == kP2pClass || own_time_.Imbalanced(comm, op);
       });

@@ -10,7 +10,7 @@ namespace ncclwatch::aggregator {
 
 CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id,
                                 int64_t now_ns, const std::string& source, bool* restarted,
-                                bool* new_process) {
+                                bool* new_process, RankWho** rank_out) {
   *restarted = false;
   auto indexed = index_.find(key);
   auto found = indexed == index_.end() ? comms_.end() : indexed->second;
@@ -50,11 +50,11 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     index_.emplace(key, found);
   }
   CommEntry& entry = found->second;
+  const bool was_incomplete = entry.unreported > 0;
   CommWho& who = entry.who;
   if (who.nranks != id.nranks()) {
     who.nranks = id.nranks();
     who.ranks.clear();
-    entry.last_seen_ns.clear();
     entry.newest_seen_ns = 0;
     entry.first_seen_ns = now_ns;
     entry.unreported = id.nranks();
@@ -64,26 +64,35 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     entry.completions_lost.clear();
     *restarted = true;
   }
-  who.comm_name = id.comm_name();
+  // Nearly every report is of a known rank with the same identity: compared, not copied.
+  const auto update = [](std::string& field, const std::string& value) {
+    if (field != value) field.assign(value);
+  };
+  update(who.comm_name, id.comm_name());
   who.n_nodes = id.n_nodes();
   auto [it, inserted] = who.ranks.try_emplace(id.rank());
   RankWho& rank = it->second;
+  if (inserted) --entry.unreported;
+  // A new process, or the same one seen from another node: what the rank's process and node are
+  // known by elsewhere (Analyzer::Ingest) is set again.
   *new_process = inserted || rank.pid != id.pid() || rank.cuda_device != id.cuda_device() ||
-                 rank.host != id.host();
-  rank.host = id.host();
+                 rank.host != id.host() || rank.node != id.node();
+  if (*new_process) {
+    rank.host = id.host();
+    rank.node = id.node();
+  }
   rank.pid = id.pid();
+  rank.cuda_device = id.cuda_device();
   rank.global_rank = id.has_global_rank() ? id.global_rank() : -1;
   rank.local_rank = id.has_local_rank() ? id.local_rank() : -1;
-  rank.node = id.node();
-  rank.cuda_device = id.cuda_device();
-  rank.gpu_uuid = id.gpu_uuid();
-  rank.pod = id.pod();
-  rank.pod_namespace = id.pod_namespace();
-  rank.container = id.container();
-  auto [seen, first] = entry.last_seen_ns.try_emplace(id.rank(), now_ns);
-  if (first) --entry.unreported;
-  seen->second = now_ns;
+  update(rank.gpu_uuid, id.gpu_uuid());
+  update(rank.pod, id.pod());
+  update(rank.pod_namespace, id.pod_namespace());
+  update(rank.container, id.container());
+  rank.last_seen_ns = now_ns;
   entry.newest_seen_ns = std::max(entry.newest_seen_ns, now_ns);
+  incomplete_comms_ += (entry.unreported > 0 ? 1 : 0) - (was_incomplete ? 1 : 0);
+  *rank_out = &rank;
   return &entry;
 }
 
@@ -101,6 +110,7 @@ void CommRegistry::Erase(std::map<CommKey, CommEntry>::iterator it,
                          const std::function<void(const CommKey&)>& forget) {
   const CommKey key = it->first;
   forget(key);
+  if (it->second.unreported > 0) --incomplete_comms_;
   index_.erase(key);
   comms_.erase(it);
   // Each count drops with what it counted; a source whose counts reach zero is forgotten.
@@ -123,11 +133,8 @@ void CommRegistry::Erase(std::map<CommKey, CommEntry>::iterator it,
 
 void CommRegistry::Expire(int64_t now_ns, const std::function<void(const CommKey&)>& forget) {
   for (auto it = comms_.begin(); it != comms_.end();) {
-    const auto& seen = it->second.last_seen_ns;
-    const bool alive = std::any_of(seen.begin(), seen.end(), [&](const auto& rank_seen) {
-      return now_ns - rank_seen.second <= options_.ttl_ns;
-    });
-    if (alive) {
+    // Alive while any rank reported within the TTL: while its newest report did.
+    if (now_ns - it->second.newest_seen_ns <= options_.ttl_ns) {
       ++it;
       continue;
     }

@@ -35,8 +35,8 @@ struct RegistryOptions {
 // One communicator.
 struct CommEntry {
   CommWho who;
-  absl::btree_map<int, int64_t> last_seen_ns;      // the ranks that reported -> their last report
-  int64_t newest_seen_ns = 0;                      // the newest of them
+  // The ranks that reported are who.ranks (each with its last report, RankWho::last_seen_ns).
+  int64_t newest_seen_ns = 0;                      // the newest report of any rank
   int64_t first_seen_ns = 0;                       // its first report (of any rank)
   int unreported = 0;                              // ranks that never reported
   absl::btree_map<int, int64_t> flagged_since_ns;  // straggler ranks -> when flagged
@@ -48,7 +48,7 @@ struct CommEntry {
   // last reported: they are counted while missing).
   absl::btree_map<int, uint64_t> completions_lost;
   // Every rank that reported has sent its final report: NCCL finalized it everywhere.
-  bool Finished() const { return !last_seen_ns.empty() && finalized.size() == last_seen_ns.size(); }
+  bool Finished() const { return !who.ranks.empty() && finalized.size() == who.ranks.size(); }
   // When `rank` was flagged late (0: it is not).
   int64_t FlaggedSince(int rank) const {
     auto it = flagged_since_ns.find(rank);
@@ -68,11 +68,14 @@ class CommRegistry {
   // or the jobs or communicators `source` introduced beyond --max-{jobs,comms}-per-agent: such
   // reports are not analysed. `*restarted` is set when the communicator is new, or came back
   // with another size under the same hash: whatever was kept about it must start over.
-  // `*new_process` is set when the rank is new or another process (host, pid, CUDA device) than
-  // it last was.
+  // `*new_process` is set when the rank is new or another process (host, pid, CUDA device), or
+  // on another node, than it last was. `*rank` is set to the rank's entry in the communicator's
+  // `who` (valid until the next Record or Expire).
   CommEntry* Record(const CommKey& key, const ncclwatch::v1::RankIdentity& id, int64_t now_ns,
-                    const std::string& source, bool* restarted, bool* new_process);
+                    const std::string& source, bool* restarted, bool* new_process, RankWho** rank);
   const CommEntry* Find(const CommKey& key) const;
+  // How many communicators have a rank that never reported (kept as reports come: the tick asks).
+  size_t incomplete_comms() const { return incomplete_comms_; }
   const CommWho* FindWho(const CommKey& key) const;
   // Forgets every communicator none of whose ranks reported within the TTL (its job ended or
   // died), calling `forget` with each key first.
@@ -116,6 +119,7 @@ class CommRegistry {
   std::map<std::string, size_t> comms_per_source_;
   std::set<std::string> capped_sources_;
   uint64_t capped_jobs_ = 0;
+  size_t incomplete_comms_ = 0;  // incomplete_comms()
   uint64_t capped_comms_ = 0;
   uint64_t capped_source_jobs_ = 0;
   uint64_t capped_source_comms_ = 0;

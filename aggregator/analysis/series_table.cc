@@ -57,12 +57,15 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
 
 void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
                             const ncclwatch::v1::RankReport& report, int64_t now_ns,
-                            std::vector<SeriesPoint>* points, std::string_view source) {
+                            std::vector<SeriesPoint>* points, std::string_view source,
+                            CachedSlot* slot) {
   const auto end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   const int64_t sample_ms = (end_ns > 0 ? end_ns : now_ns) / 1'000'000;
   const auto& id = report.identity();
-  RankKey key{id.job_id(), id.comm_hash(), id.rank()};
-  Rank& rank = ranks_[key];
+  const bool cached = slot != nullptr && slot->rank != nullptr && slot->generation == generation_;
+  Rank& rank = cached ? *static_cast<Rank*>(slot->rank)
+                      : ranks_[RankKey{id.job_id(), id.comm_hash(), id.rank()}];
+  if (slot != nullptr) *slot = CachedSlot{nullptr, &rank, generation_};
   if (rank.labels.empty() || rank.fingerprint != fingerprint) {  // new, or its node changed
     if (rank.labels.empty()) rank.source = std::string(source);
     const size_t old_bytes = LabelBytes(rank.labels);
@@ -74,7 +77,7 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
       ++capped_by_source_;
       if (rank.entries.empty()) {
         Refund(rank, rank.bytes);
-        ranks_.erase(key);
+        Erase(id);
       }
       return;
     }
@@ -131,8 +134,13 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
   }
   if (rank.entries.empty()) {
     Refund(rank, rank.bytes);
-    ranks_.erase(key);
+    Erase(id);
   }
+}
+
+void SeriesTable::Erase(const ncclwatch::v1::RankIdentity& id) {
+  ranks_.erase(RankKey{id.job_id(), id.comm_hash(), id.rank()});
+  ++generation_;
 }
 
 size_t SeriesTable::LabelBytes(const LabelPairs& labels) {
@@ -184,6 +192,7 @@ void SeriesTable::Expire(int64_t now_ns) {
     if (entries.empty()) {
       Refund(rank, rank.bytes);
       ranks_.erase(it++);
+      ++generation_;
     } else {
       Refund(rank, freed);
       ++it;

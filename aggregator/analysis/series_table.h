@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "aggregator/detect/types.h"
 #include "common/series.h"
 #include "ncclwatch/v1/report.pb.h"
 
@@ -52,9 +54,12 @@ class SeriesTable {
   // made of) differs from the rank's last report's: building them for every report was a good
   // part of its cost.
   // `source`: who sent it; a rank's series count against the source that first reported it.
+  // `slot`, when given, caches where the rank's series are between reports (the registry keeps
+  // one per rank): valid until the table forgets any rank, it spares the lookup of the rank's key.
   void AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()> make_labels,
                  const ncclwatch::v1::RankReport& report, int64_t now_ns,
-                 std::vector<SeriesPoint>* points, std::string_view source = "");
+                 std::vector<SeriesPoint>* points, std::string_view source = "",
+                 CachedSlot* slot = nullptr);
   // Forgets the series not updated within the TTL. Walks the table at most every TTL/60 (10 s by
   // default): called four times a second, a walk of a million series each time would cost more
   // than the reports that fill it.
@@ -117,6 +122,8 @@ class SeriesTable {
   Entry* Set(Rank& rank, size_t* hint, const char* name, bool inspector, uint64_t key,
              absl::FunctionRef<LabelPairs()> make_labels, double value, int64_t sample_ms,
              int64_t now_ns);
+  // Forgets rank `id` (every slot cached before is invalid after).
+  void Erase(const ncclwatch::v1::RankIdentity& id);
   // The full label set of `e`, a series of `rank` of job `job_id`.
   static LabelPairs FullLabels(const std::string& job_id, const Rank& rank, const Entry& e);
 
@@ -125,7 +132,10 @@ class SeriesTable {
   const size_t max_bytes_per_source_;
   absl::flat_hash_map<std::string, size_t> bytes_by_source_;
   uint64_t capped_by_source_ = 0;
-  absl::flat_hash_map<RankKey, Rank> ranks_;
+  // Nodes, not flat slots: a rank's address stays put while it is kept (AddReport's slot cache),
+  // and the cache is invalid after any erasure (`generation_`).
+  absl::node_hash_map<RankKey, Rank> ranks_;
+  uint64_t generation_ = 1;
   size_t series_ = 0;  // entries over all ranks
   uint64_t capped_ = 0;
   int64_t last_expire_ns_ = INT64_MIN / 2;

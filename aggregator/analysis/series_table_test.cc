@@ -204,5 +204,49 @@ TEST(SeriesTableTest, ARanksSeriesAreUpdatedInAnyOrderAndRelabelledWhenItsNodeCh
   }
 }
 
+// The registry's cached slot spares the lookup of the rank; once a rank expires (the table's
+// nodes may be gone), every slot is looked up again, so a slot never reaches a forgotten rank.
+TEST(SeriesTableTest, ACachedSlotIsUsedWhileValidAndLookedUpAgainAfterAnExpiry) {
+  constexpr int64_t kTtl = 60'000'000'000;
+  SeriesTable table(1000, kTtl);
+  const auto report = [](int rank, double us) {
+    ncclwatch::v1::RankReport r;
+    r.set_interval_end_unix_ns(5'000'000'000);
+    r.mutable_identity()->set_job_id("j");
+    r.mutable_identity()->set_nranks(8);
+    r.mutable_identity()->set_rank(rank);
+    AddStats(&r, "AllReduce", 0, 10, 10 * us);
+    return r;
+  };
+  const auto add = [&](int rank, double us, int64_t now_ns, CachedSlot* slot) {
+    const LabelPairs labels = {{"rank", std::to_string(rank)}};
+    table.AddReport(
+        absl::HashOf(labels), [&] { return labels; }, report(rank, us), now_ns, nullptr, "", slot);
+  };
+  const auto value_of = [&](int rank) {
+    std::vector<SeriesPoint> out;
+    table.AppendTo(&out);
+    for (const SeriesPoint& p : out) {
+      if (p.labels[0].second == std::to_string(rank)) return p.value;
+    }
+    return -1.0;
+  };
+  CachedSlot slot3;
+  add(3, 50, 1'000'000'000, &slot3);
+  ASSERT_NE(slot3.rank, nullptr);
+  add(5, 60, 1'000'000'000, nullptr);
+  add(3, 70, 2'000'000'000, &slot3);  // through the slot
+  EXPECT_DOUBLE_EQ(value_of(3), 70);
+  EXPECT_DOUBLE_EQ(value_of(5), 60);
+  // Rank 3 goes quiet and expires; rank 5 carries on.
+  add(5, 61, kTtl + 1'000'000'000, nullptr);
+  table.Expire(kTtl + 3'000'000'000);
+  EXPECT_DOUBLE_EQ(value_of(3), -1) << "rank 3 was forgotten";
+  EXPECT_EQ(table.size(), 1u);
+  add(3, 80, kTtl + 4'000'000'000, &slot3);  // its slot points at freed memory: not used
+  EXPECT_DOUBLE_EQ(value_of(3), 80);
+  EXPECT_EQ(table.size(), 2u);
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator

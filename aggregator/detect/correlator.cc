@@ -1,5 +1,7 @@
 #include "aggregator/detect/correlator.h"
 
+#include <algorithm>
+
 namespace ncclwatch::aggregator {
 
 std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
@@ -40,6 +42,9 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key
   if (inserted) {
     g.nranks = parties;
     g.first_seen_ns = now_ns;
+    // Room for every party at once (the size claimed is bounded: a group of more grows as they
+    // really arrive).
+    g.arrivals.reserve(std::min(parties, 64));
     cg.order.emplace_back(now_ns, std::move(key));
   }
   if (g.nranks != parties) return std::nullopt;

@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
 
@@ -90,7 +91,8 @@ class Correlator {
   };
   struct Group {
     int nranks = 0;
-    std::vector<Arrival> arrivals;
+    // An exchange's two ends fit inline: joining them allocates nothing.
+    absl::InlinedVector<Arrival, 2> arrivals;
     // The ranks in, for a group of more than kScanParties parties (a smaller one scans its
     // arrivals: an exchange or a tensor-parallel group costs no set).
     absl::flat_hash_set<int> seen;
@@ -103,7 +105,10 @@ class Correlator {
     uint64_t seq = 0;
     int sender = -1;
     int receiver = -1;
-    bool operator==(const GroupKey& o) const = default;
+    // The numbers first: the string only decides between keys equal in all of them.
+    bool operator==(const GroupKey& o) const {
+      return seq == o.seq && sender == o.sender && receiver == o.receiver && op == o.op;
+    }
     template <typename H>
     friend H AbslHashValue(H h, const GroupKey& k) {
       return H::combine(std::move(h), k.seq, k.sender, k.receiver, k.op);

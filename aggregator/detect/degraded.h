@@ -91,7 +91,9 @@ class DegradedDetector {
  public:
   explicit DegradedDetector(DegradedOptions options = {}) : options_(options) {}
 
-  // Takes who reported: the communicator's size, class and the node of each of its ranks.
+  // Takes who reported: the communicator's size, class and the node of each of its ranks. Called
+  // for a rank's first report and when its process or node changes (Analyzer::Ingest), not for
+  // every report.
   void Observe(const CommKey& comm, const RankInterval& report);
   // Takes one sampled collective of `comm` joined across all its `nranks` ranks: `bytes` its
   // message size (NCCL's count x type size), `fastest_ns` the shortest of its ranks' kernel

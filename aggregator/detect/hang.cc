@@ -7,8 +7,11 @@
 
 namespace ncclwatch::aggregator {
 
-void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64_t now_ns) {
-  CommState& cs = comms_[comm];
+void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64_t now_ns,
+                          CachedSlot* slot) {
+  const bool cached = slot != nullptr && slot->generation == generation_ && slot->comm != nullptr &&
+                      static_cast<CommState*>(slot->comm)->nranks == report.nranks;
+  CommState& cs = cached ? *static_cast<CommState*>(slot->comm) : comms_[comm];
   if (cs.nranks != report.nranks) {
     // New communicator, or re-created with another size under the same hash: start over, and
     // close what was open about the old one.
@@ -21,18 +24,37 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
     }
     cs = CommState{};
     cs.nranks = report.nranks;
+    ++generation_;
   }
-  RankState& rs = cs.ranks[report.rank];
+  RankState* found = cached ? static_cast<RankState*>(slot->rank) : nullptr;
+  if (found == nullptr) {
+    auto [it, added] = cs.ranks.try_emplace(report.rank);
+    if (added) ++generation_;  // a btree insert may move its other ranks' states
+    found = &it->second;
+    if (slot != nullptr) *slot = CachedSlot{&cs, found, generation_};
+  }
+  RankState& rs = *found;
   rs.seen = true;
   rs.last_report_ns = now_ns;
   cs.oldest_report_ns = std::min(cs.oldest_report_ns, now_ns);
   rs.finalized = report.final;
-  rs.in_flight.clear();
-  if (rs.finalized) return;
-  for (const InFlightOp& op : report.in_flight) {
-    rs.in_flight.push_back(InFlight{std::string(op.op), op.p2p ? 0 : op.seq, op.p2p, op.peer,
-                                    now_ns - static_cast<int64_t>(op.age_ns), op.started});
-    cs.oldest_enqueued_ns = std::min(cs.oldest_enqueued_ns, rs.in_flight.back().enqueued_ns);
+  if (rs.finalized) {
+    rs.in_flight.clear();
+    return;
+  }
+  // Written over the last report's entries (their strings keep their room): nearly every report
+  // has about as many operations in flight as the one before.
+  rs.in_flight.resize(report.in_flight.size());
+  for (size_t i = 0; i < report.in_flight.size(); ++i) {
+    const InFlightOp& op = report.in_flight[i];
+    InFlight& mine = rs.in_flight[i];
+    mine.op.assign(op.op);
+    mine.seq = op.p2p ? 0 : op.seq;
+    mine.p2p = op.p2p;
+    mine.peer = op.peer;
+    mine.enqueued_ns = now_ns - static_cast<int64_t>(op.age_ns);
+    mine.started = op.started;
+    cs.oldest_enqueued_ns = std::min(cs.oldest_enqueued_ns, mine.enqueued_ns);
   }
 }
 

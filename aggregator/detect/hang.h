@@ -78,8 +78,11 @@ class HangDetector {
  public:
   explicit HangDetector(HangOptions options = {}) : options_(options) {}
 
-  // Records what rank `report.rank` has in flight, as of `now_ns` (arrival time).
-  void Update(const CommKey& comm, const RankInterval& report, int64_t now_ns);
+  // Records what rank `report.rank` has in flight, as of `now_ns` (arrival time). `slot`, when
+  // given, caches where the rank's state is between its reports (the registry keeps one per rank):
+  // valid until a rank or communicator is added or dropped here, it spares two lookups a report.
+  void Update(const CommKey& comm, const RankInterval& report, int64_t now_ns,
+              CachedSlot* slot = nullptr);
   // Re-evaluates every communicator at `now_ns`; returns what started or ended.
   std::vector<HangChange> Evaluate(int64_t now_ns);
   // The aggregator listens again from `listening_ns`; its agents may take until `heard_from_ns`
@@ -91,7 +94,10 @@ class HangDetector {
     heard_from_ns_ = heard_from_ns;
   }
   // Drops a communicator that is gone (its job ended long ago); nothing is reported for it.
-  void Forget(const CommKey& comm) { comms_.erase(comm); }
+  void Forget(const CommKey& comm) {
+    comms_.erase(comm);
+    ++generation_;
+  }
 
   std::vector<HangView> Hangs() const;
   std::vector<SilentView> Silent() const;
@@ -144,6 +150,7 @@ class HangDetector {
 
   const HangOptions options_;
   IndexedMap<CommKey, CommState> comms_;
+  uint64_t generation_ = 1;  // raised whenever a cached Slot may point at moved or freed state
   std::vector<HangChange> pending_;  // ends caused by Update, reported by the next Evaluate
   int64_t listening_ns_ = 0;
   int64_t heard_from_ns_ = 0;

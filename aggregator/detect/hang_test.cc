@@ -233,6 +233,34 @@ TEST_F(HangTest, ACommunicatorRecreatedWithAnotherSizeStartsOver) {
   EXPECT_EQ(changes[0].hang.seq, 7u);
 }
 
+// A caller's cached slot (the registry keeps one per rank) spares the lookups, and stays right
+// while ranks join (btree nodes split and move their states), a communicator is re-created with
+// another size, or forgotten.
+TEST_F(HangTest, ACachedSlotFollowsTheRankThroughInsertionsRecreationAndForgetting) {
+  CachedSlot slot0;
+  const auto in_flight_seq = [&](int rank) {
+    auto ops = detector_.InFlightOf(comm_, rank);
+    return ops.empty() ? uint64_t{0} : ops[0].seq;
+  };
+  detector_.Update(comm_, OpsInterval(0, 512, {{"AllReduce", 1, 0}}), kS, &slot0);
+  for (int r = 1; r < 512; ++r) {  // enough ranks to split and move the tree's nodes many times
+    CachedSlot other;
+    detector_.Update(comm_, OpsInterval(r, 512, {{"AllReduce", 100u + r, 0}}), kS, &other);
+  }
+  detector_.Update(comm_, OpsInterval(0, 512, {{"AllReduce", 2, 0}}), 2 * kS, &slot0);
+  EXPECT_EQ(in_flight_seq(0), 2u);
+  EXPECT_EQ(in_flight_seq(1), 101u) << "rank 0's update went to rank 0";
+  detector_.Update(comm_, OpsInterval(0, 512, {{"AllReduce", 3, 0}}), 3 * kS, &slot0);
+  EXPECT_EQ(in_flight_seq(0), 3u) << "from the slot, now valid";
+  // Re-created with another size: the old state is gone, the slot must not reach it.
+  detector_.Update(comm_, OpsInterval(0, 4, {{"AllReduce", 4, 0}}), 4 * kS, &slot0);
+  EXPECT_EQ(in_flight_seq(0), 4u);
+  EXPECT_TRUE(detector_.InFlightOf(comm_, 1).empty()) << "rank 1 of the old communicator";
+  detector_.Forget(comm_);
+  detector_.Update(comm_, OpsInterval(0, 4, {{"AllReduce", 5, 0}}), 5 * kS, &slot0);
+  EXPECT_EQ(in_flight_seq(0), 5u);
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator
 

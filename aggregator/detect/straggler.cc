@@ -174,19 +174,21 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
 }
 
 std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, bool notable_only,
-                                                const ClassFilter& skip) const {
+                                                const ClassFilter& skip, bool flagged_only) const {
   std::vector<RankScore> out;
   std::vector<std::optional<PeerStats>> peers(comm.classes.size());  // where a rank needs them
   std::vector<bool> counted(comm.classes.size(), true);
   for (size_t k = 0; k < comm.classes.size(); ++k) counted[k] = !skip || !skip(comm.classes[k].op);
   for (size_t r = 0; r < comm.flagged_in.size(); ++r) {
     bool flagged = comm.flagged_in[r] > 0;
+    if (flagged_only && !flagged) continue;
     if (flagged && skip) {
       flagged = false;
       for (size_t k = 0; k < comm.classes.size(); ++k) {
         flagged = flagged || (counted[k] && comm.classes[k].ranks[r].flagged);
       }
     }
+    if (flagged_only && !flagged) continue;
     std::optional<RankScore> worst;
     for (size_t k = 0; k < comm.classes.size(); ++k) {
       const ClassWindows& c = comm.classes[k];
@@ -217,6 +219,13 @@ std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm,
                                                   const ClassFilter& skip) const {
   auto it = comms_.find(comm);
   return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, true, skip);
+}
+
+std::vector<RankScore> StragglerDetector::Flagged(const CommKey& comm,
+                                                  const ClassFilter& skip) const {
+  auto it = comms_.find(comm);
+  return it == comms_.end() ? std::vector<RankScore>{}
+                            : Worst(it->second, true, skip, /*flagged_only=*/true);
 }
 
 std::optional<double> StragglerDetector::LatenessIn(const CommKey& comm, const std::string& op,

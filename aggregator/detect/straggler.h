@@ -97,6 +97,9 @@ class StragglerDetector {
   // out, flags included (a rank flagged only there is not flagged in the answer).
   using ClassFilter = std::function<bool(const std::string& op)>;
   std::vector<RankScore> Notable(const CommKey& comm, const ClassFilter& skip = nullptr) const;
+  // Notable's flagged ranks only: what pages, without scoring the late ranks that are not flagged
+  // (the tick asks it of every communicator with a flag, thousands in a large job).
+  std::vector<RankScore> Flagged(const CommKey& comm, const ClassFilter& skip) const;
   // Rank `rank`'s lateness (window median) in class `op` of `comm`, or nullopt when that class
   // has too few observations of it (fewer than `min_groups`) or is unknown.
   std::optional<double> LatenessIn(const CommKey& comm, const std::string& op, int rank) const;
@@ -136,7 +139,7 @@ class StragglerDetector {
   RankScore Score(int rank, const ClassWindows& c, const PeerStats& peers, bool flagged) const;
   // Every rank of `c` scored in its worst class (Scores), or only the notable ones.
   std::vector<RankScore> Worst(const CommWindows& c, bool notable_only,
-                               const ClassFilter& skip = nullptr) const;
+                               const ClassFilter& skip = nullptr, bool flagged_only = false) const;
   // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
   std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 

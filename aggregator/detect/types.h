@@ -21,13 +21,24 @@ struct CommKey {
   bool operator<(const CommKey& o) const {
     return std::tie(job_id, comm_hash) < std::tie(o.job_id, o.comm_hash);
   }
-  bool operator==(const CommKey& o) const = default;
+  // The hash first: the job's name only decides between communicators of one hash.
+  bool operator==(const CommKey& o) const { return comm_hash == o.comm_hash && job_id == o.job_id; }
   // The detectors that never walk their communicators in order keep them in hash maps: one hash
   // and one comparison per lookup instead of a dozen string comparisons, for every report.
   template <typename H>
   friend H AbslHashValue(H h, const CommKey& k) {
     return H::combine(std::move(h), k.job_id, k.comm_hash);
   }
+};
+
+// Where a detector keeps one rank's state, cached by its caller between the rank's reports so
+// that the detector need not look the rank up again (SeriesTable::AddReport, HangDetector::Update).
+// Valid while the detector's generation is still `generation`: it raises it whenever state may
+// have moved or gone.
+struct CachedSlot {
+  void* comm = nullptr;
+  void* rank = nullptr;
+  uint64_t generation = 0;
 };
 
 // One operation still in flight (enqueued, kernel not finished) when the rank reported.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/container/btree_map.h"
+#include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
 
@@ -25,6 +26,12 @@ struct RankWho {
   // SLURM_PROCID, NCCLWATCH_RANK, ...: plugin/training_rank.h); -1 when the launcher set none.
   int global_rank = -1;
   int local_rank = -1;
+  // When its newest report arrived (the registry's bookkeeping, on the aggregator's clock).
+  int64_t last_seen_ns = 0;
+  // Where the series table and the hang detector keep the rank's state, cached between its
+  // reports (detect/types.h). Meaningless outside the registry's copy.
+  CachedSlot series_slot;
+  CachedSlot hang_slot;
 };
 
 struct CommWho {

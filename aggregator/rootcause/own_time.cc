@@ -465,8 +465,11 @@ std::vector<WorkloadImbalance> OwnTimeAnalyzer::Imbalances(const CommKey& comm) 
 bool OwnTimeAnalyzer::Imbalanced(const CommKey& comm, const std::string& op) const {
   auto it = comms_.find(comm);
   if (it == comms_.end()) return false;
-  for (const auto& [k, st] : it->second.classes) {
-    if (k.op == op && st.turns) return true;
+  // The classes are ordered by operation, then size: only `op`'s are visited.
+  const auto& classes = it->second.classes;
+  for (auto c = classes.lower_bound(ClassKey{op, 0}); c != classes.end() && c->first.op == op;
+       ++c) {
+    if (c->second.turns) return true;
   }
   return false;
 }
