@@ -173,8 +173,10 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
   return changes;
 }
 
-std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, bool notable_only,
-                                                const ClassFilter& skip, bool flagged_only) const {
+std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, Ranks which,
+                                                const ClassFilter& skip) const {
+  const bool notable_only = which != Ranks::kAll;
+  const bool flagged_only = which == Ranks::kFlagged;
   std::vector<RankScore> out;
   std::vector<std::optional<PeerStats>> peers(comm.classes.size());  // where a rank needs them
   std::vector<bool> counted(comm.classes.size(), true);
@@ -212,20 +214,19 @@ std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, bool no
 
 std::vector<RankScore> StragglerDetector::Scores(const CommKey& comm) const {
   auto it = comms_.find(comm);
-  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, false);
+  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, Ranks::kAll);
 }
 
 std::vector<RankScore> StragglerDetector::Notable(const CommKey& comm,
                                                   const ClassFilter& skip) const {
   auto it = comms_.find(comm);
-  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, true, skip);
+  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, Ranks::kNotable, skip);
 }
 
 std::vector<RankScore> StragglerDetector::Flagged(const CommKey& comm,
                                                   const ClassFilter& skip) const {
   auto it = comms_.find(comm);
-  return it == comms_.end() ? std::vector<RankScore>{}
-                            : Worst(it->second, true, skip, /*flagged_only=*/true);
+  return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, Ranks::kFlagged, skip);
 }
 
 std::optional<double> StragglerDetector::LatenessIn(const CommKey& comm, const std::string& op,

@@ -137,9 +137,11 @@ class StragglerDetector {
   };
   PeerStats Peers(const ClassWindows& c) const;
   RankScore Score(int rank, const ClassWindows& c, const PeerStats& peers, bool flagged) const;
-  // Every rank of `c` scored in its worst class (Scores), or only the notable ones.
-  std::vector<RankScore> Worst(const CommWindows& c, bool notable_only,
-                               const ClassFilter& skip = nullptr, bool flagged_only = false) const;
+  // Which ranks Worst scores: every one (Scores), the notable ones, or the flagged ones.
+  enum class Ranks { kAll, kNotable, kFlagged };
+  // The ranks of `c` asked for, each scored in its worst class.
+  std::vector<RankScore> Worst(const CommWindows& c, Ranks which,
+                               const ClassFilter& skip = nullptr) const;
   // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
   std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 
