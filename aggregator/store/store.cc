@@ -692,6 +692,13 @@ constexpr char kListeningStartsKey[] = "Mlistening_starts";  // be64 times, olde
 absl::Status Store::RecordListeningStart(int64_t time_ns) {
   ncclwatch::MutexLock lock(&listening_mu_);
   absl::StatusOr<std::vector<int64_t>> starts = ListeningStarts();
+  if (absl::IsDataLoss(starts.status())) {
+    // Damaged bytes: what they said is lost (a replay judges those moments as if the aggregator
+    // had listened all along); the record starts over rather than failing every later start.
+    LogWarning("store: %s; starting the record of listening starts over",
+               starts.status().message());
+    starts = std::vector<int64_t>();
+  }
   if (!starts.ok()) return starts.status();
   starts->push_back(time_ns);
   std::sort(starts->begin(), starts->end());

@@ -130,6 +130,7 @@ class Store {
   // after such a time, one node's before another's; a replay of the batch log applies each time
   // where it fell (Analyzer::StartListening), so that it judges silence as the live run did. The
   // newest kMaxListeningStarts are kept, oldest first.
+  // A damaged record (bit rot) reads as DataLoss and is started over by the next record.
   static constexpr size_t kMaxListeningStarts = 256;
   absl::Status RecordListeningStart(int64_t time_ns);
   absl::StatusOr<std::vector<int64_t>> ListeningStarts() const;

@@ -301,6 +301,31 @@ TEST_F(StoreTest, AResumeOnADiskThatFillsAgainNeverCrashesAndSaysWhenARestartIsN
   std::printf("resumed %d of 24 times, a restart asked for %d times\n", resumed, need_restart);
 }
 
+TEST_F(StoreTest, ADamagedRecordOfListeningStartsSaysSoAndIsStartedOver) {
+  {
+    auto store = Store::Open(dir_);
+    ASSERT_THAT(store, IsOk());
+    ASSERT_THAT((*store)->RecordListeningStart(1'000), IsOk());
+  }
+  {
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"batches", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_THAT(rocksdb::DB::Open({}, dir_, families, &handles, &db), IsOk());
+    ASSERT_THAT(db->Put({}, "Mlistening_starts", std::string("\x01\x02\x03", 3)), IsOk());
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
+  auto store = Store::Open(dir_);
+  ASSERT_THAT(store, IsOk());
+  EXPECT_EQ((*store)->ListeningStarts().status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_THAT((*store)->RecordListeningStart(2'000), IsOk());
+  const auto starts = (*store)->ListeningStarts();
+  ASSERT_THAT(starts, IsOk());
+  EXPECT_EQ(*starts, std::vector<int64_t>{2'000});
+}
+
 TEST_F(StoreTest, AMalformedSeriesIndexEntryIsSkippedAndCounted) {
   {
     auto store = Store::Open(dir_);
