@@ -109,11 +109,10 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
       out.events.push_back(SilentNodeEvent(change, now_ns));
     }
   }
-  // The rank's labels are made of these (CommRegistry::RankLabels).
+  // The rank's labels are made of what labels_hash hashes (CommRegistry::RankLabels).
   series_.AddReport(
-      absl::HashOf(entry->who.comm_name, who->node, who->cuda_device, who->global_rank),
-      [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); }, report, now_ns,
-      report_points_ ? &out.points : nullptr, source, &who->series_slot);
+      who->labels_hash, [&] { return CommRegistry::RankLabels(key, entry->who, id.rank()); },
+      report, now_ns, report_points_ ? &out.points : nullptr, source, &who->series_slot);
 
   // Telemetry that lied (the plugin left those operations out): counted for `comms`.
   if (report.drops().bogus_timings() > 0) {
@@ -135,19 +134,23 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     const bool exchange = col.has_peer();
     auto group = exchange ? detectors_.correlator.AddP2p(
                                 key, id.nranks(), col.op() == "Send", id.rank(), col.peer(), s.seq,
-                                s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns, sync_wait_ns)
+                                s.duration_ns, s.gpu_start_ns, now_ns, s.own_time_ns, sync_wait_ns,
+                                &entry->joining)
                           : detectors_.correlator.Add(key, id.nranks(), col.op(), s.seq, id.rank(),
                                                       s.duration_ns, s.gpu_start_ns, now_ns,
-                                                      s.own_time_ns, sync_wait_ns);
+                                                      s.own_time_ns, sync_wait_ns, &entry->joining);
     if (!group) return;
     if (!entry->own_times) {
       entry->own_times = std::count_if(group->own_time_ns.begin(), group->own_time_ns.end(),
                                        [](int64_t t) { return t >= 0; }) >= 2;
     }
+    // The own times move into the analysis: the lateness below does not read them.
     const std::vector<SlowProcess> verdicts = own_time_.Observe(
         OwnTimeGroup{key, group->op, exchange ? 0 : col.bytes(), static_cast<int>(id.n_nodes()),
-                     group->own_time_ns, now_ns, group->members});
-    LatenessChangesLocked(key, *entry, detectors_.stragglers.Observe(*group), now_ns, &out.events);
+                     std::move(group->own_time_ns), now_ns, group->members},
+        &entry->own_time);
+    LatenessChangesLocked(key, *entry, detectors_.stragglers.Observe(*group, &entry->lateness),
+                          now_ns, &out.events);
     // The wire's speed: the collective's shortest kernel, its last arriver's, waited for nobody.
     // A communicator some of whose ranks never reported is not judged (coverage reports it).
     // (Exchanges are not: their sizes change with the routing, their pairs with the schedule.)

@@ -57,6 +57,14 @@ struct CommEntry {
   // Its plugin reports own times: root-cause findings page for it; its lateness flags are
   // consequences (without own times, an older plugin, the lateness flags page themselves).
   bool own_times = false;
+  // who.ranks hashed (the registry's): every report finds its rank with one probe, not a walk
+  // down a tree whose nodes are each a cache miss at 16,384 ranks.
+  absl::flat_hash_map<int, RankWho*> rank_index;
+  // Where the correlator, the lateness and the own-time analysis keep the communicator's state,
+  // cached between its reports (detect/types.h). Meaningless outside the registry's copy.
+  CachedSlot joining;
+  CachedSlot lateness;
+  CachedSlot own_time;
 };
 
 class CommRegistry {

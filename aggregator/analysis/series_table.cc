@@ -4,6 +4,7 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "proto/inspector.h"
 
@@ -40,7 +41,7 @@ SeriesTable::Entry* SeriesTable::Set(Rank& rank, size_t* hint, const char* name,
       ++capped_;
       return nullptr;
     }
-    Entry fresh{name, inspector, key, make_labels()};
+    Entry fresh{name, inspector, key, SharedLabels(inspector, key, make_labels)};
     if (!Charge(rank, EntryBytes(fresh))) {  // its source holds its budget already
       ++capped_by_source_;
       return nullptr;
@@ -153,7 +154,16 @@ size_t SeriesTable::LabelBytes(const LabelPairs& labels) {
   return bytes;
 }
 
-size_t SeriesTable::EntryBytes(const Entry& e) { return sizeof(Entry) + LabelBytes(e.labels); }
+// Charged as if its labels were its own: a source is held to what it could make the table hold,
+// were its label sets all new.
+size_t SeriesTable::EntryBytes(const Entry& e) { return sizeof(Entry) + LabelBytes(*e.labels); }
+
+std::shared_ptr<const LabelPairs> SeriesTable::SharedLabels(
+    bool inspector, uint64_t key, absl::FunctionRef<LabelPairs()> make_labels) {
+  auto [it, added] = labels_.try_emplace(std::make_pair(inspector, key));
+  if (added) it->second = std::make_shared<const LabelPairs>(make_labels());
+  return it->second;
+}
 
 bool SeriesTable::Charge(Rank& rank, size_t bytes) {
   size_t& held = bytes_by_source_[rank.source];
@@ -198,17 +208,18 @@ void SeriesTable::Expire(int64_t now_ns) {
       ++it;
     }
   }
+  absl::erase_if(labels_, [](const auto& shared) { return shared.second.use_count() == 1; });
 }
 
 LabelPairs SeriesTable::FullLabels(const std::string& job_id, const Rank& rank, const Entry& e) {
   LabelPairs labels;
-  labels.reserve(rank.labels.size() + 2 + e.labels.size());
+  labels.reserve(rank.labels.size() + 2 + e.labels->size());
   labels.insert(labels.end(), rank.labels.begin(), rank.labels.end());
   if (e.inspector) {
     const LabelPairs job = InspectorJobLabels(job_id);
     labels.insert(labels.end(), job.begin(), job.end());
   }
-  labels.insert(labels.end(), e.labels.begin(), e.labels.end());
+  labels.insert(labels.end(), e.labels->begin(), e.labels->end());
   return labels;
 }
 

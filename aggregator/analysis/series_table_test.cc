@@ -248,5 +248,48 @@ TEST(SeriesTableTest, ACachedSlotIsUsedWhileValidAndLookedUpAgainAfterAnExpiry) 
   EXPECT_EQ(table.size(), 2u);
 }
 
+// Ranks' series of the same operation and size share one label set; each still exports its own
+// full labels, through another rank's expiry, and once every series that held a set is gone, a
+// new one builds it again.
+TEST(SeriesTableTest, RanksShareLabelSetsThatOutliveNoneOfTheirSeries) {
+  constexpr int64_t kTtl = 60'000'000'000;
+  SeriesTable table(1000, kTtl);
+  const auto add = [&](int rank, const char* size, int64_t now_ns) {
+    ncclwatch::v1::RankReport r;
+    r.set_interval_end_unix_ns(5'000'000'000);
+    r.mutable_identity()->set_job_id("j");
+    r.mutable_identity()->set_nranks(8);
+    r.mutable_identity()->set_rank(rank);
+    AddStats(&r, "AllReduce", 0, 10, 100)->set_message_size(size);
+    const LabelPairs labels = {{"rank", std::to_string(rank)}};
+    table.AddReport(
+        absl::HashOf(labels), [&] { return labels; }, r, now_ns, nullptr);
+  };
+  // rank -> the message sizes its series are labelled with.
+  const auto sizes = [&] {
+    std::vector<SeriesPoint> out;
+    table.AppendTo(&out);
+    std::map<std::string, std::set<std::string>> by_rank;
+    for (const SeriesPoint& p : out) {
+      auto size = std::find_if(p.labels.begin(), p.labels.end(),
+                               [](const auto& l) { return l.first == "message_size"; });
+      EXPECT_NE(size, p.labels.end());
+      EXPECT_EQ(p.labels[0].first, "rank");
+      if (size != p.labels.end()) by_rank[p.labels[0].second].insert(size->second);
+    }
+    return by_rank;
+  };
+  add(1, "1-2MB", 1'000'000'000);
+  add(2, "1-2MB", 1'000'000'000);
+  add(2, "4-5MB", 1'000'000'000);
+  using Sizes = std::map<std::string, std::set<std::string>>;
+  EXPECT_EQ(sizes(), (Sizes{{"1", {"1-2MB"}}, {"2", {"1-2MB", "4-5MB"}}}));
+  add(2, "1-2MB", kTtl);  // rank 2's 4-5MB and rank 1 go quiet
+  table.Expire(kTtl + 2'000'000'000);
+  EXPECT_EQ(sizes(), (Sizes{{"2", {"1-2MB"}}}));
+  add(3, "4-5MB", kTtl + 3'000'000'000);  // its label set went with the last series holding it
+  EXPECT_EQ(sizes(), (Sizes{{"2", {"1-2MB"}}, {"3", {"4-5MB"}}}));
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator

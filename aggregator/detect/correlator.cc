@@ -8,25 +8,25 @@ std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
                                               const std::string& op, uint64_t seq, int rank,
                                               uint64_t duration_ns, uint64_t gpu_start_ns,
                                               int64_t now_ns, int64_t own_time_ns,
-                                              int64_t sync_wait_ns) {
+                                              int64_t sync_wait_ns, CachedSlot* slot) {
   if (nranks <= 0 || rank < 0 || rank >= nranks) return std::nullopt;
   return Join(comm, GroupKey{op, seq}, nranks,
-              Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns);
+              Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns, slot);
 }
 
 std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks, bool send,
                                                  int rank, int peer, uint64_t seq,
                                                  uint64_t duration_ns, uint64_t gpu_start_ns,
                                                  int64_t now_ns, int64_t own_time_ns,
-                                                 int64_t sync_wait_ns) {
+                                                 int64_t sync_wait_ns, CachedSlot* slot) {
   if (nranks <= 0 || rank < 0 || rank >= nranks || peer < 0 || peer >= nranks || peer == rank) {
     return std::nullopt;
   }
   const int sender = send ? rank : peer;
   const int receiver = send ? peer : rank;
-  auto done =
-      Join(comm, GroupKey{kP2pClass, seq, sender, receiver}, 2,
-           Arrival{send ? 0 : 1, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns);
+  auto done = Join(comm, GroupKey{kP2pClass, seq, sender, receiver}, 2,
+                   Arrival{send ? 0 : 1, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns},
+                   now_ns, slot);
   if (done) {
     done->members = {sender, receiver};
     done->nranks = nranks;
@@ -35,8 +35,17 @@ std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks
 }
 
 std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key, int parties,
-                                               const Arrival& arrival, int64_t now_ns) {
-  CommGroups& cg = key.sender >= 0 ? exchanges_[comm] : comms_[comm];
+                                               const Arrival& arrival, int64_t now_ns,
+                                               CachedSlot* slot) {
+  const bool exchange = key.sender >= 0;
+  if (slot != nullptr && slot->generation != generation_)
+    *slot = CachedSlot{nullptr, nullptr, generation_};
+  void** cached = slot == nullptr ? nullptr : exchange ? &slot->rank : &slot->comm;
+  if (cached != nullptr && *cached == nullptr)
+    *cached = exchange ? &exchanges_[comm] : &comms_[comm];
+  CommGroups& cg = cached != nullptr ? *static_cast<CommGroups*>(*cached)
+                   : exchange        ? exchanges_[comm]
+                                     : comms_[comm];
   auto [it, inserted] = cg.groups.try_emplace(key);
   Group& g = it->second;
   if (inserted) {
@@ -57,7 +66,13 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key
   }
   g.arrivals.push_back(arrival);
   if (static_cast<int>(g.arrivals.size()) < parties) {
-    if (inserted) Trim(cg, INT64_MIN, options_.max_open_groups);
+    // Over the cap, or an age order mostly of groups that completed since (they leave it lazily):
+    // trimmed now. Otherwise the once-a-second Expire does it, not a lookup of the oldest group
+    // per new one.
+    if (inserted && (cg.groups.size() > options_.max_open_groups ||
+                     cg.order.size() > 2 * cg.groups.size() + kOrderSlack)) {
+      Trim(cg, INT64_MIN, options_.max_open_groups);
+    }
     return std::nullopt;
   }
   CompletedGroup done{comm, it->first.op, it->first.seq, {}, {}, {}, {}};
@@ -98,6 +113,7 @@ size_t Correlator::Expire(int64_t now_ns) {
       Trim(it->second, now_ns - options_.grace_ns, options_.max_open_groups);
       if (it->second.groups.empty()) {
         groups->erase(it++);
+        ++generation_;
       } else {
         ++it;
       }
@@ -109,6 +125,7 @@ size_t Correlator::Expire(int64_t now_ns) {
 void Correlator::Forget(const CommKey& comm) {
   comms_.erase(comm);
   exchanges_.erase(comm);
+  ++generation_;
 }
 
 size_t Correlator::open_groups() const {

@@ -64,6 +64,35 @@ TEST(CorrelatorTest, ExchangesWaitingForTheirOtherEndNeverEvictCollectives) {
   EXPECT_TRUE(c.AddP2p(kCorrelatorComm, 2, /*send=*/false, 1, 0, 2, 1, 1, 0).has_value());
 }
 
+TEST(CorrelatorTest, ACachedSlotJoinsLikeALookupAndIsDroppedWhenItsGroupsAre) {
+  // The communicator's caller keeps where its open groups are: records through it join the groups
+  // others opened without it, and a group it opens is found without it.
+  Correlator c(CorrelatorOptions{/*grace_ns=*/1000, /*max_open_groups=*/100});
+  const CommKey other{"job", 0x43};
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 1, 0, 10, 100, 0));
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 2, /*send=*/true, 0, 1, 3, 30, 300, 0));
+  EXPECT_FALSE(c.Add(other, 2, "AllReduce", 1, 0, 1, 1, 0));  // another communicator's
+  CachedSlot slot;
+  auto first = c.Add(kCorrelatorComm, 2, "AllReduce", 1, 1, 11, 110, 0, -1, -1, &slot);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->duration_ns, (std::vector<uint64_t>{10, 11}));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 2, 1, 12, 120, 0, -1, -1, &slot));
+  auto exchange = c.AddP2p(kCorrelatorComm, 2, /*send=*/false, 1, 0, 3, 31, 310, 0, -1, -1, &slot);
+  ASSERT_TRUE(exchange.has_value());
+  EXPECT_EQ(exchange->members, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.open_groups(), 2u);  // seq 2 here, and the other communicator's
+  EXPECT_TRUE(c.Add(kCorrelatorComm, 2, "AllReduce", 2, 0, 13, 130, 0).has_value());
+  // Expiry frees the communicator's (now empty) groups: the slot is not used again, and its
+  // next record opens a group where the others' records find it.
+  EXPECT_EQ(c.Expire(5000), 1u);  // the other communicator's
+  EXPECT_EQ(c.open_groups(), 0u);
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 4, 1, 14, 140, 5000, -1, -1, &slot));
+  EXPECT_TRUE(c.Add(kCorrelatorComm, 2, "AllReduce", 4, 0, 15, 150, 5000).has_value());
+  c.Forget(kCorrelatorComm);
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 5, 1, 1, 1, 5000, -1, -1, &slot));
+  EXPECT_EQ(c.open_groups(), 1u);
+}
+
 TEST(CorrelatorTest, RejectsOutOfRangeRanks) {
   Correlator c;
   EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 2, 1, 1, 0));

@@ -90,7 +90,7 @@ RankScore StragglerDetector::Score(int rank, const ClassWindows& c, const PeerSt
   return s;
 }
 
-std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) {
+std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, CachedSlot* slot) {
   std::vector<FlagChange> changes;
   const size_t n = group.duration_ns.size();
   if (n < 2) return changes;
@@ -101,7 +101,9 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group) 
                                [&](int r) { return r < 0 || static_cast<size_t>(r) >= nranks; }))) {
     return changes;
   }
-  CommWindows& comm = comms_[group.comm];
+  const bool cached = slot != nullptr && slot->generation == generation_ && slot->comm != nullptr;
+  CommWindows& comm = cached ? *static_cast<CommWindows*>(slot->comm) : comms_[group.comm];
+  if (slot != nullptr) *slot = CachedSlot{&comm, nullptr, generation_};
   if (comm.flagged_in.size() != nranks) comm = CommWindows{{}, std::vector<uint8_t>(nranks, 0)};
   auto cls = std::find_if(comm.classes.begin(), comm.classes.end(),
                           [&](const ClassWindows& k) { return k.op == group.op; });
@@ -197,7 +199,8 @@ std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, Ranks w
       if (!counted[k]) continue;
       const RankWindow& w = c.ranks[r];
       if (flagged ? !w.flagged : notable_only && w.median < options_.threshold_ns) continue;
-      if (!peers[k]) peers[k] = Peers(c);
+      // A collective class's statistics are refreshed with each of its collectives: as of now.
+      if (!peers[k]) peers[k] = c.exchanges_since_peers == 0 ? c.peers : Peers(c);
       RankScore s = Score(static_cast<int>(r), c, *peers[k], flagged);
       if (!worst || s.excess_ns > worst->excess_ns) worst = std::move(s);
     }

@@ -86,8 +86,9 @@ class StragglerDetector {
   const StragglerOptions& options() const { return options_; }
 
   // Feeds one completed collective; returns the ranks whose flag (in the communicator) changed
-  // because of it, each scored in the group's class.
-  std::vector<FlagChange> Observe(const CompletedGroup& group);
+  // because of it, each scored in the group's class. `slot`, if given, is where the
+  // communicator's caller keeps where its state is (detect/types.h), found once, not per group.
+  std::vector<FlagChange> Observe(const CompletedGroup& group, CachedSlot* slot = nullptr);
   // Current scores of every rank of `comm` (empty if unknown), each in its worst class: the
   // flagged class with the largest excess, else the class with the largest excess.
   std::vector<RankScore> Scores(const CommKey& comm) const;
@@ -103,7 +104,10 @@ class StragglerDetector {
   // Rank `rank`'s lateness (window median) in class `op` of `comm`, or nullopt when that class
   // has too few observations of it (fewer than `min_groups`) or is unknown.
   std::optional<double> LatenessIn(const CommKey& comm, const std::string& op, int rank) const;
-  void Forget(const CommKey& comm) { comms_.erase(comm); }
+  void Forget(const CommKey& comm) {
+    comms_.erase(comm);
+    ++generation_;
+  }
 
  private:
   struct RankWindow {
@@ -146,6 +150,7 @@ class StragglerDetector {
   std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
 
   const StragglerOptions options_;
+  uint64_t generation_ = 1;  // raised whenever a communicator's state is freed (CachedSlot)
   absl::node_hash_map<CommKey, CommWindows> comms_;
 };
 

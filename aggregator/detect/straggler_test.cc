@@ -30,6 +30,29 @@ std::vector<int64_t> Arrivals(std::mt19937& rng, int n, int slow_rank, int64_t s
   return a;
 }
 
+// The caller's cached slot finds the communicator's windows while they live; after Forget the
+// communicator starts over (no flag until its windows fill again), through the same slot.
+TEST(StragglerDetectorTest, ACachedSlotIsDroppedWithTheCommunicatorsWindows) {
+  StragglerDetector d;
+  std::mt19937 rng(3);
+  CachedSlot slot;
+  auto run = [&](int groups) {
+    int changes = 0;
+    for (int seq = 0; seq < groups; ++seq) {
+      changes +=
+          static_cast<int>(d.Observe(Group(seq, Arrivals(rng, 8, 5, 2'000'000)), &slot).size());
+    }
+    return changes;
+  };
+  EXPECT_EQ(run(200), 1);
+  EXPECT_EQ(d.Scores(kStragglerComm).size(), 8u);
+  d.Forget(kStragglerComm);
+  EXPECT_TRUE(d.Scores(kStragglerComm).empty());
+  EXPECT_EQ(run(1), 0);  // one group: a fresh window, nobody flagged
+  EXPECT_FALSE(d.Scores(kStragglerComm)[5].flagged);
+  EXPECT_EQ(run(200), 1);
+}
+
 TEST(StragglerDetectorTest, FlagsTheSlowRankOnlyAndOnlyOnce) {
   StragglerDetector d;
   std::mt19937 rng(1);

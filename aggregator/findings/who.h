@@ -6,7 +6,6 @@
 #include <map>
 #include <string>
 
-#include "absl/container/btree_map.h"
 #include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
@@ -28,6 +27,12 @@ struct RankWho {
   int local_rank = -1;
   // When its newest report arrived (the registry's bookkeeping, on the aggregator's clock).
   int64_t last_seen_ns = 0;
+  // A hash of the identity its newest report carried (with its communicator's name and span):
+  // a report whose identity hashes alike changes nothing here, and nothing is compared or copied.
+  uint64_t identity_hash = 0;
+  // A hash of what its series' labels are made of (CommRegistry::RankLabels: the communicator's
+  // name, node, GPU, training rank), for the series table to tell when they changed.
+  uint64_t labels_hash = 0;
   // Where the series table and the hang detector keep the rank's state, cached between its
   // reports (detect/types.h). Meaningless outside the registry's copy.
   CachedSlot series_slot;
@@ -39,8 +44,9 @@ struct CommWho {
   int nranks = 0;
   int n_nodes = 0;
   // The ranks that have reported, by rank. Sparse on purpose: what is kept grows with the ranks
-  // that really report, never with the size a report claims (docs/security.md).
-  absl::btree_map<int, RankWho> ranks;
+  // that really report, never with the size a report claims (docs/security.md). Each stays where
+  // it is while it is kept (the registry indexes them by address).
+  std::map<int, RankWho> ranks;
   // Rank `rank`, or an empty RankWho (node unknown, GPU -1) when it has not reported.
   const RankWho& Rank(int rank) const {
     static const RankWho kUnknown;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "aggregator/detect/correlator.h"
 #include "aggregator/detect/median.h"
 
@@ -62,7 +63,9 @@ void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
   if (it == comms_.end()) {
     it = comms_.emplace(comm, CommState{}).first;
     it->second.nranks = nranks;
-    job_growth_[comm.job_id].comms.insert(comm);
+    JobGrowth& growth = job_growth_[comm.job_id];
+    growth.comms.insert(comm);
+    it->second.growth = &growth;
   }
   CommState& cs = it->second;
   const std::string* known_node = cs.NodeOf(rank);
@@ -86,10 +89,12 @@ void OwnTimeAnalyzer::SetMember(const CommKey& comm, int nranks, int rank,
       cs.processes.resize(nranks);
       cs.states.resize(nranks);
       cs.nodes.resize(nranks);
+      cs.node_hashes.resize(nranks);
       for (auto& [r, member] : cs.pending) {
         cs.processes[r] = member.first;
         cs.states[r] = Hold(member.first);
         cs.nodes[r] = std::move(member.second);
+        cs.node_hashes[r] = absl::HashOf(cs.nodes[r]);
       }
       cs.pending.clear();
     }
@@ -118,30 +123,29 @@ void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const Class
   if (was_judged && ring.median == old_median) return;  // both orders stay as they are
   Slot& slot = *st.slots[r];
   if (was_judged) {
-    st.judged.erase(st.judged.find({old_median, r}));
-    slot.judged.erase(slot.judged.find({old_median, &cs.nodes[r], &comm}));
+    if (st.indexed) st.judged.erase(st.judged.find({old_median, r}));
   } else if (judged) {
     --st.unjudged;
     --slot.unjudged;
   }
   if (judged) {
-    st.judged.insert({ring.median, r});
-    slot.judged.insert({ring.median, &cs.nodes[r], &comm});
+    if (st.indexed) st.judged.insert({ring.median, r});
+    slot.judged.Set(st.slot_index[r], true, ring.median);
   }
 }
 
 bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
                                       const ClassState& st, int r, double tolerance_ns,
                                       double* reference_ns, bool* counterparts) const {
-  const std::string& node = cs.nodes[r];
+  const uint64_t node = cs.node_hashes[r];
   const double mine = st.excess[r].median;
   // Counterparts: rank r of the family's other communicators, on another node; the smallest E.
   // While a member of the family is not judged yet, r is not either: the reference would be a
   // guess.
+  // (Its own communicator's member is on its node.)
   const Slot& slot = *st.slots[r];
   *counterparts = false;
-  for (const auto& [e, n, c] : slot.judged) {
-    if (*c == comm || *n == node) continue;
+  if (double e = 0; slot.judged.SmallestElsewhere(node, &e)) {
     if (slot.unjudged > 0) return false;
     *counterparts = true;
     *reference_ns = e;
@@ -154,10 +158,18 @@ bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, 
     return true;
   }
   if (st.unjudged > 0) return false;
+  if (!st.indexed) {
+    for (int rank = 0; rank < static_cast<int>(st.excess.size()); ++rank) {
+      if (static_cast<int>(st.excess[rank].values.size()) >= options_.min_groups) {
+        st.judged.insert({st.excess[rank].median, rank});
+      }
+    }
+    st.indexed = true;
+  }
   auto it = st.judged.upper_bound({mine + tolerance_ns, std::numeric_limits<int>::max()});
   while (it != st.judged.begin()) {
     --it;
-    if (it->second == r || cs.nodes[it->second] == node) continue;
+    if (it->second == r || cs.node_hashes[it->second] == node) continue;
     *reference_ns = std::min(mine, it->first);
     return true;
   }
@@ -176,10 +188,10 @@ bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const Clas
   }
   out->fault_ns = st.excess[r].median - reference;
   // The job-wide change in time: this class's fastest rank grew beyond what the job's did.
-  if (auto job = job_growth_.find(comm.job_id);
-      k.op != kP2pClass && job != job_growth_.end() && std::isfinite(st.base_past) &&
-      std::isfinite(job->second.ratio) && st.base_n >= kSettledGroups) {
-    const double grew = st.base_mean - st.base_past * job->second.ratio;
+  if (const JobGrowth* job = cs.growth; k.op != kP2pClass && job != nullptr &&
+                                        std::isfinite(st.base_past) && std::isfinite(job->ratio) &&
+                                        st.base_n >= kSettledGroups) {
+    const double grew = st.base_mean - st.base_past * job->ratio;
     if (grew > out->fault_ns) {
       out->fault_ns = grew;
       out->replicas = true;
@@ -263,11 +275,22 @@ void OwnTimeAnalyzer::Cite(const std::pair<const std::tuple<CommKey, ClassKey, i
   }
 }
 
-std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
+std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, CachedSlot* slot) {
   std::vector<SlowProcess> changes;
-  auto it = comms_.find(group.comm);
-  if (it == comms_.end()) return changes;  // members not known yet
-  CommState& cs = it->second;
+  // The communicator's key in comms_ (its state's addresses hold it) and its state.
+  const CommKey* key = nullptr;
+  CommState* state = nullptr;
+  if (slot != nullptr && slot->generation == generation_ && slot->comm != nullptr) {
+    state = static_cast<CommState*>(slot->comm);
+    key = static_cast<const CommKey*>(slot->rank);
+  } else {
+    auto found = comms_.find(group.comm);
+    if (found == comms_.end()) return changes;  // members not known yet
+    key = &found->first;
+    state = &found->second;
+    if (slot != nullptr) *slot = CachedSlot{state, const_cast<CommKey*>(key), generation_};
+  }
+  CommState& cs = *state;
   const bool exchange = !group.members.empty();
   const int n = exchange ? cs.nranks : static_cast<int>(group.own_time_ns.size());
   if (n < 2 || n != cs.nranks || !cs.complete()) return changes;
@@ -297,12 +320,15 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
     fresh.n_nodes = group.n_nodes;
     fresh.unjudged = n;
     fresh.slots.resize(n);
+    fresh.slot_index.resize(n);
     fresh.evidence.assign(n, nullptr);
     fresh.share_fast.assign(n, 0);
     fresh.share_slow.assign(n, 0);
     for (int r = 0; r < n; ++r) {
-      fresh.slots[r] = &slots_[SlotOf(group.comm, k, n, group.n_nodes, r)];
-      ++fresh.slots[r]->unjudged;
+      Slot& slot = slots_[SlotOf(group.comm, k, n, group.n_nodes, r)];
+      fresh.slots[r] = &slot;
+      slot.judged.Add(cs.node_hashes[r], &fresh.slot_index[r]);
+      ++slot.unjudged;
     }
   }
   ClassState& st = cls->second;
@@ -324,15 +350,15 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   // after as many of them as the job has communicators (kJobGrowthRefresh at least): a refresh
   // reads every class of the job, so each collective pays O(1) for it whatever the job's size
   // (every 256, a 16,384-rank job's refreshes took a fifth of the aggregator's CPU).
-  if (auto job = job_growth_.find(group.comm.job_id);
-      !exchange && job != job_growth_.end() &&
-      ++job->second.since_refresh >=
-          std::max<int64_t>(kJobGrowthRefresh, static_cast<int64_t>(job->second.comms.size()))) {
-    RefreshJobGrowth(job->second);
+  if (JobGrowth* job = cs.growth;
+      !exchange && job != nullptr &&
+      ++job->since_refresh >=
+          std::max<int64_t>(kJobGrowthRefresh, static_cast<int64_t>(job->comms.size()))) {
+    RefreshJobGrowth(*job);
   }
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
     if (group.own_time_ns[i] >= 0) {
-      Push(it->first, cs, k, st, rank_at(i), static_cast<double>(group.own_time_ns[i] - base));
+      Push(*key, cs, k, st, rank_at(i), static_cast<double>(group.own_time_ns[i] - base));
     }
   }
   // Change in time: each judged rank's growth above its own past, and what the ranks' growth is
@@ -384,7 +410,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group) {
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
     const int r = rank_at(i);
     Evidence ev;
-    if (!Judge(it->first, cs, k, st, r, &ev)) continue;
+    if (!Judge(*key, cs, k, st, r, &ev)) continue;
     ProcessState& ps = *cs.states[r];
     Evidence*& held = st.evidence[r];
     // The verdict reads each piece of evidence only through its standing (Standing): while this
@@ -493,13 +519,10 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
     for (int r = 0; r < nranks; ++r) {
       auto slot = slots_.find(SlotOf(comm, k, nranks, st.n_nodes, r));
       if (slot == slots_.end()) continue;
-      if (static_cast<int>(st.excess[r].values.size()) >= options_.min_groups) {
-        auto e = slot->second.judged.find({st.excess[r].median, &cs.nodes[r], &it->first});
-        if (e != slot->second.judged.end()) slot->second.judged.erase(e);
-      } else {
-        --slot->second.unjudged;
-      }
-      if (slot->second.judged.empty() && slot->second.unjudged <= 0) slots_.erase(slot);
+      Slot& held = slot->second;
+      if (!held.judged.HasValue(st.slot_index[r])) --held.unjudged;
+      held.judged.Remove(st.slot_index[r]);
+      if (held.judged.empty()) slots_.erase(slot);
     }
   }
   // Each member's evidence from this communicator goes, and with it perhaps its verdict; its
@@ -528,6 +551,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Forget(const CommKey& comm) {
     if (job->second.comms.empty()) job_growth_.erase(job);
   }
   comms_.erase(it);  // last: `comm` may be its key
+  ++generation_;
   return changes;
 }
 

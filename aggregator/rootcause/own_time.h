@@ -73,8 +73,10 @@
 // classes are reported as a property of the job (Imbalances: how long a collective waits for its
 // busiest rank), never as a page.
 //
-// Cost: a collective of n ranks costs O(n log n) (windows, sorted indexes of the judged ranks per
-// communicator and per family slot), whatever the number of communicators in a family.
+// Cost: a collective of n ranks costs O(n) (windows; each family slot's smallest E on another node,
+// MinElsewhere, at O(1) amortised per move), plus O(n log n) in a class whose ranks have no
+// counterparts (its judged ranks sorted, built the first time one is asked for), whatever the
+// number of communicators in a family.
 // Memory: per (communicator, class, rank) one window; classes per communicator are capped.
 // Plain structs, no protobuf or gRPC; not thread-safe (the Analyzer serialises calls).
 #ifndef NCCLWATCH_AGGREGATOR_ROOTCAUSE_OWN_TIME_H_
@@ -93,6 +95,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/node_hash_map.h"
 #include "aggregator/detect/types.h"
+#include "aggregator/rootcause/min_elsewhere.h"
 #include "aggregator/rootcause/process_index.h"
 
 namespace ncclwatch::aggregator {
@@ -172,7 +175,9 @@ class OwnTimeAnalyzer {
   void SetMember(const CommKey& comm, int nranks, int rank, const ProcessKey& process,
                  const std::string& node);
   // Feeds one joined collective; returns the processes whose verdict changed.
-  std::vector<SlowProcess> Observe(const OwnTimeGroup& group);
+  // `slot`, if given, is where the communicator's caller keeps where its state is
+  // (detect/types.h), found once, not per collective.
+  std::vector<SlowProcess> Observe(const OwnTimeGroup& group, CachedSlot* slot = nullptr);
   // Every process of `job_id` (all jobs if empty) that is slow now.
   std::vector<SlowProcess> Slow(const std::string& job_id) const;
   bool IsSlow(const ProcessKey& p) const;
@@ -214,24 +219,11 @@ class OwnTimeAnalyzer {
              std::tie(o.job_id, o.op, o.bytes, o.nranks, o.n_nodes, o.index);
     }
   };
-  // By E, then by address (std::less, a total order over unrelated pointers).
-  struct JudgedLess {
-    using Entry = std::tuple<double, const std::string*, const CommKey*>;
-    bool operator()(const Entry& a, const Entry& b) const {
-      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
-      if (std::get<1>(a) != std::get<1>(b)) {
-        return std::less<const std::string*>()(std::get<1>(a), std::get<1>(b));
-      }
-      return std::less<const CommKey*>()(std::get<2>(a), std::get<2>(b));
-    }
-  };
-  // The judged E of every communicator at one slot, sorted, and how many are not judged yet: a
-  // rank's design reference is the first entry from another communicator on another node.
+  // The judged E of every communicator at one slot, and how many are not judged yet: a rank's
+  // design reference is the smallest E on another node (its own communicator's member is on its
+  // node), which MinElsewhere keeps at O(1) per move of a member.
   struct Slot {
-    // (E, node, communicator), the last two pointing at the member's communicator state (its key
-    // in comms_ and its entry in CommState::nodes, both stable until Forget takes it out): no
-    // strings copied or compared each time a member's E moves, which is nearly every collective.
-    absl::btree_multiset<std::tuple<double, const std::string*, const CommKey*>, JudgedLess> judged;
+    MinElsewhere judged;
     int unjudged = 0;
   };
   struct Ring {
@@ -245,16 +237,21 @@ class OwnTimeAnalyzer {
   struct ClassState {
     std::vector<Ring> excess;  // per rank
     // Per rank, its slot in slots_ (looked up once: a map node, kept while any member counts in
-    // it, and every rank of this class does until Forget).
+    // it, and every rank of this class does until Forget), and its place among the slot's members
+    // (the slot's MinElsewhere holds its address: sized once, never moved).
     std::vector<Slot*> slots;
+    std::vector<int> slot_index;
     // Per rank, its entry in its process's evidence (a map node, kept until Forget takes this
     // communicator out, or until the rank's process changes): written at every collective
     // without building and comparing the (communicator, class, rank) key.
     std::vector<Evidence*> evidence;
     Ring base;  // the smallest own time of each collective
     int n_nodes = 0;
-    // The judged ranks by E (for the reference without counterparts) and how many are not yet.
-    absl::btree_multiset<std::pair<double, int>> judged;
+    // The judged ranks by E (for the reference without counterparts), built the first time a
+    // rank of the class has none (a class whose ranks all have counterparts, or that is on one
+    // node, never pays for it), and how many ranks are not judged yet.
+    mutable absl::btree_multiset<std::pair<double, int>> judged;
+    mutable bool indexed = false;
     int unjudged = 0;
     // Change in time: per rank the lowest E / base.median since it was first judged (+inf
     // before), and the lower quartile of the judged ranks' growth above theirs, as of the latest
@@ -281,6 +278,7 @@ class OwnTimeAnalyzer {
     int exchanges_since_growth = 0;
   };
   struct ProcessState;
+  struct JobGrowth;
   struct CommState {
     int nranks = 0;
     // The members known so far, until every rank is: only then are the per-rank vectors built, so
@@ -291,7 +289,12 @@ class OwnTimeAnalyzer {
     // completed collective reaches every member's evidence without a lookup by process.
     std::vector<ProcessState*> states;
     std::vector<std::string> nodes;
+    // Their hashes: "on the same node" is asked of every judged rank of every collective, and
+    // compared as numbers (two node names of one hash would count as one node).
+    std::vector<uint64_t> node_hashes;
     std::map<ClassKey, ClassState> classes;
+    // The job's growth (JobGrowth), kept in job_growth_ while any communicator of the job is.
+    JobGrowth* growth = nullptr;
     bool complete() const { return !processes.empty(); }
     // The node of `rank`, nullptr while it is not known.
     const std::string* NodeOf(int rank) const;
@@ -363,6 +366,7 @@ class OwnTimeAnalyzer {
   void RefreshJobGrowth(JobGrowth& growth) const;
 
   const OwnTimeOptions options_;
+  uint64_t generation_ = 1;  // raised whenever a communicator's state is freed (CachedSlot)
   absl::node_hash_map<CommKey, CommState> comms_;
   std::map<std::string, JobGrowth> job_growth_;
   std::map<SlotKey, Slot> slots_;

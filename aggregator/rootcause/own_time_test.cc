@@ -390,6 +390,33 @@ TEST(OwnTimeAnalyzerTest, ForgettingTheOnlyEvidenceEndsTheVerdict) {
   EXPECT_FALSE(a.IsSlow(FakeJob::Process(1)));
 }
 
+// The caller's cached slot finds the communicator's state while it lives; once it is forgotten
+// the slot is not used (a collective of the unknown communicator is not judged), and once it is
+// back the slot follows the new state.
+TEST(OwnTimeAnalyzerTest, ACachedSlotIsDroppedWithTheCommunicatorsState) {
+  OwnTimeAnalyzer a;
+  const CommKey comm{"job", 1};
+  CachedSlot slot;
+  const OwnTimeGroup slow_second{comm, "AllReduce", 1024, 1, {1'000'000, 4'000'000}};
+  auto members = [&] {
+    a.SetMember(comm, 2, 0, FakeJob::Process(0), "n0");
+    a.SetMember(comm, 2, 1, FakeJob::Process(1), "n0");
+  };
+  members();
+  int verdicts = 0;
+  for (int i = 0; i < 32; ++i) verdicts += static_cast<int>(a.Observe(slow_second, &slot).size());
+  EXPECT_EQ(verdicts, 1);
+  EXPECT_TRUE(a.IsSlow(FakeJob::Process(1)));
+  a.Forget(comm);
+  EXPECT_TRUE(a.Observe(slow_second, &slot).empty());
+  members();  // back, from scratch: warm-up again before any verdict
+  verdicts = 0;
+  for (int i = 0; i < 16; ++i) verdicts += static_cast<int>(a.Observe(slow_second, &slot).size());
+  EXPECT_EQ(verdicts, 0);
+  for (int i = 0; i < 16; ++i) verdicts += static_cast<int>(a.Observe(slow_second, &slot).size());
+  EXPECT_EQ(verdicts, 1);
+}
+
 // A communicator's members reach their processes' states without a lookup; forgetting one
 // communicator (or replacing a rank's process) must leave the states the others still use, node
 // included, and free those nothing uses any more.
