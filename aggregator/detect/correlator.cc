@@ -37,15 +37,18 @@ std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks
 std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key, int parties,
                                                const Arrival& arrival, int64_t now_ns,
                                                CachedSlot* slot) {
+  // The slot holds the communicator's collectives in `comm`, its exchanges in `rank`.
   const bool exchange = key.sender >= 0;
-  if (slot != nullptr && slot->generation != generation_)
+  if (slot != nullptr && slot->generation != generation_) {
     *slot = CachedSlot{nullptr, nullptr, generation_};
+  }
   void** cached = slot == nullptr ? nullptr : exchange ? &slot->rank : &slot->comm;
-  if (cached != nullptr && *cached == nullptr)
-    *cached = exchange ? &exchanges_[comm] : &comms_[comm];
-  CommGroups& cg = cached != nullptr ? *static_cast<CommGroups*>(*cached)
-                   : exchange        ? exchanges_[comm]
-                                     : comms_[comm];
+  CommGroups* groups = cached != nullptr ? static_cast<CommGroups*>(*cached) : nullptr;
+  if (groups == nullptr) {
+    groups = exchange ? &exchanges_[comm] : &comms_[comm];
+    if (cached != nullptr) *cached = groups;
+  }
+  CommGroups& cg = *groups;
   auto [it, inserted] = cg.groups.try_emplace(key);
   Group& g = it->second;
   if (inserted) {

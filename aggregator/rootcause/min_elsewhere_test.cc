@@ -88,7 +88,9 @@ TEST(MinElsewhereTest, RandomChangesAlwaysAnswerLikeAFullPass) {
         plain.members.pop_back();
         owner_of[i] = owner_of.back();
         owner_of.pop_back();
-        if (i < static_cast<int>(owner_of.size())) ASSERT_EQ(*owner_of[i], i);
+        if (i < static_cast<int>(owner_of.size())) {
+          ASSERT_EQ(*owner_of[i], i);
+        }
       } else {
         const int i = static_cast<int>(rng() % plain.members.size());
         const bool has = rng() % 20 != 0;

@@ -113,8 +113,7 @@ void OwnTimeAnalyzer::Release(const ProcessKey& p, ProcessState* ps) {
   if (ps->Unused()) processes_.erase(p);
 }
 
-void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const ClassKey& k,
-                           ClassState& st, int r, double excess_ns) {
+void OwnTimeAnalyzer::Push(ClassState& st, int r, double excess_ns) {
   Ring& ring = st.excess[r];
   const bool was_judged = static_cast<int>(ring.values.size()) >= options_.min_groups;
   const double old_median = ring.median;
@@ -134,9 +133,9 @@ void OwnTimeAnalyzer::Push(const CommKey& comm, const CommState& cs, const Class
   }
 }
 
-bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
-                                      const ClassState& st, int r, double tolerance_ns,
-                                      double* reference_ns, bool* counterparts) const {
+bool OwnTimeAnalyzer::DesignReference(const CommState& cs, const ClassState& st, int r,
+                                      double tolerance_ns, double* reference_ns,
+                                      bool* counterparts) const {
   const uint64_t node = cs.node_hashes[r];
   const double mine = st.excess[r].median;
   // Counterparts: rank r of the family's other communicators, on another node; the smallest E.
@@ -177,13 +176,13 @@ bool OwnTimeAnalyzer::DesignReference(const CommKey& comm, const CommState& cs, 
   return true;
 }
 
-bool OwnTimeAnalyzer::Judge(const CommKey& comm, const CommState& cs, const ClassKey& k,
-                            const ClassState& st, int r, Evidence* out) const {
+bool OwnTimeAnalyzer::Judge(const CommState& cs, const ClassKey& k, const ClassState& st, int r,
+                            Evidence* out) const {
   if (static_cast<int>(st.excess[r].values.size()) < options_.min_groups) return false;
   out->own_time_ns = st.base.median;
   out->threshold_ns = std::max(options_.min_excess_ns, options_.relative * st.base.median);
   double reference = 0;
-  if (!DesignReference(comm, cs, k, st, r, out->threshold_ns / 2, &reference, &out->replicas)) {
+  if (!DesignReference(cs, st, r, out->threshold_ns / 2, &reference, &out->replicas)) {
     return false;
   }
   out->fault_ns = st.excess[r].median - reference;
@@ -277,18 +276,14 @@ void OwnTimeAnalyzer::Cite(const std::pair<const std::tuple<CommKey, ClassKey, i
 
 std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, CachedSlot* slot) {
   std::vector<SlowProcess> changes;
-  // The communicator's key in comms_ (its state's addresses hold it) and its state.
-  const CommKey* key = nullptr;
   CommState* state = nullptr;
-  if (slot != nullptr && slot->generation == generation_ && slot->comm != nullptr) {
+  if (slot != nullptr && slot->generation == generation_)
     state = static_cast<CommState*>(slot->comm);
-    key = static_cast<const CommKey*>(slot->rank);
-  } else {
+  if (state == nullptr) {
     auto found = comms_.find(group.comm);
     if (found == comms_.end()) return changes;  // members not known yet
-    key = &found->first;
     state = &found->second;
-    if (slot != nullptr) *slot = CachedSlot{state, const_cast<CommKey*>(key), generation_};
+    if (slot != nullptr) *slot = CachedSlot{state, nullptr, generation_};
   }
   CommState& cs = *state;
   const bool exchange = !group.members.empty();
@@ -358,7 +353,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
   }
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
     if (group.own_time_ns[i] >= 0) {
-      Push(*key, cs, k, st, rank_at(i), static_cast<double>(group.own_time_ns[i] - base));
+      Push(st, rank_at(i), static_cast<double>(group.own_time_ns[i] - base));
     }
   }
   // Change in time: each judged rank's growth above its own past, and what the ranks' growth is
@@ -410,7 +405,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
     const int r = rank_at(i);
     Evidence ev;
-    if (!Judge(*key, cs, k, st, r, &ev)) continue;
+    if (!Judge(cs, k, st, r, &ev)) continue;
     ProcessState& ps = *cs.states[r];
     Evidence*& held = st.evidence[r];
     // The verdict reads each piece of evidence only through its standing (Standing): while this

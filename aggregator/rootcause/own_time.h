@@ -322,19 +322,16 @@ class OwnTimeAnalyzer {
   static SlotKey SlotOf(const CommKey& comm, const ClassKey& k, int nranks, int n_nodes, int r) {
     return SlotKey{comm.job_id, k.op, k.bytes, nranks, n_nodes, r};
   }
-  // Adds one excess to rank r's window and keeps the sorted indexes in step. `comm` is the key
-  // in comms_ (the slot keeps its address).
-  void Push(const CommKey& comm, const CommState& cs, const ClassKey& k, ClassState& st, int r,
-            double excess_ns);
-  // F and its threshold for rank r of `comm` in class `k`; false if not judged yet.
-  bool Judge(const CommKey& comm, const CommState& cs, const ClassKey& k, const ClassState& st,
-             int r, Evidence* out) const;
+  // Adds one excess to rank r's window and keeps its slot and the class's sorted index in step.
+  void Push(ClassState& st, int r, double excess_ns);
+  // F and its threshold for rank r of a communicator `cs` in class `k`; false if not judged yet.
+  bool Judge(const CommState& cs, const ClassKey& k, const ClassState& st, int r,
+             Evidence* out) const;
   // D for rank r (see the method above); false while the ranks it needs have too few collectives.
   // Without counterparts, a member within `tolerance_ns` above r still counts as a replica of r.
   // *counterparts tells whether the reference came from the family's other communicators.
-  bool DesignReference(const CommKey& comm, const CommState& cs, const ClassKey& k,
-                       const ClassState& st, int r, double tolerance_ns, double* reference_ns,
-                       bool* counterparts) const;
+  bool DesignReference(const CommState& cs, const ClassState& st, int r, double tolerance_ns,
+                       double* reference_ns, bool* counterparts) const;
   // The process's verdict from its evidence, with hysteresis on its current one. Evidence counts
   // always with counterparts; without, unless a smaller multi-node communicator of the process
   // finds it not slow (see the method above). `best`, if not null, gets the counted evidence
