@@ -258,6 +258,7 @@ Analyzer::Counters Analyzer::counters() const {
   return Counters{reports_,
                   detectors_.correlator.completed(),
                   detectors_.correlator.expired(),
+                  detectors_.correlator.refused(),
                   detectors_.correlator.open_groups(),
                   registry_.capped_jobs(),
                   registry_.capped_comms(),

@@ -103,6 +103,7 @@ class Analyzer {
     uint64_t reports = 0;
     uint64_t groups_completed = 0;
     uint64_t groups_expired = 0;
+    uint64_t records_refused = 0;  // not joined: beyond Correlator::kMaxOpsPerComm names
     uint64_t open_groups = 0;
     uint64_t capped_jobs = 0;          // reports not analysed: their job is beyond max_jobs
     uint64_t capped_comms = 0;         // ... their communicator is beyond max_comms_per_job

@@ -10,7 +10,7 @@ std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
                                               int64_t now_ns, int64_t own_time_ns,
                                               int64_t sync_wait_ns, CachedSlot* slot) {
   if (nranks <= 0 || rank < 0 || rank >= nranks) return std::nullopt;
-  return Join(comm, GroupKey{op, seq}, nranks,
+  return Join(comm, &op, GroupKey{seq}, nranks,
               Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns, slot);
 }
 
@@ -24,7 +24,7 @@ std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks
   }
   const int sender = send ? rank : peer;
   const int receiver = send ? peer : rank;
-  auto done = Join(comm, GroupKey{kP2pClass, seq, sender, receiver}, 2,
+  auto done = Join(comm, nullptr, GroupKey{seq, sender, receiver}, 2,
                    Arrival{send ? 0 : 1, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns},
                    now_ns, slot);
   if (done) {
@@ -34,9 +34,9 @@ std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks
   return done;
 }
 
-std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key, int parties,
-                                               const Arrival& arrival, int64_t now_ns,
-                                               CachedSlot* slot) {
+std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, const std::string* op,
+                                               GroupKey key, int parties, const Arrival& arrival,
+                                               int64_t now_ns, CachedSlot* slot) {
   // The slot holds the communicator's collectives in `comm`, its exchanges in `rank`.
   const bool exchange = key.sender >= 0;
   if (slot != nullptr && slot->generation != generation_) {
@@ -49,6 +49,18 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key
     if (cached != nullptr) *cached = groups;
   }
   CommGroups& cg = *groups;
+  if (!exchange) {
+    // A communicator runs a handful of collective kinds: a scan of a few short strings.
+    auto known = std::find(cg.ops.begin(), cg.ops.end(), *op);
+    if (known == cg.ops.end()) {
+      if (cg.ops.size() >= kMaxOpsPerComm) {
+        ++refused_;
+        return std::nullopt;
+      }
+      known = cg.ops.insert(cg.ops.end(), *op);
+    }
+    key.op = static_cast<uint32_t>(known - cg.ops.begin());
+  }
   auto [it, inserted] = cg.groups.try_emplace(key);
   Group& g = it->second;
   if (inserted) {
@@ -57,7 +69,7 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key
     // Room for every party at once (the size claimed is bounded: a group of more grows as they
     // really arrive).
     g.arrivals.reserve(std::min(parties, 64));
-    cg.order.emplace_back(now_ns, std::move(key));
+    cg.order.emplace_back(now_ns, key);
   }
   if (g.nranks != parties) return std::nullopt;
   if (parties <= kScanParties) {
@@ -78,7 +90,8 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, GroupKey key
     }
     return std::nullopt;
   }
-  CompletedGroup done{comm, it->first.op, it->first.seq, {}, {}, {}, {}};
+  CompletedGroup done{comm, exchange ? std::string(kP2pClass) : cg.ops[key.op], key.seq, {}, {}, {},
+                      {}};
   done.nranks = parties;
   done.duration_ns.resize(parties);
   done.gpu_start_ns.resize(parties);

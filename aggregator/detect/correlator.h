@@ -82,6 +82,11 @@ class Correlator {
   size_t open_groups() const;
   uint64_t completed() const { return completed_; }
   uint64_t expired() const { return expired_; }
+  // Records not joined because their communicator already has kMaxOpsPerComm collective names
+  // (NCCL has about ten: only a client making names up reaches it).
+  uint64_t refused() const { return refused_; }
+
+  static constexpr size_t kMaxOpsPerComm = 64;
 
  private:
   // One rank's record, kept in arrival order: an open group costs what its ranks sent, not the
@@ -106,13 +111,14 @@ class Correlator {
   // Entries of completed groups an age order may hold beyond twice its open ones before a new
   // group trims it.
   static constexpr size_t kOrderSlack = 64;
-  // (op, seq), and for an exchange its sender and receiver (-1 for a collective).
+  // (op, seq), and for an exchange its sender and receiver (-1 for a collective). The op is its
+  // index in the communicator's `ops`: a key of numbers only is hashed, compared and copied
+  // without touching a string (at 16,384 ranks the string cost a tenth of the join).
   struct GroupKey {
-    std::string op;
     uint64_t seq = 0;
     int sender = -1;
     int receiver = -1;
-    // The numbers first: the string only decides between keys equal in all of them.
+    uint32_t op = 0;
     bool operator==(const GroupKey& o) const {
       return seq == o.seq && sender == o.sender && receiver == o.receiver && op == o.op;
     }
@@ -126,12 +132,16 @@ class Correlator {
     // join ran at 16 % of the aggregator's CPU at 16,384 ranks). `order` keeps the age order.
     absl::flat_hash_map<GroupKey, Group> groups;
     std::deque<std::pair<int64_t, GroupKey>> order;  // insertion order, for expiry and eviction
+    // The collective names seen, in order of first use (GroupKey::op); at most kMaxOpsPerComm.
+    absl::InlinedVector<std::string, 4> ops;
   };
   void Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups);
-  // Adds `arrival` (its rank: the party's index in the group) to the group `key` of `parties`
-  // parties; returns the group once every party is in, as per-party vectors.
-  std::optional<CompletedGroup> Join(const CommKey& comm, GroupKey key, int parties,
-                                     const Arrival& arrival, int64_t now_ns, CachedSlot* slot);
+  // Adds `arrival` (its rank: the party's index in the group) to the group of `parties` parties
+  // that `key` names, with the collective `op` (its key's op is set here) or, for an exchange
+  // (key.sender >= 0), kP2pClass; returns the group once every party is in, as per-party vectors.
+  std::optional<CompletedGroup> Join(const CommKey& comm, const std::string* op, GroupKey key,
+                                     int parties, const Arrival& arrival, int64_t now_ns,
+                                     CachedSlot* slot);
 
   const CorrelatorOptions options_;
   uint64_t generation_ = 1;  // raised whenever a communicator's groups are freed (CachedSlot)
@@ -141,6 +151,7 @@ class Correlator {
   absl::node_hash_map<CommKey, CommGroups> exchanges_;
   uint64_t completed_ = 0;
   uint64_t expired_ = 0;
+  uint64_t refused_ = 0;
 };
 
 }  // namespace ncclwatch::aggregator

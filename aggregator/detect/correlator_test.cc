@@ -1,5 +1,7 @@
 #include "aggregator/detect/correlator.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace ncclwatch::aggregator {
@@ -21,6 +23,27 @@ TEST(CorrelatorTest, CompletesWhenEveryRankReported) {
   EXPECT_EQ(g->gpu_start_ns, (std::vector<uint64_t>{1000, 2000, 3000}));
   EXPECT_EQ(c.completed(), 1u);
   EXPECT_EQ(c.open_groups(), 1u);  // the AllGather
+}
+
+TEST(CorrelatorTest, ACommunicatorsCollectiveNamesAreBoundedAndTheRestRefused) {
+  Correlator c;
+  for (size_t i = 0; i < Correlator::kMaxOpsPerComm; ++i) {
+    EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "Op" + std::to_string(i), 1, 0, 1, 1, 0));
+  }
+  // One name too many: not kept, counted, and its groups never form.
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "Invented", 1, 0, 1, 1, 0));
+  EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "Invented", 1, 1, 1, 1, 0));
+  EXPECT_EQ(c.refused(), 2u);
+  EXPECT_EQ(c.open_groups(), Correlator::kMaxOpsPerComm);
+  // Known names still join, each with its own groups; another communicator has its own names.
+  auto g = c.Add(kCorrelatorComm, 2, "Op63", 1, 1, 2, 2, 0);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->op, "Op63");
+  EXPECT_EQ(g->duration_ns, (std::vector<uint64_t>{1, 2}));
+  const CommKey other{"job", 0x43};
+  EXPECT_FALSE(c.Add(other, 2, "Invented", 1, 0, 1, 1, 0));
+  EXPECT_TRUE(c.Add(other, 2, "Invented", 1, 1, 1, 1, 0).has_value());
+  EXPECT_EQ(c.refused(), 2u);
 }
 
 TEST(CorrelatorTest, JoinsTheTwoEndsOfAPointToPointExchange) {

@@ -29,11 +29,21 @@ inline double Median(std::span<const double> values) {
 // selection over a copy on every value (the detectors do this for every rank of every joined
 // collective).
 inline double SlideMedian(std::vector<double>& sorted, const double* evicted, double added) {
-  if (evicted != nullptr) {
-    auto it = std::lower_bound(sorted.begin(), sorted.end(), *evicted);
-    if (it != sorted.end() && *it == *evicted) sorted.erase(it);
+  auto found =
+      evicted == nullptr ? sorted.end() : std::lower_bound(sorted.begin(), sorted.end(), *evicted);
+  if (found == sorted.end() || *found != *evicted) {
+    sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), added), added);
+  } else if (added >= *found) {
+    // The values between the evicted one and the added one's place move down one: one pass
+    // where an erase and an insert moved the tail twice.
+    auto to = std::upper_bound(found, sorted.end(), added);
+    std::move(found + 1, to, found);
+    *(to - 1) = added;
+  } else {
+    auto to = std::upper_bound(sorted.begin(), found, added);
+    std::move_backward(to, found, found + 1);
+    *to = added;
   }
-  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), added), added);
   const size_t mid = sorted.size() / 2;
   return sorted.size() % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }

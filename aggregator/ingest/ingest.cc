@@ -9,6 +9,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "aggregator/detect/correlator.h"
 #include "aggregator/findings/findings.h"
 #include "aggregator/store/store_keys.h"
 #include "common/log.h"
@@ -29,6 +30,14 @@ void ExportAnalyzerCounters(const Analyzer& analyzer, PromTextWriter& w) {
   w.Family("ncclwatch_aggregator_groups_expired_total",
            "Collectives dropped before every rank reported them.", "counter");
   w.Sample("ncclwatch_aggregator_groups_expired_total", {}, c.groups_expired);
+  w.Family(
+      "ncclwatch_aggregator_records_unjoined_total",
+      absl::StrCat("Sampled records not joined with other ranks': their communicator "
+                   "already used ",
+                   Correlator::kMaxOpsPerComm, " collective names (a client making names up)."),
+      "counter");
+  w.Sample("ncclwatch_aggregator_records_unjoined_total", {{"reason", "too_many_op_names"}},
+           c.records_refused);
   w.Family("ncclwatch_aggregator_open_groups", "Collectives waiting for more ranks.", "gauge");
   w.Sample("ncclwatch_aggregator_open_groups", {}, c.open_groups);
   w.Family("ncclwatch_aggregator_reports_capped_total",
@@ -123,7 +132,7 @@ absl::StatusOr<ncclwatch::v1::BatchAck> Ingest::Push(const ncclwatch::v1::NodeBa
 }
 
 void Ingest::PushAsync(std::shared_ptr<const ncclwatch::v1::NodeBatch> pushed,
-                       const std::string& source, PushDone done) {
+                       const std::string& source, PushDone done, std::string_view wire) {
   const ncclwatch::v1::NodeBatch& batch = *pushed;
   if (batch.agent_id().empty() || batch.agent_id().size() > kMaxLabelLength ||
       batch.batch_seq() == 0 || batch.reports_size() > kMaxReportsPerBatch) {
@@ -165,6 +174,7 @@ void Ingest::PushAsync(std::shared_ptr<const ncclwatch::v1::NodeBatch> pushed,
       if (valid[i]) *clean.add_reports() = batch.reports(i);
     }
     commit.batch = std::move(clean_batch);  // the push's own batch is not needed any more
+    wire = {};                              // nor its bytes: the copy is what is stored
   }
   commit.ack.set_batch_seq(batch.batch_seq());
   commit.ack.set_rejected_reports(rejected);
@@ -178,8 +188,8 @@ void Ingest::PushAsync(std::shared_ptr<const ncclwatch::v1::NodeBatch> pushed,
   }
   // Written to the log here, on this thread; made durable, analysed and answered by the
   // committer in ticket order.
-  commit.is_new =
-      store_.WriteBatchIfNew(*commit.batch, commit.received_ns, &commit.source, &commit.pending);
+  commit.is_new = store_.WriteBatchIfNew(*commit.batch, commit.received_ns, &commit.source,
+                                         &commit.pending, wire);
   ncclwatch::MutexLock lock(&order_mu_);
   --writing_;
   commits_.emplace(ticket, std::move(commit));

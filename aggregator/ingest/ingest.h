@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -54,8 +55,10 @@ class Ingest {
   // is slowed down rather than buffered without end. A crash before a batch is analysed loses
   // nothing: the start-up replay analyses it.
   using PushDone = std::function<void(absl::StatusOr<ncclwatch::v1::BatchAck>)>;
+  // `wire`, when not empty, is the encoding `batch` was parsed from: stored as it came, not
+  // encoded again (needed only during the call).
   void PushAsync(std::shared_ptr<const ncclwatch::v1::NodeBatch> batch, const std::string& source,
-                 PushDone done);
+                 PushDone done, std::string_view wire = {});
   static constexpr int64_t kMaxQueuedReports = 1 << 17;  // ~1.5 s of a 16,384-rank job
   // Returns once every batch acknowledged before the call is analysed: a query that follows an
   // acknowledgement sees what the batch changed (the Query API waits so).

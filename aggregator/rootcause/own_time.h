@@ -94,6 +94,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/types/span.h"
 #include "aggregator/detect/types.h"
 #include "aggregator/rootcause/min_elsewhere.h"
 #include "aggregator/rootcause/process_index.h"
@@ -143,8 +144,9 @@ struct OwnTimeGroup {
   std::vector<int64_t> own_time_ns;  // per communicator rank (per member); -1 when unknown
   int64_t now_ns = 0;                // when it was joined (for `since`)
   // A point-to-point exchange: the communicator ranks of its two ends, whose own times
-  // own_time_ns holds in that order (CompletedGroup::members); empty for a collective.
-  std::vector<int> members;
+  // own_time_ns holds in that order (CompletedGroup::members, which must outlive Observe); empty
+  // for a collective.
+  absl::Span<const int> members;
 };
 
 // A GPU's verdict and the evidence behind it.

@@ -23,7 +23,9 @@
 #include "aggregator/store/store.h"
 #include "common/daemon.h"
 #include "common/status_matchers.h"
+#include "common/sync.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -304,6 +306,39 @@ std::string AggregatorMetric(int http_port, const std::string& name) {
   if (at == std::string::npos) return "absent";
   const size_t from = at + name.size() + 2;
   return metrics->body.substr(from, metrics->body.find('\n', from) - from);
+}
+
+// Push is served from its bytes (a raw method): bytes that are no NodeBatch are refused with a
+// clear error and counted, and the connection goes on taking batches.
+TEST_F(AggregatorServerTest, PushedBytesThatAreNoBatchAreRefusedCountedAndTheNextBatchIsTaken) {
+  AggregatorServer server(Options());
+  ASSERT_THAT(server.Start(), IsOk());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext bad;
+  bad.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice garbage(std::string("\xff\xff\xff"));  // a field tag that never ends
+  grpc::ByteBuffer request(&garbage, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  ncclwatch::Notification answered;
+  generic.UnaryCall(&bad, "/ncclwatch.v1.Ingest/Push", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      status = std::move(s);
+                      answered.Notify();
+                    });
+  answered.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("not a NodeBatch"));
+  EXPECT_EQ(AggregatorMetric(server.http_port(), "ncclwatch_aggregator_pushes_unparsable_total"),
+            "1");
+
+  grpc::ClientContext push;
+  ncclwatch::v1::BatchAck ack;
+  ASSERT_THAT(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, Batch(1), &ack), IsOk());
+  EXPECT_EQ(ack.batch_seq(), 1u);
+  EXPECT_EQ(AggregatorMetric(server.http_port(), "ncclwatch_aggregator_batches_stored_total"), "1");
 }
 
 // A table file of the history with flipped bytes (bit rot): the start failed at every try with

@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
@@ -10,7 +12,8 @@
 #include "common/daemon.h"
 #include "google/protobuf/arena.h"
 #include "grpcpp/security/auth_context.h"
-#include "grpcpp/support/message_allocator.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 
 namespace ncclwatch::aggregator {
 namespace {
@@ -50,28 +53,17 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// One push's batch and acknowledgement, parsed onto one protobuf arena: a batch's hundreds of
-// strings and repeated fields come from a few blocks and go with them, rather than each from the
-// heap and back. gRPC lets go of them once the push is answered; the batch is analysed after
-// that (Ingest::PushAsync), so the messages live until both have let go.
-class ArenaPushMessages final
-    : public grpc::MessageHolder<ncclwatch::v1::NodeBatch, ncclwatch::v1::BatchAck> {
+// One push's batch, parsed onto a protobuf arena of its own: a batch's hundreds of strings and
+// repeated fields come from a few blocks and go with them, rather than each from the heap and
+// back. It lives until its analysis lets go of it (Ingest::PushAsync).
+class ArenaBatch {
  public:
-  ArenaPushMessages() : arena_(Options()) {
-    set_request(google::protobuf::Arena::CreateMessage<ncclwatch::v1::NodeBatch>(&arena_));
-    set_response(google::protobuf::Arena::CreateMessage<ncclwatch::v1::BatchAck>(&arena_));
-  }
-  // The batch, held for as long as the pointer (or a copy of it) lives.
-  std::shared_ptr<const ncclwatch::v1::NodeBatch> SharedRequest() {
-    holders_.fetch_add(1, std::memory_order_relaxed);
-    return {request(), [this](const ncclwatch::v1::NodeBatch*) { Unhold(); }};
-  }
-  void Release() override { Unhold(); }
+  ArenaBatch()
+      : arena_(Options()),
+        batch_(google::protobuf::Arena::CreateMessage<ncclwatch::v1::NodeBatch>(&arena_)) {}
+  ncclwatch::v1::NodeBatch& batch() { return *batch_; }
 
  private:
-  void Unhold() {
-    if (holders_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
   static google::protobuf::ArenaOptions Options() {
     google::protobuf::ArenaOptions o;
     o.start_block_size = 32 << 10;  // a node's batch of 8 ranks parses into ~30-100 KiB
@@ -79,19 +71,21 @@ class ArenaPushMessages final
     return o;
   }
   google::protobuf::Arena arena_;
-  std::atomic<int> holders_{1};  // gRPC, and the batch's shared pointer while one lives
+  ncclwatch::v1::NodeBatch* batch_;
 };
+
+// A received message's bytes, in one piece (gRPC hands them over as slices).
+bool Flatten(const grpc::ByteBuffer& buffer, std::string* out) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  out->reserve(buffer.Length());
+  for (const grpc::Slice& slice : slices) {
+    out->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return true;
+}
 
 }  // namespace
-
-class IngestService::PushAllocator final
-    : public grpc::MessageAllocator<ncclwatch::v1::NodeBatch, ncclwatch::v1::BatchAck> {
- public:
-  grpc::MessageHolder<ncclwatch::v1::NodeBatch, ncclwatch::v1::BatchAck>* AllocateMessages()
-      override {
-    return new ArenaPushMessages();
-  }
-};
 
 std::string PushSource(const grpc::ServerContextBase& context, const std::string& agent_id) {
   // A verified client certificate names the sender best.
@@ -120,27 +114,40 @@ IngestService::IngestService(Ingest& ingest, TokenFile* token)
       gate_(token, ingest.metrics().GetCounter(
                        "ncclwatch_aggregator_pushes_unauthenticated_total",
                        "Batch pushes refused for a missing or wrong bearer token.")),
-      allocator_(std::make_unique<PushAllocator>()) {
-  SetMessageAllocatorFor_Push(allocator_.get());
-}
+      unparsable_(ingest.metrics().GetCounter(
+          "ncclwatch_aggregator_pushes_unparsable_total",
+          "Batch pushes refused because their bytes are not a NodeBatch message.")) {}
 
 IngestService::~IngestService() = default;
 
 grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
-                                              const ncclwatch::v1::NodeBatch* request,
-                                              ncclwatch::v1::BatchAck* response) {
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
   if (!gate_.Admits(*context)) return Finished(context, kPushUnauthenticated);
+  auto parsed = std::make_shared<ArenaBatch>();
+  std::string wire;
+  if (!Flatten(*request, &wire) || !parsed->batch().ParseFromString(wire)) {
+    unparsable_->Increment();
+    return Finished(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                          "the pushed bytes are not a NodeBatch message"));
+  }
   // Answered by Ingest's committer once the batch is durable; this thread goes back to gRPC
-  // meanwhile.
+  // meanwhile. The bytes are only needed until PushAsync returns (they are logged by then).
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto* messages = dynamic_cast<ArenaPushMessages*>(context->GetRpcAllocatorState());
-  std::shared_ptr<const ncclwatch::v1::NodeBatch> batch =
-      messages != nullptr ? messages->SharedRequest()
-                          : std::make_shared<const ncclwatch::v1::NodeBatch>(*request);
-  ingest_.PushAsync(std::move(batch), PushSource(*context, request->agent_id()),
-                    [reactor, response](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
-                      FinishWith(reactor, std::move(ack), response);
-                    });
+  const ncclwatch::v1::NodeBatch& batch = parsed->batch();
+  std::shared_ptr<const ncclwatch::v1::NodeBatch> shared(parsed, &batch);
+  ingest_.PushAsync(
+      std::move(shared), PushSource(*context, batch.agent_id()),
+      [reactor, response](absl::StatusOr<ncclwatch::v1::BatchAck> ack) {
+        if (!ack.ok()) {
+          reactor->Finish(ToGrpcStatus(ack.status()));
+          return;
+        }
+        bool own_buffer = false;
+        reactor->Finish(grpc::SerializationTraits<ncclwatch::v1::BatchAck>::Serialize(
+            *ack, response, &own_buffer));
+      },
+      wire);
   return reactor;
 }
 

@@ -6,10 +6,12 @@
 #define NCCLWATCH_AGGREGATOR_SERVER_SERVICES_H_
 
 #include <memory>
+#include <string>
 
 #include "aggregator/ingest/ingest.h"
 #include "aggregator/query/query.h"
 #include "aggregator/server/shard_router.h"
+#include "common/metrics.h"
 #include "common/rpc/token.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 #include "ncclwatch/v1/query.grpc.pb.h"
@@ -20,22 +22,24 @@ namespace ncclwatch::aggregator {
 // "ip:<address>" for a peer beyond loopback, "local:<agent_id>" on loopback or a unix socket.
 std::string PushSource(const grpc::ServerContextBase& context, const std::string& agent_id);
 
-class IngestService final : public ncclwatch::v1::Ingest::CallbackService {
+// Push is served from its bytes as received (a raw method): the batch is parsed here, onto an
+// arena of its own, and those same bytes go to the batch log (Store::WriteBatchIfNew) instead of
+// an encoding of the parsed batch.
+class IngestService final
+    : public ncclwatch::v1::Ingest::WithRawCallbackMethod_Push<ncclwatch::v1::Ingest::Service> {
  public:
   // With `token` (optional, outlives the service), a push without `authorization: Bearer
   // <token>` is refused (UNAUTHENTICATED) and counted.
   explicit IngestService(Ingest& ingest, TokenFile* token = nullptr);
   ~IngestService() override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const ncclwatch::v1::NodeBatch* request,
-                                 ncclwatch::v1::BatchAck* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
 
  private:
-  class PushAllocator;  // each push's messages on a protobuf arena of their own
-
   Ingest& ingest_;
   BearerGate gate_;
-  std::unique_ptr<PushAllocator> allocator_;
+  Counter* unparsable_;
 };
 
 class QueryService final : public ncclwatch::v1::Query::CallbackService {

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -105,8 +106,11 @@ class Store {
     std::shared_ptr<ncclwatch::Notification> done;  // set while this write holds the key
     std::shared_ptr<ncclwatch::Notification> busy;  // the other push's, when it held it
   };
+  // `wire`, when not empty, is the encoding `batch` was parsed from: logged as it is rather than
+  // encoded again.
   absl::StatusOr<bool> WriteBatchIfNew(const ncclwatch::v1::NodeBatch& batch, int64_t received_ns,
-                                       const std::string* source, PendingWrite* pending);
+                                       const std::string* source, PendingWrite* pending,
+                                       std::string_view wire = {});
   absl::Status SyncBatchWrites();
   // A sync failed for want of room (not an I/O error, which is sticky): until one succeeds, the
   // batches written before may not be durable, so a duplicate is answered only after a sync too.
