@@ -4,39 +4,37 @@
 
 namespace ncclwatch::aggregator {
 
-std::optional<CompletedGroup> Correlator::Add(const CommKey& comm, int nranks,
-                                              const std::string& op, uint64_t seq, int rank,
-                                              uint64_t duration_ns, uint64_t gpu_start_ns,
-                                              int64_t now_ns, int64_t own_time_ns,
-                                              int64_t sync_wait_ns, CachedSlot* slot) {
-  if (nranks <= 0 || rank < 0 || rank >= nranks) return std::nullopt;
+CompletedGroup* Correlator::Add(const CommKey& comm, int nranks, const std::string& op,
+                                uint64_t seq, int rank, uint64_t duration_ns, uint64_t gpu_start_ns,
+                                int64_t now_ns, int64_t own_time_ns, int64_t sync_wait_ns,
+                                CachedSlot* slot) {
+  if (nranks <= 0 || rank < 0 || rank >= nranks) return nullptr;
   return Join(comm, &op, GroupKey{seq}, nranks,
               Arrival{rank, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns, slot);
 }
 
-std::optional<CompletedGroup> Correlator::AddP2p(const CommKey& comm, int nranks, bool send,
-                                                 int rank, int peer, uint64_t seq,
-                                                 uint64_t duration_ns, uint64_t gpu_start_ns,
-                                                 int64_t now_ns, int64_t own_time_ns,
-                                                 int64_t sync_wait_ns, CachedSlot* slot) {
+CompletedGroup* Correlator::AddP2p(const CommKey& comm, int nranks, bool send, int rank, int peer,
+                                   uint64_t seq, uint64_t duration_ns, uint64_t gpu_start_ns,
+                                   int64_t now_ns, int64_t own_time_ns, int64_t sync_wait_ns,
+                                   CachedSlot* slot) {
   if (nranks <= 0 || rank < 0 || rank >= nranks || peer < 0 || peer >= nranks || peer == rank) {
-    return std::nullopt;
+    return nullptr;
   }
   const int sender = send ? rank : peer;
   const int receiver = send ? peer : rank;
-  auto done = Join(comm, nullptr, GroupKey{seq, sender, receiver}, 2,
-                   Arrival{send ? 0 : 1, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns},
-                   now_ns, slot);
-  if (done) {
-    done->members = {sender, receiver};
+  CompletedGroup* done = Join(
+      comm, nullptr, GroupKey{seq, sender, receiver}, 2,
+      Arrival{send ? 0 : 1, duration_ns, gpu_start_ns, own_time_ns, sync_wait_ns}, now_ns, slot);
+  if (done != nullptr) {
+    done->members.assign({sender, receiver});
     done->nranks = nranks;
   }
   return done;
 }
 
-std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, const std::string* op,
-                                               GroupKey key, int parties, const Arrival& arrival,
-                                               int64_t now_ns, CachedSlot* slot) {
+CompletedGroup* Correlator::Join(const CommKey& comm, const std::string* op, GroupKey key,
+                                 int parties, const Arrival& arrival, int64_t now_ns,
+                                 CachedSlot* slot) {
   // The slot holds the communicator's collectives in `comm`, its exchanges in `rank`.
   const bool exchange = key.sender >= 0;
   if (slot != nullptr && slot->generation != generation_) {
@@ -55,7 +53,7 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, const std::s
     if (known == cg.ops.end()) {
       if (cg.ops.size() >= kMaxOpsPerComm) {
         ++refused_;
-        return std::nullopt;
+        return nullptr;
       }
       known = cg.ops.insert(cg.ops.end(), *op);
     }
@@ -71,13 +69,13 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, const std::s
     g.arrivals.reserve(std::min(parties, 64));
     cg.order.emplace_back(now_ns, key);
   }
-  if (g.nranks != parties) return std::nullopt;
+  if (g.nranks != parties) return nullptr;
   if (parties <= kScanParties) {
     for (const Arrival& a : g.arrivals) {
-      if (a.rank == arrival.rank) return std::nullopt;  // a duplicate record
+      if (a.rank == arrival.rank) return nullptr;  // a duplicate record
     }
   } else if (!g.seen.insert(arrival.rank).second) {
-    return std::nullopt;
+    return nullptr;
   }
   g.arrivals.push_back(arrival);
   if (static_cast<int>(g.arrivals.size()) < parties) {
@@ -88,11 +86,14 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, const std::s
                      cg.order.size() > 2 * cg.groups.size() + kOrderSlack)) {
       Trim(cg, INT64_MIN, options_.max_open_groups);
     }
-    return std::nullopt;
+    return nullptr;
   }
-  CompletedGroup done{comm, exchange ? std::string(kP2pClass) : cg.ops[key.op], key.seq, {}, {}, {},
-                      {}};
+  CompletedGroup& done = done_;
+  if (!(done.comm == comm)) done.comm = comm;
+  done.op = exchange ? kP2pClass : cg.ops[key.op];
+  done.seq = key.seq;
   done.nranks = parties;
+  done.members.clear();
   done.duration_ns.resize(parties);
   done.gpu_start_ns.resize(parties);
   done.own_time_ns.resize(parties);
@@ -105,7 +106,7 @@ std::optional<CompletedGroup> Correlator::Join(const CommKey& comm, const std::s
   }
   cg.groups.erase(it);  // its entry in `order` is skipped lazily
   ++completed_;
-  return done;
+  return &done;
 }
 
 void Correlator::Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups) {

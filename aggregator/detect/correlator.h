@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -57,23 +56,24 @@ class Correlator {
  public:
   explicit Correlator(CorrelatorOptions options = {}) : options_(options) {}
 
-  // Adds rank `rank`'s record of (op, seq). Returns the group once all `nranks` ranks reported.
+  // Adds rank `rank`'s record of (op, seq). Returns the group once all `nranks` ranks reported,
+  // and nullptr until then: the correlator's own, reused by the next group that completes (no
+  // allocation per group), so valid until the next Add or AddP2p; the caller may move from it.
   // A repeated record of the same rank is ignored (replays are harmless). `slot`, if given, is
   // where the communicator's caller keeps where its open groups are (detect/types.h: `comm` its
   // collectives', `rank` its exchanges'), so that the lookup by communicator (a hash of the job's
   // name and a cache miss at 16,384 ranks) is paid once, not per record.
-  std::optional<CompletedGroup> Add(const CommKey& comm, int nranks, const std::string& op,
-                                    uint64_t seq, int rank, uint64_t duration_ns,
-                                    uint64_t gpu_start_ns, int64_t now_ns, int64_t own_time_ns = -1,
-                                    int64_t sync_wait_ns = -1, CachedSlot* slot = nullptr);
+  CompletedGroup* Add(const CommKey& comm, int nranks, const std::string& op, uint64_t seq,
+                      int rank, uint64_t duration_ns, uint64_t gpu_start_ns, int64_t now_ns,
+                      int64_t own_time_ns = -1, int64_t sync_wait_ns = -1,
+                      CachedSlot* slot = nullptr);
   // Adds one end of a point-to-point exchange: rank `rank`'s Send to (`send`) or Recv from `peer`,
   // the seq-th of that direction between the two (SampleColumn.peer). Returns the exchange once
-  // both ends reported, as a group of op kP2pClass with members {sender, receiver}.
-  std::optional<CompletedGroup> AddP2p(const CommKey& comm, int nranks, bool send, int rank,
-                                       int peer, uint64_t seq, uint64_t duration_ns,
-                                       uint64_t gpu_start_ns, int64_t now_ns,
-                                       int64_t own_time_ns = -1, int64_t sync_wait_ns = -1,
-                                       CachedSlot* slot = nullptr);
+  // both ends reported (as Add does), as a group of op kP2pClass with members {sender, receiver}.
+  CompletedGroup* AddP2p(const CommKey& comm, int nranks, bool send, int rank, int peer,
+                         uint64_t seq, uint64_t duration_ns, uint64_t gpu_start_ns, int64_t now_ns,
+                         int64_t own_time_ns = -1, int64_t sync_wait_ns = -1,
+                         CachedSlot* slot = nullptr);
   // Drops incomplete groups first seen before now - grace. Returns how many were dropped.
   size_t Expire(int64_t now_ns);
   // Forgets a communicator entirely (e.g. its job ended).
@@ -139,11 +139,11 @@ class Correlator {
   // Adds `arrival` (its rank: the party's index in the group) to the group of `parties` parties
   // that `key` names, with the collective `op` (its key's op is set here) or, for an exchange
   // (key.sender >= 0), kP2pClass; returns the group once every party is in, as per-party vectors.
-  std::optional<CompletedGroup> Join(const CommKey& comm, const std::string* op, GroupKey key,
-                                     int parties, const Arrival& arrival, int64_t now_ns,
-                                     CachedSlot* slot);
+  CompletedGroup* Join(const CommKey& comm, const std::string* op, GroupKey key, int parties,
+                       const Arrival& arrival, int64_t now_ns, CachedSlot* slot);
 
   const CorrelatorOptions options_;
+  CompletedGroup done_;      // the last group completed (Add): its vectors keep their room
   uint64_t generation_ = 1;  // raised whenever a communicator's groups are freed (CachedSlot)
   absl::node_hash_map<CommKey, CommGroups> comms_;  // walked only to expire
   // Exchanges, apart: each has its own max_open_groups, so that a communicator's many pairs
