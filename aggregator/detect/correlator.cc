@@ -89,7 +89,7 @@ CompletedGroup* Correlator::Join(const CommKey& comm, const std::string* op, Gro
     return nullptr;
   }
   CompletedGroup& done = done_;
-  if (!(done.comm == comm)) done.comm = comm;
+  done.comm = comm;
   done.op = exchange ? kP2pClass : cg.ops[key.op];
   done.seq = key.seq;
   done.nranks = parties;

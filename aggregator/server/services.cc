@@ -1,6 +1,5 @@
 #include "aggregator/server/services.h"
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -117,8 +116,6 @@ IngestService::IngestService(Ingest& ingest, TokenFile* token)
       unparsable_(ingest.metrics().GetCounter(
           "ncclwatch_aggregator_pushes_unparsable_total",
           "Batch pushes refused because their bytes are not a NodeBatch message.")) {}
-
-IngestService::~IngestService() = default;
 
 grpc::ServerUnaryReactor* IngestService::Push(grpc::CallbackServerContext* context,
                                               const grpc::ByteBuffer* request,

@@ -31,7 +31,6 @@ class IngestService final
   // With `token` (optional, outlives the service), a push without `authorization: Bearer
   // <token>` is refused (UNAUTHENTICATED) and counted.
   explicit IngestService(Ingest& ingest, TokenFile* token = nullptr);
-  ~IngestService() override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
