@@ -33,7 +33,6 @@ std::string RandomHex(int digits) {
 
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
-  DisableLockOrderChecks();
   SetLogComponent("agent");
   AgentFlags config;
   ConfigTable table("ncclwatch-agent",

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 
 namespace ncclwatch {
 namespace {
@@ -26,10 +25,6 @@ void BlockTerminationSignals() {
   sigset_t set = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-}
-
-void DisableLockOrderChecks() {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 int WaitForTerminationSignal() {

@@ -282,7 +282,6 @@ absl::StatusOr<AggregatorSetup> AggregatorSetupFromFlags(const AggregatorFlags& 
 int AggregatorMain(int argc, char** argv,
                    const std::function<void(AggregatorServerOptions&)>& adjust) {
   BlockTerminationSignals();
-  DisableLockOrderChecks();
   SetLogComponent("aggregator");
   AggregatorFlags flags;
   ConfigTable table("ncclwatch-aggregator",
