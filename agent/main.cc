@@ -33,6 +33,7 @@ std::string RandomHex(int digits) {
 
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
+  DisableLockOrderChecks();
   SetLogComponent("agent");
   AgentFlags config;
   ConfigTable table("ncclwatch-agent",

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ncclwatch {
 namespace {
@@ -25,6 +26,10 @@ void BlockTerminationSignals() {
   sigset_t set = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
+
+void DisableLockOrderChecks() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 int WaitForTerminationSignal() {

@@ -41,13 +41,6 @@ void Analyzer::LatenessChangesLocked(const CommKey& key, CommEntry& entry,
     }
     if (!change.score.flagged) entry.flagged_since_ns.erase(rank);
   }
-  if (!changes.empty()) {
-    if (entry.flagged_since_ns.empty()) {
-      late_comms_.erase(key);
-    } else {
-      late_comms_.insert(key);
-    }
-  }
   if (!changes.empty() && !entry.own_times) JudgeNodesLocked(key, entry, now_ns, events);
 }
 
@@ -149,8 +142,20 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
         OwnTimeGroup{key, group->op, exchange ? 0 : col.bytes(), static_cast<int>(id.n_nodes()),
                      std::move(group->own_time_ns), now_ns, group->members},
         &entry->own_time);
-    LatenessChangesLocked(key, *entry, detectors_.stragglers.Observe(*group, &entry->lateness),
-                          now_ns, &out.events);
+    bool class_flags_changed = false;
+    LatenessChangesLocked(
+        key, *entry, detectors_.stragglers.Observe(*group, &entry->lateness, &class_flags_changed),
+        now_ns, &out.events);
+    // What the tick walks for lateness without an origin: a flag in a pipeline's exchanges, most
+    // of them design (analyzer_unexplained.cc), never pages there, and thousands of a large job's
+    // communicators have one.
+    if (class_flags_changed) {
+      if (detectors_.stragglers.FlaggedBesides(key, kP2pClass)) {
+        late_comms_.insert(key);
+      } else {
+        late_comms_.erase(key);
+      }
+    }
     // The wire's speed: the collective's shortest kernel, its last arriver's, waited for nobody.
     // A communicator some of whose ranks never reported is not judged (coverage reports it).
     // (Exchanges are not: their sizes change with the routing, their pairs with the schedule.)

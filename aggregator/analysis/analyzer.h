@@ -197,8 +197,9 @@ class Analyzer {
   HangOrigins hang_origins_ ABSL_GUARDED_BY(mu_);    // what of the hangs pages
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);      // open findings, ended jobs
   const UnexplainedOptions unexplained_options_;
-  CommFamilies families_ ABSL_GUARDED_BY(mu_);         // like communicators of each job
-  std::set<CommKey> late_comms_ ABSL_GUARDED_BY(mu_);  // communicators with ranks flagged late
+  CommFamilies families_ ABSL_GUARDED_BY(mu_);  // like communicators of each job
+  // Communicators with ranks flagged late in a collective class (not in their exchanges).
+  std::set<CommKey> late_comms_ ABSL_GUARDED_BY(mu_);
   // Late ranks beyond their family, as of the last Tick: since when.
   std::map<std::pair<CommKey, int>, int64_t> beyond_since_ ABSL_GUARDED_BY(mu_);
   // An open origin-not-found page (rootcause/unexplained.h): its START and the late communicator

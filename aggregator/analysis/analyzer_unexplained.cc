@@ -183,23 +183,14 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     if (flagged_ranks.empty()) continue;
     const int nranks_of = entry->who.nranks;
     const bool half_late = 2 * flagged_ranks.size() >= static_cast<size_t>(nranks_of);
-    // node -> (ranks here, flagged), built only where half the ranks are late: most ticks of a
-    // large job visit thousands of communicators a rank of which is flagged by chance.
-    std::map<std::string, std::pair<int, int>> on_node;
     auto significant = [&](const RankScore& score) {
       if (entry->who.nranks < 4 || score.peer_z >= unexplained_options_.min_peer_z) return true;
       if (!half_late) return false;
-      if (on_node.empty()) {
-        for (const auto& [r, who] : entry->who.ranks) {
-          auto& [ranks, flagged] = on_node[who.node];
-          ++ranks;
-          flagged += flagged_ranks.contains(r) ? 1 : 0;
-        }
-      }
       const std::string& node = entry->who.Rank(score.rank).node;
-      auto n = on_node.find(node);
-      return !node.empty() && n != on_node.end() && n->second.first >= 2 &&
-             n->second.second == n->second.first;
+      if (node.empty()) return false;
+      const std::vector<int>& here = entry->RanksOnNode(node);
+      return here.size() >= 2 && std::all_of(here.begin(), here.end(),
+                                             [&](int r) { return flagged_ranks.contains(r); });
     };
     for (const RankScore& score : notable) {
       if (!score.flagged || !significant(score)) continue;

@@ -57,6 +57,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     who.nranks = id.nranks();
     who.ranks.clear();
     entry.rank_index.clear();
+    entry.ranks_by_node.reset();
     entry.newest_seen_ns = 0;
     entry.first_seen_ns = now_ns;
     entry.unreported = id.nranks();
@@ -101,6 +102,7 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
     if (*new_process) {
       rank.host = id.host();
       rank.node = id.node();
+      entry.ranks_by_node.reset();
     }
     rank.pid = id.pid();
     rank.cuda_device = id.cuda_device();
@@ -118,6 +120,16 @@ CommEntry* CommRegistry::Record(const CommKey& key, const ncclwatch::v1::RankIde
   incomplete_comms_ += (entry.unreported > 0 ? 1 : 0) - (was_incomplete ? 1 : 0);
   *rank_out = &rank;
   return &entry;
+}
+
+const std::vector<int>& CommEntry::RanksOnNode(const std::string& node) const {
+  if (!ranks_by_node) {
+    ranks_by_node.emplace();
+    for (const auto& [r, rank] : who.ranks) (*ranks_by_node)[rank.node].push_back(r);
+  }
+  static const std::vector<int> kNone;
+  auto it = ranks_by_node->find(node);
+  return it == ranks_by_node->end() ? kNone : it->second;
 }
 
 const CommEntry* CommRegistry::Find(const CommKey& key) const {

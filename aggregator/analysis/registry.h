@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -65,6 +66,12 @@ struct CommEntry {
   CachedSlot joining;
   CachedSlot lateness;
   CachedSlot own_time;
+  // The ranks that reported from `node`, ascending: indexed the first time it is asked and again
+  // after a rank joins or moves (the registry drops the index then). The origin-not-found pass
+  // asks it of communicators half of whose ranks are late each tick; a walk of every rank, keyed
+  // by node name, was a third of the tick in a healthy 16,384-rank job.
+  const std::vector<int>& RanksOnNode(const std::string& node) const;
+  mutable std::optional<absl::flat_hash_map<std::string, std::vector<int>>> ranks_by_node;
 };
 
 class CommRegistry {

@@ -90,7 +90,8 @@ RankScore StragglerDetector::Score(int rank, const ClassWindows& c, const PeerSt
   return s;
 }
 
-std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, CachedSlot* slot) {
+std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, CachedSlot* slot,
+                                                   bool* class_flags_changed) {
   std::vector<FlagChange> changes;
   const size_t n = group.duration_ns.size();
   if (n < 2) return changes;
@@ -164,6 +165,8 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, 
     }
     if (flag == w.flagged) continue;
     w.flagged = flag;
+    c.flagged += flag ? 1 : -1;
+    if (class_flags_changed != nullptr) *class_flags_changed = true;
     // The rank's flag in the communicator changes with its first flagged class and its last.
     const bool was = comm.flagged_in[r] > 0;
     comm.flagged_in[r] += flag ? 1 : -1;
@@ -230,6 +233,13 @@ std::vector<RankScore> StragglerDetector::Flagged(const CommKey& comm,
                                                   const ClassFilter& skip) const {
   auto it = comms_.find(comm);
   return it == comms_.end() ? std::vector<RankScore>{} : Worst(it->second, Ranks::kFlagged, skip);
+}
+
+bool StragglerDetector::FlaggedBesides(const CommKey& comm, std::string_view op) const {
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return false;
+  return std::any_of(it->second.classes.begin(), it->second.classes.end(),
+                     [&](const ClassWindows& c) { return c.flagged > 0 && c.op != op; });
 }
 
 std::optional<double> StragglerDetector::LatenessIn(const CommKey& comm, const std::string& op,

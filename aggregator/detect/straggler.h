@@ -41,6 +41,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
@@ -88,7 +89,10 @@ class StragglerDetector {
   // Feeds one completed collective; returns the ranks whose flag (in the communicator) changed
   // because of it, each scored in the group's class. `slot`, if given, is where the
   // communicator's caller keeps where its state is (detect/types.h), found once, not per group.
-  std::vector<FlagChange> Observe(const CompletedGroup& group, CachedSlot* slot = nullptr);
+  // `*class_flags_changed`, if given, is set when a rank's flag in the group's class changed,
+  // whether or not its flag in the communicator did.
+  std::vector<FlagChange> Observe(const CompletedGroup& group, CachedSlot* slot = nullptr,
+                                  bool* class_flags_changed = nullptr);
   // Current scores of every rank of `comm` (empty if unknown), each in its worst class: the
   // flagged class with the largest excess, else the class with the largest excess.
   std::vector<RankScore> Scores(const CommKey& comm) const;
@@ -104,6 +108,8 @@ class StragglerDetector {
   // Rank `rank`'s lateness (window median) in class `op` of `comm`, or nullopt when that class
   // has too few observations of it (fewer than `min_groups`) or is unknown.
   std::optional<double> LatenessIn(const CommKey& comm, const std::string& op, int rank) const;
+  // Whether a rank of `comm` is flagged in a class other than `op` (constant time in the ranks).
+  bool FlaggedBesides(const CommKey& comm, std::string_view op) const;
   void Forget(const CommKey& comm) {
     comms_.erase(comm);
     ++generation_;
@@ -134,6 +140,7 @@ class StragglerDetector {
     // every exchange would cost O(n) per pair (O(n^3) a step of an all-to-all).
     PeerStats peers;
     int exchanges_since_peers = -1;  // -1: never computed
+    int flagged = 0;                 // ranks flagged in this class
   };
   struct CommWindows {
     std::vector<ClassWindows> classes;  // a handful: the operations the communicator runs

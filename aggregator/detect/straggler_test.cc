@@ -74,6 +74,45 @@ TEST(StragglerDetectorTest, FlagsTheSlowRankOnlyAndOnlyOnce) {
   }
 }
 
+// A rank flagged in a second class changes nothing in the communicator (it was flagged already)
+// but the class's own flag: the caller is told, and which classes flag someone is answered.
+TEST(StragglerDetectorTest, SaysWhenAClassFlagChangesAndWhichClassesFlag) {
+  StragglerDetector d;
+  std::mt19937 rng(5);
+  bool changed = false;
+  int comm_changes = 0;
+  for (uint64_t seq = 0; seq < 200; ++seq) {
+    comm_changes += static_cast<int>(
+        d.Observe(Group(seq, Arrivals(rng, 8, 5, 2'000'000)), nullptr, &changed).size());
+  }
+  EXPECT_EQ(comm_changes, 1);
+  EXPECT_TRUE(changed);
+  EXPECT_TRUE(d.FlaggedBesides(kStragglerComm, "SendRecv"));
+  EXPECT_FALSE(d.FlaggedBesides(kStragglerComm, "AllReduce"));
+  EXPECT_FALSE(d.FlaggedBesides(CommKey{"other", 2}, "SendRecv"));
+
+  changed = false;
+  for (uint64_t seq = 0; seq < 200; ++seq) {
+    CompletedGroup g = Group(seq, Arrivals(rng, 8, 5, 2'000'000));
+    g.op = "AllGather";
+    comm_changes += static_cast<int>(d.Observe(g, nullptr, &changed).size());
+  }
+  EXPECT_EQ(comm_changes, 1);  // rank 5 was flagged in the communicator already
+  EXPECT_TRUE(changed);        // but not in AllGather
+  EXPECT_TRUE(d.FlaggedBesides(kStragglerComm, "AllReduce"));
+
+  // Punctual again in AllReduce: its flag there clears, AllGather's stays.
+  changed = false;
+  for (uint64_t seq = 200; seq < 400; ++seq) {
+    d.Observe(Group(seq, Arrivals(rng, 8, -1, 0)), nullptr, &changed);
+  }
+  EXPECT_TRUE(changed);
+  EXPECT_FALSE(d.FlaggedBesides(kStragglerComm, "AllGather"));
+  EXPECT_TRUE(d.FlaggedBesides(kStragglerComm, "AllReduce"));
+  d.Forget(kStragglerComm);
+  EXPECT_FALSE(d.FlaggedBesides(kStragglerComm, "SendRecv"));
+}
+
 // Four ranks on four nodes whose GPU clocks disagree by seconds; rank 3 arrives 2 ms late, and
 // rank 0's kernels move their data 4 ms slower (a slow link: it is not late, its kernels are
 // long). Each kernel's duration is its wait for the peers plus its data movement.

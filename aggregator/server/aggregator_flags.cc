@@ -282,6 +282,7 @@ absl::StatusOr<AggregatorSetup> AggregatorSetupFromFlags(const AggregatorFlags& 
 int AggregatorMain(int argc, char** argv,
                    const std::function<void(AggregatorServerOptions&)>& adjust) {
   BlockTerminationSignals();
+  DisableLockOrderChecks();
   SetLogComponent("aggregator");
   AggregatorFlags flags;
   ConfigTable table("ncclwatch-aggregator",
