@@ -68,6 +68,31 @@ std::vector<RankScore> Analyzer::PageableLatenessLocked(const CommKey& comm) con
       });
 }
 
+bool Analyzer::WaitedInExchangeLocked(const ProcessKey& p) const {
+  const double threshold = detectors_.stragglers.options().threshold_ns;
+  auto exchanges_only = [](const std::string& op) { return op != kP2pClass; };
+  for (const auto& [comm, rank] : processes_.RanksOf(p)) {
+    const std::vector<RankScore> flagged = detectors_.stragglers.Flagged(comm, exchanges_only);
+    if (std::any_of(flagged.begin(), flagged.end(),
+                    [&](const RankScore& s) { return s.rank == rank && s.flagged; })) {
+      continue;  // late there itself
+    }
+    const std::set<CommKey>& family = families_.FamilyOf(comm);
+    for (const RankScore& s : flagged) {
+      if (!s.flagged) continue;
+      // A pipeline's exchanges are late by design (its bubbles), alike in every replica.
+      if (family.size() >= 2 &&
+          s.lateness_ns - DesignOf(detectors_.stragglers, family, kP2pClass, s.rank, threshold)
+                              .reference_ns <
+              threshold) {
+        continue;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Analyzer::JobHasRootCauseLocked(const std::string& job_id) const {
   if (verdicts_.AnyGpu(job_id) || verdicts_.AnyNodeSlow(job_id)) return true;
   auto hang = hang_origins_.origins().lower_bound(CommKey{job_id, 0});
@@ -243,6 +268,13 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     }
     if (consequences.size() < gpus.size()) {
       for (const ProcessKey& p : consequences) gpus.erase(p);
+    }
+    // One that waited for a peer in an exchange (an expert's all-to-all peers wait for a slow
+    // expert, then arrive late at their own collectives, where their partners do not) holds
+    // longer: that peer's own time in the exchange class names it if it is the origin.
+    for (auto& [p, ranks] : gpus) {
+      if (!WaitedInExchangeLocked(p)) continue;
+      for (LateRank& l : ranks) l.since_ns += unexplained_options_.exchange_hold_ns;
     }
   }
 

@@ -210,5 +210,74 @@ TEST(UnexplainedLatenessTest, AGpuThatWaitedForAnotherLateGpuIsItsConsequence) {
   EXPECT_EQ(events[0].straggler().cuda_device(), 0);
 }
 
+// One rank's report in a two-rank exchange communicator: `n` exchanges from `first_seq`, rank 1
+// sending to rank 0, the sender `sender_late_ns` later than the receiver; both ends spend the same
+// time on their own work before it.
+ncclwatch::v1::RankReport ExchangeReport(const Comm& c, int rank, uint64_t first_seq, int n,
+                                         int64_t sender_late_ns) {
+  ncclwatch::v1::RankReport r = OwnTimeReport(c, rank, 0, 0, 0, 0);
+  SampleColumnWriter writer(&r);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t start = 1'000'000 + (rank == 1 ? sender_late_ns : 0);
+    writer.Add(rank == 1 ? "Send" : "Recv", "", 1 << 20, 1,
+               Sample{first_seq + i, start, 9'000'000 - start, 5'000'000}, /*peer=*/1 - rank);
+  }
+  return r;
+}
+
+// GPU 0 is late in the world, where nobody waits for anybody else; before that it waited in an
+// exchange for GPU 4, whose own time there is not slow (yet). GPU 0 is the symptom, GPU 4 the
+// likelier origin: GPU 0 pages "origin not found" only after the exchange hold too, and still
+// pages.
+TEST(UnexplainedLatenessTest, AGpuThatWaitedInAnExchangeHoldsLongerAndStillPages) {
+  Analyzer analyzer;
+  const Comm ep{"ep", 0xc0, 2, 2, 0, 4};  // GPUs 0 (node-0) and 4 (node-1)
+  int ep_interval = 0, world_interval = 0;
+  for (int i = 0; i < 3; ++i, ++ep_interval) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(
+          analyzer.Ingest(ExchangeReport(ep, rank, ep_interval * 10, 10, 2'000'000), kSecond)
+              .events.empty());
+    }
+  }
+  Feed(
+      analyzer, kWorld, &world_interval, 3, kSecond,
+      [](int rank) { return rank == 0 ? 2'000'000 : 0; }, SameOwnTime);
+  EXPECT_TRUE(analyzer.answers().SlowProcesses("job-u").empty());
+  EXPECT_TRUE(analyzer.Tick(kSecond).empty());      // GPU 0 late beyond any family since 1 s
+  EXPECT_TRUE(analyzer.Tick(kSecond * 3).empty());  // past the 1.5 s hold, not the exchange's
+  const std::vector<Event> events = analyzer.Tick(kSecond * 4);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), Event::STRAGGLER);
+  EXPECT_TRUE(events[0].straggler().origin_not_found());
+  EXPECT_EQ(events[0].straggler().comm_name(), "world");
+  EXPECT_EQ(events[0].straggler().rank(), 0);
+}
+
+// The same, but every replica's exchange waits for its sender alike (a pipeline's design): that
+// peer is no likelier origin than anybody, and GPU 0 pages after the plain hold.
+TEST(UnexplainedLatenessTest, AnExchangeLateByDesignDoesNotHold) {
+  Analyzer analyzer;
+  std::vector<int> ep_intervals(4, 0);
+  for (int replica = 0; replica < 4; ++replica) {
+    const Comm ep{"ep" + std::to_string(replica), 0xc0u + replica, 2, 2, replica, 4};
+    for (int i = 0; i < 3; ++i, ++ep_intervals[replica]) {
+      for (int rank = 0; rank < 2; ++rank) {
+        analyzer.Ingest(ExchangeReport(ep, rank, ep_intervals[replica] * 10, 10, 2'000'000),
+                        kSecond);
+      }
+    }
+  }
+  int world_interval = 0;
+  Feed(
+      analyzer, kWorld, &world_interval, 3, kSecond,
+      [](int rank) { return rank == 0 ? 2'000'000 : 0; }, SameOwnTime);
+  EXPECT_TRUE(analyzer.Tick(kSecond).empty());
+  const std::vector<Event> events = analyzer.Tick(kSecond * 3);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0].straggler().origin_not_found());
+  EXPECT_EQ(events[0].straggler().rank(), 0);
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator
