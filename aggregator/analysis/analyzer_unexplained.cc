@@ -71,7 +71,8 @@ std::vector<RankScore> Analyzer::PageableLatenessLocked(const CommKey& comm) con
 bool Analyzer::WaitedInExchangeLocked(const ProcessKey& p) const {
   const double threshold = detectors_.stragglers.options().threshold_ns;
   auto exchanges_only = [](const std::string& op) { return op != kP2pClass; };
-  for (const auto& [comm, rank] : processes_.RanksOf(p)) {
+  for (const auto& [comm, comm_rank] : processes_.RanksOf(p)) {
+    const int rank = comm_rank;  // a lambda below captures it (not a structured binding)
     const std::vector<RankScore> flagged = detectors_.stragglers.Flagged(comm, exchanges_only);
     if (std::any_of(flagged.begin(), flagged.end(),
                     [&](const RankScore& s) { return s.rank == rank && s.flagged; })) {
