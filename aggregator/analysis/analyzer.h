@@ -153,8 +153,9 @@ class Analyzer {
   // point-to-point exchanges, not classes imbalanced by their data (analyzer_unexplained.cc).
   std::vector<RankScore> PageableLatenessLocked(const CommKey& comm) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether GPU `p` is punctual in an exchange of some communicator where a peer is flagged late
-  // beyond its family: it waited for that peer there (UnexplainedOptions::exchange_hold_ns).
+  // Whether GPU `p`, not late itself in the exchanges of some communicator, has a peer there whose
+  // own time there is on its way to a verdict, or who is flagged late beyond its family: it likely
+  // waited for that peer (UnexplainedOptions::exchange_hold_ns).
   bool WaitedInExchangeLocked(const ProcessKey& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a communicator everywhere (registry expiry, or re-created under the same hash).
   void ForgetLocked(const CommKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -73,11 +73,18 @@ bool Analyzer::WaitedInExchangeLocked(const ProcessKey& p) const {
   auto exchanges_only = [](const std::string& op) { return op != kP2pClass; };
   for (const auto& [comm, comm_rank] : processes_.RanksOf(p)) {
     const int rank = comm_rank;  // a lambda below captures it (not a structured binding)
+    // Only where it has exchanges: a world communicator of thousands of late ranks is not read.
+    if (!detectors_.stragglers.LatenessIn(comm, kP2pClass, rank)) continue;
     const std::vector<RankScore> flagged = detectors_.stragglers.Flagged(comm, exchanges_only);
     if (std::any_of(flagged.begin(), flagged.end(),
                     [&](const RankScore& s) { return s.rank == rank && s.flagged; })) {
       continue;  // late there itself
     }
+    // A peer spending longer on its own work before their exchanges: its lateness there mixes
+    // with the exchanges it is punctual at (an expert's combine after its compute, the dispatch
+    // after the TP all-reduce) and may never be flagged, but its own time is on the way to a
+    // verdict.
+    if (own_time_.ExchangePeerBuilding(comm, rank)) return true;
     const std::set<CommKey>& family = families_.FamilyOf(comm);
     for (const RankScore& s : flagged) {
       if (!s.flagged) continue;

@@ -432,6 +432,21 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Slow(const std::string& job_id) const 
   return out;
 }
 
+bool OwnTimeAnalyzer::ExchangePeerBuilding(const CommKey& comm, int rank) const {
+  auto c = comms_.find(comm);
+  if (c == comms_.end()) return false;
+  for (const auto& [k, st] : c->second.classes) {
+    if (k.op != kP2pClass) continue;
+    for (int r = 0; r < static_cast<int>(st.evidence.size()); ++r) {
+      const Evidence* e = st.evidence[r];
+      if (r != rank && e != nullptr && e->fault_ns >= options_.clear_ratio * e->threshold_ns) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 bool OwnTimeAnalyzer::IsSlow(const ProcessKey& p) const {
   auto it = processes_.find(p);
   return it != processes_.end() && it->second.slow;

@@ -189,6 +189,10 @@ class OwnTimeAnalyzer {
   // while that still gives the process evidence at or above its threshold: a finding's answer
   // then cites the same collective from one query to the next, its numbers fresh.
   SlowProcess ViewKeeping(const SlowProcess& kept) const;
+  // Whether a rank of `comm` other than `rank` has own-time evidence in the communicator's
+  // exchanges of at least clear_ratio of its threshold: a peer that spends longer on its own work
+  // before their exchanges, not (yet) long enough to be found slow.
+  bool ExchangePeerBuilding(const CommKey& comm, int rank) const;
   // How many processes (GPUs) of `job_id` the analysis knows on `node`.
   int ProcessesOnNode(const std::string& job_id, const std::string& node) const;
   // The classes of `comm` whose ranks take turns being the busiest: data-dependent imbalance, a

@@ -492,5 +492,34 @@ TEST(OwnTimeAnalyzerTest, AllToAllExchangesFindTheGpuSlowBeforeThem) {
   }
 }
 
+// The same exchanges, rank 6 spending 0.25 ms longer before them: below its threshold (0.3 ms),
+// not slow, but more than half of it: a peer on the way to a verdict, for the others only.
+TEST(OwnTimeAnalyzerTest, SaysWhichExchangePeersAreOnTheWayToAVerdict) {
+  for (const int building : {-1, 6}) {
+    OwnTimeAnalyzer a;
+    const CommKey ep{"job", 78};
+    const int n = 8;
+    for (int r = 0; r < n; ++r) {
+      a.SetMember(ep, n, r, FakeJob::Process(r), "node" + std::to_string(r / 2));
+    }
+    for (int step = 0; step < 60; ++step) {
+      for (int s = 0; s < n; ++s) {
+        for (int r = 0; r < n; ++r) {
+          if (r == s) continue;
+          auto own = [&](int who) {
+            return 2'000'000 + Jitter(who, step, "ep", 50'000) + (who == building ? 250'000 : 0);
+          };
+          a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {own(s), own(r)}, step, {s, r}});
+        }
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      EXPECT_FALSE(a.IsSlow(FakeJob::Process(r))) << building << r;
+      EXPECT_EQ(a.ExchangePeerBuilding(ep, r), building >= 0 && r != building) << building << r;
+    }
+    EXPECT_FALSE(a.ExchangePeerBuilding(CommKey{"job", 79}, 0));  // unknown
+  }
+}
+
 }  // namespace
 }  // namespace ncclwatch::aggregator

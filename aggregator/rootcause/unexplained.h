@@ -48,11 +48,12 @@ struct UnexplainedOptions {
   // every rank the communicator has on its node is (a slow node of a two-node communicator):
   // flags in a healthy 1,024-rank job reach z 4.4 by chance (scripts/bench --scale).
   double min_peer_z = 5.0;
-  // A late GPU that is punctual in an exchange (Send/Recv group) where a peer of it is flagged
-  // late beyond that peer's family waited for that peer there: the peer, whose exchange lateness
-  // never pages by itself, is the likelier origin, and its own time in the exchange class (which
-  // settles more slowly than a collective's) names it if it is slow. Such a GPU pages this much
-  // later than `after_ns`, so that verdict comes first; if none does, it still pages.
+  // A late GPU not late itself in an exchange communicator (Send/Recv groups) where a peer has
+  // own-time evidence on its way to a verdict, or is flagged late beyond its family, likely waited
+  // for that peer there: the peer, whose exchange lateness never pages by itself, is the likelier
+  // origin, and its own time in the exchange class (which settles more slowly than a
+  // collective's) names it if it is slow. Such a GPU pages this much later than `after_ns`, so
+  // that verdict comes first; if none does, it still pages.
   int64_t exchange_hold_ns = 1'500'000'000;
 };
 
