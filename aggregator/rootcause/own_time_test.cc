@@ -457,6 +457,27 @@ TEST(OwnTimeAnalyzerTest, ForgettingOneCommunicatorKeepsWhatItsProcessesOthersSt
 namespace ncclwatch::aggregator {
 namespace {
 
+// 60 steps of an all-to-all on `ep` (8 ranks on 4 nodes, two a node): one exchange per ordered
+// pair and step, each end's own time before it `2 ms + jitter + extra(rank)`.
+template <typename Extra>
+void AllToAll(OwnTimeAnalyzer& a, const CommKey& ep, int64_t jitter, Extra extra) {
+  const int n = 8;
+  for (int r = 0; r < n; ++r) {
+    a.SetMember(ep, n, r, FakeJob::Process(r), "node" + std::to_string(r / 2));
+  }
+  auto own = [&](int who, int step) {
+    return 2'000'000 + Jitter(who, step, "ep", jitter) + extra(who);
+  };
+  for (int step = 0; step < 60; ++step) {
+    for (int s = 0; s < n; ++s) {
+      for (int r = 0; r < n; ++r) {
+        if (r != s)
+          a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {own(s, step), own(r, step)}, step, {s, r}});
+      }
+    }
+  }
+}
+
 // Expert parallelism with an all-to-all token dispatch: 8 ranks on 4 nodes exchange with every
 // other rank (one exchange per ordered pair and step), only point-to-point; rank 6's expert
 // compute before the exchanges takes 1 ms longer. Its own time is longer in each of its
@@ -466,20 +487,7 @@ TEST(OwnTimeAnalyzerTest, AllToAllExchangesFindTheGpuSlowBeforeThem) {
     OwnTimeAnalyzer a;
     const CommKey ep{"job", 77};
     const int n = 8;
-    for (int r = 0; r < n; ++r) {
-      a.SetMember(ep, n, r, FakeJob::Process(r), "node" + std::to_string(r / 2));
-    }
-    for (int step = 0; step < 60; ++step) {
-      for (int s = 0; s < n; ++s) {
-        for (int r = 0; r < n; ++r) {
-          if (r == s) continue;
-          auto own = [&](int who) {
-            return 2'000'000 + Jitter(who, step, "ep", 100'000) + (who == slow ? 1'000'000 : 0);
-          };
-          a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {own(s), own(r)}, step, {s, r}});
-        }
-      }
-    }
+    AllToAll(a, ep, 100'000, [&](int who) { return who == slow ? 1'000'000 : 0; });
     for (int r = 0; r < n; ++r) EXPECT_EQ(a.IsSlow(FakeJob::Process(r)), r == slow) << slow << r;
     if (slow >= 0) {
       const SlowProcess v = a.View(FakeJob::Process(slow));
@@ -499,20 +507,7 @@ TEST(OwnTimeAnalyzerTest, SaysWhichExchangePeersAreOnTheWayToAVerdict) {
     OwnTimeAnalyzer a;
     const CommKey ep{"job", 78};
     const int n = 8;
-    for (int r = 0; r < n; ++r) {
-      a.SetMember(ep, n, r, FakeJob::Process(r), "node" + std::to_string(r / 2));
-    }
-    for (int step = 0; step < 60; ++step) {
-      for (int s = 0; s < n; ++s) {
-        for (int r = 0; r < n; ++r) {
-          if (r == s) continue;
-          auto own = [&](int who) {
-            return 2'000'000 + Jitter(who, step, "ep", 50'000) + (who == building ? 250'000 : 0);
-          };
-          a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {own(s), own(r)}, step, {s, r}});
-        }
-      }
-    }
+    AllToAll(a, ep, 50'000, [&](int who) { return who == building ? 250'000 : 0; });
     for (int r = 0; r < n; ++r) {
       EXPECT_FALSE(a.IsSlow(FakeJob::Process(r))) << building << r;
       EXPECT_EQ(a.ExchangePeerBuilding(ep, r), building >= 0 && r != building) << building << r;
