@@ -129,6 +129,7 @@ class OpPool {
     return std::min<size_t>(high_water_.load(std::memory_order_acquire), capacity_);
   }
   OpSlot& slot(size_t i) { return slots_[i]; }
+  uint32_t IndexOf(const OpSlot* slot) const { return static_cast<uint32_t>(slot - slots_); }
   // Whether `p` is the address of one of this pool's slots ever handed out.
   bool Contains(const void* p) const {
     auto addr = reinterpret_cast<uintptr_t>(p);
@@ -155,7 +156,6 @@ class OpPool {
   static uint32_t IndexPart(uint64_t head) { return static_cast<uint32_t>(head); }
   static uint32_t TagPart(uint64_t head) { return static_cast<uint32_t>(head >> 32); }
   uintptr_t base() const { return reinterpret_cast<uintptr_t>(slots_); }
-  uint32_t IndexOf(const OpSlot* slot) const { return static_cast<uint32_t>(slot - slots_); }
 
   const size_t capacity_;
   const size_t bytes_;

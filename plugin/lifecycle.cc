@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/sync.h"
 #include "plugin/agent_client.h"
+#include "plugin/chain.h"
 #include "plugin/composite_sink.h"
 #include "plugin/flusher.h"
 #include "plugin/gpu_uuid.h"
@@ -130,6 +131,15 @@ class Lifecycle {
       const ncclwatch_host_services* host = g_host.load();
       logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__, "ncclwatch: loaded in %s",
             host != nullptr ? host->isolation : "the host's namespace (without its loader)");
+      if (*chain::Problem() != '\0') {
+        logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
+              "ncclwatch: NCCLWATCH_CHAIN_PLUGIN: %s; running without it", chain::Problem());
+      }
+      if (chain::ChildVersion() != 0) {
+        logfn(abi::kLogInfo, abi::kLogSubsysProfile, __FILE__, __LINE__,
+              "ncclwatch: chained profiler plugin %s (ABI v%d) gets every event it asks for",
+              chain::ChildName(), chain::ChildVersion());
+      }
     }
     if (!config_.enable) return;
 
@@ -162,7 +172,8 @@ class Lifecycle {
               "ncclwatch: offline mode off: %s", error.c_str());
       }
     }
-    recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size);
+    recorder_ = std::make_unique<Recorder>(config_.op_pool_size, config_.ring_size,
+                                           chain::ChildVersion() != 0);
     agent_ = std::make_unique<AgentClient>(
         config_.agent_addr, config_.max_queued_reports,
         [this](abi::LogLevel level, const std::string& message) { Log(level, message); });

@@ -1,7 +1,10 @@
 #include "plugin/recorder.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
+#include <new>
 
 namespace ncclwatch::plugin {
 namespace {
@@ -23,10 +26,18 @@ inline bool IsSend(const char* func) { return func != nullptr && func[0] == 'S';
 
 }  // namespace
 
-Recorder::Recorder(size_t op_pool_size, size_t ring_size)
-    : pool_(op_pool_size), ring_size_(ring_size) {}
+Recorder::Recorder(size_t op_pool_size, size_t ring_size, bool chained)
+    : pool_(op_pool_size), ring_size_(ring_size) {
+  if (!chained) return;
+  chained_bytes_ = pool_.capacity() * kChainedPerSlot * sizeof(std::atomic<void*>);
+  void* p = mmap(nullptr, chained_bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  chained_ = static_cast<std::atomic<void*>*>(p);  // zero: no handle (atomics need no construction)
+}
 
 Recorder::~Recorder() {
+  if (chained_ != nullptr) munmap(chained_, chained_bytes_);
   ncclwatch::MutexLock lock(&mu_);
   for (CommState* comm : comms_) delete comm;
 }

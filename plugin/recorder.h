@@ -118,7 +118,9 @@ struct InFlightView {
 
 class Recorder {
  public:
-  Recorder(size_t op_pool_size, size_t ring_size);
+  // `chained`: a second profiler plugin runs behind this one (chain.h), and every handle given
+  // out keeps the second plugin's handle for the same event (ChainedCell).
+  Recorder(size_t op_pool_size, size_t ring_size, bool chained = false);
   // Deletes the communicators still registered. (The plugin's Recorder lives until process exit.)
   ~Recorder();
 
@@ -147,6 +149,24 @@ class Recorder {
   void ListInFlight(std::vector<InFlightView>* out) const;
   bool Referenced(const CommState* comm) const;
 
+  // The chained plugin's handle for the event whose handle is `handle` (an OpSlot, a ChannelRef,
+  // a KernelPhase handle), or nullptr when `handle` is not one of ours or nothing is chained.
+  // Told from the address alone; one cell per slot and handle kind, reused with the slot.
+  std::atomic<void*>* ChainedCell(const void* handle) noexcept {
+    if (chained_ == nullptr) return nullptr;
+    const OpPool::Decoded d = pool_.Decode(handle);
+    if (d.type == OpPool::Decoded::kNone) return nullptr;
+    const size_t first = static_cast<size_t>(pool_.IndexOf(d.slot)) * kChainedPerSlot;
+    switch (d.type) {
+      case OpPool::Decoded::kOp:
+        return &chained_[first];
+      case OpPool::Decoded::kChannel:
+        return &chained_[first + 1 + d.channel];
+      default:
+        return &chained_[first + 1 + kMaxChannels + d.channel];
+    }
+  }
+
   // Operations refused because the pool was full.
   uint64_t events_dropped() const { return pool_.dropped(); }
   // KernelCh events without a usable parent: its operation was dropped, or the channel was
@@ -158,8 +178,14 @@ class Recorder {
   static Completion Describe(const OpSlot* slot) noexcept;
   void Complete(OpSlot* slot) noexcept;
 
+  // Per slot: the operation's cell, then its channels', then their KernelPhase handles'.
+  static constexpr size_t kChainedPerSlot = 1 + 2 * kMaxChannels;
+
   OpPool pool_;
   const size_t ring_size_;
+  // ChainedCell's cells (null when nothing is chained): reserved zero pages, as the pool.
+  std::atomic<void*>* chained_ = nullptr;
+  size_t chained_bytes_ = 0;
   std::atomic<uint64_t> orphans_{0};  // KernelCh events we could not attach to an operation
   // Taken when a communicator comes or goes and by the flusher, never by an operation's event.
   mutable ncclwatch::Mutex mu_;

@@ -9,6 +9,7 @@
 
 #include "plugin/abi.h"
 #include "plugin/abi_v7.h"
+#include "plugin/chain.h"
 #include "plugin/lifecycle.h"
 
 // The tables of exports.cc. The engine's version script hides them; the loader gets them from the
@@ -45,6 +46,14 @@ void AdoptHost(char* const* host_environ) {
   EnableHostThreadSetup();
 }
 
+int SetChain(const void* table, int version, const char* name) {
+  if (table == nullptr) {
+    chain::SetProblem(name);
+    return 0;
+  }
+  return chain::SetChild(table, version, name) ? 0 : -1;
+}
+
 const ncclwatch_engine_api kApi = {
     NCCLWATCH_ENGINE_API_VERSION,
     sizeof(ncclwatch_engine_api),
@@ -52,6 +61,8 @@ const ncclwatch_engine_api kApi = {
     AdoptHost,
     SetHostServices,
     MarkForkedChild,
+    SetChain,
+    {&chain::kTableV4, &chain::kTableV5, &chain::kTableV6, &chain::kTableV7},
 };
 
 }  // namespace

@@ -56,7 +56,7 @@ typedef struct ncclwatch_host_services {
   const char *isolation;                /* how the engine was loaded, for the start-up line */
 } ncclwatch_host_services;
 
-#define NCCLWATCH_ENGINE_API_VERSION 1
+#define NCCLWATCH_ENGINE_API_VERSION 2
 #define NCCLWATCH_ENGINE_GET_API "ncclwatch_engine_get_api"
 
 typedef struct ncclwatch_engine_api {
@@ -72,6 +72,13 @@ typedef struct ncclwatch_engine_api {
   void (*set_host_services)(const ncclwatch_host_services *services);
   /* The host libc's fork() child handler forwards here (the namespace's own handlers never run). */
   void (*mark_forked_child)(void);
+  /* NCCLWATCH_CHAIN_PLUGIN (docs/plugin-chaining.md): once, before any init, the second plugin's
+   * ncclProfiler_v<version> table (5, 6 or 7; it must stay loaded) and its file name. Returns 0 and
+   * from then on chained_tables are the ones to export, or -1 (that version cannot be chained).
+   * With a null table, `name` says why none is chained: the engine says it at its start. */
+  int (*set_chain)(const void *table, int version, const char *name);
+  /* The tables that call both plugins, ncclProfiler_v4 .. _v7 in that order. */
+  const void *chained_tables[4];
 } ncclwatch_engine_api;
 
 typedef const ncclwatch_engine_api *(*ncclwatch_engine_get_api_fn)(void);

@@ -149,6 +149,48 @@ static const char *hint_for(const char *error) {
   return "";
 }
 
+/* NCCLWATCH_CHAIN_PLUGIN (docs/plugin-chaining.md): a second profiler plugin, opened in the host's
+ * namespace the way NCCL opens one (as given, else libnccl-profiler-<value>.so), whose newest
+ * table from ncclProfiler_v7 down to _v5 the engine calls beside its own. Returns 1 when it is
+ * chained; otherwise the engine is told why (it says so at the first init) and runs alone. */
+static int chain_plugin(const ncclwatch_engine_api *api) {
+  const char *value = getenv("NCCLWATCH_CHAIN_PLUGIN");
+  if (value == NULL || *value == '\0') return 0;
+  char why[768];
+  void *lib = dlopen(value, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL && strchr(value, '/') == NULL) {
+    char name[PATH_MAX];
+    snprintf(name, sizeof(name), "libnccl-profiler-%s.so", value);
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (lib == NULL) {
+    snprintf(why, sizeof(why), "cannot load %s: %s", value, dlerror());
+    api->set_chain(NULL, 0, why);
+    return 0;
+  }
+  static const char *const kTables[] = {"ncclProfiler_v7", "ncclProfiler_v6", "ncclProfiler_v5"};
+  for (int i = 0; i < 3; ++i) {
+    void *table = dlsym(lib, kTables[i]);
+    if (table == NULL) continue;
+    if (table == &ncclProfiler_v7 || table == &ncclProfiler_v6 || table == &ncclProfiler_v5) {
+      snprintf(why, sizeof(why), "%s is ncclwatch itself", value);
+      api->set_chain(NULL, 0, why);
+      return 0;
+    }
+    if (api->set_chain(table, 7 - i, value) != 0) {
+      snprintf(why, sizeof(why), "%s: %s cannot be chained", value, kTables[i]);
+      api->set_chain(NULL, 0, why);
+      return 0;
+    }
+    return 1; /* stays loaded for the process */
+  }
+  snprintf(why, sizeof(why), "%s has no ncclProfiler_v7, _v6 or _v5 table%s", value,
+           dlsym(lib, "ncclProfiler_v4") != NULL ? " (only v4, which cannot be chained)" : "");
+  api->set_chain(NULL, 0, why);
+  dlclose(lib);
+  return 0;
+}
+
 static int load(void) {
   const char *mode = getenv("NCCLWATCH_ISOLATION");
   if (mode == NULL || *mode == '\0') mode = "namespace";
@@ -242,10 +284,11 @@ static int load(void) {
   api->set_host_services(&g_services);
   g_api = api;
   pthread_atfork(NULL, NULL, fork_child);
-  memcpy(&ncclProfiler_v4, api->tables[0], sizeof(profiler_table));
-  memcpy(&ncclProfiler_v5, api->tables[1], sizeof(profiler_table));
-  memcpy(&ncclProfiler_v6, api->tables[2], sizeof(profiler_table));
-  memcpy(&ncclProfiler_v7, api->tables[3], sizeof(profiler_table));
+  const void *const *tables = chain_plugin(api) ? api->chained_tables : api->tables;
+  memcpy(&ncclProfiler_v4, tables[0], sizeof(profiler_table));
+  memcpy(&ncclProfiler_v5, tables[1], sizeof(profiler_table));
+  memcpy(&ncclProfiler_v6, tables[2], sizeof(profiler_table));
+  memcpy(&ncclProfiler_v7, tables[3], sizeof(profiler_table));
   return 0;
 }
 

@@ -113,19 +113,36 @@ abi::Result Finalize(void* ctx) {
 }  // namespace
 }  // namespace ncclwatch::simtrace
 
-// The only symbols this library exports (it is built with -fvisibility=hidden).
+// The only symbols this library exports (it is built with -fvisibility=hidden): its tables up to
+// SIMTRACE_NEWEST_ABI (7 unless the build says otherwise; libnccl-profiler-simtrace5.so stops at
+// 5, as NCCL Inspector does). The newer ones are there, hidden.
+#ifndef SIMTRACE_NEWEST_ABI
+#define SIMTRACE_NEWEST_ABI 7
+#endif
+#define SIMTRACE_EXPORTED __attribute__((visibility("default")))
+#define SIMTRACE_HIDDEN __attribute__((visibility("hidden")))
+#if SIMTRACE_NEWEST_ABI >= 6
+#define SIMTRACE_V6 SIMTRACE_EXPORTED
+#else
+#define SIMTRACE_V6 SIMTRACE_HIDDEN
+#endif
+#if SIMTRACE_NEWEST_ABI >= 7
+#define SIMTRACE_V7 SIMTRACE_EXPORTED
+#else
+#define SIMTRACE_V7 SIMTRACE_HIDDEN
+#endif
 namespace simtrace = ncclwatch::simtrace;
 extern "C" {
-__attribute__((visibility("default")))
+SIMTRACE_EXPORTED
 ncclwatch::abi::ProfilerV4 ncclProfiler_v4 = {"simtrace",     simtrace::InitV4, simtrace::StartV4,
                                               simtrace::Stop, simtrace::Record, simtrace::Finalize};
-__attribute__((visibility("default")))
+SIMTRACE_EXPORTED
 ncclwatch::abi::ProfilerV5 ncclProfiler_v5 = {"simtrace",     simtrace::InitV5, simtrace::StartV5,
                                               simtrace::Stop, simtrace::Record, simtrace::Finalize};
-__attribute__((visibility("default")))
+SIMTRACE_V6
 ncclwatch::abi::ProfilerV6 ncclProfiler_v6 = {"simtrace",     simtrace::InitV6, simtrace::StartV6,
                                               simtrace::Stop, simtrace::Record, simtrace::Finalize};
-__attribute__((visibility("default")))
+SIMTRACE_V7
 ncclwatch::abi::ProfilerV7 ncclProfiler_v7 = {"simtrace",     simtrace::InitV7, simtrace::StartV7,
                                               simtrace::Stop, simtrace::Record, simtrace::Finalize};
 }

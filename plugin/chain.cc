@@ -1,0 +1,376 @@
+#include "plugin/chain.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+
+#include "plugin/adapter.h"
+#include "plugin/lifecycle.h"
+#include "plugin/recorder.h"
+
+namespace ncclwatch::plugin::chain {
+namespace {
+
+// What NCCL keeps as a communicator's profiler context when a second plugin is chained.
+struct Context {
+  void* ours;
+  void* theirs;
+};
+
+// Communicators a process can have chained; beyond that a communicator gets no context (it has
+// no events, in either plugin) and the first init past the limit says so.
+constexpr size_t kMaxContexts = 16384;
+Context g_contexts[kMaxContexts];  // zero pages until used; never freed
+std::atomic<size_t> g_contexts_used{0};
+
+bool IsContext(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const auto base = reinterpret_cast<uintptr_t>(&g_contexts[0]);
+  return addr >= base && addr < base + sizeof(g_contexts) && (addr - base) % sizeof(Context) == 0;
+}
+
+const void* g_child = nullptr;
+int g_child_version = 0;
+char g_child_name[256];  // copied: the loader's copy is the host's environment
+pid_t g_pid = 0;
+// The second plugin's activation mask: one for the process, as NCCL's own (it may keep the
+// pointer), never the one NCCL hands us.
+int g_child_mask = 0;
+
+const abi::ProfilerV5* ChildV5() { return static_cast<const abi::ProfilerV5*>(g_child); }
+const abi::ProfilerV6* ChildV6() { return static_cast<const abi::ProfilerV6*>(g_child); }
+const abi::ProfilerV7* ChildV7() { return static_cast<const abi::ProfilerV7*>(g_child); }
+
+// The event types of the second plugin's version.
+uint64_t ChildTypes() {
+  const uint64_t v5 = abi::kGroup | abi::kColl | abi::kP2p | abi::kProxyOp | abi::kProxyStep |
+                      abi::kProxyCtrl | abi::kKernelCh | abi::kNetPlugin | abi::kGroupApi |
+                      abi::kCollApi | abi::kP2pApi | abi::kKernelLaunch;
+  const uint64_t v6 = v5 | abi::kCeColl | abi::kCeSync | abi::kCeBatch;
+  return g_child_version >= 7 ? v6 | abi::kKernelPhase : g_child_version == 6 ? v6 : v5;
+}
+
+// Whether NCCL would emit `type` to a plugin alone with `mask`: its own bit, or a descendant's
+// (docs/nccl-profiler-abi.md §6.2; KernelCh also for KernelPhase).
+bool Wanted(uint64_t type, int mask) {
+  const uint64_t m = static_cast<uint32_t>(mask);
+  const uint64_t task_children =
+      abi::kProxyOp | abi::kProxyStep | abi::kKernelCh | abi::kNetPlugin | abi::kKernelPhase;
+  switch (type) {
+    case abi::kGroup:
+      return (m & (abi::kGroup | abi::kColl | abi::kP2p | task_children)) != 0;
+    case abi::kColl:
+      return (m & (abi::kColl | task_children)) != 0;
+    case abi::kP2p:
+      return (m & (abi::kP2p | task_children)) != 0;
+    case abi::kProxyOp:
+      return (m & (abi::kProxyOp | abi::kProxyStep | abi::kNetPlugin)) != 0;
+    case abi::kProxyStep:
+      return (m & (abi::kProxyStep | abi::kNetPlugin)) != 0;
+    case abi::kKernelCh:
+      return (m & (abi::kKernelCh | abi::kKernelPhase)) != 0;
+    case abi::kCollApi:
+      return (m & (abi::kCollApi | abi::kColl | task_children | abi::kCeColl | abi::kCeSync |
+                   abi::kCeBatch)) != 0;
+    case abi::kP2pApi:
+      return (m & (abi::kP2pApi | abi::kP2p | task_children)) != 0;
+    case abi::kGroupApi:
+      return (m & ~static_cast<uint64_t>(abi::kProxyCtrl)) != 0;
+    case abi::kCeColl:
+      return (m & (abi::kCeColl | abi::kCeSync | abi::kCeBatch)) != 0;
+    default:
+      return (m & type) != 0;
+  }
+}
+
+// The second plugin's handle for an event whose handle NCCL holds: translated when it is one of
+// ncclwatch's, else the second plugin's own already.
+void* Theirs(void* handle) {
+  if (handle == nullptr) return nullptr;
+  if (Recorder* rec = ActiveRecorder()) {
+    if (std::atomic<void*>* cell = rec->ChainedCell(handle)) {
+      return cell->load(std::memory_order_acquire);
+    }
+  }
+  return handle;
+}
+
+// The second plugin's init, in its version's argument order (the same for v5-v7).
+void InitChild(Context* ctx, uint64_t comm_id, const char* comm_name, int n_nodes, int nranks,
+               int rank, abi::Logger logfn) {
+  ctx->theirs = nullptr;
+  const abi::Result r = ChildV5()->init(&ctx->theirs, comm_id, &g_child_mask, comm_name, n_nodes,
+                                        nranks, rank, logfn);
+  if (r != abi::kSuccess) ctx->theirs = nullptr;  // it declined this communicator
+}
+
+// Our init for NCCL's version `V`, then the second plugin's; NCCL's mask is their union.
+template <typename OurInit>
+abi::Result InitBoth(void** context, int* mask, uint64_t comm_id, const char* comm_name,
+                     int n_nodes, int nranks, int rank, abi::Logger logfn, OurInit our_init,
+                     bool serve_child = true) {
+  *context = nullptr;
+  const size_t i = g_contexts_used.fetch_add(1, std::memory_order_relaxed);
+  if (i >= kMaxContexts) {
+    g_contexts_used.store(kMaxContexts, std::memory_order_relaxed);
+    static std::atomic<bool> said{false};
+    if (logfn != nullptr && !said.exchange(true)) {
+      logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
+            "ncclwatch: more than %zu communicators with a chained profiler plugin: the next "
+            "ones are not profiled",
+            kMaxContexts);
+    }
+    return abi::kSuccess;
+  }
+  Context* ctx = &g_contexts[i];
+  int ours_mask = 0;
+  our_init(&ctx->ours, &ours_mask);
+  ctx->theirs = nullptr;
+  if (serve_child) InitChild(ctx, comm_id, comm_name, n_nodes, nranks, rank, logfn);
+  // NCCL keeps one mask for the process (the last init's): the union, whichever declined this one.
+  if (mask != nullptr) *mask = ours_mask | (serve_child ? g_child_mask : 0);
+  *context = ctx;
+  return abi::kSuccess;
+}
+
+// The size of the union member that describes an event of `type` in NCCL's descriptor `NV` (0:
+// none in that version).
+template <typename NV>
+size_t MemberSize(uint64_t type) {
+  const NV* d = nullptr;
+  switch (type) {
+    case abi::kColl:
+      return sizeof(d->coll);
+    case abi::kP2p:
+      return sizeof(d->p2p);
+    case abi::kProxyOp:
+      return sizeof(d->proxy_op);
+    case abi::kProxyStep:
+      return sizeof(d->proxy_step);
+    case abi::kKernelCh:
+      return sizeof(d->kernel_ch);
+    case abi::kNetPlugin:
+      return sizeof(d->net_plugin);
+    default:
+      break;
+  }
+  if constexpr (requires { d->group_api; }) {
+    switch (type) {
+      case abi::kGroupApi:
+        return sizeof(d->group_api);
+      case abi::kCollApi:
+        return sizeof(d->coll_api);
+      case abi::kP2pApi:
+        return sizeof(d->p2p_api);
+      case abi::kKernelLaunch:
+        return sizeof(d->kernel_launch);
+      default:
+        break;
+    }
+  }
+  if constexpr (requires { d->ce_coll; }) {
+    switch (type) {
+      case abi::kCeColl:
+        return sizeof(d->ce_coll);
+      case abi::kCeSync:
+        return sizeof(d->ce_sync);
+      case abi::kCeBatch:
+        return sizeof(d->ce_batch);
+      default:
+        break;
+    }
+  }
+  if constexpr (requires { d->kernel_phase; }) {
+    if (type == abi::kKernelPhase) return sizeof(d->kernel_phase);
+  }
+  return 0;
+}
+
+// NCCL's descriptor of version `NV` as a v7 one, which a v5 or v6 plugin reads as its own: every
+// version puts the union at the same offset, and v5-v7 agree on every field the older has (abi_v5.h
+// .. abi_v7.h pin the offsets). Only the event's own member is copied, so that the fields a newer
+// version added (the user tags) read 0, not what the union held beyond it. (A v4 NCCL serves no
+// second plugin: InitV4.)
+template <typename NV>
+void ToChild(const NV& in, abi::EventDescrV7* out) {
+  static_assert(offsetof(NV, coll) == offsetof(abi::EventDescrV7, coll));
+  std::memset(out, 0, sizeof(*out));
+  out->type = in.type;
+  out->parent_obj = in.parent_obj;
+  out->rank = in.rank;
+  const size_t size = MemberSize<NV>(in.type);
+  std::memcpy(reinterpret_cast<char*>(out) + offsetof(abi::EventDescrV7, coll),
+              reinterpret_cast<const char*>(&in) + offsetof(NV, coll), size);
+}
+
+template <typename NV>
+void* StartChild(Context* ctx, const NV& descr) {
+  if (g_child == nullptr || ctx->theirs == nullptr) return nullptr;
+  const uint64_t type = descr.type;
+  if ((ChildTypes() & type) == 0 || !Wanted(type, g_child_mask)) return nullptr;
+  abi::EventDescrV7 d;
+  ToChild(descr, &d);
+  d.parent_obj = Theirs(d.parent_obj);
+  // Group handles are never ncclwatch's (it keeps no Group record): parent_group is theirs.
+  void* handle = nullptr;
+  abi::Result r;
+  switch (g_child_version) {
+    case 7:
+      r = ChildV7()->start_event(ctx->theirs, &handle, &d);
+      break;
+    case 6:
+      r = ChildV6()->start_event(ctx->theirs, &handle, reinterpret_cast<abi::EventDescrV6*>(&d));
+      break;
+    default:
+      r = ChildV5()->start_event(ctx->theirs, &handle, reinterpret_cast<abi::EventDescrV5*>(&d));
+      break;
+  }
+  return r == abi::kSuccess ? handle : nullptr;
+}
+
+// Proxy events may carry another process's context (PXN): only ours are pairs.
+template <typename NV>
+bool Foreign(const void* context, const NV& descr) {
+  const uint64_t type = descr.type;
+  if (type != abi::kProxyOp && type != abi::kProxyStep && type != abi::kNetPlugin) return false;
+  if (!IsContext(context)) return true;
+  return type == abi::kProxyOp && descr.proxy_op.pid != g_pid;
+}
+
+template <typename NV, typename OurStart>
+abi::Result StartBoth(void* context, void** handle, NV* descr, OurStart our_start) noexcept {
+  *handle = nullptr;  // always written: NCCL keeps a handle it was not given (a stale parent)
+  if (descr == nullptr || !IsContext(context) || Foreign(context, *descr)) return abi::kSuccess;
+  auto* ctx = static_cast<Context*>(context);
+  void* ours = nullptr;
+  if (ctx->ours != nullptr) our_start(ctx->ours, &ours, descr);
+  void* theirs = StartChild(ctx, *descr);
+  if (ours == nullptr) {
+    *handle = theirs;
+    return abi::kSuccess;
+  }
+  if (Recorder* rec = ActiveRecorder()) {
+    if (std::atomic<void*>* cell = rec->ChainedCell(ours)) {
+      cell->store(theirs, std::memory_order_release);
+    }
+  }
+  *handle = ours;
+  return abi::kSuccess;
+}
+
+// Which plugins hold the event NCCL names by `handle`: ncclwatch (`*ours`) and the second plugin's
+// handle for it (null: none).
+void* Holders(void* handle, bool* ours) {
+  *ours = false;
+  if (Recorder* rec = ActiveRecorder()) {
+    if (std::atomic<void*>* cell = rec->ChainedCell(handle)) {
+      *ours = true;
+      return cell->load(std::memory_order_acquire);
+    }
+  }
+  return handle;
+}
+
+abi::Result StopBoth(void* handle) noexcept {
+  if (handle == nullptr) return abi::kSuccess;
+  bool ours = false;
+  void* theirs = Holders(handle, &ours);  // before our stop, which may free the record
+  if (ours) adapter::StopEvent(handle);
+  if (theirs != nullptr) ChildV5()->stop_event(theirs);
+  return abi::kSuccess;
+}
+
+abi::Result RecordBoth(void* handle, abi::EventState state, abi::StateArgs* args) noexcept {
+  if (handle == nullptr) return abi::kSuccess;
+  bool ours = false;
+  void* theirs = Holders(handle, &ours);
+  if (ours) adapter::RecordEventState(handle, state, args);
+  if (theirs != nullptr) ChildV5()->record_event_state(theirs, state, args);
+  return abi::kSuccess;
+}
+
+abi::Result FinalizeBoth(void* context) noexcept {
+  if (!IsContext(context)) return abi::kSuccess;
+  auto* ctx = static_cast<Context*>(context);
+  if (ctx->ours != nullptr) adapter::Finalize(ctx->ours);
+  if (ctx->theirs != nullptr && g_child != nullptr) ChildV5()->finalize(ctx->theirs);
+  return abi::kSuccess;
+}
+
+// ---- per version NCCL speaks with us -----------------------------------------------------------
+
+// An NCCL that speaks v4 (before 2.28) emits none of the API events a v5 plugin's Coll and P2p
+// events hang from, and would not load such a plugin itself: the second plugin is not served.
+abi::Result InitV4(void** context, int* mask, const char* comm_name, uint64_t comm_hash,
+                   int n_nodes, int nranks, int rank, abi::Logger logfn) noexcept {
+  static std::atomic<bool> said{false};
+  if (logfn != nullptr && !said.exchange(true)) {
+    logfn(abi::kLogWarn, abi::kLogSubsysProfile, __FILE__, __LINE__,
+          "ncclwatch: NCCLWATCH_CHAIN_PLUGIN: this NCCL speaks profiler ABI v4, which %s (v%d) "
+          "cannot run under (no API events); running without it",
+          g_child_name, g_child_version);
+  }
+  return InitBoth(
+      context, mask, comm_hash, comm_name, n_nodes, nranks, rank, logfn,
+      [&](void** ours, int* ours_mask) {
+        v4::Init(ours, ours_mask, comm_name, comm_hash, n_nodes, nranks, rank, logfn);
+      },
+      /*serve_child=*/false);
+}
+
+template <auto OurInit>
+abi::Result InitV5Up(void** context, uint64_t comm_id, int* mask, const char* comm_name,
+                     int n_nodes, int nranks, int rank, abi::Logger logfn) noexcept {
+  return InitBoth(context, mask, comm_id, comm_name, n_nodes, nranks, rank, logfn,
+                  [&](void** ours, int* ours_mask) {
+                    OurInit(ours, comm_id, ours_mask, comm_name, n_nodes, nranks, rank, logfn);
+                  });
+}
+
+template <typename NV, auto OurStart>
+abi::Result Start(void* context, void** handle, NV* descr) noexcept {
+  return StartBoth(context, handle, descr,
+                   [](void* ours, void** h, NV* d) { OurStart(ours, h, d); });
+}
+
+}  // namespace
+
+bool SetChild(const void* table, int version, const char* name) {
+  if (table == nullptr || version < 5 || version > 7) return false;
+  g_child = table;
+  g_child_version = version;
+  std::snprintf(g_child_name, sizeof(g_child_name), "%s", name != nullptr ? name : "");
+  g_pid = getpid();
+  return true;
+}
+
+int ChildVersion() { return g_child_version; }
+const char* ChildName() { return g_child_name; }
+
+namespace {
+char g_problem[768];
+}  // namespace
+
+void SetProblem(const char* why) {
+  std::snprintf(g_problem, sizeof(g_problem), "%s", why != nullptr ? why : "");
+}
+const char* Problem() { return g_problem; }
+
+const abi::ProfilerV4 kTableV4 = {"ncclwatch", InitV4,     Start<abi::EventDescrV4, v4::StartEvent>,
+                                  StopBoth,    RecordBoth, FinalizeBoth};
+const abi::ProfilerV5 kTableV5 = {
+    "ncclwatch", InitV5Up<v5::Init>, Start<abi::EventDescrV5, v5::StartEvent>,
+    StopBoth,    RecordBoth,         FinalizeBoth};
+const abi::ProfilerV6 kTableV6 = {
+    "ncclwatch", InitV5Up<v6::Init>, Start<abi::EventDescrV6, v6::StartEvent>,
+    StopBoth,    RecordBoth,         FinalizeBoth};
+const abi::ProfilerV7 kTableV7 = {
+    "ncclwatch", InitV5Up<v7::Init>, Start<abi::EventDescrV7, v7::StartEvent>,
+    StopBoth,    RecordBoth,         FinalizeBoth};
+
+}  // namespace ncclwatch::plugin::chain
