@@ -41,6 +41,9 @@ pid_t g_pid = 0;
 // The second plugin's activation mask: one for the process, as NCCL's own (it may keep the
 // pointer), never the one NCCL hands us.
 int g_child_mask = 0;
+// The event types (bits) the second plugin is handed: those of its version that its mask asks
+// for (Wanted), refreshed after each of its inits.
+std::atomic<uint64_t> g_deliver{0};
 
 const abi::ProfilerV5* ChildV5() { return static_cast<const abi::ProfilerV5*>(g_child); }
 const abi::ProfilerV6* ChildV6() { return static_cast<const abi::ProfilerV6*>(g_child); }
@@ -107,6 +110,13 @@ void InitChild(Context* ctx, uint64_t comm_id, const char* comm_name, int n_node
   const abi::Result r = ChildV5()->init(&ctx->theirs, comm_id, &g_child_mask, comm_name, n_nodes,
                                         nranks, rank, logfn);
   if (r != abi::kSuccess) ctx->theirs = nullptr;  // it declined this communicator
+  // What it is handed from now on, decided once rather than per event.
+  uint64_t deliver = 0;
+  for (int bit = 0; bit < 16; ++bit) {
+    const uint64_t type = uint64_t{1} << bit;
+    if ((ChildTypes() & type) != 0 && Wanted(type, g_child_mask)) deliver |= type;
+  }
+  g_deliver.store(deliver, std::memory_order_relaxed);
 }
 
 // Our init for NCCL's version `V`, then the second plugin's; NCCL's mask is their union.
@@ -208,28 +218,47 @@ void ToChild(const NV& in, abi::EventDescrV7* out) {
               reinterpret_cast<const char*>(&in) + offsetof(NV, coll), size);
 }
 
+// The version NCCL speaks with us, from its descriptor type.
 template <typename NV>
-void* StartChild(Context* ctx, const NV& descr) {
-  if (g_child == nullptr || ctx->theirs == nullptr) return nullptr;
-  const uint64_t type = descr.type;
-  if ((ChildTypes() & type) == 0 || !Wanted(type, g_child_mask)) return nullptr;
-  abi::EventDescrV7 d;
-  ToChild(descr, &d);
-  d.parent_obj = Theirs(d.parent_obj);
-  // Group handles are never ncclwatch's (it keeps no Group record): parent_group is theirs.
-  void* handle = nullptr;
-  abi::Result r;
+constexpr int VersionOf() {
+  if constexpr (std::is_same_v<NV, abi::EventDescrV7>) return 7;
+  if constexpr (std::is_same_v<NV, abi::EventDescrV6>) return 6;
+  if constexpr (std::is_same_v<NV, abi::EventDescrV5>) return 5;
+  return 4;
+}
+
+abi::Result CallChild(void* context, void** handle, void* descr) {
   switch (g_child_version) {
     case 7:
-      r = ChildV7()->start_event(ctx->theirs, &handle, &d);
-      break;
+      return ChildV7()->start_event(context, handle, static_cast<abi::EventDescrV7*>(descr));
     case 6:
-      r = ChildV6()->start_event(ctx->theirs, &handle, reinterpret_cast<abi::EventDescrV6*>(&d));
-      break;
+      return ChildV6()->start_event(context, handle, static_cast<abi::EventDescrV6*>(descr));
     default:
-      r = ChildV5()->start_event(ctx->theirs, &handle, reinterpret_cast<abi::EventDescrV5*>(&d));
-      break;
+      return ChildV5()->start_event(context, handle, static_cast<abi::EventDescrV5*>(descr));
   }
+}
+
+template <typename NV>
+void* StartChild(Context* ctx, NV* descr) {
+  if (ctx->theirs == nullptr) return nullptr;
+  const uint64_t type = descr->type;
+  if ((g_deliver.load(std::memory_order_relaxed) & type) == 0) return nullptr;
+  void* handle = nullptr;
+  abi::Result r;
+  if (VersionOf<NV>() >= g_child_version) {
+    // Its version's fields are where NCCL's descriptor has them: handed over as it is, its
+    // parent translated for the call and put back (NCCL's descriptor, ours until we return).
+    void* const parent = descr->parent_obj;
+    descr->parent_obj = Theirs(parent);
+    r = CallChild(ctx->theirs, &handle, descr);
+    descr->parent_obj = parent;
+  } else {
+    abi::EventDescrV7 d;  // a newer version than NCCL's: re-laid, its newer fields 0
+    ToChild(*descr, &d);
+    d.parent_obj = Theirs(d.parent_obj);
+    r = CallChild(ctx->theirs, &handle, &d);
+  }
+  // Group handles are never ncclwatch's (it keeps no Group record): parent_group is theirs.
   return r == abi::kSuccess ? handle : nullptr;
 }
 
@@ -249,7 +278,7 @@ abi::Result StartBoth(void* context, void** handle, NV* descr, OurStart our_star
   auto* ctx = static_cast<Context*>(context);
   void* ours = nullptr;
   if (ctx->ours != nullptr) our_start(ctx->ours, &ours, descr);
-  void* theirs = StartChild(ctx, *descr);
+  void* theirs = StartChild(ctx, descr);
   if (ours == nullptr) {
     *handle = theirs;
     return abi::kSuccess;

@@ -2,7 +2,10 @@
 // exactly as NCCL calls it (the .so is dlopen'ed with RTLD_NOW|RTLD_LOCAL).
 //
 //   plugin_bench [--abi=5|7] [--in-flight=N] [--pool=N] [--agent=present|absent|hung]
-//                [--report-seconds=N] [benchmark flags]
+//                [--report-seconds=N] [--plugin=PATH] [benchmark flags]
+//
+// --plugin: another profiler plugin than ncclwatch's (the no-op one, tests/bench/noop_plugin.cc:
+// what the calls alone cost, beside NCCLWATCH_CHAIN_PLUGIN's figures).
 //
 // --in-flight=N: before measuring, N collectives are enqueued whose kernels never finish (a hung
 // or stalled GPU, a CUDA graph, a long gradient-accumulation step): the micro-benchmarks then run
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
   std::string mode = "present";
   double report_seconds = 3;
   int abi = 5, in_flight = 0, pool = 2048;
+  std::string plugin = NCCLWATCH_PLUGIN_SO;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -375,6 +379,8 @@ int main(int argc, char** argv) {
       in_flight = std::stoi(a.substr(12));
     } else if (a.rfind("--pool=", 0) == 0) {
       pool = std::stoi(a.substr(7));
+    } else if (a.rfind("--plugin=", 0) == 0) {
+      plugin = a.substr(9);
     } else {
       rest.push_back(argv[i]);
     }
@@ -406,7 +412,7 @@ int main(int argc, char** argv) {
   // largest ring the plugin accepts); beyond it they are dropped and counted, as in a job.
   setenv("NCCLWATCH_RING_SIZE", "262144", 1);
   setenv("NCCLWATCH_OP_POOL_SIZE", std::to_string(pool).c_str(), 1);
-  void* lib = dlopen(NCCLWATCH_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+  void* lib = dlopen(plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     std::fprintf(stderr, "plugin_bench: %s\n", dlerror());
     return 1;
@@ -415,6 +421,10 @@ int main(int argc, char** argv) {
     g_v7 = static_cast<ncclwatch::abi::ProfilerV7*>(dlsym(lib, "ncclProfiler_v7"));
   } else {
     g_v5 = static_cast<ncclwatch::abi::ProfilerV5*>(dlsym(lib, "ncclProfiler_v5"));
+  }
+  if (g_v7 == nullptr && g_v5 == nullptr) {
+    std::fprintf(stderr, "plugin_bench: %s has no ncclProfiler_v%d\n", plugin.c_str(), abi);
+    return 1;
   }
   std::printf("agent: %s abi: %d in_flight: %d pool: %d\n", mode.c_str(), abi, in_flight, pool);
   if (report_seconds > 0) MeasureReportVolume(report_seconds, mode.c_str());
