@@ -201,11 +201,11 @@ size_t MemberSize(uint64_t type) {
   return 0;
 }
 
-// NCCL's descriptor of version `NV` as a v7 one, which a v5 or v6 plugin reads as its own: every
-// version puts the union at the same offset, and v5-v7 agree on every field the older has (abi_v5.h
-// .. abi_v7.h pin the offsets). Only the event's own member is copied, so that the fields a newer
-// version added (the user tags) read 0, not what the union held beyond it. (A v4 NCCL serves no
-// second plugin: InitV4.)
+// NCCL's descriptor of version `NV` laid out as v7's, for a second plugin newer than NCCL (a v6
+// plugin reads the v7 layout as its own): every version puts the union at the same offset, and
+// v5-v7 agree on every field the older has (abi_v5.h .. abi_v7.h pin the offsets). Only the
+// event's own member is copied, so that the fields a newer version added (the user tags) read 0,
+// not what the union held beyond it. (A v4 NCCL serves no second plugin: InitV4.)
 template <typename NV>
 void ToChild(const NV& in, abi::EventDescrV7* out) {
   static_assert(offsetof(NV, coll) == offsetof(abi::EventDescrV7, coll));
