@@ -9,7 +9,8 @@
 # reports no violation (its parents are its own handles, of the right type; every start stopped;
 # nothing its mask does not ask for) and the same event counts as when it is NCCL's only plugin
 # (at the version NCCL would then speak with it); ncclwatch writes the same operations
-# (NCCLWATCH_DUMP_DIR, timestamps aside) as when it runs alone. Then: a trace plugin asking for
+# (NCCLWATCH_DUMP_DIR, timestamps aside) as when it runs alone. Then: a Megatron-style 3D job (six
+# communicators a rank, pipeline Send/Recv) likewise; a trace plugin asking for
 # collectives only gets no kernel channels although ncclwatch asks for them, and what cannot be
 # chained (ncclwatch itself, a missing file) is said once and ncclwatch runs alone.
 set -euo pipefail
@@ -52,16 +53,15 @@ ops() {
 }
 
 # simjob NAME ABI PLUGIN [VAR=VALUE...]: one 2 nodes x 2 ranks job of 3 iterations, 2 channels,
-# NCCL speaking ABI version ABI with PLUGIN.
+# NCCL speaking ABI version ABI with PLUGIN (JOB: the job's own simjob arguments).
+JOB=(--nodes 2 --ranks-per-node 2 --iterations 3 --channels 2)
 simjob() {
   local name=$1 abi=$2 plugin=$3
   shift 3
   mkdir -p "$WORK/$name.dump"
   if ! env "$@" SIMJOB_TRACE_OUT="$WORK/$name.trace" NCCLWATCH_DUMP_DIR="$WORK/$name.dump" \
       NCCLWATCH_FINALIZE_TIMEOUT_MS=200 NCCLWATCH_AGENT_ADDR="unix://$WORK/no-agent.sock" \
-      "$SIMJOB" --plugin "$plugin" --nodes 2 --ranks-per-node 2 --iterations 3 --channels 2 \
-      --abi "$abi" \
-      --verbose >"$WORK/$name.log" 2>&1; then
+      "$SIMJOB" --plugin "$plugin" "${JOB[@]}" --abi "$abi" --verbose >"$WORK/$name.log" 2>&1; then
     CASE=$name
     fail "simjob exited with status $?"
   fi
@@ -91,6 +91,19 @@ $(counts "$WORK/$CASE.alone.trace" | head -1)"
     [[ $(ops "$WORK/$CASE.dump" | wc -l) == 60 ]] || fail "expected 60 operations (15 a rank)"
   done
 done
+
+# A Megatron-style 3D job (TP x PP x DP over 4 nodes: six communicators a rank, pipeline Send/Recv):
+# the same, through v7 with the v5-only plugin.
+JOB=(--layout=megatron --nodes=4 --ranks-per-node=2 --iterations 2)
+CASE=megatron
+simjob "$CASE.alone" 5 "$TRACE5"
+simjob "$CASE" 7 "$NCCLWATCH" NCCLWATCH_CHAIN_PLUGIN="$TRACE5"
+[[ $(wc -l <"$WORK/$CASE.trace") == 8 ]] || fail "expected 8 trace lines"
+! grep -v " violations=0 " "$WORK/$CASE.trace" >/dev/null || fail "violations"
+grep -q " comms=6 " "$WORK/$CASE.trace" || fail "expected six communicators a rank"
+[[ "$(counts "$WORK/$CASE.trace")" == "$(counts "$WORK/$CASE.alone.trace")" ]] ||
+  fail "chained counts differ from alone"
+JOB=(--nodes 2 --ranks-per-node 2 --iterations 3 --channels 2)
 
 # An NCCL that speaks v4 with ncclwatch (before 2.28) has no API events, which a v5 plugin's
 # collectives hang from: the second plugin is not served, and that is said.
