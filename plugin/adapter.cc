@@ -21,14 +21,19 @@ abi::Result StopEvent(void* handle) noexcept {
 
 abi::Result RecordEventState(void* handle, abi::EventState state, abi::StateArgs* args) noexcept {
   if (args == nullptr || handle == nullptr) return abi::kSuccess;
-  if (state == abi::kKernelChStop) {
-    if (Recorder* rec = ActiveRecorder())
-      rec->RecordKernelChannelStop(handle, args->kernel_ch.p_timer);
-  } else if (state == abi::kKernelPhaseStop) {
-    if (Recorder* rec = ActiveRecorder())
-      rec->RecordKernelPhaseStop(handle, args->kernel_ch.p_timer);
-  }
+  if (state != abi::kKernelChStop && state != abi::kKernelPhaseStop) return abi::kSuccess;
+  if (Recorder* rec = ActiveRecorder()) RecordDecoded(*rec, rec->Decode(handle), state, args);
   return abi::kSuccess;
+}
+
+void RecordDecoded(Recorder& rec, const OpPool::Decoded& d, abi::EventState state,
+                   abi::StateArgs* args) noexcept {
+  if (args == nullptr) return;
+  if (state == abi::kKernelChStop) {
+    rec.RecordKernelChannelStop(d, args->kernel_ch.p_timer);
+  } else if (state == abi::kKernelPhaseStop) {
+    rec.RecordKernelPhaseStop(d, args->kernel_ch.p_timer);
+  }
 }
 
 abi::Result Finalize(void* context) noexcept {

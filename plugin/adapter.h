@@ -30,6 +30,9 @@ abi::Result Init(void** context, uint64_t comm_id, int* mask, int wanted_mask,
                  int kernel_phase_bit = 0) noexcept;
 abi::Result StopEvent(void* handle) noexcept;
 abi::Result RecordEventState(void* handle, abi::EventState state, abi::StateArgs* args) noexcept;
+// What RecordEventState does with a state, for a handle of ours already decoded.
+void RecordDecoded(Recorder& rec, const OpPool::Decoded& d, abi::EventState state,
+                   abi::StateArgs* args) noexcept;
 abi::Result Finalize(void* context) noexcept;
 
 // `startEvent` of a version described by `V`:

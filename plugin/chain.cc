@@ -292,33 +292,30 @@ abi::Result StartBoth(void* context, void** handle, NV* descr, OurStart our_star
   return abi::kSuccess;
 }
 
-// Which plugins hold the event NCCL names by `handle`: ncclwatch (`*ours`) and the second plugin's
-// handle for it (null: none).
-void* Holders(void* handle, bool* ours) {
-  *ours = false;
-  if (Recorder* rec = ActiveRecorder()) {
-    if (std::atomic<void*>* cell = rec->ChainedCell(handle)) {
-      *ours = true;
-      return cell->load(std::memory_order_acquire);
-    }
-  }
-  return handle;
-}
-
 abi::Result StopBoth(void* handle) noexcept {
   if (handle == nullptr) return abi::kSuccess;
-  bool ours = false;
-  void* theirs = Holders(handle, &ours);  // before our stop, which may free the record
-  if (ours) adapter::StopEvent(handle);
+  Recorder* rec = ActiveRecorder();
+  const OpPool::Decoded d = rec != nullptr ? rec->Decode(handle) : OpPool::Decoded{};
+  void* theirs = handle;  // a handle not ncclwatch's is the second plugin's
+  if (d.type != OpPool::Decoded::kNone) {
+    std::atomic<void*>* cell = rec->ChainedCell(d);
+    theirs = cell != nullptr ? cell->load(std::memory_order_acquire) : nullptr;
+    rec->StopEvent(d);  // after reading the cell: it may free the record
+  }
   if (theirs != nullptr) ChildV5()->stop_event(theirs);
   return abi::kSuccess;
 }
 
 abi::Result RecordBoth(void* handle, abi::EventState state, abi::StateArgs* args) noexcept {
   if (handle == nullptr) return abi::kSuccess;
-  bool ours = false;
-  void* theirs = Holders(handle, &ours);
-  if (ours) adapter::RecordEventState(handle, state, args);
+  Recorder* rec = ActiveRecorder();
+  const OpPool::Decoded d = rec != nullptr ? rec->Decode(handle) : OpPool::Decoded{};
+  void* theirs = handle;
+  if (d.type != OpPool::Decoded::kNone) {
+    std::atomic<void*>* cell = rec->ChainedCell(d);
+    theirs = cell != nullptr ? cell->load(std::memory_order_acquire) : nullptr;
+    adapter::RecordDecoded(*rec, d, state, args);
+  }
   if (theirs != nullptr) ChildV5()->record_event_state(theirs, state, args);
   return abi::kSuccess;
 }

@@ -126,8 +126,7 @@ void* Recorder::StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_s
   return &ref;
 }
 
-void Recorder::RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept {
-  OpPool::Decoded d = pool_.Decode(handle);
+void Recorder::RecordKernelChannelStop(const OpPool::Decoded& d, uint64_t gpu_stop_ns) noexcept {
   if (d.type != OpPool::Decoded::kChannel) return;
   d.slot->channels[d.channel].stop_ns.store(gpu_stop_ns, std::memory_order_relaxed);
 }
@@ -142,8 +141,7 @@ void* Recorder::StartKernelPhase(void* parent, uint8_t phase_id, uint64_t gpu_st
   return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(&ref) | kPhaseHandleBit);
 }
 
-void Recorder::RecordKernelPhaseStop(void* handle, uint64_t gpu_stop_ns) noexcept {
-  OpPool::Decoded d = pool_.Decode(handle);
+void Recorder::RecordKernelPhaseStop(const OpPool::Decoded& d, uint64_t gpu_stop_ns) noexcept {
   if (d.type != OpPool::Decoded::kPhase) return;
   ChannelRef& ref = d.slot->channels[d.channel];
   const uint64_t start = ref.sync_start_ns.load(std::memory_order_relaxed);
@@ -152,8 +150,7 @@ void Recorder::RecordKernelPhaseStop(void* handle, uint64_t gpu_stop_ns) noexcep
     ref.sync_ns.store(std::max<uint64_t>(1, gpu_stop_ns - start), std::memory_order_relaxed);
 }
 
-void Recorder::StopEvent(void* handle) noexcept {
-  OpPool::Decoded d = pool_.Decode(handle);
+void Recorder::StopEvent(const OpPool::Decoded& d) noexcept {
   if (d.type == OpPool::Decoded::kOp) {
     OpSlot* slot = d.slot;
     // Coll/P2p stop means "enqueued". Without channels nothing else will time this operation.

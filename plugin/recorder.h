@@ -136,13 +136,23 @@ class Recorder {
   void* StartOp(CommState* comm, const OpDescr& op) noexcept;
   // Returns a ChannelRef handle or nullptr when `parent` is not one of our operations.
   void* StartKernelChannel(void* parent, uint8_t channel, uint64_t gpu_start_ns) noexcept;
-  void RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept;
+  void RecordKernelChannelStop(void* handle, uint64_t gpu_stop_ns) noexcept {
+    RecordKernelChannelStop(pool_.Decode(handle), gpu_stop_ns);
+  }
   // v7 KernelPhase, a child of a KernelCh event (`parent`: its handle). Only the initial-sync
   // phase is kept: the handle is the channel's with the low bit set; other phases get nullptr.
   void* StartKernelPhase(void* parent, uint8_t phase_id, uint64_t gpu_start_ns) noexcept;
-  void RecordKernelPhaseStop(void* handle, uint64_t gpu_stop_ns) noexcept;
+  void RecordKernelPhaseStop(void* handle, uint64_t gpu_stop_ns) noexcept {
+    RecordKernelPhaseStop(pool_.Decode(handle), gpu_stop_ns);
+  }
   // Any handle we gave out (Coll/P2p, KernelCh, KernelPhase); anything else is ignored.
-  void StopEvent(void* handle) noexcept;
+  void StopEvent(void* handle) noexcept { StopEvent(pool_.Decode(handle)); }
+  // The same three for a handle already decoded (the chaining decodes each handle once for both
+  // plugins).
+  OpPool::Decoded Decode(const void* handle) const noexcept { return pool_.Decode(handle); }
+  void RecordKernelChannelStop(const OpPool::Decoded& d, uint64_t gpu_stop_ns) noexcept;
+  void RecordKernelPhaseStop(const OpPool::Decoded& d, uint64_t gpu_stop_ns) noexcept;
+  void StopEvent(const OpPool::Decoded& d) noexcept;
 
   // --- flusher side ---
   // Appends the operations in flight (consistent snapshots; slots being reused are skipped).
@@ -153,9 +163,10 @@ class Recorder {
   // a KernelPhase handle), or nullptr when `handle` is not one of ours or nothing is chained.
   // Told from the address alone; one cell per slot and handle kind, reused with the slot.
   std::atomic<void*>* ChainedCell(const void* handle) noexcept {
-    if (chained_ == nullptr) return nullptr;
-    const OpPool::Decoded d = pool_.Decode(handle);
-    if (d.type == OpPool::Decoded::kNone) return nullptr;
+    return ChainedCell(pool_.Decode(handle));
+  }
+  std::atomic<void*>* ChainedCell(const OpPool::Decoded& d) noexcept {
+    if (chained_ == nullptr || d.type == OpPool::Decoded::kNone) return nullptr;
     const size_t first = static_cast<size_t>(pool_.IndexOf(d.slot)) * kChainedPerSlot;
     switch (d.type) {
       case OpPool::Decoded::kOp:
