@@ -91,18 +91,6 @@ bool Wanted(uint64_t type, int mask) {
   }
 }
 
-// The second plugin's handle for an event whose handle NCCL holds: translated when it is one of
-// ncclwatch's, else the second plugin's own already.
-void* Theirs(void* handle) {
-  if (handle == nullptr) return nullptr;
-  if (Recorder* rec = ActiveRecorder()) {
-    if (std::atomic<void*>* cell = rec->ChainedCell(handle)) {
-      return cell->load(std::memory_order_acquire);
-    }
-  }
-  return handle;
-}
-
 // The second plugin's init, in its version's argument order (the same for v5-v7).
 void InitChild(Context* ctx, uint64_t comm_id, const char* comm_name, int n_nodes, int nranks,
                int rank, abi::Logger logfn) {
@@ -238,8 +226,10 @@ abi::Result CallChild(void* context, void** handle, void* descr) {
   }
 }
 
+// Hands the event to the second plugin with `parent` (its own handle for the parent event) as
+// its parent; returns its handle (null: none, or not handed).
 template <typename NV>
-void* StartChild(Context* ctx, NV* descr) {
+void* StartChild(Context* ctx, NV* descr, void* parent) {
   if (ctx->theirs == nullptr) return nullptr;
   const uint64_t type = descr->type;
   if ((g_deliver.load(std::memory_order_relaxed) & type) == 0) return nullptr;
@@ -247,19 +237,42 @@ void* StartChild(Context* ctx, NV* descr) {
   abi::Result r;
   if (VersionOf<NV>() >= g_child_version) {
     // Its version's fields are where NCCL's descriptor has them: handed over as it is, its
-    // parent translated for the call and put back (NCCL's descriptor, ours until we return).
-    void* const parent = descr->parent_obj;
-    descr->parent_obj = Theirs(parent);
-    r = CallChild(ctx->theirs, &handle, descr);
+    // parent swapped for the call and put back (NCCL's descriptor, ours until we return).
+    void* const ncclwatch_parent = descr->parent_obj;
     descr->parent_obj = parent;
+    r = CallChild(ctx->theirs, &handle, descr);
+    descr->parent_obj = ncclwatch_parent;
   } else {
     abi::EventDescrV7 d;  // a newer version than NCCL's: re-laid, its newer fields 0
     ToChild(*descr, &d);
-    d.parent_obj = Theirs(d.parent_obj);
+    d.parent_obj = parent;
     r = CallChild(ctx->theirs, &handle, &d);
   }
   // Group handles are never ncclwatch's (it keeps no Group record): parent_group is theirs.
   return r == abi::kSuccess ? handle : nullptr;
+}
+
+// What ncclwatch's new handle `ours` for an event of `type` is, without decoding its address: the
+// adapter's StartOp gives a slot, its kernel channel the parent slot's channel, its KernelPhase
+// the parent channel's (`parent`: the parent handle decoded).
+template <typename NV>
+OpPool::Decoded OwnHandle(Recorder& rec, const NV& descr, void* ours,
+                          const OpPool::Decoded& parent) {
+  using D = OpPool::Decoded;
+  switch (static_cast<uint64_t>(descr.type)) {
+    case abi::kColl:
+    case abi::kP2p:
+      return D{D::kOp, static_cast<OpSlot*>(ours), -1};
+    case abi::kKernelCh:
+      if (parent.type == D::kOp) return D{D::kChannel, parent.slot, descr.kernel_ch.channel_id};
+      break;
+    case abi::kKernelPhase:
+      if (parent.type == D::kChannel) return D{D::kPhase, parent.slot, parent.channel};
+      break;
+    default:
+      break;
+  }
+  return rec.Decode(ours);
 }
 
 // Proxy events may carry another process's context (PXN): only ours are pairs.
@@ -276,15 +289,26 @@ abi::Result StartBoth(void* context, void** handle, NV* descr, OurStart our_star
   *handle = nullptr;  // always written: NCCL keeps a handle it was not given (a stale parent)
   if (descr == nullptr || !IsContext(context) || Foreign(context, *descr)) return abi::kSuccess;
   auto* ctx = static_cast<Context*>(context);
+  Recorder* rec = ActiveRecorder();
+  // The parent, decoded once: when it is ncclwatch's, the second plugin's handle for the same
+  // event is its parent; else the parent is the second plugin's own already.
+  void* const parent = descr->parent_obj;
+  const OpPool::Decoded pd =
+      rec != nullptr && parent != nullptr ? rec->Decode(parent) : OpPool::Decoded{};
+  void* their_parent = parent;
+  if (pd.type != OpPool::Decoded::kNone) {
+    std::atomic<void*>* cell = rec->ChainedCell(pd);
+    their_parent = cell != nullptr ? cell->load(std::memory_order_acquire) : nullptr;
+  }
   void* ours = nullptr;
   if (ctx->ours != nullptr) our_start(ctx->ours, &ours, descr);
-  void* theirs = StartChild(ctx, descr);
+  void* theirs = StartChild(ctx, descr, their_parent);
   if (ours == nullptr) {
     *handle = theirs;
     return abi::kSuccess;
   }
-  if (Recorder* rec = ActiveRecorder()) {
-    if (std::atomic<void*>* cell = rec->ChainedCell(ours)) {
+  if (rec != nullptr) {
+    if (std::atomic<void*>* cell = rec->ChainedCell(OwnHandle(*rec, *descr, ours, pd))) {
       cell->store(theirs, std::memory_order_release);
     }
   }
