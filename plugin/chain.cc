@@ -44,6 +44,11 @@ int g_child_mask = 0;
 // The event types (bits) the second plugin is handed: those of its version that its mask asks
 // for (Wanted), refreshed after each of its inits.
 std::atomic<uint64_t> g_deliver{0};
+// The Recorder whose pool tells ncclwatch's handles from the second plugin's and keeps the
+// second plugin's handles (ChainedCell): set at the first init that started it, never reset.
+// Not ActiveRecorder(), which a forked child clears: there ncclwatch does nothing, but a handle
+// of its must still never reach the second plugin as the second plugin's own.
+std::atomic<Recorder*> g_handles{nullptr};
 
 const abi::ProfilerV5* ChildV5() { return static_cast<const abi::ProfilerV5*>(g_child); }
 const abi::ProfilerV6* ChildV6() { return static_cast<const abi::ProfilerV6*>(g_child); }
@@ -128,6 +133,7 @@ abi::Result InitBoth(void** context, int* mask, uint64_t comm_id, const char* co
   Context* ctx = &g_contexts[i];
   int ours_mask = 0;
   our_init(&ctx->ours, &ours_mask);
+  if (Recorder* rec = ActiveRecorder()) g_handles.store(rec, std::memory_order_release);
   ctx->theirs = nullptr;
   if (serve_child) InitChild(ctx, comm_id, comm_name, n_nodes, nranks, rank, logfn);
   // NCCL keeps one mask for the process (the last init's): the union, whichever declined this one.
@@ -289,7 +295,7 @@ abi::Result StartBoth(void* context, void** handle, NV* descr, OurStart our_star
   *handle = nullptr;  // always written: NCCL keeps a handle it was not given (a stale parent)
   if (descr == nullptr || !IsContext(context) || Foreign(context, *descr)) return abi::kSuccess;
   auto* ctx = static_cast<Context*>(context);
-  Recorder* rec = ActiveRecorder();
+  Recorder* rec = g_handles.load(std::memory_order_acquire);
   // The parent, decoded once: when it is ncclwatch's, the second plugin's handle for the same
   // event is its parent; else the parent is the second plugin's own already.
   void* const parent = descr->parent_obj;
@@ -318,13 +324,14 @@ abi::Result StartBoth(void* context, void** handle, NV* descr, OurStart our_star
 
 abi::Result StopBoth(void* handle) noexcept {
   if (handle == nullptr) return abi::kSuccess;
-  Recorder* rec = ActiveRecorder();
+  Recorder* rec = g_handles.load(std::memory_order_acquire);
   const OpPool::Decoded d = rec != nullptr ? rec->Decode(handle) : OpPool::Decoded{};
   void* theirs = handle;  // a handle not ncclwatch's is the second plugin's
   if (d.type != OpPool::Decoded::kNone) {
     std::atomic<void*>* cell = rec->ChainedCell(d);
     theirs = cell != nullptr ? cell->load(std::memory_order_acquire) : nullptr;
-    rec->StopEvent(d);  // after reading the cell: it may free the record
+    // After reading the cell: the stop may free the record. None in a forked child.
+    if (ActiveRecorder() != nullptr) rec->StopEvent(d);
   }
   if (theirs != nullptr) ChildV5()->stop_event(theirs);
   return abi::kSuccess;
@@ -332,13 +339,13 @@ abi::Result StopBoth(void* handle) noexcept {
 
 abi::Result RecordBoth(void* handle, abi::EventState state, abi::StateArgs* args) noexcept {
   if (handle == nullptr) return abi::kSuccess;
-  Recorder* rec = ActiveRecorder();
+  Recorder* rec = g_handles.load(std::memory_order_acquire);
   const OpPool::Decoded d = rec != nullptr ? rec->Decode(handle) : OpPool::Decoded{};
   void* theirs = handle;
   if (d.type != OpPool::Decoded::kNone) {
     std::atomic<void*>* cell = rec->ChainedCell(d);
     theirs = cell != nullptr ? cell->load(std::memory_order_acquire) : nullptr;
-    adapter::RecordDecoded(*rec, d, state, args);
+    if (ActiveRecorder() != nullptr) adapter::RecordDecoded(*rec, d, state, args);
   }
   if (theirs != nullptr) ChildV5()->record_event_state(theirs, state, args);
   return abi::kSuccess;
@@ -348,7 +355,7 @@ abi::Result FinalizeBoth(void* context) noexcept {
   if (!IsContext(context)) return abi::kSuccess;
   auto* ctx = static_cast<Context*>(context);
   if (ctx->ours != nullptr) adapter::Finalize(ctx->ours);
-  if (ctx->theirs != nullptr && g_child != nullptr) ChildV5()->finalize(ctx->theirs);
+  if (ctx->theirs != nullptr) ChildV5()->finalize(ctx->theirs);
   return abi::kSuccess;
 }
 
