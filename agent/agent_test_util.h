@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/sync.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "k8s/podresources_v1.grpc.pb.h"
 #include "ncclwatch/v1/ingest.grpc.pb.h"
 
@@ -154,6 +155,35 @@ inline void AddDevices(::v1::ContainerResources* container, const std::string& r
   ::v1::ContainerDevices* d = container->add_devices();
   d->set_resource_name(resource);
   for (const char* id : ids) d->add_device_ids(id);
+}
+
+// Sends one report over the plugin socket `address` that names `gpu`, has job id `job`, and
+// claims to come from pod prod-ns/victim-pod-0; returns the agent's summary of the stream.
+inline ncclwatch::v1::StreamSummary SendClaimingReport(const std::string& address,
+                                                       const std::string& gpu,
+                                                       const std::string& job) {
+  auto stub = ncclwatch::v1::Agent::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ncclwatch::v1::StreamSummary summary;
+  auto writer = stub->StreamReports(&context, &summary);
+  ncclwatch::v1::RankReport r;
+  r.set_report_id(1);
+  auto* id = r.mutable_identity();
+  id->set_job_id(job);
+  id->set_gpu_uuid(gpu);
+  id->set_comm_hash(0xabc);
+  id->set_rank(0);
+  id->set_nranks(2);
+  id->set_n_nodes(1);
+  id->set_pod("victim-pod-0");
+  id->set_pod_namespace("prod-ns");
+  r.set_interval_start_unix_ns(1'700'000'000'000'000'000);
+  r.set_interval_end_unix_ns(1'700'000'001'000'000'000);
+  EXPECT_TRUE(writer->Write(r));
+  writer->WritesDone();
+  EXPECT_TRUE(writer->Finish().ok());
+  return summary;
 }
 
 }  // namespace ncclwatch::agent

@@ -162,30 +162,10 @@ TEST(PeerTableTest, FindsConnectionsByTheirGrpcPeerName) {
   EXPECT_EQ(table.Find("fd:7"), later);
 }
 
-// Sends one report naming `gpu` and claiming a pod, over the plugin socket `address`.
+// Sends one report naming `gpu` and claiming prod-ns/victim-pod-0, over the plugin socket
+// `address`; the agent accepts it.
 void SendReport(const std::string& address, const std::string& gpu) {
-  auto stub = ncclwatch::v1::Agent::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  ncclwatch::v1::StreamSummary summary;
-  auto writer = stub->StreamReports(&context, &summary);
-  ncclwatch::v1::RankReport r;
-  r.set_report_id(1);
-  auto* id = r.mutable_identity();
-  id->set_job_id("job-" + gpu);
-  id->set_gpu_uuid(gpu);
-  id->set_comm_hash(0xabc);
-  id->set_rank(0);
-  id->set_nranks(2);
-  id->set_n_nodes(1);
-  id->set_pod("victim-pod-0");
-  id->set_pod_namespace("prod-ns");
-  r.set_interval_start_unix_ns(1'700'000'000'000'000'000);
-  r.set_interval_end_unix_ns(1'700'000'001'000'000'000);
-  ASSERT_TRUE(writer->Write(r));
-  writer->WritesDone();
-  ASSERT_TRUE(writer->Finish().ok());
-  EXPECT_EQ(summary.accepted(), 1u);
+  EXPECT_EQ(SendClaimingReport(address, gpu, "job-" + gpu).accepted(), 1u);
 }
 
 TEST_F(PeerIdentityTest, TheAgentStampsThePodTheKernelNamesAndDropsAGpuOfAnotherPod) {

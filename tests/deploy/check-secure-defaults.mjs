@@ -2,7 +2,11 @@
 // batches only with the ingest token (or a client certificate, with mutual TLS) and answers
 // queries only with the query token, both from
 // Secrets that the same output creates or that the operator must create; the agents send the
-// ingest token; no --insecure-* flag; NetworkPolicies for both components.
+// ingest token; no --insecure-* flag; NetworkPolicies for both components. No pod uses the host
+// network or IPC namespace, and every container drops all capabilities, cannot escalate and has a
+// read-only root filesystem, except the one that must be privileged: the CSI driver (container
+// `csi` of the agent pods, running ncclwatch-csi-driver), whose only writable host mounts are the
+// kubelet's directories and whose plugin directory is read-only.
 //
 // Usage: NCCLWATCH_NODE_MODULES=<dir> node tests/deploy/check-secure-defaults.mjs FILE.yaml
 //          [--operator-creates-secrets]   (plain manifests: the Secrets are made by hand)
@@ -71,6 +75,47 @@ if (!aggregator || !agent) {
     }
   }
 }
+// Privileges, container by container.
+const CSI_DRIVER = "/usr/bin/ncclwatch-csi-driver";
+const argOf = (c, flag) =>
+  (c.args ?? []).find((a) => a.startsWith(`${flag}=`))?.slice(flag.length + 1);
+for (const w of objects.filter((o) => ["Deployment", "DaemonSet", "StatefulSet"].includes(o.kind))) {
+  const pod = w.spec.template.spec;
+  const name = `${w.kind} ${w.metadata.name}`;
+  if (pod.hostNetwork) problems.push(`${name} uses the host network`);
+  if (pod.hostIPC) problems.push(`${name} uses the host IPC namespace`);
+  if (pod.hostPID && w !== agent) problems.push(`${name} uses the host PID namespace`);
+  for (const c of [...(pod.initContainers ?? []), ...(pod.containers ?? [])]) {
+    const sc = c.securityContext ?? {};
+    const where = `${name}: container ${c.name}`;
+    const mounts = c.volumeMounts ?? [];
+    if (w === agent && c.name === "csi" && (c.command ?? [])[0] === CSI_DRIVER) {
+      // Privileged on purpose: it mounts into the kubelet's pod directories, with Bidirectional
+      // propagation there only.
+      const kubeletDir = argOf(c, "--kubelet-dir");
+      if (!sc.readOnlyRootFilesystem) problems.push(`${where} has a writable root filesystem`);
+      for (const m of mounts.filter((m) => m.mountPropagation === "Bidirectional")) {
+        if (!kubeletDir || m.mountPath !== `${kubeletDir}/pods`) {
+          problems.push(`${where} propagates mounts back to the host from ${m.mountPath}`);
+        }
+      }
+      const pluginDir = argOf(c, "--plugin-dir");
+      if (!mounts.some((m) => m.mountPath === pluginDir && m.readOnly)) {
+        problems.push(`${where}: its --plugin-dir=${pluginDir} is not a read-only mount`);
+      }
+      continue;
+    }
+    if (sc.privileged) problems.push(`${where} is privileged`);
+    if (sc.allowPrivilegeEscalation !== false) problems.push(`${where} allows privilege escalation`);
+    if (!(sc.capabilities?.drop ?? []).includes("ALL") || (sc.capabilities?.add ?? []).length) {
+      problems.push(`${where} keeps or adds capabilities`);
+    }
+    if (!sc.readOnlyRootFilesystem) problems.push(`${where} has a writable root filesystem`);
+    if (mounts.some((m) => m.mountPropagation && m.mountPropagation !== "None")) {
+      problems.push(`${where} shares mount propagation with the host`);
+    }
+  }
+}
 for (const suffix of ["-aggregator", "-agent"]) {
   if (!find("NetworkPolicy", suffix)) problems.push(`no NetworkPolicy for the ${suffix.slice(1)}`);
 }
@@ -79,5 +124,6 @@ if (problems.length) {
   process.exit(1);
 }
 console.log(
-  `${file}: authenticated ingest and queries, NetworkPolicies for both components, kernel attribution of plugins`,
+  `${file}: authenticated ingest and queries, NetworkPolicies for both components, kernel attribution of plugins, ` +
+    "no privileges beyond the CSI driver's",
 );

@@ -2,6 +2,8 @@
 // every object against its Kubernetes or prometheus-operator schema (npm kubernetes-models), and
 // every field name against the API's known fields, since those schemas accept unknown fields and
 // a typo ("imagee", "honorLabel") would otherwise be silently ignored by the cluster.
+// A Kyverno policy (no schema here) is checked through what it writes: each rule's
+// patchStrategicMerge of Pods, its anchors ("(name)", "+(value)") unwrapped, as a Pod.
 //
 // Usage: NCCLWATCH_NODE_MODULES=<dir> node tests/deploy/validate-k8s.mjs FILE.yaml...
 // Exit 1 with one line per problem; prints a per-file summary otherwise.
@@ -23,6 +25,7 @@ const API = {
   "rbac.authorization.k8s.io/v1": ["kubernetes-models/rbac.authorization.k8s.io/v1", "V1"],
   "policy/v1": ["kubernetes-models/policy/v1", "V1"],
   "scheduling.k8s.io/v1": ["kubernetes-models/scheduling.k8s.io/v1", "V1"],
+  "storage.k8s.io/v1": ["kubernetes-models/storage.k8s.io/v1", "V1"],
   "monitoring.coreos.com/v1": ["@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1", null],
 };
 
@@ -67,6 +70,35 @@ function unknownCrdKeys(value, known, at, out) {
   }
 }
 
+// Kyverno's anchors around a key: (k) condition, +(k) add if absent, =(k) equality, ^(k) global,
+// <(k) existence, X(k) negation.
+function unanchored(value) {
+  if (Array.isArray(value)) return value.map(unanchored);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) =>
+    [k.replace(/^[+=^<X]?\((.+)\)$/, "$1"), unanchored(v)]));
+}
+
+// The Pods a Kyverno policy's mutate rules patch, as Pod objects to validate; problems for rules
+// that this check cannot read.
+function kyvernoPodPatches(obj, where, problems) {
+  const pods = [];
+  for (const rule of obj.spec?.rules ?? []) {
+    const patch = rule.mutate?.patchStrategicMerge;
+    if (!patch) continue;
+    const kinds = ["any", "all"].flatMap((k) => (rule.match?.[k] ?? []).flatMap(
+      (m) => m.resources?.kinds ?? [])).concat(rule.match?.resources?.kinds ?? []);
+    if (kinds.length === 0 || kinds.some((k) => k !== "Pod")) {
+      problems.push(`${where}: rule ${rule.name} patches ${kinds.join(",") || "no kind"}, not only Pods`);
+      continue;
+    }
+    pods.push({ apiVersion: "v1", kind: "Pod", ...unanchored(patch),
+      metadata: { name: `${obj.metadata?.name}.${rule.name}`, ...unanchored(patch.metadata ?? {}) } });
+  }
+  if (pods.length === 0) problems.push(`${where}: no Pod patch to check`);
+  return pods;
+}
+
 const problems = [];
 for (const file of process.argv.slice(2)) {
   const kinds = {};
@@ -77,8 +109,21 @@ for (const file of process.argv.slice(2)) {
     problems.push(`${file}: not YAML: ${e.message}`);
     continue;
   }
+  const objects = [];
+  const patches = new Set();  // counted as their policy, not as Pods
   for (const obj of docs) {
     if (obj === null || obj === undefined) continue;
+    if (obj.apiVersion === "kyverno.io/v1" && ["ClusterPolicy", "Policy"].includes(obj.kind)) {
+      const pods = kyvernoPodPatches(obj, `${file}: ${obj.kind}/${obj.metadata?.name}`, problems);
+      pods.forEach((p) => patches.add(p));
+      objects.push(...pods);
+      const kind = `${obj.kind} (as its Pod patches)`;
+      kinds[kind] = (kinds[kind] ?? 0) + 1;
+    } else {
+      objects.push(obj);
+    }
+  }
+  for (const obj of objects) {
     const where = `${file}: ${obj.kind}/${obj.metadata?.name}`;
     const api = API[obj.apiVersion];
     if (!api) {
@@ -107,7 +152,7 @@ for (const file of process.argv.slice(2)) {
       unknownCrdKeys(obj.spec, crdFieldNames(obj.kind, modulePrefix), ".spec", unknown);
     }
     for (const f of unknown) problems.push(`${where}: unknown field ${f}`);
-    kinds[obj.kind] = (kinds[obj.kind] ?? 0) + 1;
+    if (!patches.has(obj)) kinds[obj.kind] = (kinds[obj.kind] ?? 0) + 1;
   }
   if (Object.keys(kinds).length === 0) problems.push(`${file}: no Kubernetes object in it`);
   console.log(`${file}: ${Object.entries(kinds).map(([k, n]) => `${n} ${k}`).join(", ")}`);
