@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -217,6 +218,10 @@ absl::Status CsiDriver::Start() {
   services_ = std::make_unique<Services>(this);
   const std::string csi_path = EndpointPath(options_.endpoint);
   if (absl::Status s = PrepareUnixSocket(csi_path, 0750); !s.ok()) return s;
+  if (absl::Status s = StageSources(std::filesystem::path(csi_path).parent_path().string());
+      !s.ok()) {
+    return s;
+  }
   grpc::ServerBuilder csi_builder;
   csi_builder.AddListeningPort("unix://" + csi_path, grpc::InsecureServerCredentials());
   csi_builder.RegisterService(&services_->identity);
@@ -274,6 +279,11 @@ absl::Status CsiDriver::Start() {
 
 void CsiDriver::Stop() {
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  // The staging mounts go; the volumes bound from them stay (they are mounts of their own).
+  for (std::string* stage : {&plugin_stage_, &socket_stage_}) {
+    if (!stage->empty()) umount2(stage->c_str(), MNT_DETACH);
+    stage->clear();
+  }
   if (registration_server_) {
     registration_server_->Shutdown(deadline);
     registration_server_.reset();
@@ -298,6 +308,43 @@ void CsiDriver::SetRegistered(bool registered, const std::string& error) {
   }
 }
 
+absl::Status CsiDriver::StageSources(const std::string& state_dir) {
+  // A remount changes only the mount it is made on, never its copies in other mount namespaces:
+  // the host's copy of a published volume (the one the container runtime hands the pod) would
+  // keep the flags it was created with. So the flags are set first, on a private staging mount of
+  // each source, and every published volume is a bind of that staging mount, which copies them.
+  for (const auto& [dir, source] : {std::pair{std::string(kPluginDir), options_.plugin_dir},
+                                    std::pair{std::string(kSocketDir), options_.socket_dir}}) {
+    const std::string stage = state_dir + "/stage-" + dir;
+    if (mkdir(stage.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::UnavailableError(
+          absl::StrFormat("cannot create staging directory %s: %s", stage, ErrnoText(errno)));
+    }
+    // A driver that was killed in the same mount namespace left its staging mount there.
+    if (!IsMountPoint(stage)) {
+      if (mount(source.c_str(), stage.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+        return absl::UnavailableError(absl::StrFormat(
+            "cannot bind %s onto %s: %s (the driver needs CAP_SYS_ADMIN: a privileged container)",
+            source, stage, ErrnoText(errno)));
+      }
+      // Private: the staging mount itself never shows on the host. Then the flags: read-only,
+      // no set-uid, no devices; no executables in the socket directory (the plugin directory
+      // keeps exec: NCCL maps the plugin).
+      unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
+      if (dir == kSocketDir) flags |= MS_NOEXEC;
+      if (mount(nullptr, stage.c_str(), nullptr, MS_PRIVATE, nullptr) != 0 ||
+          mount(nullptr, stage.c_str(), nullptr, flags, nullptr) != 0) {
+        const int err = errno;
+        umount2(stage.c_str(), MNT_DETACH);
+        return absl::UnavailableError(
+            absl::StrFormat("cannot make %s read-only: %s", stage, ErrnoText(err)));
+      }
+    }
+    (dir == kPluginDir ? plugin_stage_ : socket_stage_) = stage;
+  }
+  return absl::OkStatus();
+}
+
 grpc::Status CsiDriver::CheckTarget(const std::string& target) const {
   if (target.empty()) return Invalid("target_path is missing");
   const std::string pods = options_.kubelet_dir + "/pods/";
@@ -306,11 +353,29 @@ grpc::Status CsiDriver::CheckTarget(const std::string& target) const {
   for (const auto& part : p.relative_path()) {
     if (part == "." || part == "..") clean = false;
   }
-  if (!clean || target.rfind(pods, 0) != 0 || target.size() == pods.size()) {
+  // <kubelet>/pods/<pod uid>/volumes/kubernetes.io~csi/<volume>/mount, as the kubelet makes it.
+  std::vector<std::string> parts;
+  if (clean && target.rfind(pods, 0) == 0) {
+    parts = absl::StrSplit(target.substr(pods.size()), '/');
+  }
+  if (parts.size() != 5 || parts[0].empty() || parts[1] != "volumes" ||
+      parts[2] != "kubernetes.io~csi" || parts[3].empty() || parts[4] != "mount") {
     return Invalid(absl::StrFormat(
-        "target_path %s is not under %s: only the kubelet's pod volume directories are served "
-        "(is --kubelet-dir the kubelet's --root-dir?)",
-        target, pods));
+        "target_path %s is not a pod volume directory %s<pod uid>/volumes/kubernetes.io~csi/"
+        "<volume>/mount (is --kubelet-dir the kubelet's --root-dir?)",
+        absl::CEscape(target), pods));
+  }
+  // No symbolic link below the kubelet's pods directory: the directory the kubelet made is the
+  // one mounted onto. (The pods directory itself may lie behind one.)
+  const std::string parent = std::filesystem::path(target).parent_path().string();
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(parent, ec);
+  std::error_code pods_ec;
+  const std::filesystem::path expected =
+      std::filesystem::canonical(pods, pods_ec) / parts[0] / parts[1] / parts[2] / parts[3];
+  if (!ec && !pods_ec && real != expected) {
+    return Invalid(absl::StrFormat("target_path %s goes through a symbolic link (to %s)",
+                                   absl::CEscape(target), absl::CEscape(real.string())));
   }
   return grpc::Status::OK;
 }
@@ -358,17 +423,27 @@ grpc::Status CsiDriver::Publish(const ::csi::v1::NodePublishVolumeRequest& reque
   }
   for (const auto& [key, value] : context) {
     if (key != kDirAttribute && !absl::StartsWith(key, kKubeletContextPrefix)) {
-      return refuse(absl::StrFormat("unknown volumeAttributes key %s: the only one is %s", key,
-                                    kDirAttribute));
+      return refuse(absl::StrFormat("unknown volumeAttributes key \"%s\": the only one is %s",
+                                    absl::CEscape(key), kDirAttribute));
     }
   }
   if (dir != kPluginDir && dir != kSocketDir) {
     return refuse(absl::StrFormat(
         "volumeAttributes %s=%s: must be %s (the NCCL profiler plugin) or %s (the agent's socket)",
-        kDirAttribute, dir.empty() ? "(missing)" : dir, kPluginDir, kSocketDir));
+        kDirAttribute, dir.empty() ? "(missing)" : "\"" + absl::CEscape(dir) + "\"", kPluginDir,
+        kSocketDir));
   }
-  const std::string& source = dir == kPluginDir ? options_.plugin_dir : options_.socket_dir;
   const std::string& target = request.target_path();
+  const auto uid = context.find("csi.storage.k8s.io/pod.uid");
+  if (uid != context.end() &&
+      target.rfind(options_.kubelet_dir + "/pods/" + uid->second + "/", 0) != 0) {
+    return refuse(absl::StrFormat("target_path %s is not in the directory of pod %s",
+                                  absl::CEscape(target), absl::CEscape(uid->second)));
+  }
+  const std::string& source = dir == kPluginDir ? plugin_stage_ : socket_stage_;
+  // One volume operation at a time: the kubelet serialises those of a volume, but nothing here
+  // relies on it (two publishes of one target must not stack two mounts).
+  MutexLock op_lock(&op_mu_);
   auto fail = [&](const std::string& what) {
     PublishCounter(label, "failed")->Increment();
     LogError("volume %s: %s", request.volume_id(), what);
@@ -376,30 +451,24 @@ grpc::Status CsiDriver::Publish(const ::csi::v1::NodePublishVolumeRequest& reque
   };
 
   if (mkdir(target.c_str(), 0750) != 0 && errno != EEXIST) {
-    return fail(absl::StrFormat("cannot create %s: %s", target, ErrnoText(errno)));
+    const int err = errno;
+    return fail(absl::StrFormat("cannot create %s: %s", target, ErrnoText(err)));
   }
   if (IsMountPoint(target)) {  // published before: the kubelet retried
     PublishCounter(label, "ok")->Increment();
     return grpc::Status::OK;
   }
+  // A bind of the staging mount: read-only (and the rest) from the moment it exists, here and in
+  // every copy the kubelet's propagation makes.
   if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-    return fail(absl::StrFormat("cannot bind %s onto %s: %s", source, target, ErrnoText(errno)));
-  }
-  // A bind mount takes its flags only on a remount. No noexec on the plugin: NCCL maps it.
-  unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
-  if (dir == kSocketDir) flags |= MS_NOEXEC;
-  if (mount(nullptr, target.c_str(), nullptr, flags, nullptr) != 0) {
     const int err = errno;
-    umount2(target.c_str(), MNT_DETACH);
-    return fail(absl::StrFormat("cannot make %s read-only: %s", target, ErrnoText(err)));
+    return fail(absl::StrFormat("cannot bind %s onto %s: %s", source, target, ErrnoText(err)));
   }
-  {
-    MutexLock lock(&mu_);
-    published_.insert(target);
-    published_gauge_->Set(static_cast<double>(published_.size()));
-  }
+  published_.insert(target);
+  published_gauge_->Set(static_cast<double>(published_.size()));
   PublishCounter(label, "ok")->Increment();
-  LogInfo("published %s (%s) to pod %s/%s at %s", source, dir,
+  LogInfo("published %s (%s) to pod %s/%s at %s",
+          dir == kPluginDir ? options_.plugin_dir : options_.socket_dir, dir,
           context.count("csi.storage.k8s.io/pod.namespace")
               ? context.at("csi.storage.k8s.io/pod.namespace")
               : "?",
@@ -415,27 +484,28 @@ grpc::Status CsiDriver::Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& r
     UnpublishCounter("refused")->Increment();
     return request.volume_id().empty() ? Invalid("volume_id is missing") : CheckTarget(target);
   }
-  if (IsMountPoint(target) && umount2(target.c_str(), 0) != 0) {
+  MutexLock op_lock(&op_mu_);
+  auto fail = [&](const std::string& what) {
+    UnpublishCounter("failed")->Increment();
+    LogError("%s", what);
+    return grpc::Status(grpc::StatusCode::INTERNAL, what);
+  };
+  // Every stacked mount comes off (one, unless something else mounted there too).
+  while (IsMountPoint(target)) {
+    if (umount2(target.c_str(), 0) == 0) continue;
     const int err = errno;
     // Busy (a process of the pod still holds it): detach now, freed when the last user goes.
     if (err != EBUSY || umount2(target.c_str(), MNT_DETACH) != 0) {
-      UnpublishCounter("failed")->Increment();
-      LogError("cannot unmount %s: %s", target, ErrnoText(errno));
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          absl::StrFormat("cannot unmount %s: %s", target, ErrnoText(errno)));
+      const int detach_err = err == EBUSY ? errno : err;
+      return fail(absl::StrFormat("cannot unmount %s: %s", target, ErrnoText(detach_err)));
     }
   }
   if (rmdir(target.c_str()) != 0 && errno != ENOENT) {
-    UnpublishCounter("failed")->Increment();
-    const std::string what = absl::StrFormat("cannot remove %s: %s", target, ErrnoText(errno));
-    LogError("%s", what);
-    return grpc::Status(grpc::StatusCode::INTERNAL, what);
+    const int err = errno;
+    return fail(absl::StrFormat("cannot remove %s: %s", target, ErrnoText(err)));
   }
-  {
-    MutexLock lock(&mu_);
-    published_.erase(target);
-    published_gauge_->Set(static_cast<double>(published_.size()));
-  }
+  published_.erase(target);
+  published_gauge_->Set(static_cast<double>(published_.size()));
   UnpublishCounter("ok")->Increment();
   return grpc::Status::OK;
 }

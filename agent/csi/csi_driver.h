@@ -17,14 +17,17 @@
 //   - /healthz, /readyz (200 once the kubelet has confirmed the registration) and /metrics on
 //     `http_port`.
 //
-// NodePublishVolume bind-mounts the chosen source directory onto the kubelet's target directory
-// and remounts it read-only, nosuid and nodev (the socket directory also noexec), so that no pod
-// can write into what every pod of the node loads. It refuses, with INVALID_ARGUMENT and a message
-// that says what to change in the pod: a volume that is not readOnly, not ephemeral, a block
-// volume, mount flags, a `dir` other than plugin or socket, any other volume attribute, and a
-// target outside <kubelet_dir>/pods/. Publishing the same target twice and unpublishing one that
-// is gone both succeed (the kubelet retries). Every call is counted in
-// ncclwatch_csi_{publish,unpublish}_total{...,result}.
+// NodePublishVolume bind-mounts the chosen source directory onto the kubelet's target directory,
+// read-only, nosuid and nodev (the socket directory also noexec), so that no pod can write into
+// what every pod of the node loads. The flags are set at Start on a private staging mount of each
+// source (<endpoint's directory>/stage-plugin, stage-socket), and each volume is a bind of that:
+// a bind copies the flags into the new mount and into the host's copy that mount propagation
+// makes, where a remount of the volume would change only the driver's own copy. It refuses, with
+// INVALID_ARGUMENT and a message that says what to change in the pod: a volume that is not
+// readOnly, not ephemeral, a block volume, mount flags, a `dir` other than plugin or socket, any
+// other volume attribute, and a target outside <kubelet_dir>/pods/. Publishing the same target
+// twice and unpublishing one that is gone both succeed (the kubelet retries). Every call is counted
+// in ncclwatch_csi_{publish,unpublish}_total{...,result}.
 //
 // Mount propagation: the driver must run in a mount namespace whose <kubelet_dir>/pods propagates
 // to the host's (a privileged container with mountPropagation: Bidirectional).
@@ -107,8 +110,11 @@ class CsiDriver {
  private:
   class Services;
 
-  // INVALID_ARGUMENT unless `target` is an absolute path under <kubelet_dir>/pods/ without "."
-  // or ".." components.
+  // Mounts each source directory, flagged read-only, nosuid and nodev (the socket directory also
+  // noexec), on <state_dir>/stage-<dir>, a private mount that every published volume binds.
+  absl::Status StageSources(const std::string& state_dir);
+  // INVALID_ARGUMENT unless `target` is <kubelet_dir>/pods/<uid>/volumes/kubernetes.io~csi/
+  // <volume>/mount, without "." or ".." components or a symbolic link on the way.
   grpc::Status CheckTarget(const std::string& target) const;
   Counter* PublishCounter(const std::string& dir, const std::string& result);
   Counter* UnpublishCounter(const std::string& result);
@@ -124,8 +130,10 @@ class CsiDriver {
   std::atomic<bool> registered_{false};
   Gauge* registered_gauge_;
   Gauge* published_gauge_;
-  Mutex mu_;
-  std::set<std::string> published_ ABSL_GUARDED_BY(mu_);  // targets mounted by this process
+  std::string plugin_stage_;  // set by Start
+  std::string socket_stage_;
+  Mutex op_mu_;  // held through each publish and unpublish
+  std::set<std::string> published_ ABSL_GUARDED_BY(op_mu_);  // targets mounted by this process
 };
 
 // Whether `path` is a mount point in this process's mount namespace (read from

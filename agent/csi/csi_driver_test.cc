@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "agent/agent_server.h"
 #include "agent/agent_test_util.h"
 #include "gmock/gmock.h"
@@ -60,6 +61,21 @@ std::string MetricValue(const std::string& page, const std::string& series) {
   }
   return "(absent)";
 }
+
+// The per-mount options of the mount at `path` (the last one there), from mountinfo.
+std::vector<std::string> MountOptions(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::vector<std::string> found;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ');
+    if (fields.size() > 5 && fields[4] == path) found = absl::StrSplit(fields[5], ',');
+  }
+  return found;
+}
+
+int RunProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               const std::string& log);
+std::string ReadFile(const std::string& path);
 
 #define SKIP_WITHOUT_MOUNTS()                                                               \
   if (!g_private_mounts) {                                                                  \
@@ -159,6 +175,7 @@ class CsiDriverTest : public ::testing::Test {
 };
 
 TEST_F(CsiDriverTest, AnswersIdentityAndNodeInfoAndOffersNoOptionalCapability) {
+  SKIP_WITHOUT_MOUNTS();
   const CsiDriverOptions o = Options();
   CsiDriver driver(o);
   ASSERT_TRUE(driver.Start().ok());
@@ -205,6 +222,7 @@ TEST_F(CsiDriverTest, AnswersIdentityAndNodeInfoAndOffersNoOptionalCapability) {
 }
 
 TEST_F(CsiDriverTest, RegistersWithTheKubeletAndIsReadyOnlyOnceTheKubeletConfirms) {
+  SKIP_WITHOUT_MOUNTS();
   const CsiDriverOptions o = Options(/*register_with_kubelet=*/true);
   CsiDriver driver(o);
   ASSERT_TRUE(driver.Start().ok());
@@ -249,6 +267,7 @@ TEST_F(CsiDriverTest, RegistersWithTheKubeletAndIsReadyOnlyOnceTheKubeletConfirm
 }
 
 TEST_F(CsiDriverTest, RefusesWhatAPodMustNotHaveAndSaysWhatToChange) {
+  SKIP_WITHOUT_MOUNTS();
   const CsiDriverOptions o = Options();
   CsiDriver driver(o);
   ASSERT_TRUE(driver.Start().ok());
@@ -265,7 +284,7 @@ TEST_F(CsiDriverTest, RefusesWhatAPodMustNotHaveAndSaysWhatToChange) {
       {"another dir", [](auto* r) { (*r->mutable_volume_context())["dir"] = "/etc"; },
        "must be plugin"},
       {"unknown attribute", [](auto* r) { (*r->mutable_volume_context())["path"] = "/etc"; },
-       "unknown volumeAttributes key path"},
+       "unknown volumeAttributes key \"path\""},
       {"persistent",
        [](auto* r) { r->mutable_volume_context()->erase("csi.storage.k8s.io/ephemeral"); },
        "ephemeral inline volumes only"},
@@ -274,9 +293,32 @@ TEST_F(CsiDriverTest, RefusesWhatAPodMustNotHaveAndSaysWhatToChange) {
       {"mount flags",
        [](auto* r) { r->mutable_volume_capability()->mutable_mount()->add_mount_flags("rw"); },
        "takes no mount options"},
-      {"outside the kubelet", [](auto* r) { r->set_target_path("/etc/cron.d/x"); }, "is not under"},
-      {"climbing out", [&](auto* r) { r->set_target_path(dir_ + "/kubelet/pods/../../etc/x"); },
-       "is not under"},
+      {"outside the kubelet", [](auto* r) { r->set_target_path("/etc/cron.d/x"); },
+       "is not a pod volume directory"},
+      {"climbing out",
+       [&](auto* r) {
+         r->set_target_path(dir_ + "/kubelet/pods/" + kUid +
+                            "/volumes/kubernetes.io~csi/../../../../../etc/mount");
+       },
+       "is not a pod volume directory"},
+      {"a pod's own directory",
+       [&](auto* r) { r->set_target_path(dir_ + "/kubelet/pods/" + kUid); },
+       "is not a pod volume directory"},
+      {"another pod's directory",
+       [&](auto* r) {
+         (*r->mutable_volume_context())["csi.storage.k8s.io/pod.uid"] = "another-uid";
+       },
+       "is not in the directory of pod another-uid"},
+      {"through a symbolic link",
+       [&](auto* r) {
+         const std::string pod = dir_ + "/kubelet/pods/linked";
+         std::filesystem::create_directories(pod);
+         std::filesystem::create_directories(dir_ + "/elsewhere/kubernetes.io~csi/v");
+         std::filesystem::create_directory_symlink(dir_ + "/elsewhere", pod + "/volumes");
+         r->set_target_path(pod + "/volumes/kubernetes.io~csi/v/mount");
+         r->mutable_volume_context()->erase("csi.storage.k8s.io/pod.uid");
+       },
+       "goes through a symbolic link"},
       {"no volume id", [](auto* r) { r->clear_volume_id(); }, "volume_id is missing"},
   };
   for (const Case& c : cases) {
@@ -289,7 +331,7 @@ TEST_F(CsiDriverTest, RefusesWhatAPodMustNotHaveAndSaysWhatToChange) {
   EXPECT_FALSE(std::filesystem::exists(target)) << "nothing is made for a refused volume";
   const std::string metrics = Get(driver.http_port(), "/metrics");
   EXPECT_EQ(MetricValue(metrics, "ncclwatch_csi_publish_total{dir=\"socket\",result=\"refused\"}"),
-            "8");
+            "11");
   EXPECT_EQ(MetricValue(metrics, "ncclwatch_csi_publish_total{dir=\"other\",result=\"refused\"}"),
             "2");
   EXPECT_EQ(MetricValue(metrics, "ncclwatch_csi_volumes_published"), "0");
@@ -323,6 +365,17 @@ TEST_F(CsiDriverTest, PublishesReadOnlyBindMountsIdempotentlyAndTakesThemBack) {
     EXPECT_EQ(errno, EROFS) << t;
     if (fd >= 0) close(fd);
   }
+  // The flags are the volume's own from its creation (so the host's copy has them too): read-only,
+  // no set-uid, no devices, and nothing to execute in the socket directory.
+  EXPECT_THAT(MountOptions(lib), ::testing::IsSupersetOf({"ro", "nosuid", "nodev"}));
+  EXPECT_THAT(MountOptions(lib), ::testing::Not(::testing::Contains("noexec")));
+  EXPECT_THAT(MountOptions(run), ::testing::IsSupersetOf({"ro", "nosuid", "nodev", "noexec"}));
+  // A mount namespace made now copies this one, as the host's copies the driver's pods directory:
+  // the volume is read-only there too (a child in a new namespace cannot write to it).
+  EXPECT_NE(
+      RunProcess({"/usr/bin/unshare", "-m", "/usr/bin/touch", run + "/x"}, {}, dir_ + "/touch.log"),
+      0);
+  EXPECT_THAT(ReadFile(dir_ + "/touch.log"), HasSubstr("Read-only file system"));
   // The kubelet retries a publish whose answer it missed: still one mount, still fine.
   ASSERT_TRUE(Publish(stub.get(), Request(run, "socket")).ok());
   std::string metrics = Get(driver.http_port(), "/metrics");
