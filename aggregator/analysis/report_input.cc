@@ -10,6 +10,7 @@ RankInterval ToRankInterval(const ncclwatch::v1::RankReport& report) {
   r.n_nodes = id.n_nodes();
   r.node = id.node();
   r.final = report.final();
+  r.interval_end_ns = static_cast<int64_t>(report.interval_end_unix_ns());
   r.in_flight.reserve(report.in_flight_size());
   for (const auto& op : report.in_flight()) {
     // Plugins report how many channels started; an operation without channels (none reported)

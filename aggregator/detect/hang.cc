@@ -36,6 +36,17 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
   RankState& rs = *found;
   rs.seen = true;
   rs.last_report_ns = now_ns;
+  rs.as_of_ns = now_ns;
+  if (report.interval_end_ns > 0) {
+    const int64_t transit = now_ns - report.interval_end_ns;
+    if (++rs.reports % kTransitWindow == 0) {
+      rs.quickest_transit_ns[1] = rs.quickest_transit_ns[0];
+      rs.quickest_transit_ns[0] = INT64_MAX;
+    }
+    rs.quickest_transit_ns[0] = std::min(rs.quickest_transit_ns[0], transit);
+    const int64_t late = transit - std::min(rs.quickest_transit_ns[0], rs.quickest_transit_ns[1]);
+    rs.as_of_ns = now_ns - std::min(late, options_.threshold_ns);
+  }
   cs.oldest_report_ns = std::min(cs.oldest_report_ns, now_ns);
   rs.finalized = report.final;
   if (rs.finalized) {
@@ -87,13 +98,14 @@ bool HangDetector::FindHang(const CommKey& key, const CommState& cs, int64_t now
   h.seq = oldest->seq;
   h.enqueued_ns = oldest->enqueued_ns;
   // The verdict waits until every rank has told where it stands since the operation became old
-  // enough: a report sent after that (listing it in flight or not), silence, or finalize.
-  // Otherwise a rank that died holding a collective would first look like a fabric hang.
+  // enough: a report taken after that (listing it in flight or not), silence, or finalize.
+  // Otherwise a rank that died holding a collective would first look like a fabric hang, and one
+  // whose report was held up on the way would be named missing from where it stood before.
   const int64_t fresh_after = oldest->enqueued_ns + options_.threshold_ns;
   std::set<int> missing, arrived;  // among the reporting ranks (and, for p2p, their peers)
   for (const auto& [r, rs] : cs.ranks) {
     const bool gone = !rs.seen || rs.finalized || rs.silent;
-    if (!gone && rs.last_report_ns < fresh_after) return false;  // not known yet
+    if (!gone && rs.as_of_ns < fresh_after) return false;  // not known yet
     if (gone) {
       if (!oldest->p2p) missing.insert(r);  // for p2p, only a stuck peer's absence counts
       continue;

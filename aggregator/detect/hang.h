@@ -127,6 +127,17 @@ class HangDetector {
     bool seen = false;
     bool finalized = false;
     int64_t last_report_ns = 0;
+    // When the last report was taken, on the aggregator's clock: its arrival, less how much longer
+    // than the rank's quickest recent report it took to come (a report that waited in its agent's
+    // queue or spool tells where the rank stood that much earlier). At most threshold_ns before
+    // the arrival. The plugin's clock never meets the aggregator's: only differences of its own
+    // reports' transit times count.
+    int64_t as_of_ns = 0;
+    // The quickest (arrival - interval end) of the reports of this window and of the last one
+    // (kTransitWindow reports each): the clocks' offset plus the shortest delivery, followed as
+    // they drift or step.
+    int64_t quickest_transit_ns[2] = {INT64_MAX, INT64_MAX};
+    uint32_t reports = 0;
     std::vector<InFlight> in_flight;  // at the last report, oldest first
     bool silent = false;
     int64_t silent_since_ns = 0;
@@ -144,6 +155,7 @@ class HangDetector {
     bool hung = false;
     HangView hang;
   };
+  static constexpr uint32_t kTransitWindow = 32;
   bool FindHang(const CommKey& key, const CommState& cs, int64_t now_ns, HangView* out) const;
   // The rank's stuck point-to-point operation has no counterpart in flight on its peer.
   bool PeerMissing(const CommState& cs, int rank, const InFlight& op) const;

@@ -13,6 +13,7 @@ namespace ncclwatch::aggregator {
 namespace {
 
 using ::ncclwatch::testutil::kS;
+constexpr int64_t kMs = kS / 1000;
 
 struct TestOp {
   std::string_view op;
@@ -51,6 +52,61 @@ class HangTest : public ::testing::Test {
     }
   }
 };
+
+// A report that took longer than its rank's others to arrive (it waited in its agent's queue)
+// says where the rank stood when it was taken: it does not count as news from after the
+// collective became old enough, so the rank is not named missing from a collective it reached
+// after that report was taken.
+TEST_F(HangTest, AReportHeldUpOnTheWayDoesNotNameItsRankMissing) {
+  const int64_t t0 = 100 * kS;
+  // Each report says when it was taken, on a clock 3 s off the aggregator's, and arrives 20 ms
+  // later; rank 2 is late to AllReduce 7 (it reaches it at t0 + 0.2 s).
+  auto report = [&](int rank, bool waiting, int64_t taken, int64_t arrives) {
+    RankInterval r = OpsInterval(rank, 3, {});
+    if (waiting) r.in_flight.push_back(InFlightOp{"AllReduce", 7, false, -1, 0});
+    r.interval_end_ns = taken - 3 * kS;
+    if (waiting) r.in_flight.back().age_ns = static_cast<uint64_t>(taken - t0);
+    detector_.Update(comm_, r, arrives);
+  };
+  for (int64_t t = t0 - 5 * kS; t <= t0 + 9 * kS; t += kS) {
+    for (int rank = 0; rank < 3; ++rank) report(rank, t >= t0, t, t + 20 * kMs);
+  }
+  ASSERT_TRUE(detector_.Evaluate(t0 + 9 * kS + 20 * kMs).empty());
+  // At t0 + 10 s ranks 0 and 1 report AllReduce 7 in flight; rank 2's report arriving now was
+  // taken at t0 + 0.1 s, before it got there (it waited 9.9 s in a queue).
+  report(0, true, t0 + 10 * kS, t0 + 10 * kS + 20 * kMs);
+  report(1, true, t0 + 10 * kS, t0 + 10 * kS + 20 * kMs);
+  RankInterval stale = OpsInterval(2, 3, {});
+  stale.interval_end_ns = t0 + 100 * kMs - 3 * kS;
+  detector_.Update(comm_, stale, t0 + 10 * kS + 30 * kMs);
+  EXPECT_TRUE(detector_.Evaluate(t0 + 10 * kS + 30 * kMs).empty())
+      << "rank 2 has not said where it stands since the collective became old enough";
+  // Its next report, on time, has it waiting too: every rank arrived, none finished.
+  report(2, true, t0 + 10 * kS + 500 * kMs, t0 + 10 * kS + 520 * kMs);
+  auto changes = detector_.Evaluate(t0 + 10 * kS + 520 * kMs);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].hang.kind, HangKind::kNoProgress);
+  EXPECT_TRUE(changes[0].hang.missing.empty());
+}
+
+TEST_F(HangTest, ATimelyReportWithoutTheCollectiveStillNamesItsRankMissing) {
+  const int64_t t0 = 100 * kS;
+  auto report = [&](int rank, bool waiting, int64_t taken) {
+    RankInterval r = OpsInterval(rank, 3, {});
+    if (waiting) {
+      r.in_flight.push_back(
+          InFlightOp{"AllReduce", 7, false, -1, static_cast<uint64_t>(taken - t0)});
+    }
+    r.interval_end_ns = taken + 2 * kS;  // a clock 2 s ahead; every report arrives 20 ms later
+    detector_.Update(comm_, r, taken + 20 * kMs);
+  };
+  for (int64_t t = t0 - 5 * kS; t <= t0 + 10 * kS; t += kS) {
+    for (int rank = 0; rank < 3; ++rank) report(rank, t >= t0 && rank != 2, t);
+  }
+  auto changes = detector_.Evaluate(t0 + 10 * kS + 20 * kMs);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].hang.missing, std::vector<int>{2});
+}
 
 TEST_F(HangTest, RanksThatNeverArriveAreNamedOnceTheCollectiveIsOldEnough) {
   const int64_t t0 = 100 * kS;

@@ -69,7 +69,8 @@ struct RankInterval {
   int nranks = 0;
   int n_nodes = 0;
   std::string_view node;
-  bool final = false;                 // the rank's communicator was finalized: its last report
+  bool final = false;           // the rank's communicator was finalized: its last report
+  int64_t interval_end_ns = 0;  // when the report was taken, on the plugin's clock; 0: unknown
   std::vector<InFlightOp> in_flight;  // oldest first
   std::vector<OpStats> stats;
 };
