@@ -36,7 +36,7 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
   RankState& rs = *found;
   rs.seen = true;
   rs.last_report_ns = now_ns;
-  rs.as_of_ns = now_ns;
+  rs.late_us = 0;
   if (report.interval_end_ns > 0) {
     const int64_t transit = now_ns - report.interval_end_ns;
     if (++rs.reports % kTransitWindow == 0) {
@@ -45,7 +45,8 @@ void HangDetector::Update(const CommKey& comm, const RankInterval& report, int64
     }
     rs.quickest_transit_ns[0] = std::min(rs.quickest_transit_ns[0], transit);
     const int64_t late = transit - std::min(rs.quickest_transit_ns[0], rs.quickest_transit_ns[1]);
-    rs.as_of_ns = now_ns - std::min(late, options_.threshold_ns);
+    rs.late_us = static_cast<int32_t>(
+        std::min({late, options_.threshold_ns, int64_t{2'000'000'000'000}}) / 1000);
   }
   cs.oldest_report_ns = std::min(cs.oldest_report_ns, now_ns);
   rs.finalized = report.final;
@@ -105,7 +106,7 @@ bool HangDetector::FindHang(const CommKey& key, const CommState& cs, int64_t now
   std::set<int> missing, arrived;  // among the reporting ranks (and, for p2p, their peers)
   for (const auto& [r, rs] : cs.ranks) {
     const bool gone = !rs.seen || rs.finalized || rs.silent;
-    if (!gone && rs.as_of_ns < fresh_after) return false;  // not known yet
+    if (!gone && rs.as_of_ns() < fresh_after) return false;  // not known yet
     if (gone) {
       if (!oldest->p2p) missing.insert(r);  // for p2p, only a stuck peer's absence counts
       continue;

@@ -123,24 +123,26 @@ class HangDetector {
   std::vector<InFlight> InFlightOf(const CommKey& comm, int rank) const;
 
  private:
+  // 64 bytes: one cache line.
   struct RankState {
     bool seen = false;
     bool finalized = false;
+    bool silent = false;
+    uint8_t reports = 0;  // reports seen, modulo 256 (a multiple of kTransitWindow)
+    // How much longer than the rank's quickest recent report the last one took to come, in µs
+    // (at most the hang threshold): a report that waited in its agent's queue or spool tells
+    // where the rank stood that much earlier. The plugin's clock never meets the aggregator's:
+    // only differences of one rank's own reports' transit times count.
+    int32_t late_us = 0;
     int64_t last_report_ns = 0;
-    // When the last report was taken, on the aggregator's clock: its arrival, less how much longer
-    // than the rank's quickest recent report it took to come (a report that waited in its agent's
-    // queue or spool tells where the rank stood that much earlier). At most threshold_ns before
-    // the arrival. The plugin's clock never meets the aggregator's: only differences of its own
-    // reports' transit times count.
-    int64_t as_of_ns = 0;
     // The quickest (arrival - interval end) of the reports of this window and of the last one
     // (kTransitWindow reports each): the clocks' offset plus the shortest delivery, followed as
     // they drift or step.
     int64_t quickest_transit_ns[2] = {INT64_MAX, INT64_MAX};
-    uint32_t reports = 0;
     std::vector<InFlight> in_flight;  // at the last report, oldest first
-    bool silent = false;
     int64_t silent_since_ns = 0;
+    // When the last report was taken, on the aggregator's clock.
+    int64_t as_of_ns() const { return last_report_ns - int64_t{late_us} * 1000; }
   };
   struct CommState {
     int nranks = 0;
@@ -155,7 +157,8 @@ class HangDetector {
     bool hung = false;
     HangView hang;
   };
-  static constexpr uint32_t kTransitWindow = 32;
+  static constexpr uint8_t kTransitWindow = 32;
+  static_assert(sizeof(RankState) == 64, "one cache line");
   bool FindHang(const CommKey& key, const CommState& cs, int64_t now_ns, HangView* out) const;
   // The rank's stuck point-to-point operation has no counterpart in flight on its peer.
   bool PeerMissing(const CommState& cs, int rank, const InFlight& op) const;
