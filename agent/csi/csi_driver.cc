@@ -58,9 +58,6 @@ std::string UnescapeMountPath(std::string_view s) {
   return out;
 }
 
-// "unix:///a/b.sock" or "unix:/a/b.sock" -> "/a/b.sock".
-std::string EndpointPath(const std::string& endpoint) { return UnixSocketPath(endpoint); }
-
 }  // namespace
 
 bool IsMountPoint(const std::string& path) {
@@ -140,7 +137,7 @@ class CsiDriver::Services {
                          ::pluginregistration::PluginInfo* info) override {
       info->set_type("CSIPlugin");
       info->set_name(driver_->options_.driver_name);
-      info->set_endpoint(EndpointPath(driver_->options_.endpoint));
+      info->set_endpoint(UnixSocketPath(driver_->options_.endpoint));
       info->add_supported_versions("1.0.0");
       return grpc::Status::OK;
     }
@@ -216,7 +213,7 @@ absl::Status CsiDriver::Start() {
     }
   }
   services_ = std::make_unique<Services>(this);
-  const std::string csi_path = EndpointPath(options_.endpoint);
+  const std::string csi_path = UnixSocketPath(options_.endpoint);
   if (absl::Status s = PrepareUnixSocket(csi_path, 0750); !s.ok()) return s;
   if (absl::Status s = StageSources(std::filesystem::path(csi_path).parent_path().string());
       !s.ok()) {
@@ -273,7 +270,6 @@ absl::Status CsiDriver::Start() {
     return port.status();
   }
   http_port_ = *port;
-  running_ = true;
   return absl::OkStatus();
 }
 
@@ -295,7 +291,6 @@ void CsiDriver::Stop() {
   }
   http_.Stop();
   http_port_ = 0;
-  running_ = false;
 }
 
 void CsiDriver::SetRegistered(bool registered, const std::string& error) {

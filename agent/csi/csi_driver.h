@@ -126,7 +126,6 @@ class CsiDriver {
   std::unique_ptr<grpc::Server> csi_server_;
   std::unique_ptr<grpc::Server> registration_server_;
   int http_port_ = 0;
-  bool running_ = false;
   std::atomic<bool> registered_{false};
   Gauge* registered_gauge_;
   Gauge* published_gauge_;
