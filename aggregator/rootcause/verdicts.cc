@@ -1,41 +1,76 @@
 #include "aggregator/rootcause/verdicts.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace ncclwatch::aggregator {
 
 VerdictChanges RootCauseVerdicts::Observe(const std::vector<SlowProcess>& changed, int64_t now_ns,
-                                          const GpusOnNode& gpus_on_node) {
+                                          const GpusOnNode& gpus_on_node,
+                                          const JobClock& job_clock) {
   VerdictChanges out;
   std::vector<NodeKey> touched;
   for (const SlowProcess& s : changed) {
     auto it = gpus_.find(s.process);
-    if (s.slow) {
-      if (it != gpus_.end()) {
+    if (it != gpus_.end()) {
+      if (s.slow) {
         it->second.clear_since_ns = 0;  // slow again within the hold: the same finding
-      } else if (!pending_.count(s.process)) {
-        pending_[s.process] = ReportedGpu{s, now_ns, 0};
+      } else if (it->second.clear_since_ns == 0) {
+        it->second.clear_since_ns = now_ns;
       }
-    } else if (it != gpus_.end()) {
-      if (it->second.clear_since_ns == 0) it->second.clear_since_ns = now_ns;
-    } else {
-      pending_.erase(s.process);
+      continue;
+    }
+    // When it changed on the GPU's clock: the start of the collective that changed it (0: not
+    // timed).
+    const int64_t at_ns = job_clock ? s.at_ns : 0;
+    auto p = pending_.find(s.process);
+    if (s.slow) {
+      if (p == pending_.end()) {
+        pending_.emplace(s.process, Pending{ReportedGpu{s, now_ns, 0}, s.at_comm, at_ns, 0});
+      } else if (p->second.clear_at_ns != 0) {
+        // Slow again: the run goes on unless the clear lasted.
+        if (at_ns <= 0 || p->second.first_at_ns <= 0 ||
+            at_ns - p->second.clear_at_ns >= options_.break_ns) {
+          p->second = Pending{ReportedGpu{s, now_ns, 0}, s.at_comm, at_ns, 0};
+        } else {
+          p->second.clear_at_ns = 0;
+        }
+      }
+    } else if (p != pending_.end()) {
+      if (at_ns <= 0 || p->second.first_at_ns <= 0) {
+        pending_.erase(p);  // not timed: any clear ends the run
+      } else if (p->second.clear_at_ns == 0) {
+        p->second.clear_at_ns = at_ns;
+      }
     }
   }
-  Confirm(now_ns, &out, &touched);
+  Confirm(now_ns, job_clock, &out, &touched);
   JudgeNodes(touched, gpus_on_node, &out);
   return out;
 }
 
-void RootCauseVerdicts::Confirm(int64_t now_ns, VerdictChanges* out,
+void RootCauseVerdicts::Confirm(int64_t now_ns, const JobClock& job_clock, VerdictChanges* out,
                                 std::vector<NodeKey>* touched) {
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (now_ns - it->second.since_ns < options_.confirm_ns) {
+    const Pending& p = it->second;
+    if (p.first_at_ns > 0 && job_clock) {
+      const int64_t job_now = std::max(job_clock(it->first, p.comm), p.first_at_ns);
+      if (p.clear_at_ns != 0) {
+        // Not slow now: not reported now; forgotten once the clear has lasted.
+        it = job_now - p.clear_at_ns >= options_.break_ns ? pending_.erase(it) : std::next(it);
+        continue;
+      }
+      if (job_now - p.first_at_ns < options_.confirm_ns) {
+        ++it;
+        continue;
+      }
+    }
+    if (now_ns - p.gpu.since_ns < options_.confirm_ns) {
       ++it;
       continue;
     }
     ReportedGpu& gpu = gpus_[it->first];
-    gpu = it->second;  // since: when it was first found slow
+    gpu = p.gpu;  // since: when it was first found slow
     out->gpus.push_back({true, gpu});
     touched->emplace_back(it->first.job_id, gpu.evidence.node);
     it = pending_.erase(it);
@@ -48,10 +83,11 @@ void RootCauseVerdicts::ForgetJob(const std::string& job_id) {
   std::erase_if(nodes_, [&](const auto& kv) { return kv.first.first == job_id; });
 }
 
-VerdictChanges RootCauseVerdicts::Tick(int64_t now_ns, const GpusOnNode& gpus_on_node) {
+VerdictChanges RootCauseVerdicts::Tick(int64_t now_ns, const GpusOnNode& gpus_on_node,
+                                       const JobClock& job_clock) {
   VerdictChanges out;
   std::vector<NodeKey> touched;
-  Confirm(now_ns, &out, &touched);
+  Confirm(now_ns, job_clock, &out, &touched);
   for (auto it = gpus_.begin(); it != gpus_.end();) {
     const ReportedGpu& gpu = it->second;
     if (gpu.clear_since_ns != 0 && now_ns - gpu.clear_since_ns >= options_.hold_ns) {
