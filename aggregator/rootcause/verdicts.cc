@@ -26,7 +26,8 @@ VerdictChanges RootCauseVerdicts::Observe(const std::vector<SlowProcess>& change
     auto p = pending_.find(s.process);
     if (s.slow) {
       if (p == pending_.end()) {
-        pending_.emplace(s.process, Pending{ReportedGpu{s, now_ns, 0}, s.at_comm, at_ns, 0});
+        p = pending_.emplace(s.process, Pending{ReportedGpu{s, now_ns, 0}, s.at_comm, at_ns, 0})
+                .first;
       } else if (p->second.clear_at_ns != 0) {
         // Slow again: the run goes on unless the clear lasted.
         if (at_ns <= 0 || p->second.first_at_ns <= 0 ||
@@ -34,46 +35,58 @@ VerdictChanges RootCauseVerdicts::Observe(const std::vector<SlowProcess>& change
           p->second = Pending{ReportedGpu{s, now_ns, 0}, s.at_comm, at_ns, 0};
         } else {
           p->second.clear_at_ns = 0;
+          p->second.gpu.clear_since_ns = 0;
         }
       }
+      // Slow now: reported at once if the run has lasted (a verdict that flips with the phases of
+      // a step may be clear at every tick).
+      if (Ready(p->first, p->second, now_ns, job_clock)) Report(p, &out, &touched);
     } else if (p != pending_.end()) {
       if (at_ns <= 0 || p->second.first_at_ns <= 0) {
         pending_.erase(p);  // not timed: any clear ends the run
       } else if (p->second.clear_at_ns == 0) {
         p->second.clear_at_ns = at_ns;
+        p->second.gpu.clear_since_ns = now_ns;
       }
     }
   }
-  Confirm(now_ns, job_clock, &out, &touched);
   JudgeNodes(touched, gpus_on_node, &out);
   return out;
+}
+
+bool RootCauseVerdicts::Ready(const ProcessKey& process, const Pending& p, int64_t now_ns,
+                              const JobClock& job_clock) const {
+  if (p.clear_at_ns != 0 || now_ns - p.gpu.since_ns < options_.confirm_ns) return false;
+  if (p.first_at_ns <= 0 || !job_clock || now_ns - p.gpu.since_ns >= options_.quiet_ns) {
+    return true;
+  }
+  // Looked up only for a run slow for the confirmation time on the aggregator's clock: few.
+  return job_clock(process, p.comm) - p.first_at_ns >= options_.confirm_ns;
+}
+
+void RootCauseVerdicts::Report(std::map<ProcessKey, Pending>::iterator p, VerdictChanges* out,
+                               std::vector<NodeKey>* touched) {
+  ReportedGpu& gpu = gpus_[p->first];
+  gpu = p->second.gpu;  // since: when it was first found slow
+  out->gpus.push_back({true, gpu});
+  touched->emplace_back(p->first.job_id, gpu.evidence.node);
+  pending_.erase(p);
 }
 
 void RootCauseVerdicts::Confirm(int64_t now_ns, const JobClock& job_clock, VerdictChanges* out,
                                 std::vector<NodeKey>* touched) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     const Pending& p = it->second;
-    if (p.first_at_ns > 0 && job_clock) {
-      const int64_t job_now = std::max(job_clock(it->first, p.comm), p.first_at_ns);
-      if (p.clear_at_ns != 0) {
-        // Not slow now: not reported now; forgotten once the clear has lasted.
-        it = job_now - p.clear_at_ns >= options_.break_ns ? pending_.erase(it) : std::next(it);
-        continue;
-      }
-      if (job_now - p.first_at_ns < options_.confirm_ns) {
-        ++it;
-        continue;
-      }
-    }
-    if (now_ns - p.gpu.since_ns < options_.confirm_ns) {
+    if (p.clear_at_ns != 0) {
+      // A run found clear for `quiet_ns` is over, whether or not that was `break_ns` of the job:
+      // a slow verdict after a clear of `break_ns` starts a new run anyway (Observe), so only the
+      // memory is at stake, and no job clock is read for it.
+      it = now_ns - p.gpu.clear_since_ns >= options_.quiet_ns ? pending_.erase(it) : std::next(it);
+    } else if (Ready(it->first, p, now_ns, job_clock)) {
+      Report(it++, out, touched);
+    } else {
       ++it;
-      continue;
     }
-    ReportedGpu& gpu = gpus_[it->first];
-    gpu = p.gpu;  // since: when it was first found slow
-    out->gpus.push_back({true, gpu});
-    touched->emplace_back(it->first.job_id, gpu.evidence.node);
-    it = pending_.erase(it);
   }
 }
 

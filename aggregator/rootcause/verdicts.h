@@ -43,6 +43,10 @@ namespace ncclwatch::aggregator {
 struct RootCauseOptions {
   int64_t confirm_ns = 500'000'000;  // 0.5 s of the job found slow before a GPU is reported
   int64_t break_ns = 500'000'000;    // 0.5 s of the job found not slow ends a run before that
+  // Found slow this long on the aggregator's clock is enough even if the job's clock of the
+  // verdict's communicator stood still (that communicator went quiet or was destroyed); found
+  // clear this long, a run not reported is forgotten.
+  int64_t quiet_ns = 5'000'000'000;
   int64_t hold_ns = 30'000'000'000;  // 30 s found not slow before a finding ends
   int node_min_gpus = 2;
   double node_fraction = 0.5;
@@ -123,7 +127,7 @@ class RootCauseVerdicts {
 
   // A GPU found slow and not reported yet: since when (on the aggregator's clock, in `gpu`, and
   // on its own in communicator `comm`: `first_at_ns`, 0 if not timed), and when its verdict last
-  // went clear on its own clock (0: slow now).
+  // went clear on its own clock (0: slow now; on the aggregator's in `gpu.clear_since_ns`).
   struct Pending {
     ReportedGpu gpu;
     CommKey comm;
@@ -132,10 +136,16 @@ class RootCauseVerdicts {
   };
 
   const RootCauseOptions options_;
-  // Reports the pending GPUs found slow over `confirm_ns`; forgets those whose clear lasted
-  // `break_ns`.
+  // Reports the pending GPUs found slow over `confirm_ns`; forgets those found clear for
+  // `quiet_ns`.
   void Confirm(int64_t now_ns, const JobClock& job_clock, VerdictChanges* out,
                std::vector<NodeKey>* touched);
+  // Whether a pending GPU, slow now, has been so for the confirmation time on both clocks.
+  bool Ready(const ProcessKey& process, const Pending& p, int64_t now_ns,
+             const JobClock& job_clock) const;
+  // Reports pending GPU `p` and forgets it as pending.
+  void Report(std::map<ProcessKey, Pending>::iterator p, VerdictChanges* out,
+              std::vector<NodeKey>* touched);
 
   std::map<ProcessKey, ReportedGpu> gpus_;
   std::map<ProcessKey, Pending> pending_;             // found slow, not confirmed yet

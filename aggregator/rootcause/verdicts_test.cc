@@ -100,7 +100,13 @@ TEST(RootCauseVerdictsTest, AVerdictThatLastedAMomentOfTheJobIsNotReportedHoweve
   job.at[1] = 5 * kS;
   EXPECT_TRUE(v.Tick(14 * kS, Nodes(8), job.Clock()).empty());
   EXPECT_TRUE(v.gpus().empty());
-  EXPECT_FALSE(v.AnyPending());  // the clear lasted: forgotten
+  EXPECT_TRUE(v.AnyPending());
+  EXPECT_TRUE(v.Tick(16 * kS, Nodes(8), job.Clock()).empty());
+  EXPECT_FALSE(v.AnyPending());  // clear for 5 s: forgotten
+  // Slow again later: a new run, not the old one going on.
+  job.at[1] = 9 * kS;
+  EXPECT_TRUE(v.Observe({Timed(1, true, 8 * kS)}, 20 * kS, Nodes(8), job.Clock()).empty());
+  EXPECT_TRUE(v.Tick(20 * kS + kS / 4, Nodes(8), job.Clock()).empty());
 }
 
 TEST(RootCauseVerdictsTest, ASlowGpuIsReportedOnceBothClocksShowTheConfirmationTime) {
@@ -132,6 +138,17 @@ TEST(RootCauseVerdictsTest, OnlyTheCommunicatorOfTheVerdictTellsHowFarTheJobCame
   };
   EXPECT_TRUE(v.Observe({Timed(1, true, kS)}, 10 * kS, Nodes(8), clock).empty());
   EXPECT_TRUE(v.Tick(11 * kS, Nodes(8), clock).empty());
+}
+
+TEST(RootCauseVerdictsTest, AVerdictWhoseCommunicatorWentQuietIsReportedOnTheAggregatorsClock) {
+  // The communicator whose collective made the verdict slow reports no more (destroyed, or the
+  // job stopped using it) while the GPU stays slow: 5 s found slow on the aggregator's clock do.
+  RootCauseVerdicts v;
+  JobClocks job;
+  job.at[1] = kS + kS / 10;
+  EXPECT_TRUE(v.Observe({Timed(1, true, kS)}, 10 * kS, Nodes(8), job.Clock()).empty());
+  EXPECT_TRUE(v.Tick(14 * kS, Nodes(8), job.Clock()).empty());
+  ASSERT_EQ(v.Tick(15 * kS, Nodes(8), job.Clock()).gpus.size(), 1u);
 }
 
 TEST(RootCauseVerdictsTest, AVerdictFlippingBetweenPhasesOfAStepIsOneRun) {
