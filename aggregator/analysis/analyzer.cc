@@ -140,7 +140,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     // The own times move into the analysis: the lateness below does not read them.
     const std::vector<SlowProcess> verdicts = own_time_.Observe(
         OwnTimeGroup{key, group->op, exchange ? 0 : col.bytes(), static_cast<int>(id.n_nodes()),
-                     std::move(group->own_time_ns), now_ns, group->members, group->gpu_start_ns},
+                     std::move(group->own_time_ns), now_ns, group->members},
         &entry->own_time);
     bool class_flags_changed = false;
     LatenessChangesLocked(
@@ -171,8 +171,8 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
       }
     }
     if (!verdicts.empty()) {
-      VerdictEventsLocked(verdicts_.Observe(verdicts, now_ns, GpusOnNodeLocked(), JobClockLocked()),
-                          now_ns, &out.events);
+      VerdictEventsLocked(verdicts_.Observe(verdicts, now_ns, GpusOnNodeLocked()), now_ns,
+                          &out.events);
     }
   });
   lifecycle_.Filter(&out.events);
@@ -211,8 +211,7 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
     registry_.Expire(now_ns, [this](const CommKey& key)
                                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ForgetLocked(key); });
   }
-  VerdictEventsLocked(verdicts_.Tick(now_ns, GpusOnNodeLocked(), JobClockLocked()), now_ns,
-                      &events);
+  VerdictEventsLocked(verdicts_.Tick(now_ns, GpusOnNodeLocked()), now_ns, &events);
   UnexplainedLatenessLocked(now_ns, &events);
   lifecycle_.Filter(&events);
   if (walk) EndSilentJobsLocked(now_ns, &events);  // a walk of every communicator too
@@ -229,8 +228,7 @@ void Analyzer::ForgetLocked(const CommKey& key) {
     it->second.erase(key);
     it = it->second.empty() ? silent_processes_.erase(it) : std::next(it);
   }
-  // GPUs no longer slow without this communicator's evidence: their findings end after the hold,
-  // and a run not confirmed yet ends now (no job clock: any clear ends it).
+  // GPUs no longer slow without this communicator's evidence: their findings end after the hold.
   verdicts_.Observe(own_time_.Forget(key), clock_ns_, GpusOnNodeLocked());
 }
 

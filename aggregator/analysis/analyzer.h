@@ -139,8 +139,6 @@ class Analyzer {
   void CoverageEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RootCauseVerdicts::GpusOnNode GpusOnNodeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The verdicts' job clock: how far a GPU has come on its own clock (OwnTimeAnalyzer::JobTime).
-  RootCauseVerdicts::JobClock JobClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lateness no root cause explains (rootcause/unexplained.h): ends the pages whose lateness
   // cleared, then pages the late ranks and nodes of jobs whose root-cause analysis names nobody.
   void UnexplainedLatenessLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events)

@@ -18,13 +18,6 @@ RootCauseVerdicts::GpusOnNode Analyzer::GpusOnNodeLocked() const {
              };
 }
 
-RootCauseVerdicts::JobClock Analyzer::JobClockLocked() const {
-  return [this](const ProcessKey& p, const CommKey& comm)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS {  // within the caller's lock
-               return own_time_.JobTime(p, comm);
-             };
-}
-
 void Analyzer::HangEventsLocked(int64_t now_ns, std::vector<ncclwatch::v1::Event>* events) {
   std::vector<HangGroup> groups = GroupHangsByOrigin(
       detectors_.hangs.Hangs(), processes_,

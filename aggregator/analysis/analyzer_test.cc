@@ -357,11 +357,10 @@ TEST(AnalyzerTest, OwnTimesFromTheSamplesFindTheGpuThatIsSlowItself) {
       for (int i = 0; i < 10; ++i) {
         const int64_t own = 5'000'000 + (rank == 5 ? 3'000'000 : rank * 10'000);
         // Ranks 4 and 5 arrive 3 ms late; only rank 5 because of its own work (rank 4 waited for
-        // it in a collective of another communicator). One collective every 100 ms of the job.
-        const uint64_t late = rank == 4 || rank == 5 ? 3'000'000 : 0;
-        const uint64_t step = static_cast<uint64_t>(interval * 10 + i);
+        // it in a collective of another communicator).
+        const uint64_t start = 1'000'000 + (rank == 4 || rank == 5 ? 3'000'000 : 0);
         writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
-                   Sample{step, step * 100'000'000 + 1'000'000 + late, 8'000'000 - late, own});
+                   Sample{static_cast<uint64_t>(interval * 10 + i), start, 9'000'000 - start, own});
       }
       analyzer.Ingest(r, 1'000'000'000);
     }

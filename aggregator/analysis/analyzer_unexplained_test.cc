@@ -46,11 +46,9 @@ ncclwatch::v1::RankReport OwnTimeReport(const Comm& c, int rank, uint64_t first_
                                                      .node = node});
   SampleColumnWriter writer(&r);
   for (int i = 0; i < n; ++i) {
-    // One AllReduce every 100 ms of the job.
-    const uint64_t offset = 1'000'000 + late_ns + rank * 10'000;
-    writer.Add(
-        "AllReduce", "RING_SIMPLE", 1 << 25, 4,
-        Sample{first_seq + i, (first_seq + i) * 100'000'000 + offset, 9'000'000 - offset, own_ns});
+    const uint64_t start = 1'000'000 + late_ns + rank * 10'000;
+    writer.Add("AllReduce", "RING_SIMPLE", 1 << 25, 4,
+               Sample{first_seq + i, start, 9'000'000 - start, own_ns});
   }
   return r;
 }

@@ -406,7 +406,6 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
     const int r = rank_at(i);
     Evidence ev;
     if (!Judge(cs, k, st, r, &ev)) continue;
-    if (i < group.gpu_start_ns.size()) ev.at_ns = static_cast<int64_t>(group.gpu_start_ns[i]);
     ProcessState& ps = *cs.states[r];
     Evidence*& held = st.evidence[r];
     // The verdict reads each piece of evidence only through its standing (Standing): while this
@@ -420,8 +419,6 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
       ps.slow = slow;
       ps.since_ns = group.now_ns;
       changes.push_back(ViewOf(cs.processes[r], ps));
-      changes.back().at_comm = group.comm;
-      changes.back().at_ns = ev.at_ns;
     }
   }
   return changes;
@@ -433,16 +430,6 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Slow(const std::string& job_id) const 
     if (ps.slow && (job_id.empty() || p.job_id == job_id)) out.push_back(ViewOf(p, ps));
   }
   return out;
-}
-
-int64_t OwnTimeAnalyzer::JobTime(const ProcessKey& p, const CommKey& comm) const {
-  auto it = processes_.find(p);
-  if (it == processes_.end()) return 0;
-  int64_t latest = 0;
-  for (const auto& [where, e] : it->second.evidence) {
-    if (std::get<0>(where) == comm) latest = std::max(latest, e.at_ns);
-  }
-  return latest;
 }
 
 bool OwnTimeAnalyzer::ExchangePeerBuilding(const CommKey& comm, int rank) const {

@@ -147,9 +147,6 @@ struct OwnTimeGroup {
   // own_time_ns holds in that order (CompletedGroup::members, which must outlive Observe); empty
   // for a collective.
   absl::Span<const int> members;
-  // When each member's kernel started, on its GPU's clock (same order as own_time_ns; 0 when not
-  // timed); may be empty. The verdicts confirm a slow GPU on this clock (verdicts.h).
-  absl::Span<const uint64_t> gpu_start_ns;
 };
 
 // A GPU's verdict and the evidence behind it.
@@ -165,10 +162,6 @@ struct SlowProcess {
   bool changed = false;    // F is the growth of its own time while its peers' did not grow
   double own_time_ns = 0;  // the typical own time of the rank's peers there
   int64_t since_ns = 0;    // when the verdict last changed
-  // The collective that changed the verdict: its communicator, and when it started on this GPU's
-  // clock (0: not timed).
-  CommKey at_comm;
-  int64_t at_ns = 0;
 };
 
 class OwnTimeAnalyzer {
@@ -190,12 +183,6 @@ class OwnTimeAnalyzer {
   // Every process of `job_id` (all jobs if empty) that is slow now.
   std::vector<SlowProcess> Slow(const std::string& job_id) const;
   bool IsSlow(const ProcessKey& p) const;
-  // How far the process has come in communicator `comm`, on its GPU's clock: the latest start of
-  // a collective there it was judged on (0 if none was timed). The verdicts' job clock
-  // (verdicts.h). Per communicator: the reports of a process's communicators arrive one after
-  // another, each covering the same interval, so the latest start over all of them would run
-  // ahead of the evidence of those not analysed yet.
-  int64_t JobTime(const ProcessKey& p, const CommKey& comm) const;
   // The process's verdict and its strongest evidence now (slow false, rank -1 if unknown).
   SlowProcess View(const ProcessKey& p) const;
   // As View, but with the figures of the evidence `kept` names (its communicator, class and rank)
@@ -326,7 +313,6 @@ class OwnTimeAnalyzer {
     bool changed = false;   // F is C: the rank's own time grew since its past
     int nranks = 0;         // of the communicator
     bool multi_node = false;
-    int64_t at_ns = 0;  // when the collective it was judged on started, on the GPU's clock
   };
   struct ProcessState {
     std::string node;
