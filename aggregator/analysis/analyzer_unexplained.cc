@@ -6,10 +6,12 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "aggregator/analysis/analyzer.h"
 #include "aggregator/detect/median.h"
 
@@ -216,14 +218,21 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     if (flagged_ranks.empty()) continue;
     const int nranks_of = entry->who.nranks;
     const bool half_late = 2 * flagged_ranks.size() >= static_cast<size_t>(nranks_of);
+    // Each node is judged once per communicator and tick, not once per late rank on it.
+    absl::flat_hash_map<std::string_view, bool> whole_node_late;
     auto significant = [&](const RankScore& score) {
       if (entry->who.nranks < 4 || score.peer_z >= unexplained_options_.min_peer_z) return true;
       if (!half_late) return false;
-      const std::string& node = entry->who.Rank(score.rank).node;
+      const std::string& node = entry->NodeOf(score.rank);
       if (node.empty()) return false;
-      const std::vector<int>& here = entry->RanksOnNode(node);
-      return here.size() >= 2 && std::all_of(here.begin(), here.end(),
-                                             [&](int r) { return flagged_ranks.contains(r); });
+      auto [judged, added] = whole_node_late.try_emplace(node, false);
+      if (added) {
+        const std::vector<int>& here = entry->RanksOnNode(node);
+        judged->second = here.size() >= 2 && std::all_of(here.begin(), here.end(), [&](int r) {
+                           return flagged_ranks.contains(r);
+                         });
+      }
+      return judged->second;
     };
     for (const RankScore& score : notable) {
       if (!score.flagged || !significant(score)) continue;
@@ -294,7 +303,7 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     std::vector<LateGpu> late;
     for (const auto& [p, ranks] : gpus) {
       const LateRank& first = ranks.front();
-      const std::string& node = registry_.Find(first.comm)->who.Rank(first.rank).node;
+      const std::string& node = registry_.Find(first.comm)->NodeOf(first.rank);
       if (paged_nodes.count({job, node}) > 0) continue;
       int64_t since = first.since_ns;
       for (const LateRank& l : ranks) since = std::min(since, l.since_ns);

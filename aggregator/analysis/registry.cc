@@ -132,6 +132,12 @@ const std::vector<int>& CommEntry::RanksOnNode(const std::string& node) const {
   return it == ranks_by_node->end() ? kNone : it->second;
 }
 
+const std::string& CommEntry::NodeOf(int rank) const {
+  static const std::string kUnknown;
+  auto it = rank_index.find(rank);
+  return it == rank_index.end() ? kUnknown : it->second->node;
+}
+
 const CommEntry* CommRegistry::Find(const CommKey& key) const {
   auto it = index_.find(key);
   return it == index_.end() ? nullptr : &it->second->second;

@@ -71,6 +71,8 @@ struct CommEntry {
   // asks it of communicators half of whose ranks are late each tick; a walk of every rank, keyed
   // by node name, was a third of the tick in a healthy 16,384-rank job.
   const std::vector<int>& RanksOnNode(const std::string& node) const;
+  // The node rank `rank` reported from; empty when it has not reported (one probe of rank_index).
+  const std::string& NodeOf(int rank) const;
   mutable std::optional<absl::flat_hash_map<std::string, std::vector<int>>> ranks_by_node;
 };
 

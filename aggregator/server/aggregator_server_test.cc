@@ -341,6 +341,69 @@ TEST_F(AggregatorServerTest, PushedBytesThatAreNoBatchAreRefusedCountedAndTheNex
   EXPECT_EQ(AggregatorMetric(server.http_port(), "ncclwatch_aggregator_batches_stored_total"), "1");
 }
 
+// A batch of hundreds of KiB (a node of many busy ranks) reaches the service in many slices (about
+// 8 KiB each here: 65 for this one), which are joined before it is parsed and logged. Every report
+// of it is analysed, and the bytes logged are the ones sent: a restart replays all of them, and
+// the same batch pushed again is a duplicate.
+TEST_F(AggregatorServerTest, ABatchThatArrivesInManySlicesIsAnalysedAndLoggedWhole) {
+  constexpr int kRanks = 512;
+  ncclwatch::v1::NodeBatch big = Batch(7);
+  big.clear_reports();
+  for (int r = 0; r < kRanks; ++r) {
+    auto* report = big.add_reports();
+    report->set_report_id(1000 + r);
+    auto* id = report->mutable_identity();
+    id->set_job_id("big-job");
+    id->set_comm_name("world");
+    id->set_comm_hash(0x99);
+    id->set_rank(r);
+    id->set_nranks(kRanks);
+    id->set_n_nodes(kRanks / 8);
+    id->set_node("node-" + std::to_string(r / 8));
+    for (int size = 0; size < 16; ++size) {
+      auto* stat = report->add_stats();
+      stat->set_op("AllReduce");
+      stat->set_algo_proto("RING_SIMPLE");
+      stat->set_message_size(std::to_string(size) + "-" + std::to_string(size + 1) + "MB");
+      stat->set_peer(-1);
+      stat->set_count(4);
+      stat->set_bytes(4ull * (size + 1) << 20);
+      stat->set_exec_time_us_sum(4000.0 + r);
+    }
+  }
+  ASSERT_GT(big.ByteSizeLong(), size_t{256} << 10);
+  auto ranks_of = [](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext list;
+    ncclwatch::v1::ListCommsRequest request;
+    request.set_job_id("big-job");
+    ncclwatch::v1::ListCommsResponse comms;
+    EXPECT_THAT(ncclwatch::v1::Query::NewStub(channel)->ListComms(&list, request, &comms), IsOk());
+    return comms.comms_size() == 1 ? comms.comms(0).ranks_size() : -1;
+  };
+  {
+    AggregatorServer server(Options());
+    ASSERT_THAT(server.Start(), IsOk());
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
+                                       grpc::InsecureChannelCredentials());
+    grpc::ClientContext push;
+    ncclwatch::v1::BatchAck ack;
+    ASSERT_THAT(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, big, &ack), IsOk());
+    EXPECT_FALSE(ack.duplicate());
+    EXPECT_EQ(ranks_of(channel), kRanks);
+  }
+  AggregatorServer again(Options());
+  ASSERT_THAT(again.Start(), IsOk());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(again.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  EXPECT_EQ(ranks_of(channel), kRanks) << "the replay read back every report of the logged batch";
+  grpc::ClientContext push;
+  ncclwatch::v1::BatchAck ack;
+  ASSERT_THAT(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, big, &ack), IsOk());
+  EXPECT_TRUE(ack.duplicate());
+  EXPECT_EQ(AggregatorMetric(again.http_port(), "ncclwatch_aggregator_pushes_unparsable_total"),
+            "0");
+}
+
 // A table file of the history with flipped bytes (bit rot): the start failed at every try with
 // "block checksum mismatch". Now it is repaired, and the aggregator starts on what it kept.
 TEST_F(AggregatorServerTest, AStoreWithADamagedTableFileIsRepairedAtStartAndJudgesWhatItKept) {
