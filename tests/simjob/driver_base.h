@@ -88,12 +88,13 @@ class DriverBase {
     proxy->Push(std::move(work));
   }
 
-  // The proxy thread is done: its kernel-channel and phase counts go to the report.
+  // The proxy thread is done: its kernel-channel and phase counts and its lag go to the report.
   void Finish(ProxyThread& proxy) {
     proxy.Finish();
     report_.kernel_ch_started = proxy.channels_started();
     report_.kernel_ch_stopped = proxy.channels_stopped();
     report_.kernel_phases = proxy.phases_started();
+    report_.proxy_lag_ns = proxy.max_lag_ns();
   }
 
   const Options& options_;

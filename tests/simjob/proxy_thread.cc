@@ -42,6 +42,7 @@ void ProxyThread::Run() {
     std::vector<void*> handles;
     if (work.start_ns != kNever) {
       SleepUntil(work.start_ns);
+      NoteLag(work.start_ns);
       handles = StartChannels(work);
     }
     if (work.start_ns == kNever || work.stop_ns == kNever) {
@@ -52,7 +53,15 @@ void ProxyThread::Run() {
       continue;
     }
     SleepUntil(work.stop_ns);
+    NoteLag(work.stop_ns);
     StopChannels(work, handles);
+  }
+}
+
+void ProxyThread::NoteLag(int64_t due_ns) {
+  const int64_t lag = NowNs() - due_ns;
+  if (lag > max_lag_ns_.load(std::memory_order_relaxed)) {
+    max_lag_ns_.store(lag, std::memory_order_relaxed);  // this thread is the only writer
   }
 }
 

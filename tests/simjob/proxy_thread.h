@@ -14,8 +14,8 @@
 // until Finish(). Work whose start_ns is kNever (queued on a stream that is stuck) never starts:
 // its channels get no events at all, and it blocks the queue the same way.
 //
-// Thread safety: Push and Finish are called by the rank's user thread; the counters may be read
-// from any thread. The plugin is called from the proxy thread only.
+// Thread safety: Push and Finish are called by the rank's user thread; the counters and the lag may
+// be read from any thread. The plugin is called from the proxy thread only.
 #ifndef NCCLWATCH_TESTS_SIMJOB_PROXY_THREAD_H_
 #define NCCLWATCH_TESTS_SIMJOB_PROXY_THREAD_H_
 
@@ -88,9 +88,15 @@ class ProxyThread {
   uint64_t channels_started() const { return started_.load(std::memory_order_relaxed); }
   uint64_t channels_stopped() const { return stopped_.load(std::memory_order_relaxed); }
   uint64_t phases_started() const { return phases_.load(std::memory_order_relaxed); }
+  // How far behind the model's times it ever delivered a kernel's start or stop. A proxy that
+  // cannot keep up on a loaded machine shows operations in flight that its peers have finished,
+  // which a real NCCL cannot do (its proxy progresses the operation itself), so a test that judges
+  // hangs must not judge a run where this grew near the hang threshold.
+  int64_t max_lag_ns() const { return max_lag_ns_.load(std::memory_order_relaxed); }
 
  private:
   void Run();
+  void NoteLag(int64_t due_ns);  // called just after the events due at due_ns are delivered
   std::vector<void*> StartChannels(const KernelWork& work);
   void StopChannels(const KernelWork& work, const std::vector<void*>& handles);
   // The phases of one channel between bounds[0] (start), [1], [2] and [3] (stop).
@@ -105,6 +111,7 @@ class ProxyThread {
   std::atomic<uint64_t> started_{0};
   std::atomic<uint64_t> stopped_{0};
   std::atomic<uint64_t> phases_{0};
+  std::atomic<int64_t> max_lag_ns_{0};
   std::thread thread_;  // last: starts after every other member is initialized
 };
 

@@ -28,6 +28,7 @@ struct RankReport {
   uint64_t kernel_ch_stopped = 0;
   uint64_t kernel_phases = 0;  // KernelPhase events started (v7)
   int64_t max_lag_ns = 0;      // how far behind the schedule the user thread ever ran
+  int64_t proxy_lag_ns = 0;    // how far behind it the proxy thread ever delivered an event
 };
 
 // Runs the whole job of `rank` through `host` on the calling thread (plus one proxy thread):

@@ -91,9 +91,10 @@ int RunRank(const Options& o, const TimelineConfig& config, const JobModelConfig
   char line[256];
   const int n = std::snprintf(
       line, sizeof(line),
-      "steps=%lld max_lag_us=%lld events=%llu null_handles=%llu kernel_ch=%llu/%llu "
-      "kernel_phase=%llu",
+      "steps=%lld max_lag_us=%lld proxy_lag_us=%lld events=%llu null_handles=%llu "
+      "kernel_ch=%llu/%llu kernel_phase=%llu",
       static_cast<long long>(report.steps), static_cast<long long>(report.max_lag_ns / 1000),
+      static_cast<long long>(report.proxy_lag_ns / 1000),
       static_cast<unsigned long long>(report.events),
       static_cast<unsigned long long>(report.null_handles),
       static_cast<unsigned long long>(report.kernel_ch_started),

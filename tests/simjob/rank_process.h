@@ -16,11 +16,10 @@ namespace ncclwatch::simjob {
 // The whole life of one rank process. Sets the rank's environment (RANK, LOCAL_RANK, ...,
 // NCCLWATCH_*, every --env) in this process, so call it only in the forked child. Returns its exit
 // status: 1 if the plugin cannot be loaded or the report cannot be written, else 0. Writes its
-// report line ("steps=... max_lag_us=... events=... null_handles=... kernel_ch=S/T
-// kernel_phase=N", no newline)
-// to report_fd. Does not return for a rank killed by --kill-rank (_exit(0)).
-// `config` is the job's time model in the world and 3d layouts, `model_config` in --layout
-// megatron (megatron_driver.h); the other one is not used.
+// report line ("steps=... max_lag_us=... proxy_lag_us=... events=... null_handles=...
+// kernel_ch=S/T kernel_phase=N", no newline) to report_fd. Does not return for a rank killed by
+// --kill-rank (_exit(0)). `config` is the job's time model in the world and 3d layouts,
+// `model_config` in --layout megatron (megatron_driver.h); the other one is not used.
 int RunRank(const Options& o, const TimelineConfig& config, const JobModelConfig& model_config,
             int rank, int report_fd);
 
