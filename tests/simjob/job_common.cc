@@ -19,6 +19,7 @@ int64_t NowNs() {
 }
 
 void SleepUntil(int64_t deadline_ns) {
+  if (NowNs() >= deadline_ns) return;  // late already: no system call, no timer
   const timespec ts = {static_cast<time_t>(deadline_ns / 1'000'000'000),
                        static_cast<long>(deadline_ns % 1'000'000'000)};
   while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
