@@ -138,10 +138,15 @@ class AggregatorServerTest : public ::testing::Test {
     return o;
   }
 
+  // A plaintext channel to `server`'s gRPC port on loopback.
+  static std::shared_ptr<grpc::Channel> ChannelTo(const AggregatorServer& server) {
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
+                               grpc::InsecureChannelCredentials());
+  }
+
   // Pushes Batch(seq) to `server` as an agent does.
   static grpc::Status PushBatch(const AggregatorServer& server, uint64_t seq) {
-    auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
+    auto ingest = ncclwatch::v1::Ingest::NewStub(ChannelTo(server));
     grpc::ClientContext context;
     ncclwatch::v1::BatchAck ack;
     return ingest->Push(&context, Batch(seq), &ack);
@@ -216,8 +221,7 @@ TEST_F(AggregatorServerTest, ServesIngestQueryAndHttpOnTheBoundPortsAndTicks) {
   ASSERT_NE(server.http_port(), 0);
   EXPECT_TRUE(server.ticker().WaitForIterations(3, absl::Seconds(30)));
 
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
-                                     grpc::InsecureChannelCredentials());
+  auto channel = ChannelTo(server);
   auto ingest = ncclwatch::v1::Ingest::NewStub(channel);
   grpc::ClientContext push;
   ncclwatch::v1::BatchAck ack;
@@ -258,8 +262,7 @@ TEST_F(AggregatorServerTest, ARestartOnTheSameDataAcknowledgesAReplayedBatchAsAD
   {
     AggregatorServer server(Options());
     ASSERT_THAT(server.Start(), IsOk());
-    auto ingest = ncclwatch::v1::Ingest::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server.grpc_port()), grpc::InsecureChannelCredentials()));
+    auto ingest = ncclwatch::v1::Ingest::NewStub(ChannelTo(server));
     grpc::ClientContext push;
     ncclwatch::v1::BatchAck ack;
     ASSERT_THAT(ingest->Push(&push, Batch(1), &ack), IsOk());
@@ -267,8 +270,7 @@ TEST_F(AggregatorServerTest, ARestartOnTheSameDataAcknowledgesAReplayedBatchAsAD
   }  // the destructor stops it
   AggregatorServer again(Options());
   ASSERT_THAT(again.Start(), IsOk());
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(again.grpc_port()),
-                                     grpc::InsecureChannelCredentials());
+  auto channel = ChannelTo(again);
   grpc::ClientContext push;
   ncclwatch::v1::BatchAck ack;
   ASSERT_THAT(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, Batch(1), &ack), IsOk());
@@ -313,8 +315,7 @@ std::string AggregatorMetric(int http_port, const std::string& name) {
 TEST_F(AggregatorServerTest, PushedBytesThatAreNoBatchAreRefusedCountedAndTheNextBatchIsTaken) {
   AggregatorServer server(Options());
   ASSERT_THAT(server.Start(), IsOk());
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
-                                     grpc::InsecureChannelCredentials());
+  auto channel = ChannelTo(server);
   grpc::GenericStub generic(channel);
   grpc::ClientContext bad;
   bad.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -383,8 +384,7 @@ TEST_F(AggregatorServerTest, ABatchThatArrivesInManySlicesIsAnalysedAndLoggedWho
   {
     AggregatorServer server(Options());
     ASSERT_THAT(server.Start(), IsOk());
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
-                                       grpc::InsecureChannelCredentials());
+    auto channel = ChannelTo(server);
     grpc::ClientContext push;
     ncclwatch::v1::BatchAck ack;
     ASSERT_THAT(ncclwatch::v1::Ingest::NewStub(channel)->Push(&push, big, &ack), IsOk());
@@ -393,8 +393,7 @@ TEST_F(AggregatorServerTest, ABatchThatArrivesInManySlicesIsAnalysedAndLoggedWho
   }
   AggregatorServer again(Options());
   ASSERT_THAT(again.Start(), IsOk());
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(again.grpc_port()),
-                                     grpc::InsecureChannelCredentials());
+  auto channel = ChannelTo(again);
   EXPECT_EQ(ranks_of(channel), kRanks) << "the replay read back every report of the logged batch";
   grpc::ClientContext push;
   ncclwatch::v1::BatchAck ack;
@@ -532,11 +531,7 @@ TEST_F(AggregatorServerTest, APortInUseFailsStartWithAClearErrorAndNothingRunnin
   grpc::ClientContext push;
   push.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
   ncclwatch::v1::BatchAck ack;
-  EXPECT_FALSE(ncclwatch::v1::Ingest::NewStub(
-                   grpc::CreateChannel("127.0.0.1:" + std::to_string(second.grpc_port()),
-                                       grpc::InsecureChannelCredentials()))
-                   ->Push(&push, Batch(1), &ack)
-                   .ok())
+  EXPECT_FALSE(ncclwatch::v1::Ingest::NewStub(ChannelTo(second))->Push(&push, Batch(1), &ack).ok())
       << "the gRPC port it had bound is closed again";
 }
 
