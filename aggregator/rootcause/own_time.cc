@@ -20,6 +20,11 @@ constexpr int64_t kJobGrowthRefresh = 256;
 // warm-up left in it is 2% of it).
 constexpr int64_t kSettledGroups = 256;
 
+// How long after an exchange class first appears its ranks may be compared within their own
+// communicator for want of counterparts: two default flush intervals, by when every node's
+// reports of the job's first exchanges have arrived (and with them the replicas' classes).
+constexpr int64_t kCounterpartWaitNs = 2'000'000'000;
+
 // The smallest typical own time the change in time is scaled by (a class whose fastest rank has
 // next to no own work is compared in absolute terms).
 constexpr double kMinScaleNs = 10'000;
@@ -177,12 +182,20 @@ bool OwnTimeAnalyzer::DesignReference(const CommState& cs, const ClassState& st,
 }
 
 bool OwnTimeAnalyzer::Judge(const CommState& cs, const ClassKey& k, const ClassState& st, int r,
-                            Evidence* out) const {
+                            int64_t now_ns, Evidence* out) const {
   if (static_cast<int>(st.excess[r].values.size()) < options_.min_groups) return false;
   out->own_time_ns = st.base.median;
   out->threshold_ns = std::max(options_.min_excess_ns, options_.relative * st.base.median);
   double reference = 0;
   if (!DesignReference(cs, st, r, out->threshold_ns / 2, &reference, &out->replicas)) {
+    return false;
+  }
+  // Without counterparts an exchange's ends are compared with each other, but whether it has
+  // counterparts is known only once every node has reported the class: its replicas start with
+  // it, yet their reports reach the aggregator node by node over a flush interval, and before
+  // they do, the ends of a pipeline exchange (whose stages do different work before it) would be
+  // compared as if they were alike.
+  if (k.op == kP2pClass && !out->replicas && now_ns - st.first_ns < kCounterpartWaitNs) {
     return false;
   }
   out->fault_ns = st.excess[r].median - reference;
@@ -313,6 +326,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
     fresh.excess.resize(n);
     fresh.past.assign(n, std::numeric_limits<double>::infinity());
     fresh.n_nodes = group.n_nodes;
+    fresh.first_ns = group.now_ns;
     fresh.unjudged = n;
     fresh.slots.resize(n);
     fresh.slot_index.resize(n);
@@ -405,7 +419,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
   for (size_t i = 0; i < group.own_time_ns.size(); ++i) {
     const int r = rank_at(i);
     Evidence ev;
-    if (!Judge(cs, k, st, r, &ev)) continue;
+    if (!Judge(cs, k, st, r, group.now_ns, &ev)) continue;
     ProcessState& ps = *cs.states[r];
     Evidence*& held = st.evidence[r];
     // The verdict reads each piece of evidence only through its standing (Standing): while this

@@ -253,6 +253,7 @@ class OwnTimeAnalyzer {
     std::vector<Evidence*> evidence;
     Ring base;  // the smallest own time of each collective
     int n_nodes = 0;
+    int64_t first_ns = 0;  // OwnTimeGroup::now_ns of its first collective
     // The judged ranks by E (for the reference without counterparts), built the first time a
     // rank of the class has none (a class whose ranks all have counterparts, or that is on one
     // node, never pays for it), and how many ranks are not judged yet.
@@ -331,7 +332,7 @@ class OwnTimeAnalyzer {
   // Adds one excess to rank r's window and keeps its slot and the class's sorted index in step.
   void Push(ClassState& st, int r, double excess_ns);
   // F and its threshold for rank r of a communicator `cs` in class `k`; false if not judged yet.
-  bool Judge(const CommState& cs, const ClassKey& k, const ClassState& st, int r,
+  bool Judge(const CommState& cs, const ClassKey& k, const ClassState& st, int r, int64_t now_ns,
              Evidence* out) const;
   // D for rank r (see the method above); false while the ranks it needs have too few collectives.
   // Without counterparts, a member within `tolerance_ns` above r still counts as a replica of r.

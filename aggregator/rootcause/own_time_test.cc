@@ -457,8 +457,8 @@ TEST(OwnTimeAnalyzerTest, ForgettingOneCommunicatorKeepsWhatItsProcessesOthersSt
 namespace ncclwatch::aggregator {
 namespace {
 
-// 60 steps of an all-to-all on `ep` (8 ranks on 4 nodes, two a node): one exchange per ordered
-// pair and step, each end's own time before it `2 ms + jitter + extra(rank)`.
+// 60 steps of an all-to-all on `ep` (8 ranks on 4 nodes, two a node), 100 ms apart: one exchange
+// per ordered pair and step, each end's own time before it `2 ms + jitter + extra(rank)`.
 template <typename Extra>
 void AllToAll(OwnTimeAnalyzer& a, const CommKey& ep, int64_t jitter, Extra extra) {
   const int n = 8;
@@ -472,7 +472,8 @@ void AllToAll(OwnTimeAnalyzer& a, const CommKey& ep, int64_t jitter, Extra extra
     for (int s = 0; s < n; ++s) {
       for (int r = 0; r < n; ++r) {
         if (r != s)
-          a.Observe(OwnTimeGroup{ep, kP2pClass, 0, 4, {own(s, step), own(r, step)}, step, {s, r}});
+          a.Observe(OwnTimeGroup{
+              ep, kP2pClass, 0, 4, {own(s, step), own(r, step)}, step * 100'000'000LL, {s, r}});
       }
     }
   }
@@ -513,6 +514,46 @@ TEST(OwnTimeAnalyzerTest, SaysWhichExchangePeersAreOnTheWayToAVerdict) {
       EXPECT_EQ(a.ExchangePeerBuilding(ep, r), building >= 0 && r != building) << building << r;
     }
     EXPECT_FALSE(a.ExchangePeerBuilding(CommKey{"job", 79}, 0));  // unknown
+  }
+}
+
+// Pipeline exchanges between two stages, in two replicas (communicators A and B, each end on a
+// node of its own): the later stage spends 0.5 ms longer before every exchange by design. A's
+// reports come first; B's exchanges reach the aggregator only after A's first second (its nodes'
+// first reports). Until then A has no counterpart, and its ends compared with each other would make
+// the later stage's GPU slow: it is not, and once B is there a GPU slow before the exchanges still
+// is.
+TEST(OwnTimeAnalyzerTest, ExchangesWaitForTheirCounterpartsBeforeComparingTheirEnds) {
+  for (const int slow : {-1, 1}) {
+    OwnTimeAnalyzer a;
+    const CommKey pp_a{"job", 90}, pp_b{"job", 91};
+    // A: world ranks 0 (node0) and 1 (node1); B: world ranks 2 (node2) and 3 (node3).
+    for (int r = 0; r < 2; ++r) {
+      a.SetMember(pp_a, 2, r, FakeJob::Process(r), "node" + std::to_string(r));
+      a.SetMember(pp_b, 2, r, FakeJob::Process(2 + r), "node" + std::to_string(2 + r));
+    }
+    auto own = [&](int world, int step) {
+      const int64_t design = world % 2 == 1 ? 1'500'000 : 1'000'000;
+      const int64_t fault = world == slow ? 1'000'000 : 0;
+      return design + fault + Jitter(world, step, "pp", 50'000);
+    };
+    const std::vector<int> ends = {0, 1};
+    auto exchange = [&](const CommKey& c, int first_world, int step) {
+      a.Observe(OwnTimeGroup{c,
+                             kP2pClass,
+                             0,
+                             2,
+                             {own(first_world, step), own(first_world + 1, step)},
+                             step * 10'000'000LL,
+                             ends});
+    };
+    for (int step = 0; step < 100; ++step) exchange(pp_a, 0, step);  // A alone for 1 s
+    for (int w = 0; w < 4; ++w) EXPECT_FALSE(a.IsSlow(FakeJob::Process(w))) << slow << w;
+    for (int step = 100; step < 400; ++step) {
+      exchange(pp_a, 0, step);
+      exchange(pp_b, 2, step);
+    }
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(a.IsSlow(FakeJob::Process(w)), w == slow) << slow << w;
   }
 }
 
