@@ -195,9 +195,10 @@ bool OwnTimeAnalyzer::Judge(const CommState& cs, const ClassKey& k, const ClassS
   // it, yet their reports reach the aggregator node by node over a flush interval, and before
   // they do, the ends of a pipeline exchange (whose stages do different work before it) would be
   // compared as if they were alike.
-  if (k.op == kP2pClass && !out->replicas && now_ns - st.first_ns < kCounterpartWaitNs) {
-    return false;
-  }
+  // Until then the comparison is provisional: it tells the exchange hold (ExchangePeerBuilding)
+  // that a peer may be on its way to a verdict, but makes no verdict.
+  out->provisional =
+      k.op == kP2pClass && !out->replicas && now_ns - st.first_ns < kCounterpartWaitNs;
   out->fault_ns = st.excess[r].median - reference;
   // The job-wide change in time: this class's fastest rank grew beyond what the job's did.
   if (const JobGrowth* job = cs.growth; k.op != kP2pClass && job != nullptr &&
@@ -231,8 +232,9 @@ bool OwnTimeAnalyzer::Judge(const CommState& cs, const ClassKey& k, const ClassS
 }
 
 std::tuple<bool, bool, bool, bool, int> OwnTimeAnalyzer::Standing(const Evidence& e) const {
-  return {e.fault_ns >= e.threshold_ns, e.fault_ns >= options_.clear_ratio * e.threshold_ns,
-          e.replicas, e.multi_node, e.nranks};
+  return {e.fault_ns >= e.threshold_ns && !e.provisional,
+          e.fault_ns >= options_.clear_ratio * e.threshold_ns && !e.provisional, e.replicas,
+          e.multi_node, e.nranks};
 }
 
 bool OwnTimeAnalyzer::Verdict(
@@ -241,7 +243,7 @@ bool OwnTimeAnalyzer::Verdict(
   // The smallest multi-node communicator whose evidence says "not slow".
   int smallest_fine = std::numeric_limits<int>::max();
   for (const auto& [where, e] : ps.evidence) {
-    if (e.multi_node && e.fault_ns < options_.clear_ratio * e.threshold_ns) {
+    if (e.multi_node && !e.provisional && e.fault_ns < options_.clear_ratio * e.threshold_ns) {
       smallest_fine = std::min(smallest_fine, e.nranks);
     }
   }
@@ -249,7 +251,7 @@ bool OwnTimeAnalyzer::Verdict(
   double margin = std::numeric_limits<double>::lowest();
   for (const auto& entry : ps.evidence) {
     const Evidence& e = entry.second;
-    if (!e.replicas && smallest_fine < e.nranks) continue;
+    if (e.provisional || (!e.replicas && smallest_fine < e.nranks)) continue;
     const double needed = ps.slow ? options_.clear_ratio * e.threshold_ns : e.threshold_ns;
     slow = slow || e.fault_ns >= needed;
     if (best != nullptr && e.fault_ns - e.threshold_ns > margin) {
@@ -479,7 +481,10 @@ SlowProcess OwnTimeAnalyzer::ViewKeeping(const SlowProcess& kept) const {
   auto it = processes_.find(kept.process);
   if (it == processes_.end() || kept.rank < 0) return v;
   auto e = it->second.evidence.find({kept.comm, ClassKey{kept.op, kept.bytes}, kept.rank});
-  if (e != it->second.evidence.end() && e->second.fault_ns >= e->second.threshold_ns) Cite(*e, &v);
+  if (e != it->second.evidence.end() && !e->second.provisional &&
+      e->second.fault_ns >= e->second.threshold_ns) {
+    Cite(*e, &v);
+  }
   return v;
 }
 

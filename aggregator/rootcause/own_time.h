@@ -314,6 +314,9 @@ class OwnTimeAnalyzer {
     bool changed = false;   // F is C: the rank's own time grew since its past
     int nranks = 0;         // of the communicator
     bool multi_node = false;
+    // An exchange's ends compared with each other before its counterparts could have arrived
+    // (Judge): read by ExchangePeerBuilding, never by a verdict.
+    bool provisional = false;
   };
   struct ProcessState {
     std::string node;

@@ -521,8 +521,8 @@ TEST(OwnTimeAnalyzerTest, SaysWhichExchangePeersAreOnTheWayToAVerdict) {
 // node of its own): the later stage spends 0.5 ms longer before every exchange by design. A's
 // reports come first; B's exchanges reach the aggregator only after A's first second (its nodes'
 // first reports). Until then A has no counterpart, and its ends compared with each other would make
-// the later stage's GPU slow: it is not, and once B is there a GPU slow before the exchanges still
-// is.
+// the later stage's GPU slow: it is not (the comparison only holds origin-not-found pages), and
+// once B is there a GPU slow before the exchanges still is.
 TEST(OwnTimeAnalyzerTest, ExchangesWaitForTheirCounterpartsBeforeComparingTheirEnds) {
   for (const int slow : {-1, 1}) {
     OwnTimeAnalyzer a;
@@ -549,6 +549,9 @@ TEST(OwnTimeAnalyzerTest, ExchangesWaitForTheirCounterpartsBeforeComparingTheirE
     };
     for (int step = 0; step < 100; ++step) exchange(pp_a, 0, step);  // A alone for 1 s
     for (int w = 0; w < 4; ++w) EXPECT_FALSE(a.IsSlow(FakeJob::Process(w))) << slow << w;
+    // The comparison still tells the origin-not-found hold that rank 1 may be on its way.
+    EXPECT_TRUE(a.ExchangePeerBuilding(pp_a, 0)) << slow;
+    EXPECT_FALSE(a.ExchangePeerBuilding(pp_a, 1)) << slow;
     for (int step = 100; step < 400; ++step) {
       exchange(pp_a, 0, step);
       exchange(pp_b, 2, step);
