@@ -43,7 +43,11 @@
 // depend on its size), compared the same way: the end that spent longer on its own work before
 // the exchange has the excess. Their warm-up is `warmup_groups` x nranks / 2 exchanges (about
 // warmup_groups per rank), and the change in time's peer growth is refreshed every nranks / 2
-// exchanges, so that an exchange costs O(log n).
+// exchanges, so that an exchange costs O(log n). Without counterparts an exchange's ends are
+// compared with each other only from 2 s after its class first appears (by then every node has
+// reported it, and with it the replicas' classes: a pipeline exchange's stages are not alike);
+// before that the comparison is provisional evidence, which only holds origin-not-found pages
+// (ExchangePeerBuilding).
 //
 // A node's GPUs that all slow down together, where the node holds one stage of every replica:
 // every comparison above is with ranks on the same node (its TP and DP groups) or with ranks that
