@@ -19,7 +19,8 @@
 // precedes only one of them (a node slow before its node-local collective is late at the world
 // collective that follows it, not at the others). Mixed in one window, a rank late at one
 // collective in four would have a median of nothing.
-// Each rank keeps, per class, a window of its last `window` latenesses. Its scores in a class:
+// Each rank keeps, per class, a window of its last `window` latenesses, from the end of the class's
+// warm-up (its first `warmup_groups` collectives). Its scores in a class:
 //   - lateness: the window median;
 //   - excess over its peers: lateness - the communicator's peer baseline, the lower quartile of
 //     its ranks' latenesses (the punctual ranks; robust to up to 3/4 of them being slow);
@@ -51,6 +52,11 @@ namespace ncclwatch::aggregator {
 
 struct StragglerOptions {
   double threshold_ns = 1'000'000;  // 1 ms of excess lateness
+  // The first collectives of each (communicator, class) enter no window: warm-up (compilation,
+  // allocator growth, connection set-up) is slow and uneven, and nobody's fault. Left in, it
+  // holds a window's median up for as many collectives as it filled (steps, where a class runs
+  // a few collectives a step). The own-time analysis skips as many (own_time.h).
+  int warmup_groups = 16;
   int window = 32;
   int min_groups = 8;
   double clear_ratio = 0.5;
@@ -141,6 +147,7 @@ class StragglerDetector {
     PeerStats peers;
     int exchanges_since_peers = -1;  // -1: never computed
     int flagged = 0;                 // ranks flagged in this class
+    int64_t seen = 0;                // groups observed, warm-up included
   };
   struct CommWindows {
     std::vector<ClassWindows> classes;  // a handful: the operations the communicator runs

@@ -173,6 +173,7 @@ TEST(StragglerDetectorTest, NeedsMinimumEvidenceAndClearsWithHysteresis) {
   StragglerOptions opts;
   opts.window = 8;
   opts.min_groups = 4;
+  opts.warmup_groups = 0;  // WarmUpEntersNoWindow tests the warm-up
   StragglerDetector d(opts);
   std::vector<int64_t> slow = {0, 0, 3'000'000, 0};
   for (uint64_t seq = 0; seq < 3; ++seq) EXPECT_TRUE(d.Observe(Group(seq, slow)).empty());
@@ -188,6 +189,54 @@ TEST(StragglerDetectorTest, NeedsMinimumEvidenceAndClearsWithHysteresis) {
     cleared = d.Observe(Group(seq, healthy));
   ASSERT_EQ(cleared.size(), 1u);
   EXPECT_FALSE(cleared[0].score.flagged);
+}
+
+// A job's first steps are slow and uneven (compilation, allocator growth, connection set-up):
+// rank 2 is 6 ms late at each of its class's first 16 collectives, then as punctual as the rest.
+// Those enter no window, so nothing is flagged; without the warm-up the window's median holds the
+// flag for as many collectives as the warm-up filled. A rank late from then on is flagged once
+// `min_groups` collectives after the warm-up are in.
+TEST(StragglerDetectorTest, WarmUpEntersNoWindow) {
+  for (int warmup : {16, 0}) {
+    StragglerOptions opts;
+    opts.warmup_groups = warmup;
+    StragglerDetector d(opts);
+    std::mt19937 rng(5);
+    int flags = 0;
+    for (uint64_t seq = 0; seq < 48; ++seq) {
+      for (const FlagChange& c :
+           d.Observe(Group(seq, Arrivals(rng, 8, 2, seq < 16 ? 6'000'000 : 0)))) {
+        EXPECT_EQ(c.score.rank, 2);
+        flags += c.score.flagged ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(flags, warmup == 0 ? 1 : 0) << "warm-up " << warmup;
+  }
+  StragglerDetector d;  // the default warm-up: 16 collectives
+  std::mt19937 rng(6);
+  uint64_t flagged_at = 0;
+  for (uint64_t seq = 0; seq < 48 && flagged_at == 0; ++seq) {
+    if (!d.Observe(Group(seq, Arrivals(rng, 8, 4, 3'000'000))).empty()) flagged_at = seq + 1;
+  }
+  EXPECT_EQ(flagged_at, 16u + 8u);
+  // An exchange class's warm-up is as many exchanges as move every rank 16 times (n / 2 each).
+  StragglerDetector p;
+  const int n = 8;
+  uint64_t exchanges = 0, exchange_flagged_at = 0;
+  for (uint64_t seq = 0; seq < 48 && exchange_flagged_at == 0; ++seq) {
+    for (int s = 0; s < n && exchange_flagged_at == 0; s += 2) {
+      CompletedGroup g{kStragglerComm, kP2pClass, seq, {}, {}, {}, {}, {s, s + 1}, n};
+      const int64_t start[2] = {10'000'000, 10'000'000 + (s == 4 ? 3'000'000 : 0)};
+      for (int64_t a : start) {
+        g.gpu_start_ns.push_back(a);
+        g.duration_ns.push_back(start[1] + 50'000 - a);
+      }
+      ++exchanges;
+      if (!p.Observe(g).empty()) exchange_flagged_at = exchanges;
+    }
+  }
+  // Rank 5 (the late end of the third exchange of each round) at its 8th exchange after warm-up.
+  EXPECT_EQ(exchange_flagged_at, 16u * (n / 2) + 7u * (n / 2) + 3u);
 }
 
 // Skews rank r's GPU clock by (r even ? -skew : +skew), as on two nodes whose clocks disagree.

@@ -129,9 +129,11 @@ void RegisterAggregatorFlags(ConfigTable& t, AggregatorFlags& c) {
               Range::Positive());
   t.AddInt("straggler-window", "", &c.straggler_window,
            "Collectives per rank in the straggler detector's sliding window.", Range::AtLeast(1));
-  t.AddInt("straggler-min-collectives", "", &c.straggler_min_collectives,
-           "Collectives a rank must have been seen in before it can be flagged.",
-           Range::AtLeast(1));
+  t.AddInt(
+      "straggler-min-collectives", "", &c.straggler_min_collectives,
+      "Collectives a rank must have been seen in after its class's warm-up (its first 16) before "
+      "it can be flagged.",
+      Range::AtLeast(1));
   t.AddDouble("group-grace-s", "", &c.group_grace_s,
               "How long a collective waits for all its ranks' records before it is dropped.",
               Range::Positive());
