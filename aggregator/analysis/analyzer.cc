@@ -117,6 +117,9 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     entry->completions_lost.erase(id.rank());  // its late completions arrived after all
   }
   detectors_.hangs.Update(key, interval, now_ns, &who->hang_slot);
+  // Validated: the interval ends after it starts (the own-time analysis bounds it).
+  const int64_t report_interval_ns = static_cast<int64_t>(std::min<uint64_t>(
+      report.interval_end_unix_ns() - report.interval_start_unix_ns(), uint64_t{INT64_MAX}));
   // Under mu_: the lambda runs within this call.
   ForEachSample(report, [&](const ncclwatch::v1::SampleColumn& col,
                             const Sample& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -140,7 +143,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     // The own times move into the analysis: the lateness below does not read them.
     const std::vector<SlowProcess> verdicts = own_time_.Observe(
         OwnTimeGroup{key, group->op, exchange ? 0 : col.bytes(), static_cast<int>(id.n_nodes()),
-                     std::move(group->own_time_ns), now_ns, group->members},
+                     std::move(group->own_time_ns), now_ns, group->members, report_interval_ns},
         &entry->own_time);
     bool class_flags_changed = false;
     LatenessChangesLocked(

@@ -21,9 +21,12 @@ constexpr int64_t kJobGrowthRefresh = 256;
 constexpr int64_t kSettledGroups = 256;
 
 // How long after an exchange class first appears its ranks may be compared within their own
-// communicator for want of counterparts: two default flush intervals, by when every node's
-// reports of the job's first exchanges have arrived (and with them the replicas' classes).
-constexpr int64_t kCounterpartWaitNs = 2'000'000'000;
+// communicator for want of counterparts: two of its reports' flush intervals, by when every
+// node's reports of the job's first exchanges have arrived (and with them the replicas'
+// classes), and never less than two default intervals (the agents' batching and the network add
+// to a short one). A report claims at most the plugin's longest interval.
+constexpr int64_t kMinCounterpartWaitNs = 2'000'000'000;
+constexpr int64_t kMaxReportIntervalNs = 60'000'000'000;
 
 // The smallest typical own time the change in time is scaled by (a class whose fastest rank has
 // next to no own work is compared in absolute terms).
@@ -198,7 +201,7 @@ bool OwnTimeAnalyzer::Judge(const CommState& cs, const ClassKey& k, const ClassS
   // Until then the comparison is provisional: it tells the exchange hold (ExchangePeerBuilding)
   // that a peer may be on its way to a verdict, but makes no verdict.
   out->provisional =
-      k.op == kP2pClass && !out->replicas && now_ns - st.first_ns < kCounterpartWaitNs;
+      k.op == kP2pClass && !out->replicas && now_ns - st.first_ns < st.counterpart_wait_ns;
   out->fault_ns = st.excess[r].median - reference;
   // The job-wide change in time: this class's fastest rank grew beyond what the job's did.
   if (const JobGrowth* job = cs.growth; k.op != kP2pClass && job != nullptr &&
@@ -343,6 +346,10 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
     }
   }
   ClassState& st = cls->second;
+  st.counterpart_wait_ns = std::max(
+      st.counterpart_wait_ns,
+      std::max(kMinCounterpartWaitNs,
+               2 * std::clamp<int64_t>(group.report_interval_ns, 0, kMaxReportIntervalNs)));
   const int64_t per_move = exchange ? std::max(1, n / 2) : 1;  // groups that move every rank
   if (++st.seen <= options_.warmup_groups * per_move) return changes;
   // The earliest finisher of its own work is the reference: unlike a quantile, the minimum does

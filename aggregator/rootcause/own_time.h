@@ -44,10 +44,10 @@
 // the exchange has the excess. Their warm-up is `warmup_groups` x nranks / 2 exchanges (about
 // warmup_groups per rank), and the change in time's peer growth is refreshed every nranks / 2
 // exchanges, so that an exchange costs O(log n). Without counterparts an exchange's ends are
-// compared with each other only from 2 s after its class first appears (by then every node has
-// reported it, and with it the replicas' classes: a pipeline exchange's stages are not alike);
-// before that the comparison is provisional evidence, which only holds origin-not-found pages
-// (ExchangePeerBuilding).
+// compared with each other only from two of its reports' flush intervals (at least 2 s) after
+// its class first appears (by then every node has reported it, and with it the replicas'
+// classes: a pipeline exchange's stages are not alike); before that the comparison is
+// provisional evidence, which only holds origin-not-found pages (ExchangePeerBuilding).
 //
 // A node's GPUs that all slow down together, where the node holds one stage of every replica:
 // every comparison above is with ranks on the same node (its TP and DP groups) or with ranks that
@@ -151,6 +151,9 @@ struct OwnTimeGroup {
   // own_time_ns holds in that order (CompletedGroup::members, which must outlive Observe); empty
   // for a collective.
   absl::Span<const int> members;
+  // The flush interval of the report that completed it (interval_end - interval_start); 0 when
+  // unknown. Sets how long an exchange class waits for its counterparts (own_time.cc).
+  int64_t report_interval_ns = 0;
 };
 
 // A GPU's verdict and the evidence behind it.
@@ -257,7 +260,8 @@ class OwnTimeAnalyzer {
     std::vector<Evidence*> evidence;
     Ring base;  // the smallest own time of each collective
     int n_nodes = 0;
-    int64_t first_ns = 0;  // OwnTimeGroup::now_ns of its first collective
+    int64_t first_ns = 0;             // OwnTimeGroup::now_ns of its first collective
+    int64_t counterpart_wait_ns = 0;  // from first_ns: see kMinCounterpartWaitNs (own_time.cc)
     // The judged ranks by E (for the reference without counterparts), built the first time a
     // rank of the class has none (a class whose ranks all have counterparts, or that is on one
     // node, never pays for it), and how many ranks are not judged yet.

@@ -523,9 +523,19 @@ TEST(OwnTimeAnalyzerTest, SaysWhichExchangePeersAreOnTheWayToAVerdict) {
 // first reports). Until then A has no counterpart, and its ends compared with each other would make
 // the later stage's GPU slow: it is not (the comparison only holds origin-not-found pages), and
 // once B is there a GPU slow before the exchanges still is.
+// With the default flush interval (1 s, or unknown) the wait is 2 s; with plugins flushing every
+// 5 s, B's reports may come 5 s after A's, and the wait is two of those intervals (A alone for
+// 9 s: compared after 2 s, rank 1 would be slow).
 TEST(OwnTimeAnalyzerTest, ExchangesWaitForTheirCounterpartsBeforeComparingTheirEnds) {
-  for (const int slow : {-1, 1}) {
+  struct Case {
+    int slow;             // the world rank of the slow GPU, -1 for none
+    int64_t interval_ns;  // the reports' flush interval (0: unknown)
+  };
+  for (const Case& c : {Case{-1, 0}, Case{1, 0}, Case{-1, 5'000'000'000}, Case{1, 5'000'000'000}}) {
+    const int slow = c.slow;
+    const int64_t interval_ns = c.interval_ns;
     OwnTimeAnalyzer a;
+    const int alone = interval_ns > 1'000'000'000 ? 900 : 100;  // steps of 10 ms
     const CommKey pp_a{"job", 90}, pp_b{"job", 91};
     // A: world ranks 0 (node0) and 1 (node1); B: world ranks 2 (node2) and 3 (node3).
     for (int r = 0; r < 2; ++r) {
@@ -545,14 +555,15 @@ TEST(OwnTimeAnalyzerTest, ExchangesWaitForTheirCounterpartsBeforeComparingTheirE
                              2,
                              {own(first_world, step), own(first_world + 1, step)},
                              step * 10'000'000LL,
-                             ends});
+                             ends,
+                             interval_ns});
     };
-    for (int step = 0; step < 100; ++step) exchange(pp_a, 0, step);  // A alone for 1 s
+    for (int step = 0; step < alone; ++step) exchange(pp_a, 0, step);  // A alone for 1 or 9 s
     for (int w = 0; w < 4; ++w) EXPECT_FALSE(a.IsSlow(FakeJob::Process(w))) << slow << w;
     // The comparison still tells the origin-not-found hold that rank 1 may be on its way.
     EXPECT_TRUE(a.ExchangePeerBuilding(pp_a, 0)) << slow;
     EXPECT_FALSE(a.ExchangePeerBuilding(pp_a, 1)) << slow;
-    for (int step = 100; step < 400; ++step) {
+    for (int step = alone; step < alone + 300; ++step) {
       exchange(pp_a, 0, step);
       exchange(pp_b, 2, step);
     }
