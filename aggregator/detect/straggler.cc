@@ -113,9 +113,10 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, 
     cls = comm.classes.end() - 1;
   }
   ClassWindows& c = *cls;
-  // Warm-up: as many groups as move every rank `warmup_groups` times (an exchange moves two).
-  const int64_t per_move = exchange ? std::max<int64_t>(1, static_cast<int64_t>(nranks) / 2) : 1;
-  if (++c.seen <= options_.warmup_groups * per_move) return changes;
+  // Warm-up: as many groups as move every rank `warmup_groups` times.
+  if (++c.seen <= options_.warmup_groups * GroupsPerMove(exchange, static_cast<int64_t>(nranks))) {
+    return changes;
+  }
 
   const std::vector<double> lateness = Lateness(group, &c.basis);
   const double max_lateness = *std::max_element(lateness.begin(), lateness.end());

@@ -47,16 +47,16 @@
 
 #include "absl/container/node_hash_map.h"
 #include "aggregator/detect/correlator.h"
+#include "aggregator/detect/types.h"
 
 namespace ncclwatch::aggregator {
 
 struct StragglerOptions {
   double threshold_ns = 1'000'000;  // 1 ms of excess lateness
-  // The first collectives of each (communicator, class) enter no window: warm-up (compilation,
-  // allocator growth, connection set-up) is slow and uneven, and nobody's fault. Left in, it
-  // holds a window's median up for as many collectives as it filled (steps, where a class runs
-  // a few collectives a step). The own-time analysis skips as many (own_time.h).
-  int warmup_groups = 16;
+  // The first collectives of each (communicator, class) enter no window (types.h). Left in, the
+  // warm-up holds a window's median up for as many collectives as it filled (steps, where a
+  // class runs a few collectives a step).
+  int warmup_groups = kWarmupCollectives;
   int window = 32;
   int min_groups = 8;
   double clear_ratio = 0.5;

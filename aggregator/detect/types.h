@@ -5,6 +5,7 @@
 #ifndef NCCLWATCH_AGGREGATOR_DETECT_TYPES_H_
 #define NCCLWATCH_AGGREGATOR_DETECT_TYPES_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -30,6 +31,17 @@ struct CommKey {
     return H::combine(std::move(h), k.job_id, k.comm_hash);
   }
 };
+
+// A job's first steps (compilation, allocator growth, connection set-up) are slow, uneven and
+// nobody's fault: the first collectives of each (communicator, class) are its warm-up, which
+// neither the lateness windows nor the own-time analysis take in.
+inline constexpr int kWarmupCollectives = 16;
+
+// How many groups of a class move each of its `nranks` ranks once: one collective, or nranks / 2
+// point-to-point exchanges (two ranks each).
+inline int64_t GroupsPerMove(bool exchange, int64_t nranks) {
+  return exchange ? std::max<int64_t>(1, nranks / 2) : 1;
+}
 
 // Where a detector keeps one rank's state, cached by its caller between the rank's reports so
 // that the detector need not look the rank up again (SeriesTable::AddReport, HangDetector::Update).

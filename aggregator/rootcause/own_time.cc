@@ -346,11 +346,13 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
     }
   }
   ClassState& st = cls->second;
-  st.counterpart_wait_ns = std::max(
-      st.counterpart_wait_ns,
-      std::max(kMinCounterpartWaitNs,
-               2 * std::clamp<int64_t>(group.report_interval_ns, 0, kMaxReportIntervalNs)));
-  const int64_t per_move = exchange ? std::max(1, n / 2) : 1;  // groups that move every rank
+  if (exchange) {  // only exchanges wait for their counterparts (Judge)
+    st.counterpart_wait_ns = std::max(
+        st.counterpart_wait_ns,
+        std::max(kMinCounterpartWaitNs,
+                 2 * std::clamp<int64_t>(group.report_interval_ns, 0, kMaxReportIntervalNs)));
+  }
+  const int64_t per_move = GroupsPerMove(exchange, n);
   if (++st.seen <= options_.warmup_groups * per_move) return changes;
   // The earliest finisher of its own work is the reference: unlike a quantile, the minimum does
   // not move when one member of a small communicator slows down.

@@ -106,9 +106,8 @@
 namespace ncclwatch::aggregator {
 
 struct OwnTimeOptions {
-  // The first collectives of each (communicator, class) are not judged: warm-up (compilation,
-  // allocator growth, connection set-up) is slow and uneven, and nobody's fault.
-  int warmup_groups = 16;
+  // The first collectives of each (communicator, class) are not judged: warm-up (types.h).
+  int warmup_groups = kWarmupCollectives;
   int window = 16;
   int min_groups = 8;
   double min_excess_ns = 300'000;  // 0.3 ms: above the own-time jitter of a healthy step

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "aggregator/detect/types.h"
 #include "aggregator/server/remote_write.h"
 #include "common/daemon.h"
 #include "common/log.h"
@@ -129,11 +130,11 @@ void RegisterAggregatorFlags(ConfigTable& t, AggregatorFlags& c) {
               Range::Positive());
   t.AddInt("straggler-window", "", &c.straggler_window,
            "Collectives per rank in the straggler detector's sliding window.", Range::AtLeast(1));
-  t.AddInt(
-      "straggler-min-collectives", "", &c.straggler_min_collectives,
-      "Collectives a rank must have been seen in after its class's warm-up (its first 16) before "
-      "it can be flagged.",
-      Range::AtLeast(1));
+  t.AddInt("straggler-min-collectives", "", &c.straggler_min_collectives,
+           absl::StrCat(
+               "Collectives a rank must have been seen in after its class's warm-up (its first ",
+               kWarmupCollectives, ") before it can be flagged."),
+           Range::AtLeast(1));
   t.AddDouble("group-grace-s", "", &c.group_grace_s,
               "How long a collective waits for all its ranks' records before it is dropped.",
               Range::Positive());
