@@ -33,6 +33,7 @@ RUN apt-get update -qq \
       libre2-9 \
       libsnappy1v5 \
       libssl3 \
+      libtcmalloc-minimal4 \
       libzstd1 \
       zlib1g \
  && rm -rf /var/lib/apt/lists/*
