@@ -2,8 +2,9 @@
 # The runtime images hold every shared library their binaries load: for each binary a Dockerfile
 # copies into its runtime stage, every library `ldd` resolves on this (Debian 12) build machine
 # comes from a package that stage installs, or from one the debian:12-slim base has (the C and
-# C++ runtimes, which apt itself needs, and the packages of priority "required"). The images' `--help` steps would catch a missing one too, but only in a docker
-# build, which CI does not run: the aggregator's image lacked tcmalloc once the aggregator linked it.
+# C++ runtimes, which apt itself needs, and the packages of priority "required"). The images'
+# `--help` steps would catch a missing one too, but only in a docker build, which CI does not
+# run: the aggregator's image lacked tcmalloc once the aggregator linked it.
 # Usage: docker_libs_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 if ! command -v dpkg-query > /dev/null; then
