@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The runtime images hold every shared library their binaries load: for each binary a Dockerfile
-# copies into its runtime stage, every library `ldd` resolves on this (Debian 12) build machine
+# copies from the build tree into its runtime stage, every library `ldd` resolves on this (Debian 12) build machine
 # comes from a package that stage installs, or from one the debian:12-slim base has (the C and
 # C++ runtimes, which apt itself needs, and the packages of priority "required"). The images'
 # `--help` steps would catch a missing one too, but only in a docker build, which CI does not
@@ -13,76 +13,82 @@ if ! command -v dpkg-query > /dev/null; then
 fi
 src=$1
 build=$2
-status=0
+failures=0
 
-# The packages a Dockerfile's runtime stage (after its last FROM) installs with apt-get.
+# A Dockerfile's runtime stage: the part after its last FROM.
+runtime_stage() {
+  awk '/^FROM /{stage=""} {stage = stage "\n" $0} END {print stage}' "$1"
+}
+
+# The packages a runtime stage installs with apt-get.
 runtime_packages() {
-  awk '/^FROM /{stage=""} {stage = stage "\n" $0} END {print stage}' "$1" |
-    awk '/apt-get install/{on=1; next} /rm -rf \/var\/lib\/apt/{on=0} on' |
+  awk '/apt-get install/{on=1; next} /rm -rf \/var\/lib\/apt/{on=0} on' <<< "$1" |
     tr -d '\\&' | tr -s ' \t' '\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' | sort -u
+}
+
+# The binaries a runtime stage copies from the build tree, relative to it.
+runtime_binaries() {
+  sed -n 's|^COPY --from=build /src/build/\([^ ]*\) .*|\1|p' <<< "$1"
 }
 
 base_packages() {
   printf '%s\n' libc6 libgcc-s1 libstdc++6
   dpkg-query -W -f='${Package} ${Priority}\n' | awk '$2 == "required" {print $1}' | sed 's/:.*//'
 }
+base=$(base_packages)
 
-# "<package> <path>" for every library file that the binaries load, by its path as ldd gives it
-# and as resolved (Debian 12 ships some under /lib, some under /usr/lib); one dpkg call for all.
-declare -A owner
-index_owners() {
-  local paths=()
-  for bin in "$@"; do
-    [ -x "$build/$bin" ] || continue
-    while read -r path; do
-      paths+=("$path" "$(readlink -f "$path")")
-    done < <(ldd "$build/$bin" | awk '$2 == "=>" && $3 != "not" {print $3}')
+check() {  # dockerfile
+  local dockerfile=$src/deploy/docker/$1
+  local stage listed bins before=$failures
+  stage=$(runtime_stage "$dockerfile")
+  listed=$(runtime_packages "$stage")
+  mapfile -t bins < <(runtime_binaries "$stage")
+  if [ -z "$listed" ] || [ "${#bins[@]}" = 0 ]; then
+    echo "FAIL: no apt-get install or no binary copied in the runtime stage of $dockerfile" >&2
+    failures=$((failures + 1))
+    return
+  fi
+  # "<binary> <library> <path>" for every library the binaries load ("not" for a path ldd did not
+  # find; the loader and the vdso have no "=>").
+  local loads="" bin
+  for bin in "${bins[@]}"; do
+    if [ ! -x "$build/$bin" ]; then
+      echo "FAIL: $build/$bin is not built" >&2
+      failures=$((failures + 1))
+      continue
+    fi
+    loads+=$(ldd "$build/$bin" | awk -v bin="$bin" '$2 == "=>" {print bin, $1, $3}')$'\n'
   done
-  [ "${#paths[@]}" -gt 0 ] || return 0
+  # Each library's package, by its path as ldd gives it and as resolved (Debian 12 ships some
+  # under /lib, some under /usr/lib): one dpkg call for all.
+  local -A owner=()
+  local paths=() line
+  while read -r _ _ path; do
+    [ -n "$path" ] && [ "$path" != "not" ] && paths+=("$path" "$(readlink -f "$path")")
+  done <<< "$loads"
   while IFS= read -r line; do
     owner[${line#*: }]=${line%%:*}
   done < <(dpkg -S "${paths[@]}" 2> /dev/null | grep -v '^diversion' || true)
-}
-
-check() {  # dockerfile binary...
-  local dockerfile=$src/deploy/docker/$1
-  shift
-  local listed base
-  listed=$(runtime_packages "$dockerfile")
-  base=$(base_packages)
-  if [ -z "$listed" ]; then
-    echo "FAIL: no apt-get install found in the runtime stage of $dockerfile" >&2
-    status=1
-    return
-  fi
-  for bin in "$@"; do
-    if [ ! -x "$build/$bin" ]; then
-      echo "FAIL: $build/$bin is not built" >&2
-      status=1
+  local lib path pkg
+  while read -r bin lib path; do
+    [ -n "$bin" ] || continue
+    if [ "$path" = "not" ]; then
+      echo "FAIL: $bin: $lib not found on this machine" >&2
+      failures=$((failures + 1))
       continue
     fi
-    # "libfoo.so.1 => /lib/x86_64-linux-gnu/libfoo.so.1 (0x...)"; the loader and vdso have no "=>".
-    while read -r lib path; do
-      if [ "$path" = "not" ]; then
-        echo "FAIL: $bin: $lib not found on this machine" >&2
-        status=1
-        continue
-      fi
-      local pkg=${owner[$path]:-${owner[$(readlink -f "$path")]:-}}
-      if [ -z "$pkg" ]; then
-        echo "FAIL: $bin: $lib ($path) belongs to no Debian package" >&2
-        status=1
-      elif ! grep -qx "$pkg" <<< "$listed" && ! grep -qx "$pkg" <<< "$base"; then
-        echo "FAIL: $bin needs $lib from $pkg, which $(basename "$dockerfile")'s runtime stage does not install" >&2
-        status=1
-      fi
-    done < <(ldd "$build/$bin" | awk '$2 == "=>" {print $1, $3}')
-  done
+    pkg=${owner[$path]:-${owner[$(readlink -f "$path")]:-}}
+    if [ -z "$pkg" ]; then
+      echo "FAIL: $bin: $lib ($path) belongs to no Debian package" >&2
+      failures=$((failures + 1))
+    elif ! grep -qx "$pkg" <<< "$listed" && ! grep -qx "$pkg" <<< "$base"; then
+      echo "FAIL: $bin needs $lib from $pkg, which $1's runtime stage does not install" >&2
+      failures=$((failures + 1))
+    fi
+  done <<< "$loads"
+  if [ "$failures" = "$before" ]; then echo "$1: ${bins[*]}: every library installed"; fi
 }
 
-index_owners aggregator/ncclwatch-aggregator aggregator/ncclwatch agent/ncclwatch-agent \
-  agent/csi/ncclwatch-csi-driver
-check aggregator.Dockerfile aggregator/ncclwatch-aggregator aggregator/ncclwatch
-check agent.Dockerfile agent/ncclwatch-agent agent/csi/ncclwatch-csi-driver
-[ "$status" = 0 ] && echo "every library of the images' binaries is installed in their runtime stage"
-exit "$status"
+check aggregator.Dockerfile
+check agent.Dockerfile
+[ "$failures" = 0 ]
