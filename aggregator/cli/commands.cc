@@ -335,9 +335,10 @@ int Events(QueryStub& stub, const CommandConfig& config, const Console& console)
     const bool gone = end.error_code() == grpc::StatusCode::UNAVAILABLE ||
                       end.error_code() == grpc::StatusCode::CANCELLED;
     // gRPC's timer may end the stream a hair before the system clock reaches the deadline, so a
-    // DEADLINE_EXCEEDED under --wait-s is the end of the wait whatever the clock says.
+    // DEADLINE_EXCEEDED under --wait-s is the end of the wait whatever the clock says; a stream
+    // lost once the wait is over needs no reconnecting. Any other error is said, however late.
     const bool waited = !forever && (end.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                                     std::chrono::system_clock::now() >= deadline);
+                                     (gone && std::chrono::system_clock::now() >= deadline));
     if (end.ok() || waited) return 0;
     if (!gone) return Fail(console, RpcError(end, config.aggregator));
     if (!reconnecting) {

@@ -411,17 +411,21 @@ TEST_F(CommandsTest, EventsFollowEndsQuietlyAtWaitAndLoudlyOnAnError) {
   fake_.watch_events = {MakeEvent(Event::HANG, Event::START, "job-a", 3723 * kSecond, "new")};
   Serve();
   config_.follow = true;
-  config_.wait_s = 0.2;
+  // Long enough for a sanitizer build to list the stored events and read the new one first.
+  config_.wait_s = 1;
   EXPECT_EQ(Events(*stub_, config_, captured_.console()), 0) << "the end of --wait-s is no error";
   EXPECT_EQ(captured_.out(),
             "No detection event in the last 3600 s. Waiting for new ones (Ctrl-C to stop).\n" +
                 EventLine(fake_.watch_events[0]));
   EXPECT_EQ(captured_.err(), "");
 
+  // A refusal is an error, even one that comes after --wait-s is over; the wait here is long so
+  // that the refusal, not the deadline, ends the stream.
   FakeQuery refusing;
   refusing.watch_end = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many watchers");
   FakeQueryServer server(&refusing);
   config_.aggregator = server.address();
+  config_.wait_s = 600;
   CapturedConsole captured;
   EXPECT_EQ(Events(*server.NewStub(), config_, captured.console()), 1);
   EXPECT_EQ(captured.err(),
