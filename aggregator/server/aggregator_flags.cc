@@ -41,6 +41,8 @@ std::optional<std::string> CheckExposure(const AggregatorFlags& c) {
   return std::nullopt;
 }
 
+}  // namespace
+
 AnalyzerOptions AnalyzerOptionsOf(const AggregatorFlags& c) {
   AnalyzerOptions a;
   a.straggler.threshold_ns = c.straggler_threshold_ms * 1e6;
@@ -62,8 +64,6 @@ AnalyzerOptions AnalyzerOptionsOf(const AggregatorFlags& c) {
   a.report_points = c.store_rank_series;
   return a;
 }
-
-}  // namespace
 
 void RegisterAggregatorFlags(ConfigTable& t, AggregatorFlags& c) {
   t.AddString("listen-host", "NCCLWATCH_LISTEN_HOST", &c.listen_host,

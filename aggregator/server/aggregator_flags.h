@@ -67,6 +67,10 @@ struct AggregatorFlags {
 
 void RegisterAggregatorFlags(ConfigTable& table, AggregatorFlags& flags);
 
+// The analysis's options the flags set (detection thresholds, windows, caps); the rest keep
+// AnalyzerOptions' defaults.
+AnalyzerOptions AnalyzerOptionsOf(const AggregatorFlags& flags);
+
 // The server's options from the flags, with what they point to (the token files).
 struct AggregatorSetup {
   AggregatorServerOptions options;

@@ -86,6 +86,25 @@ JobReports::JobReports(simjob::JobModelConfig model, JobReportsOptions options)
 
 JobReports::~JobReports() = default;
 
+simjob::JobModelConfig ScaleJobModel(const ScaleJob& job, uint64_t seed, int64_t t0_ns,
+                                     int64_t end_ns) {
+  simjob::JobModelConfig m;
+  m.tp = job.tp;
+  m.pp = job.pp;
+  m.dp = job.dp;
+  m.gpus_per_node = job.gpus_per_node;
+  m.program.microbatches = job.microbatches;
+  m.program.layers = 1;
+  m.program.layer_fwd_ns = static_cast<int64_t>(job.layer_ms * 1e6);
+  m.program.optimizer_ns = 2 * m.program.layer_fwd_ns;
+  m.seed = seed;
+  m.t0_ns = t0_ns;
+  m.end_ns = end_ns;
+  m.warmup_iterations = 2;
+  m.clock_skew_ns = 20'000'000;
+  return m;
+}
+
 std::string JobReports::NodeName(int node) {
   char name[32];
   std::snprintf(name, sizeof name, "loadgen-node-%d", node);

@@ -27,6 +27,21 @@
 
 namespace ncclwatch::loadgen {
 
+// The shape of the scale benchmark's job (scripts/bench-scale, ncclwatch-loadgen's flags): TP x PP
+// x DP ranks, 8 GPUs a node, 1F1B over `microbatches`, one layer a stage whose forward takes
+// `layer_ms` (a step of about 1.6 s with the defaults).
+struct ScaleJob {
+  int tp = 8, pp = 8, dp = 16;
+  int gpus_per_node = 8;
+  int microbatches = 4;
+  double layer_ms = 40;
+};
+
+// simjob's model of that job from `t0_ns` to `end_ns`: an optimizer step of two layers' forward,
+// two warm-up iterations, GPU clocks up to 20 ms apart. Faults are the caller's to add.
+simjob::JobModelConfig ScaleJobModel(const ScaleJob& job, uint64_t seed, int64_t t0_ns,
+                                     int64_t end_ns);
+
 struct JobReportsOptions {
   std::string job_id = "loadgen";
   // Real operations per model operation (the plugin's effective sample stride).

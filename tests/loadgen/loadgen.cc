@@ -313,20 +313,14 @@ int Main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<JobReports>> jobs;
   for (int64_t j = 0; j < c.jobs; ++j) {
-    simjob::JobModelConfig m;
-    m.tp = static_cast<int>(c.tp);
-    m.pp = static_cast<int>(c.pp);
-    m.dp = static_cast<int>(c.dp);
-    m.gpus_per_node = static_cast<int>(c.gpus_per_node);
-    m.program.microbatches = static_cast<int>(c.microbatches);
-    m.program.layers = 1;
-    m.program.layer_fwd_ns = static_cast<int64_t>(c.layer_ms * 1e6);
-    m.program.optimizer_ns = 2 * m.program.layer_fwd_ns;
-    m.seed = static_cast<uint64_t>(c.seed + j);
-    m.t0_ns = t0;
-    m.end_ns = t0 + static_cast<int64_t>((c.seconds + 5) * 1e9);
-    m.warmup_iterations = 2;
-    m.clock_skew_ns = 20'000'000;
+    const ScaleJob shape{.tp = static_cast<int>(c.tp),
+                         .pp = static_cast<int>(c.pp),
+                         .dp = static_cast<int>(c.dp),
+                         .gpus_per_node = static_cast<int>(c.gpus_per_node),
+                         .microbatches = static_cast<int>(c.microbatches),
+                         .layer_ms = c.layer_ms};
+    simjob::JobModelConfig m = ScaleJobModel(shape, static_cast<uint64_t>(c.seed + j), t0,
+                                             t0 + static_cast<int64_t>((c.seconds + 5) * 1e9));
     if (j == 0 && c.slow_rank >= 0 && c.slow_rank < ranks_per_job) {
       m.slow.push_back({static_cast<int>(c.slow_rank), c.slow_factor,
                         t0 + static_cast<int64_t>(c.slow_at_s * 1e9)});
