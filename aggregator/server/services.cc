@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "aggregator/server/arena_batch.h"
 #include "aggregator/server/watch.h"
 #include "common/daemon.h"
-#include "google/protobuf/arena.h"
 #include "grpcpp/security/auth_context.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/proto_buffer_writer.h"
@@ -51,27 +51,6 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   FinishWith(reactor, std::move(answer), response);
   return reactor;
 }
-
-// One push's batch, parsed onto a protobuf arena of its own: a batch's hundreds of strings and
-// repeated fields come from a few blocks and go with them, rather than each from the heap and
-// back. It lives until its analysis lets go of it (Ingest::PushAsync).
-class ArenaBatch {
- public:
-  ArenaBatch()
-      : arena_(Options()),
-        batch_(google::protobuf::Arena::CreateMessage<ncclwatch::v1::NodeBatch>(&arena_)) {}
-  ncclwatch::v1::NodeBatch& batch() { return *batch_; }
-
- private:
-  static google::protobuf::ArenaOptions Options() {
-    google::protobuf::ArenaOptions o;
-    o.start_block_size = 32 << 10;  // a node's batch of 8 ranks parses into ~30-100 KiB
-    o.max_block_size = 1 << 20;
-    return o;
-  }
-  google::protobuf::Arena arena_;
-  ncclwatch::v1::NodeBatch* batch_;
-};
 
 // A received message's bytes, in one piece (gRPC hands them over as slices).
 bool Flatten(const grpc::ByteBuffer& buffer, std::string* out) {

@@ -7,10 +7,10 @@
 // node, 1F1B, stride 8, one report per rank, communicator and second, a slow GPU optionally
 // injected). Each simulated second's reports are built first (not timed), then fed in node
 // order to one Analyzer made with the aggregator's default options (AnalyzerOptionsOf), as its
-// analysis thread does, from batches parsed as its gRPC threads parse them (every node's batch
-// of the second parsed before the first is analysed); then the analysis ticks four times (the
-// aggregator's 250 ms) and, every
-// --history-step-s, takes the detection series (Analyzer::Series) as the store's snapshot does.
+// analysis thread does, from batches parsed as its gRPC threads parse them (ArenaBatch; every
+// node's batch of the second parsed before the first is analysed); then the analysis ticks four
+// times (the aggregator's 250 ms) and, every --history-step-s, takes the detection series
+// (Analyzer::Series) as the store's snapshot does.
 // Timed with the thread's CPU clock, each part apart, over the steady window (after --warm-s).
 //
 // What it leaves out: the time spent parsing the wire, the store, the query answers. What it keeps:
@@ -31,10 +31,9 @@
 
 #include "absl/strings/str_format.h"
 #include "aggregator/analysis/analyzer.h"
-#include "aggregator/analysis/answers.h"
 #include "aggregator/server/aggregator_flags.h"
+#include "aggregator/server/arena_batch.h"
 #include "common/config.h"
-#include "google/protobuf/arena.h"
 #include "ncclwatch/v1/ingest.pb.h"
 #include "tests/loadgen/job_reports.h"
 
@@ -68,7 +67,6 @@ struct Totals {
   int64_t seconds = 0;
   double named_after_s = -1;  // the slow GPU's STRAGGLER, from when it turned slow; -1: never
   int64_t false_pages = 0;    // findings started after the warm-up about anything else
-  size_t flagged = 0;         // ranks flagged late in some communicator at the end (no page)
 };
 
 // One run of the job through a fresh analyzer; the steady window's CPU, split by part.
@@ -85,11 +83,10 @@ Totals Run(const Config& c) {
   o.job_id = "bench";
   loadgen::JobReports job(m, o);
 
-  const aggregator::AnalyzerOptions options =
-      aggregator::AnalyzerOptionsOf(aggregator::AggregatorFlags());
-  const int64_t history_step_ns =
-      static_cast<int64_t>(aggregator::AggregatorFlags().history_step_s * 1e9);
-  aggregator::Analyzer analyzer(options);
+  // The aggregator's defaults: its detection options and how often it stores the series.
+  const aggregator::AggregatorFlags defaults;
+  const int64_t history_step_ns = static_cast<int64_t>(defaults.history_step_s * 1e9);
+  aggregator::Analyzer analyzer(aggregator::AnalyzerOptionsOf(defaults));
   std::vector<std::string> sources;
   for (int n = 0; n < job.nodes(); ++n) sources.push_back(loadgen::JobReports::NodeName(n));
 
@@ -112,12 +109,8 @@ Totals Run(const Config& c) {
     }
   };
   // Each node's batch as the aggregator holds it: its agent's bytes parsed onto an arena of its
-  // own (aggregator/server/services.cc), all of an interval's batches before their analysis.
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.start_block_size = 32 << 10;
-  arena_options.max_block_size = 1 << 20;
-  std::vector<std::unique_ptr<google::protobuf::Arena>> arenas(job.nodes());
-  std::vector<const ncclwatch::v1::NodeBatch*> batches(job.nodes());
+  // own, all of an interval's batches before their analysis.
+  std::vector<std::unique_ptr<aggregator::ArenaBatch>> batches(job.nodes());
   std::vector<ncclwatch::v1::RankReport> built;
   ncclwatch::v1::NodeBatchBytes wire;
   std::string bytes;
@@ -134,19 +127,16 @@ Totals Run(const Config& c) {
       wire.set_node(sources[n]);
       for (const auto& r : built) r.SerializeToString(wire.add_reports());
       wire.SerializeToString(&bytes);
-      arenas[n] = std::make_unique<google::protobuf::Arena>(arena_options);
-      auto* batch =
-          google::protobuf::Arena::CreateMessage<ncclwatch::v1::NodeBatch>(arenas[n].get());
-      if (!batch->ParseFromString(bytes)) {
+      batches[n] = std::make_unique<aggregator::ArenaBatch>();
+      if (!batches[n]->batch().ParseFromString(bytes)) {
         std::fprintf(stderr, "analysis_bench: a batch does not parse\n");
         std::exit(1);
       }
-      batches[n] = batch;
     }
     const bool steady = k > c.warm_s;
     int64_t start = ThreadCpuNs();
     for (int n = 0; n < job.nodes(); ++n) {
-      for (const auto& r : batches[n]->reports()) {
+      for (const auto& r : batches[n]->batch().reports()) {
         judge(analyzer.Ingest(r, end, sources[n]).events, end);
         if (steady) ++t.reports;
       }
@@ -169,7 +159,6 @@ Totals Run(const Config& c) {
     if (steady) ++t.seconds;
     if (k % 10 == 0) std::fprintf(stderr, "analysis_bench: %d of %d s\n", k, seconds);
   }
-  t.flagged = analyzer.answers().Stragglers(o.job_id).size();
   return t;
 }
 
@@ -206,8 +195,8 @@ int Main(int argc, char** argv) {
       "Aggregator analysis alone, CPU us per rank-second over the steady window (%.0f s after "
       "%.0f s of warm-up)\n",
       c.seconds - static_cast<double>(static_cast<int>(c.warm_s)), c.warm_s);
-  std::printf("%6s %5s %9s %8s %8s %8s %8s %8s %5s %8s\n", "ranks", "round", "reports/s", "ingest",
-              "tick", "series", "total", "named_s", "fp", "flagged");
+  std::printf("%6s %5s %9s %8s %8s %8s %8s %8s %5s\n", "ranks", "round", "reports/s", "ingest",
+              "tick", "series", "total", "named_s", "fp");
   int failed = 0;
   for (int64_t round = 1; round <= c.rounds; ++round) {
     const Totals t = Run(c);
@@ -216,11 +205,11 @@ int Main(int argc, char** argv) {
     const std::string named = c.slow_rank < 0       ? "-"
                               : t.named_after_s < 0 ? "never"
                                                     : absl::StrFormat("%.2f", t.named_after_s);
-    std::printf("%6lld %5lld %9.0f %8.2f %8.2f %8.2f %8.2f %8s %5lld %8zu\n",
+    std::printf("%6lld %5lld %9.0f %8.2f %8.2f %8.2f %8.2f %8s %5lld\n",
                 static_cast<long long>(c.ranks), static_cast<long long>(round),
                 static_cast<double>(t.reports) / static_cast<double>(t.seconds), us(t.ingest_ns),
                 us(t.tick_ns), us(t.series_ns), us(t.ingest_ns + t.tick_ns + t.series_ns),
-                named.c_str(), static_cast<long long>(t.false_pages), t.flagged);
+                named.c_str(), static_cast<long long>(t.false_pages));
     std::fflush(stdout);
     // Figures of an analysis that missed the fault or paged on a healthy GPU measure nothing.
     if ((c.slow_rank >= 0 && t.named_after_s < 0) || t.false_pages > 0) failed = 1;
