@@ -82,6 +82,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
   }
   if (restarted) {
     // New communicator, or one re-created with another size under the same hash.
+    late_walks_.erase(key);
     detectors_.Recreated(key);
     processes_.Forget(key);
     own_time_.Forget(key);
@@ -94,7 +95,8 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     detectors_.degraded.Observe(key, interval);
     const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
-    families_.Set(key, entry->who.nranks, entry->who.n_nodes);
+    if (families_.Set(key, entry->who.nranks, entry->who.n_nodes)) families_stamp_ = ++stamps_;
+    entry->stamp = ++stamps_;  // its ranks' nodes
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
     for (const SilentNodeChange& change : detectors_.silent_nodes.Member(
              key, id.rank(), who->node,
@@ -136,6 +138,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
                                                       s.duration_ns, s.gpu_start_ns, now_ns,
                                                       s.own_time_ns, sync_wait_ns, &entry->joining);
     if (!group) return;
+    entry->stamp = ++stamps_;
     if (!entry->own_times) {
       entry->own_times = std::count_if(group->own_time_ns.begin(), group->own_time_ns.end(),
                                        [](int64_t t) { return t >= 0; }) >= 2;
@@ -157,6 +160,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
         late_comms_.insert(key);
       } else {
         late_comms_.erase(key);
+        late_walks_.erase(key);
       }
     }
     // The wire's speed: the collective's shortest kernel, its last arriver's, waited for nobody.
@@ -225,8 +229,9 @@ std::vector<ncclwatch::v1::Event> Analyzer::Tick(int64_t now_ns) {
 void Analyzer::ForgetLocked(const CommKey& key) {
   detectors_.Forget(key);
   processes_.Forget(key);
-  families_.Forget(key);
+  if (families_.Forget(key)) families_stamp_ = ++stamps_;
   late_comms_.erase(key);  // its origin-not-found pages end at the next Tick
+  late_walks_.erase(key);
   for (auto it = silent_processes_.begin(); it != silent_processes_.end();) {
     it->second.erase(key);
     it = it->second.empty() ? silent_processes_.erase(it) : std::next(it);

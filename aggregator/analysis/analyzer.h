@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "aggregator/analysis/detection_series.h"
 #include "aggregator/analysis/job_lifecycle.h"
 #include "aggregator/analysis/registry.h"
@@ -204,6 +205,18 @@ class Analyzer {
   CommFamilies families_ ABSL_GUARDED_BY(mu_);  // like communicators of each job
   // Communicators with ranks flagged late in a collective class (not in their exchanges).
   std::set<CommKey> late_comms_ ABSL_GUARDED_BY(mu_);
+  // What the origin-not-found pass found in a communicator of late_comms_ (its ranks late beyond
+  // their family, not yet judged against what pages), as of the stamps it read: kept while
+  // neither the communicator (CommEntry::stamp) nor its family changed. Most ticks of a large
+  // healthy job, most of its thousands of communicators late by design have had no collective.
+  struct LateWalk {
+    uint64_t comm_stamp = 0;
+    uint64_t family_stamp = 0;
+    std::vector<RankScore> beyond;
+  };
+  absl::flat_hash_map<CommKey, LateWalk> late_walks_ ABSL_GUARDED_BY(mu_);
+  uint64_t stamps_ ABSL_GUARDED_BY(mu_) = 0;          // the last CommEntry::stamp handed out
+  uint64_t families_stamp_ ABSL_GUARDED_BY(mu_) = 0;  // the last change of families_' members
   // Late ranks beyond their family, as of the last Tick: since when.
   std::map<std::pair<CommKey, int>, int64_t> beyond_since_ ABSL_GUARDED_BY(mu_);
   // An open origin-not-found page (rootcause/unexplained.h): its START and the late communicator

@@ -184,18 +184,15 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
 
   // The late ranks beyond their family, by job and GPU. What the same rank shows at the same
   // collective across its family is the design: the lower quartile of its latenesses there (design
-  // is the same in every replica; a fault is in few). Once per (family, collective, rank) per tick.
+  // is the same in every replica; a fault is in few). Once per (family, collective, rank) per tick,
+  // and only for the communicators that or whose family had a collective since their last walk.
   const double threshold = detectors_.stragglers.options().threshold_ns;
   std::map<std::tuple<const std::set<CommKey>*, std::string, int>, FamilyDesign> design;
-  std::map<std::pair<CommKey, int>, int64_t> beyond_since;
-  std::map<std::string, std::map<ProcessKey, std::vector<LateRank>>> late_by_job;
-  for (const CommKey& key : late_comms_) {
-    const CommEntry* entry = registry_.Find(key);
-    if (entry == nullptr || !entry->own_times || entry->flagged_since_ns.empty() ||
-        has_root(key.job_id)) {
-      continue;
-    }
-    const std::set<CommKey>& family = families_.FamilyOf(key);
+  // A communicator's ranks late beyond their family, ahead of what pages now (paged already, by
+  // which GPU): what the pass keeps of it between ticks (LateWalk).
+  auto beyond_family = [&](const CommKey& key, const CommEntry& entry,
+                           const std::set<CommKey>& family) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<RankScore> beyond;
     // A flag says a rank is a threshold later than its punctual peers; in a large job whose
     // compute jitter is a few percent of a long step, some rank of some communicator always is,
     // by chance (and in a whole band of them while warm-up settles). So lateness pages alone only
@@ -210,31 +207,31 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
     // half a small family can look late by chance. A GPU slow before its exchanges is found by
     // its own time there (own_time.h). Nor does lateness in a class whose ranks take turns being
     // the busiest (data-dependent imbalance, own_time.h): the late rank changes with the routing.
-    const std::vector<RankScore> notable = PageableLatenessLocked(key);
+    std::vector<RankScore> notable = PageableLatenessLocked(key);
     std::set<int> flagged_ranks;
     for (const RankScore& score : notable) {
       if (score.flagged) flagged_ranks.insert(score.rank);
     }
-    if (flagged_ranks.empty()) continue;
-    const int nranks_of = entry->who.nranks;
+    if (flagged_ranks.empty()) return beyond;
+    const int nranks_of = entry.who.nranks;
     const bool half_late = 2 * flagged_ranks.size() >= static_cast<size_t>(nranks_of);
-    // Each node is judged once per communicator and tick, not once per late rank on it.
+    // Each node is judged once per communicator, not once per late rank on it.
     absl::flat_hash_map<std::string_view, bool> whole_node_late;
     auto significant = [&](const RankScore& score) {
-      if (entry->who.nranks < 4 || score.peer_z >= unexplained_options_.min_peer_z) return true;
+      if (entry.who.nranks < 4 || score.peer_z >= unexplained_options_.min_peer_z) return true;
       if (!half_late) return false;
-      const std::string& node = entry->NodeOf(score.rank);
+      const std::string& node = entry.NodeOf(score.rank);
       if (node.empty()) return false;
       auto [judged, added] = whole_node_late.try_emplace(node, false);
       if (added) {
-        const std::vector<int>& here = entry->RanksOnNode(node);
+        const std::vector<int>& here = entry.RanksOnNode(node);
         judged->second = here.size() >= 2 && std::all_of(here.begin(), here.end(), [&](int r) {
                            return flagged_ranks.contains(r);
                          });
       }
       return judged->second;
     };
-    for (const RankScore& score : notable) {
+    for (RankScore& score : notable) {
       if (!score.flagged || !significant(score)) continue;
       if (family.size() >= 2) {
         auto [d, added] = design.try_emplace({&family, score.op, score.rank}, FamilyDesign{});
@@ -251,6 +248,40 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
                 unexplained_options_.min_peer_z;
         if (!stands_out) continue;
       }
+      beyond.push_back(std::move(score));
+    }
+    return beyond;
+  };
+  // A family's stamp: the newest of its members' and of the families' membership.
+  absl::flat_hash_map<const std::set<CommKey>*, uint64_t> family_stamps;
+  auto family_stamp = [&](const std::set<CommKey>& family) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [it, added] = family_stamps.try_emplace(&family, families_stamp_);
+    if (added) {
+      for (const CommKey& member : family) {
+        if (const CommEntry* e = registry_.Find(member))
+          it->second = std::max(it->second, e->stamp);
+      }
+    }
+    return it->second;
+  };
+
+  std::map<std::pair<CommKey, int>, int64_t> beyond_since;
+  std::map<std::string, std::map<ProcessKey, std::vector<LateRank>>> late_by_job;
+  for (const CommKey& key : late_comms_) {
+    const CommEntry* entry = registry_.Find(key);
+    if (entry == nullptr || !entry->own_times || entry->flagged_since_ns.empty() ||
+        has_root(key.job_id)) {
+      continue;
+    }
+    const std::set<CommKey>& family = families_.FamilyOf(key);
+    const uint64_t family_now = family_stamp(family);
+    LateWalk& walk = late_walks_[key];
+    if (walk.comm_stamp != entry->stamp || walk.family_stamp != family_now) {
+      walk.comm_stamp = entry->stamp;
+      walk.family_stamp = family_now;
+      walk.beyond = beyond_family(key, *entry, family);
+    }
+    for (const RankScore& score : walk.beyond) {
       auto before = beyond_since_.find({key, score.rank});
       const int64_t since = before != beyond_since_.end() ? before->second : now_ns;
       beyond_since.emplace(std::make_pair(key, score.rank), since);

@@ -66,6 +66,10 @@ struct CommEntry {
   CachedSlot joining;
   CachedSlot lateness;
   CachedSlot own_time;
+  // Raised (Analyzer, from one counter of all communicators) whenever what the tick's
+  // origin-not-found pass reads of this communicator may have changed: a collective completed
+  // (lateness, flags, own times) or a rank joined or moved. The pass keeps its answer until then.
+  uint64_t stamp = 0;
   // The ranks that reported from `node`, ascending: indexed the first time it is asked and again
   // after a rank joins or moves (the registry drops the index then). The origin-not-found pass
   // asks it of communicators half of whose ranks are late each tick; a walk of every rank, keyed

@@ -4,26 +4,28 @@
 
 namespace ncclwatch::aggregator {
 
-void CommFamilies::Set(const CommKey& comm, int nranks, int n_nodes) {
+bool CommFamilies::Set(const CommKey& comm, int nranks, int n_nodes) {
   Key key{comm.job_id, nranks, n_nodes};
   auto [it, added] = of_.try_emplace(comm, key);
   if (!added) {
-    if (it->second == key) return;
+    if (it->second == key) return false;
     Forget(comm);
     of_.emplace(comm, key);
   }
   families_[key].insert(comm);
+  return true;
 }
 
-void CommFamilies::Forget(const CommKey& comm) {
+bool CommFamilies::Forget(const CommKey& comm) {
   auto it = of_.find(comm);
-  if (it == of_.end()) return;
+  if (it == of_.end()) return false;
   auto family = families_.find(it->second);
   if (family != families_.end()) {
     family->second.erase(comm);
     if (family->second.empty()) families_.erase(family);
   }
   of_.erase(it);
+  return true;
 }
 
 const std::set<CommKey>& CommFamilies::FamilyOf(const CommKey& comm) const {

@@ -62,8 +62,10 @@ struct UnexplainedOptions {
 class CommFamilies {
  public:
   // `comm` has `nranks` ranks on `n_nodes` nodes (it may have moved from another family).
-  void Set(const CommKey& comm, int nranks, int n_nodes);
-  void Forget(const CommKey& comm);
+  // Returns whether a family changed.
+  bool Set(const CommKey& comm, int nranks, int n_nodes);
+  // Returns whether a family changed (`comm` was a member of one).
+  bool Forget(const CommKey& comm);
   // Every member of `comm`'s family, `comm` included (empty when unknown).
   const std::set<CommKey>& FamilyOf(const CommKey& comm) const;
   size_t families() const { return families_.size(); }
