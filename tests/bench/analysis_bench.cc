@@ -10,7 +10,9 @@
 // analysis thread does, from batches parsed as its gRPC threads parse them (ArenaBatch; every
 // node's batch of the second parsed before the first is analysed); then the analysis ticks four
 // times (the aggregator's 250 ms) and, every --history-step-s, takes the detection series
-// (Analyzer::Series) as the store's snapshot does.
+// (Analyzer::Series) as the store's snapshot does. With --spread, node n's batch comes n/N s into
+// the second and each tick after a quarter of them, as a running aggregator sees agents whose
+// flushes drifted apart: state changes between any two ticks, which the tick's caches must bear.
 // Timed with the thread's CPU clock, each part apart, over the steady window (after --warm-s).
 //
 // What it leaves out: the time spent parsing the wire, the store, the query answers. What it keeps:
@@ -18,7 +20,7 @@
 // state, which is what the analysis at that scale spends its time on (docs/scale.md).
 //
 // Usage: analysis_bench [--ranks=16384] [--seconds=70] [--warm-s=40] [--slow-rank=N]
-//        [--slow-at-s=S] [--rounds=R]
+//        [--slow-at-s=S] [--rounds=R] [--spread]
 #include <time.h>
 
 #include <algorithm>
@@ -53,6 +55,7 @@ struct Config {
   double slow_at_s = 50;
   int64_t rounds = 1;
   int64_t seed = 1;
+  bool spread = false;
 };
 
 int64_t ThreadCpuNs() {
@@ -134,24 +137,36 @@ Totals Run(const Config& c) {
       }
     }
     const bool steady = k > c.warm_s;
-    int64_t start = ThreadCpuNs();
-    for (int n = 0; n < job.nodes(); ++n) {
-      for (const auto& r : batches[n]->batch().reports()) {
-        judge(analyzer.Ingest(r, end, sources[n]).events, end);
-        if (steady) ++t.reports;
+    // Nodes [from, to) at `end` (--spread: node n at its own moment n/N s into the second).
+    const auto ingest = [&](int from, int to) {
+      const int64_t start = ThreadCpuNs();
+      for (int n = from; n < to; ++n) {
+        const int64_t at = c.spread ? end + n * kSecond / job.nodes() : end;
+        for (const auto& r : batches[n]->batch().reports()) {
+          judge(analyzer.Ingest(r, at, sources[n]).events, at);
+          if (steady) ++t.reports;
+        }
       }
+      if (steady) t.ingest_ns += ThreadCpuNs() - start;
+    };
+    const auto tick = [&](int64_t at) {
+      const int64_t start = ThreadCpuNs();
+      judge(analyzer.Tick(at), at);
+      if (steady) t.tick_ns += ThreadCpuNs() - start;
+    };
+    if (c.spread) {
+      // Each quarter's nodes, then the tick that ends it.
+      for (int q = 0; q < 4; ++q) {
+        ingest(q * job.nodes() / 4, (q + 1) * job.nodes() / 4);
+        tick(end + (q + 1) * kSecond / 4 - 1);
+      }
+    } else {
+      ingest(0, job.nodes());
+      for (int q = 0; q < 4; ++q) tick(end + q * kSecond / 4);
     }
-    int64_t now = ThreadCpuNs();
-    if (steady) t.ingest_ns += now - start;
-    start = now;
-    for (int q = 0; q < 4; ++q) {
-      judge(analyzer.Tick(end + q * kSecond / 4), end + q * kSecond / 4);
-    }
-    now = ThreadCpuNs();
-    if (steady) t.tick_ns += now - start;
     if (end - last_snapshot_ns >= history_step_ns) {
       last_snapshot_ns = end;
-      start = ThreadCpuNs();
+      const int64_t start = ThreadCpuNs();
       const auto series = analyzer.Series(/*detection_only=*/true);
       if (steady) t.series_ns += ThreadCpuNs() - start;
       if (series.empty() && k > 1) std::fprintf(stderr, "analysis_bench: no detection series\n");
@@ -175,6 +190,10 @@ int Main(int argc, char** argv) {
   table.AddDouble("slow-at-s", "", &c.slow_at_s, "When it turns slow, s after the start.");
   table.AddInt("rounds", "", &c.rounds, "Runs, each with a fresh analyzer; one row each.");
   table.AddInt("seed", "", &c.seed, "Seed of the job model's jitter.");
+  table.AddBool("spread", "", &c.spread,
+                "Each node's batch at its own moment of the second, the ticks in between (agents "
+                "whose flushes drift apart, as in a running aggregator); else every batch at "
+                "once, then the second's four ticks.");
   absl::StatusOr<std::vector<std::string>> parsed = table.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "analysis_bench: %s\n", std::string(parsed.status().message()).c_str());
