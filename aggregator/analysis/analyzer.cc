@@ -96,7 +96,7 @@ Ingested Analyzer::Ingest(const ncclwatch::v1::RankReport& report, int64_t now_n
     const ProcessKey process{id.job_id(), id.host(), id.pid(), id.cuda_device()};
     processes_.Set(key, id.rank(), process);
     if (families_.Set(key, entry->who.nranks, entry->who.n_nodes)) families_stamp_ = ++stamps_;
-    entry->stamp = ++stamps_;  // its ranks' nodes
+    entry->stamp = ++stamps_;  // a rank joined or moved (its process, its node)
     own_time_.SetMember(key, id.nranks(), id.rank(), process, id.node());
     for (const SilentNodeChange& change : detectors_.silent_nodes.Member(
              key, id.rank(), who->node,

@@ -215,8 +215,10 @@ class Analyzer {
     std::vector<RankScore> beyond;
   };
   absl::flat_hash_map<CommKey, LateWalk> late_walks_ ABSL_GUARDED_BY(mu_);
-  uint64_t stamps_ ABSL_GUARDED_BY(mu_) = 0;          // the last CommEntry::stamp handed out
-  uint64_t families_stamp_ ABSL_GUARDED_BY(mu_) = 0;  // the last change of families_' members
+  uint64_t stamps_ ABSL_GUARDED_BY(mu_) = 0;  // the last CommEntry::stamp handed out
+  // The last change of any family's members: it ends every kept answer (rare: a communicator new,
+  // re-created or forgotten).
+  uint64_t families_stamp_ ABSL_GUARDED_BY(mu_) = 0;
   // Late ranks beyond their family, as of the last Tick: since when.
   std::map<std::pair<CommKey, int>, int64_t> beyond_since_ ABSL_GUARDED_BY(mu_);
   // An open origin-not-found page (rootcause/unexplained.h): its START and the late communicator
