@@ -185,7 +185,7 @@ void Analyzer::UnexplainedLatenessLocked(int64_t now_ns, std::vector<Event>* eve
   // The late ranks beyond their family, by job and GPU. What the same rank shows at the same
   // collective across its family is the design: the lower quartile of its latenesses there (design
   // is the same in every replica; a fault is in few). Once per (family, collective, rank) per tick,
-  // and only for the communicators that or whose family had a collective since their last walk.
+  // and only for communicators that had a collective since their last walk, or whose family did.
   const double threshold = detectors_.stragglers.options().threshold_ns;
   std::map<std::tuple<const std::set<CommKey>*, std::string, int>, FamilyDesign> design;
   // A communicator's ranks late beyond their family, ahead of what pages now (paged already, by
