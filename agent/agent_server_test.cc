@@ -141,6 +141,9 @@ TEST_F(AgentServerTest, ReadinessFailsOnceEveryPushHasFailedForLong) {
   AgentServerOptions options = Options();
   options.unready_after = absl::ZeroDuration();
   options.shutdown_timeout = absl::Seconds(1);
+  // The refusal decides, not the push's deadline: under ThreadSanitizer on a loaded machine the
+  // channel's first connection attempt once took longer than the fixture's 1 s.
+  options.forwarding.push_timeout_ms = 30000;
   AgentServer server(options);
   ASSERT_THAT(server.Start(), IsOk());
   httplib::Client http("127.0.0.1", server.http_port());
