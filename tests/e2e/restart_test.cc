@@ -116,12 +116,11 @@ TEST(RestartEndToEndTest, SigkillDuringIngestLosesNothingAcknowledgedAndDetector
   std::map<std::pair<std::string, int64_t>, double> expected;
   size_t replaced = 0;
   for (const auto& point : derived) {
-    const bool added =
-        expected
-            .insert_or_assign({aggregator::SeriesIdentity(point.name, point.labels), point.time_ms},
-                              point.value)
-            .second;
-    if (!added) ++replaced;
+    auto [it, added] = expected.try_emplace(
+        {aggregator::SeriesIdentity(point.name, point.labels), point.time_ms}, point.value);
+    if (added || it->second == point.value) continue;  // the same report stored twice is no change
+    it->second = point.value;
+    ++replaced;
   }
   size_t missing = 0;
   std::string which;  // what is wrong with each missing point, to tell a lost write from the rest
