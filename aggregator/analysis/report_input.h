@@ -7,9 +7,10 @@
 
 namespace ncclwatch::aggregator {
 
-// The report's rank, sizes, node, in-flight operations and interval statistics. The result's
-// string views point into `report`, which must outlive it.
-RankInterval ToRankInterval(const ncclwatch::v1::RankReport& report);
+// The report's rank, sizes, node, in-flight operations and interval statistics, into *out (its
+// vectors' room is kept: an analyzer reuses one for every report). The string views point into
+// `report`, which must outlive what reads them.
+void ToRankInterval(const ncclwatch::v1::RankReport& report, RankInterval* out);
 
 }  // namespace ncclwatch::aggregator
 

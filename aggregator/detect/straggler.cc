@@ -14,10 +14,11 @@ constexpr double kMinMadNs = 1'000;
 
 }  // namespace
 
-std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group,
-                                                LatenessBasis* basis) const {
+void StragglerDetector::Lateness(const CompletedGroup& group, LatenessBasis* basis,
+                                 std::vector<double>* lateness) const {
   const size_t n = group.duration_ns.size();
-  std::vector<double> out(n);
+  std::vector<double>& out = *lateness;
+  out.resize(n);
   *basis = LatenessBasis::kKernelDurations;
   if (group.sync_wait_ns.size() == n &&
       std::all_of(group.sync_wait_ns.begin(), group.sync_wait_ns.end(),
@@ -26,7 +27,7 @@ std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group,
         *std::max_element(group.sync_wait_ns.begin(), group.sync_wait_ns.end());
     for (size_t r = 0; r < n; ++r) out[r] = static_cast<double>(max_wait - group.sync_wait_ns[r]);
     *basis = LatenessBasis::kSyncWait;
-    return out;
+    return;
   }
   if (group.gpu_start_ns.size() == n) {
     uint64_t min_end = UINT64_MAX, max_end = 0, min_start = UINT64_MAX;
@@ -41,16 +42,17 @@ std::vector<double> StragglerDetector::Lateness(const CompletedGroup& group,
         out[r] = static_cast<double>(group.gpu_start_ns[r] - min_start);
       }
       *basis = LatenessBasis::kAlignedClocks;
-      return out;
+      return;
     }
   }
   const uint64_t max_d = *std::max_element(group.duration_ns.begin(), group.duration_ns.end());
   for (size_t r = 0; r < n; ++r) out[r] = static_cast<double>(max_d - group.duration_ns[r]);
-  return out;
 }
 
-StragglerDetector::PeerStats StragglerDetector::Peers(const ClassWindows& c) const {
-  std::vector<double> medians;
+StragglerDetector::PeerStats StragglerDetector::Peers(const ClassWindows& c,
+                                                      std::vector<double>* scratch) const {
+  std::vector<double>& medians = *scratch;
+  medians.clear();
   for (const RankWindow& w : c.ranks) {
     if (static_cast<int>(w.lateness.size()) >= options_.min_groups) medians.push_back(w.median);
   }
@@ -118,7 +120,8 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, 
     return changes;
   }
 
-  const std::vector<double> lateness = Lateness(group, &c.basis);
+  Lateness(group, &c.basis, &lateness_);
+  const std::vector<double>& lateness = lateness_;
   const double max_lateness = *std::max_element(lateness.begin(), lateness.end());
   const size_t cap = static_cast<size_t>(options_.window);
   for (size_t i = 0; i < n; ++i) {
@@ -148,7 +151,7 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, 
 
   if (!exchange || c.exchanges_since_peers < 0 ||
       ++c.exchanges_since_peers >= static_cast<int>(nranks / 2)) {
-    c.peers = Peers(c);
+    c.peers = Peers(c, &medians_);
     c.exchanges_since_peers = 0;
   }
   const PeerStats& peers = c.peers;
@@ -163,7 +166,7 @@ std::vector<FlagChange> StragglerDetector::Observe(const CompletedGroup& group, 
     };
     bool flag = judge();
     if (flag != w.flagged && exchange && c.exchanges_since_peers > 0) {
-      c.peers = Peers(c);  // a flag changes on fresh statistics only
+      c.peers = Peers(c, &medians_);  // a flag changes on fresh statistics only
       c.exchanges_since_peers = 0;
       flag = judge();
     }
@@ -188,6 +191,7 @@ std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, Ranks w
   const bool flagged_only = which == Ranks::kFlagged;
   std::vector<RankScore> out;
   std::vector<std::optional<PeerStats>> peers(comm.classes.size());  // where a rank needs them
+  std::vector<double> medians;                                       // Peers' scratch
   std::vector<bool> counted(comm.classes.size(), true);
   for (size_t k = 0; k < comm.classes.size(); ++k) counted[k] = !skip || !skip(comm.classes[k].op);
   for (size_t r = 0; r < comm.flagged_in.size(); ++r) {
@@ -207,7 +211,7 @@ std::vector<RankScore> StragglerDetector::Worst(const CommWindows& comm, Ranks w
       const RankWindow& w = c.ranks[r];
       if (flagged ? !w.flagged : notable_only && w.median < options_.threshold_ns) continue;
       // A collective class's statistics are refreshed with each of its collectives: as of now.
-      if (!peers[k]) peers[k] = c.exchanges_since_peers == 0 ? c.peers : Peers(c);
+      if (!peers[k]) peers[k] = c.exchanges_since_peers == 0 ? c.peers : Peers(c, &medians);
       RankScore s = Score(static_cast<int>(r), c, *peers[k], flagged);
       if (!worst || s.excess_ns > worst->excess_ns) worst = std::move(s);
     }

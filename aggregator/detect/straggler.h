@@ -153,19 +153,25 @@ class StragglerDetector {
     std::vector<ClassWindows> classes;  // a handful: the operations the communicator runs
     std::vector<uint8_t> flagged_in;    // by rank: how many classes flag it
   };
-  PeerStats Peers(const ClassWindows& c) const;
+  // `scratch` holds the ranks' medians while they are computed (its room is reused).
+  PeerStats Peers(const ClassWindows& c, std::vector<double>* scratch) const;
   RankScore Score(int rank, const ClassWindows& c, const PeerStats& peers, bool flagged) const;
   // Which ranks Worst scores: every one (Scores), the notable ones, or the flagged ones.
   enum class Ranks { kAll, kNotable, kFlagged };
   // The ranks of `c` asked for, each scored in its worst class.
   std::vector<RankScore> Worst(const CommWindows& c, Ranks which,
                                const ClassFilter& skip = nullptr) const;
-  // Per-rank lateness of one group, from the most direct basis it allows; sets *basis.
-  std::vector<double> Lateness(const CompletedGroup& group, LatenessBasis* basis) const;
+  // Per-rank lateness of one group, from the most direct basis it allows, into *out (resized to
+  // the group's ranks); sets *basis.
+  void Lateness(const CompletedGroup& group, LatenessBasis* basis, std::vector<double>* out) const;
 
   const StragglerOptions options_;
   uint64_t generation_ = 1;  // raised whenever a communicator's state is freed (CachedSlot)
   absl::node_hash_map<CommKey, CommWindows> comms_;
+  // Observe's scratch, kept between calls: a group's lateness and its class's medians cost no
+  // allocation (each of the five exchanges a rank-second at 16,384 ranks paid for two).
+  std::vector<double> lateness_;
+  std::vector<double> medians_;
 };
 
 }  // namespace ncclwatch::aggregator

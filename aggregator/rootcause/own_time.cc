@@ -418,8 +418,8 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
   }
   if (!exchange || ++st.exchanges_since_growth >= per_move) {
     st.exchanges_since_growth = 0;
-    std::vector<double> growth;
-    growth.reserve(n);
+    std::vector<double>& growth = growth_;  // its room kept: no allocation per exchange
+    growth.clear();
     for (int r = 0; r < n; ++r) {
       const Ring& ring = st.excess[r];
       if (static_cast<int>(ring.values.size()) < options_.min_groups) continue;

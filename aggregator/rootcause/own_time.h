@@ -386,6 +386,7 @@ class OwnTimeAnalyzer {
   std::map<SlotKey, Slot> slots_;
   // A node map: CommState::states point into it.
   std::map<ProcessKey, ProcessState> processes_;
+  std::vector<double> growth_;  // Observe's scratch: the ranks' growth, room kept between calls
 };
 
 }  // namespace ncclwatch::aggregator

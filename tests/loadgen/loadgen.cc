@@ -279,8 +279,8 @@ int Main(int argc, char** argv) {
             "when the load starts.");
   t.AddDouble("prebuild-margin-s", "", &c.prebuild_margin_s,
               "With --prebuild, how far ahead the job's clock starts, to leave time for the "
-              "build (0: 5 s + 1.2 s per second of load and 16,384 ranks: the sampled pipeline "
-              "exchanges take 0.86 s).");
+              "build (0: 5 s + 1.6 s per second of load and 16,384 ranks: 0.72-0.77 s in this "
+              "machine's quiet hours, 1.3 s in its slow ones).");
   absl::StatusOr<std::vector<std::string>> parsed = t.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ncclwatch-loadgen: %s\n", std::string(parsed.status().message()).c_str());
@@ -307,7 +307,7 @@ int Main(int argc, char** argv) {
       !c.prebuild ? 0
       : c.prebuild_margin_s > 0
           ? c.prebuild_margin_s
-          : 5 + 1.2 * c.seconds * static_cast<double>(ranks_per_job * c.jobs) / 16384;
+          : 5 + 1.6 * c.seconds * static_cast<double>(ranks_per_job * c.jobs) / 16384;
   const int64_t t0 =
       ((simjob::NowNs() + static_cast<int64_t>(margin_s * 1e9)) / interval_ns + 1) * interval_ns;
 
