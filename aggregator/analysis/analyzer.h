@@ -197,7 +197,8 @@ class Analyzer {
   std::function<void()> between_series_copies_;  // SetBetweenSeriesCopiesForTest
   Detectors detectors_ ABSL_GUARDED_BY(mu_);
   ProcessIndex processes_ ABSL_GUARDED_BY(mu_);  // the process behind each communicator rank
-  // Ingest's view of the report at hand; kept so that its vectors' room serves every report.
+  // Ingest's view of the report at hand, kept so that its vectors' room serves every report. Its
+  // string views point into that report: read within the Ingest call that filled it, never after.
   RankInterval interval_ ABSL_GUARDED_BY(mu_);
   OwnTimeAnalyzer own_time_ ABSL_GUARDED_BY(mu_);
   RootCauseVerdicts verdicts_ ABSL_GUARDED_BY(mu_);  // what of own_time_'s verdicts pages

@@ -279,8 +279,8 @@ int Main(int argc, char** argv) {
             "when the load starts.");
   t.AddDouble("prebuild-margin-s", "", &c.prebuild_margin_s,
               "With --prebuild, how far ahead the job's clock starts, to leave time for the "
-              "build (0: 5 s + 1.6 s per second of load and 16,384 ranks: 0.72-0.77 s in this "
-              "machine's quiet hours, 1.3 s in its slow ones).");
+              "build (0: 5 s + 1.6 s per second of load and 16,384 ranks; a 2-vCPU machine "
+              "builds one in 0.72-1.3 s, depending on its neighbours).");
   absl::StatusOr<std::vector<std::string>> parsed = t.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ncclwatch-loadgen: %s\n", std::string(parsed.status().message()).c_str());
