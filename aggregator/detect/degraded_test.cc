@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,13 @@ struct CommOnNodes {
   }
 };
 
-RankInterval BandwidthInterval(const CommOnNodes& c, int rank, double gbs) {
+// `n_nodes` is c.n_nodes(), counted once per collective by the caller (a 256-rank communicator's
+// count is 256 string insertions).
+RankInterval BandwidthInterval(const CommOnNodes& c, int n_nodes, int rank, double gbs) {
   RankInterval r;
   r.rank = rank;
   r.nranks = static_cast<int>(c.nodes.size());
-  r.n_nodes = c.n_nodes();
+  r.n_nodes = n_nodes;
   r.node = c.nodes[rank];
   // Ten 16 MiB AllReduces whose fastest ran at `gbs` bus bandwidth (1 GB/s = 1 byte/ns).
   const int n = static_cast<int>(c.nodes.size());
@@ -42,9 +45,10 @@ std::vector<DegradedChange> Collective(DegradedDetector& d, const CommOnNodes& c
                                        const std::vector<double>& gbs, int64_t now_ns) {
   const int n = static_cast<int>(c.nodes.size());
   const double bus_bytes = 2.0 * (n - 1) / n * (16 << 20);
+  const int n_nodes = c.n_nodes();
   uint64_t fastest = UINT64_MAX;
   for (int r = 0; r < n; ++r) {
-    d.Observe(c.key, BandwidthInterval(c, r, gbs[r]));
+    d.Observe(c.key, BandwidthInterval(c, n_nodes, r, gbs[r]));
     fastest = std::min(fastest, static_cast<uint64_t>(bus_bytes / gbs[r]));
   }
   return d.ObserveCollective(c.key, n, "AllReduce", 16 << 20, fastest, now_ns);
