@@ -1,5 +1,6 @@
 #include "aggregator/analysis/series_table.h"
 
+#include <array>
 #include <cstring>
 #include <iterator>
 #include <utility>
@@ -12,6 +13,25 @@ namespace ncclwatch::aggregator {
 namespace {
 
 constexpr char kDropsFamily[] = "ncclwatch_plugin_drops_total";
+// The kinds of ncclwatch_plugin_drops_total, in DropCounters' order; those from
+// kFirstRareDropKind on are exported only once non-zero.
+constexpr size_t kDropKinds = 7;
+constexpr const char* kDropKindNames[kDropKinds] = {
+    "events",        "records",         "reports", "samples_capped", "channel_events_orphaned",
+    "bogus_timings", "completions_lost"};
+constexpr size_t kFirstRareDropKind = 5;
+// Each kind's series key (Entry::key), hashed once: every report sets five of them, and hashing
+// the names again for each was a quarter of the table's work per report.
+const std::array<uint64_t, kDropKinds>& DropKeys() {
+  static const std::array<uint64_t, kDropKinds> keys = [] {
+    std::array<uint64_t, kDropKinds> k{};
+    for (size_t i = 0; i < kDropKinds; ++i) {
+      k[i] = absl::HashOf(std::string_view(kDropKindNames[i]));
+    }
+    return k;
+  }();
+  return keys;
+}
 
 }  // namespace
 
@@ -108,29 +128,21 @@ void SeriesTable::AddReport(uint64_t fingerprint, absl::FunctionRef<LabelPairs()
   // arrived (completions_lost: not taken for hangs).
   if (report.has_drops()) {
     const auto& d = report.drops();
-    const std::pair<const char*, uint64_t> kinds[] = {
-        {"events", d.events_dropped()},
-        {"records", d.records_dropped()},
-        {"reports", d.reports_dropped()},
-        {"samples_capped", d.samples_capped()},
-        {"channel_events_orphaned", d.channel_events_orphaned()},
-        {"bogus_timings", d.bogus_timings()},
-        {"completions_lost", d.completions_lost()}};
-    for (const auto& pair : kinds) {
-      const char* const kind = pair.first;  // named, not bound: lambdas below capture it
-      const uint64_t value = pair.second;
+    const uint64_t values[kDropKinds] = {
+        d.events_dropped(),          d.records_dropped(), d.reports_dropped(), d.samples_capped(),
+        d.channel_events_orphaned(), d.bogus_timings(),   d.completions_lost()};
+    const std::array<uint64_t, kDropKinds>& keys = DropKeys();
+    for (size_t i = 0; i < kDropKinds; ++i) {
+      const char* const kind = kDropKindNames[i];  // named, not bound: the lambda captures it
       // Telemetry that lies is rare: its series appears with the rank's first (a 16,384-rank job
       // would otherwise export 16,384 more zeros).
-      if (value == 0 && (std::string_view(kind) == "bogus_timings" ||
-                         std::string_view(kind) == "completions_lost")) {
-        continue;
-      }
+      if (values[i] == 0 && i >= kFirstRareDropKind) continue;
       set(
-          kDropsFamily, /*inspector=*/false, absl::HashOf(std::string_view(kind)),
+          kDropsFamily, /*inspector=*/false, keys[i],
           [&] {
             return LabelPairs{{"kind", kind}};
           },
-          static_cast<double>(value));
+          static_cast<double>(values[i]));
     }
   }
   if (rank.entries.empty()) {

@@ -68,6 +68,7 @@ CompletedGroup* Correlator::Join(const CommKey& comm, const std::string* op, Gro
     // really arrive).
     g.arrivals.reserve(std::min(parties, 64));
     cg.order.emplace_back(now_ns, key);
+    cg.last_opened_ns = now_ns;
   }
   if (g.nranks != parties) return nullptr;
   if (parties <= kScanParties) {
@@ -128,7 +129,7 @@ size_t Correlator::Expire(int64_t now_ns) {
   for (auto* groups : {&comms_, &exchanges_}) {
     for (auto it = groups->begin(); it != groups->end();) {
       Trim(it->second, now_ns - options_.grace_ns, options_.max_open_groups);
-      if (it->second.groups.empty()) {
+      if (it->second.groups.empty() && it->second.last_opened_ns < now_ns - options_.grace_ns) {
         groups->erase(it++);
         ++generation_;
       } else {

@@ -134,6 +134,11 @@ class Correlator {
     std::deque<std::pair<int64_t, GroupKey>> order;  // insertion order, for expiry and eviction
     // The collective names seen, in order of first use (GroupKey::op); at most kMaxOpsPerComm.
     absl::InlinedVector<std::string, 4> ops;
+    // When a group was last opened. A communicator with none open is kept (its table keeps its
+    // room, and every slot cached by every communicator stays valid) until it has opened none for
+    // the grace period: a healthy job's exchanges all complete between two Expire walks, and
+    // freeing them each second had every communicator look itself up and regrow its table again.
+    int64_t last_opened_ns = 0;
   };
   void Trim(CommGroups& cg, int64_t older_than_ns, size_t max_groups);
   // Adds `arrival` (its rank: the party's index in the group) to the group of `parties` parties

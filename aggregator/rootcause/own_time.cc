@@ -322,11 +322,19 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
     ++known;
   }
   if (known < 2) return changes;
-  const ClassKey k{group.op, group.bytes};
-  auto cls = cs.classes.find(k);
-  if (cls == cs.classes.end()) {
+  // A communicator's exchanges are one class: it is remembered, not looked up in the tree (most
+  // groups of a pipelined job are exchanges, a string compared at every level).
+  std::pair<const ClassKey, ClassState>* cls = cs.exchange_class;
+  if (!exchange || cls == nullptr || cls->first.bytes != group.bytes || cls->first.op != group.op) {
+    auto found = cs.classes.find(ClassKey{std::string(group.op), group.bytes});
+    cls = found == cs.classes.end() ? nullptr : &*found;
+    if (exchange && cls != nullptr) cs.exchange_class = cls;
+  }
+  if (cls == nullptr) {
     if (cs.classes.size() >= options_.max_classes_per_comm) return changes;
-    cls = cs.classes.emplace(k, ClassState{}).first;
+    cls = &*cs.classes.emplace(ClassKey{std::string(group.op), group.bytes}, ClassState{}).first;
+    if (exchange) cs.exchange_class = cls;
+    const ClassKey& k = cls->first;
     ClassState& fresh = cls->second;
     fresh.excess.resize(n);
     fresh.past.assign(n, std::numeric_limits<double>::infinity());
@@ -345,6 +353,7 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
       ++slot.unjudged;
     }
   }
+  const ClassKey& k = cls->first;
   ClassState& st = cls->second;
   if (exchange) {  // only exchanges wait for their counterparts (Judge)
     st.counterpart_wait_ns = std::max(

@@ -92,6 +92,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -139,9 +140,11 @@ struct WorkloadImbalance {
 };
 
 // One joined collective, as the own-time analysis needs it.
+// Borrowed, not copied (a group is observed for every joined collective and exchange): `comm`
+// and `op` must outlive the call.
 struct OwnTimeGroup {
-  CommKey comm;
-  std::string op;
+  const CommKey& comm;
+  std::string_view op;
   uint64_t bytes = 0;
   int n_nodes = 0;
   std::vector<int64_t> own_time_ns;  // per communicator rank (per member); -1 when unknown
@@ -307,6 +310,9 @@ class OwnTimeAnalyzer {
     // compared as numbers (two node names of one hash would count as one node).
     std::vector<uint64_t> node_hashes;
     std::map<ClassKey, ClassState> classes;
+    // Its exchanges' class, once it has one (a node of `classes`: it stays where it is when the
+    // state moves, and classes are never erased one by one).
+    std::pair<const ClassKey, ClassState>* exchange_class = nullptr;
     // The job's growth (JobGrowth), kept in job_growth_ while any communicator of the job is.
     JobGrowth* growth = nullptr;
     bool complete() const { return !processes.empty(); }
