@@ -80,6 +80,9 @@ class Correlator {
   void Forget(const CommKey& comm);
 
   size_t open_groups() const;
+  // The communicators whose tables of open groups are held (open or not: Expire frees a table
+  // once it has opened no group for the grace period).
+  size_t held_comms() const { return comms_.size() + exchanges_.size(); }
   uint64_t completed() const { return completed_; }
   uint64_t expired() const { return expired_; }
   // Records not joined because their communicator already has kMaxOpsPerComm collective names

@@ -116,6 +116,27 @@ TEST(CorrelatorTest, ACachedSlotJoinsLikeALookupAndIsDroppedWhenItsGroupsAre) {
   EXPECT_EQ(c.open_groups(), 1u);
 }
 
+TEST(CorrelatorTest, AnEmptiedTableIsKeptWhileItsCommunicatorIsActiveAndFreedAfterGrace) {
+  // A pipeline's exchanges all complete between two expiry walks: freeing their emptied table at
+  // every walk had it grown again within the second, and every cached slot dropped with it.
+  Correlator c(CorrelatorOptions{/*grace_ns=*/1000, /*max_open_groups=*/100});
+  CachedSlot slot;
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, /*send=*/true, 0, 1, 7, 10, 100, 4500, -1, -1, &slot));
+  ASSERT_NE(c.AddP2p(kCorrelatorComm, 4, /*send=*/false, 1, 0, 7, 11, 110, 4600, -1, -1, &slot),
+            nullptr);
+  EXPECT_EQ(c.open_groups(), 0u);
+  EXPECT_EQ(c.Expire(5000), 0u);
+  EXPECT_EQ(c.held_comms(), 1u);  // its last group opened 500 ns ago, within the grace
+  // The slot is still good: the next exchange joins through it and through a lookup alike.
+  EXPECT_FALSE(c.AddP2p(kCorrelatorComm, 4, /*send=*/true, 2, 3, 8, 12, 120, 5100, -1, -1, &slot));
+  ASSERT_NE(c.AddP2p(kCorrelatorComm, 4, /*send=*/false, 3, 2, 8, 13, 130, 5200), nullptr);
+  EXPECT_EQ(c.Expire(6000), 0u);
+  EXPECT_EQ(c.held_comms(), 1u);
+  EXPECT_EQ(c.Expire(6200), 0u);  // none opened since 5100: idle for the grace period
+  EXPECT_EQ(c.held_comms(), 0u);
+  EXPECT_EQ(c.expired(), 0u);
+}
+
 TEST(CorrelatorTest, RejectsOutOfRangeRanks) {
   Correlator c;
   EXPECT_FALSE(c.Add(kCorrelatorComm, 2, "AllReduce", 0, 2, 1, 1, 0));
