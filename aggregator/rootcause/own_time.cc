@@ -324,34 +324,37 @@ std::vector<SlowProcess> OwnTimeAnalyzer::Observe(const OwnTimeGroup& group, Cac
   if (known < 2) return changes;
   // A communicator's exchanges are one class: it is remembered, not looked up in the tree (most
   // groups of a pipelined job are exchanges, a string compared at every level).
-  std::pair<const ClassKey, ClassState>* cls = cs.exchange_class;
-  if (!exchange || cls == nullptr || cls->first.bytes != group.bytes || cls->first.op != group.op) {
-    auto found = cs.classes.find(ClassKey{std::string(group.op), group.bytes});
-    cls = found == cs.classes.end() ? nullptr : &*found;
-    if (exchange && cls != nullptr) cs.exchange_class = cls;
+  std::pair<const ClassKey, ClassState>* cls = exchange ? cs.exchange_class : nullptr;
+  if (cls != nullptr && (cls->first.bytes != group.bytes || cls->first.op != group.op)) {
+    cls = nullptr;
   }
   if (cls == nullptr) {
-    if (cs.classes.size() >= options_.max_classes_per_comm) return changes;
-    cls = &*cs.classes.emplace(ClassKey{std::string(group.op), group.bytes}, ClassState{}).first;
-    if (exchange) cs.exchange_class = cls;
-    const ClassKey& k = cls->first;
-    ClassState& fresh = cls->second;
-    fresh.excess.resize(n);
-    fresh.past.assign(n, std::numeric_limits<double>::infinity());
-    fresh.n_nodes = group.n_nodes;
-    fresh.first_ns = group.now_ns;
-    fresh.unjudged = n;
-    fresh.slots.resize(n);
-    fresh.slot_index.resize(n);
-    fresh.evidence.assign(n, nullptr);
-    fresh.share_fast.assign(n, 0);
-    fresh.share_slow.assign(n, 0);
-    for (int r = 0; r < n; ++r) {
-      Slot& slot = slots_[SlotOf(group.comm, k, n, group.n_nodes, r)];
-      fresh.slots[r] = &slot;
-      slot.judged.Add(cs.node_hashes[r], &fresh.slot_index[r]);
-      ++slot.unjudged;
+    ClassKey key{std::string(group.op), group.bytes};
+    auto found = cs.classes.find(key);
+    if (found == cs.classes.end()) {
+      if (cs.classes.size() >= options_.max_classes_per_comm) return changes;
+      found = cs.classes.emplace(std::move(key), ClassState{}).first;
+      const ClassKey& k = found->first;
+      ClassState& fresh = found->second;
+      fresh.excess.resize(n);
+      fresh.past.assign(n, std::numeric_limits<double>::infinity());
+      fresh.n_nodes = group.n_nodes;
+      fresh.first_ns = group.now_ns;
+      fresh.unjudged = n;
+      fresh.slots.resize(n);
+      fresh.slot_index.resize(n);
+      fresh.evidence.assign(n, nullptr);
+      fresh.share_fast.assign(n, 0);
+      fresh.share_slow.assign(n, 0);
+      for (int r = 0; r < n; ++r) {
+        Slot& slot = slots_[SlotOf(group.comm, k, n, group.n_nodes, r)];
+        fresh.slots[r] = &slot;
+        slot.judged.Add(cs.node_hashes[r], &fresh.slot_index[r]);
+        ++slot.unjudged;
+      }
     }
+    cls = &*found;
+    if (exchange) cs.exchange_class = cls;
   }
   const ClassKey& k = cls->first;
   ClassState& st = cls->second;

@@ -297,6 +297,12 @@ class OwnTimeAnalyzer {
   struct ProcessState;
   struct JobGrowth;
   struct CommState {
+    CommState() = default;
+    // Not copyable: exchange_class points into its own `classes`.
+    CommState(const CommState&) = delete;
+    CommState& operator=(const CommState&) = delete;
+    CommState(CommState&&) = default;
+    CommState& operator=(CommState&&) = default;
     int nranks = 0;
     // The members known so far, until every rank is: only then are the per-rank vectors built, so
     // a communicator costs what its ranks report, not the size it claims (detect/rank_set.h).
